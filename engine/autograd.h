@@ -1,0 +1,71 @@
+// Autograd: a dynamic tape.
+//
+// Each differentiable op that sees an input requiring grad (and grad mode on)
+// records a Node: the AutogradMeta of each input plus a backward closure that
+// maps the output gradient to one gradient per input. The closure captures
+// only what its formula needs, so graph nodes do not keep unrelated data
+// alive. backward() walks the nodes in reverse topological order and
+// accumulates into the .grad of leaf tensors.
+//
+// Grad mode is thread-local because ranks are threads: one rank running a
+// no-grad validation pass must not switch off autograd on the others.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace vqddp {
+
+struct Node;
+
+struct AutogradMeta {
+  bool requires_grad = false;
+  Tensor grad;                    // accumulated gradient (leaves only)
+  std::shared_ptr<Node> grad_fn;  // op that produced the tensor; null for leaves
+};
+
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_out)>;
+
+struct Node {
+  const char* name;  // op name, for error messages
+  // One entry per op input; null where that input needs no gradient.
+  std::vector<std::shared_ptr<AutogradMeta>> inputs;
+  std::vector<Shape> input_shapes;  // checked against the returned gradients
+  BackwardFn backward;
+
+  // Releases the graph behind this node iteratively: a long chain (a
+  // training loop that never calls backward) would otherwise be destroyed
+  // recursively and overflow the stack.
+  ~Node();
+};
+
+// Thread-local grad mode.
+bool grad_enabled();
+void set_grad_enabled(bool on);
+
+// RAII: autograd records nothing in this thread while a guard lives.
+class NoGradGuard {
+ public:
+  NoGradGuard() : previous_(grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(previous_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Attaches a backward node to `out` when grad mode is on and any input
+// requires grad; returns `out`. Ops call this once after their forward.
+// `backward` must return one tensor per input (undefined where an input has
+// no gradient), each with that input's shape.
+Tensor record_op(const char* name, Tensor out, std::initializer_list<Tensor> inputs, BackwardFn backward);
+Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward);
+
+// True when an op on these inputs would be recorded.
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+}  // namespace vqddp

@@ -1,0 +1,46 @@
+// Element types and devices a Tensor can have.
+//
+// float32 is the only floating type: VQ statistics must be float32 on every
+// backend so that CPU and GPU runs agree (VQ_SEMANTICS.md). int64 carries
+// indices and counts. The device field is here from the start so that CUDA
+// tensors (cuda:N) join without changing any signature.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vqddp {
+
+enum class DType : uint8_t { f32, i64 };
+
+size_t dtype_size(DType t);
+const char* dtype_name(DType t);  // "float32", "int64"
+
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() { return DType::f32; }
+template <>
+constexpr DType dtype_of<int64_t>() { return DType::i64; }
+
+struct Device {
+  enum class Kind : uint8_t { cpu, cuda };
+  Kind kind = Kind::cpu;
+  int index = 0;  // GPU ordinal for cuda; always 0 for cpu
+
+  static Device cpu() { return {}; }
+  static Device cuda(int index) { return {Kind::cuda, index}; }
+  bool is_cpu() const { return kind == Kind::cpu; }
+  bool operator==(const Device&) const = default;
+  std::string str() const;  // "cpu", "cuda:0"
+};
+
+// Shapes are int64 like indices, so element counts never overflow int.
+using Shape = std::vector<int64_t>;
+
+int64_t shape_numel(const Shape& s);
+std::string shape_str(const Shape& s);  // "[2, 3]"
+
+}  // namespace vqddp

@@ -1,0 +1,20 @@
+#include "engine/error.h"
+
+#include <cstring>
+
+namespace vqddp {
+
+void throw_error(const char* file, int line, const std::string& message) {
+  // Keep only the path below the source root so messages are stable across
+  // build directories.
+  const char* shown = file;
+  for (const char* root : {"engine/", "comm/", "vq/", "train/", "tests/", "bench/", "examples/"}) {
+    if (const char* p = std::strstr(file, root)) {
+      shown = p;
+      break;
+    }
+  }
+  throw Error(fmt::format("{}:{}: {}", shown, line, message));
+}
+
+}  // namespace vqddp

@@ -1,0 +1,33 @@
+// Errors: every fallible call ends in an exception that says where and why.
+//
+// The library never calls exit(): a rank thread that fails must be able to
+// throw into the thread-group machinery (comm/) so the other ranks are woken
+// instead of hanging. VQDDP_CHECK captures file and line so a message read
+// in a log from 8 ranks still points at the code that refused the input.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace vqddp {
+
+// Base class of every error the library throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void throw_error(const char* file, int line, const std::string& message);
+
+}  // namespace vqddp
+
+// Throws vqddp::Error("file:line: message") with a fmt-formatted message.
+#define VQDDP_THROW(...) ::vqddp::throw_error(__FILE__, __LINE__, ::fmt::format(__VA_ARGS__))
+
+// Throws when `cond` is false; the message arguments are only formatted then.
+#define VQDDP_CHECK(cond, ...)        \
+  do {                                \
+    if (!(cond)) VQDDP_THROW(__VA_ARGS__); \
+  } while (0)

@@ -1,0 +1,98 @@
+#include "engine/nn.h"
+
+#include <cmath>
+
+#include "engine/ops.h"
+
+namespace vqddp {
+
+void Module::check_new_name(const std::string& name) const {
+  VQDDP_CHECK(!name.empty() && name.find('.') == std::string::npos, "bad member name '{}' (empty or contains '.')", name);
+  auto taken = [&](const auto& list) {
+    for (const auto& [n, _] : list)
+      if (n == name) return true;
+    return false;
+  };
+  VQDDP_CHECK(!taken(params_) && !taken(buffers_) && !taken(children_), "name '{}' is registered twice", name);
+}
+
+Tensor& Module::register_parameter(const std::string& name, Tensor t) {
+  check_new_name(name);
+  VQDDP_CHECK(t.dtype() == DType::f32, "parameter '{}' must be float32, got {}", name, t.desc());
+  t.set_requires_grad(true);
+  params_.emplace_back(name, std::make_unique<Tensor>(std::move(t)));
+  return *params_.back().second;
+}
+
+Tensor& Module::register_buffer(const std::string& name, Tensor t) {
+  check_new_name(name);
+  buffers_.emplace_back(name, std::make_unique<Tensor>(std::move(t)));
+  return *buffers_.back().second;
+}
+
+void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
+  check_new_name(name);
+  VQDDP_CHECK(m != nullptr, "submodule '{}' is null", name);
+  m->train(training_);
+  children_.emplace_back(name, std::move(m));
+}
+
+void Module::collect(const std::string& prefix, bool params, NamedTensors& out) const {
+  for (const auto& [name, t] : params ? params_ : buffers_) out.emplace_back(prefix + name, *t);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", params, out);
+}
+
+NamedTensors Module::named_parameters() const {
+  NamedTensors out;
+  collect("", true, out);
+  return out;
+}
+
+NamedTensors Module::named_buffers() const {
+  NamedTensors out;
+  collect("", false, out);
+  return out;
+}
+
+std::vector<Tensor> Module::parameters() const {
+  std::vector<Tensor> out;
+  for (auto& [_, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [_, child] : children_) child->train(on);
+}
+
+void Module::zero_grad() {
+  for (auto& [_, t] : named_parameters()) t.zero_grad();
+}
+
+Linear::Linear(int64_t in, int64_t out, Generator& gen, bool with_bias) {
+  VQDDP_CHECK(in > 0 && out > 0, "Linear({}, {}): sizes must be positive", in, out);
+  float bound = 1.f / std::sqrt(static_cast<float>(in));
+  weight = register_parameter("weight", rand_uniform({out, in}, gen, -bound, bound));
+  if (with_bias) bias = register_parameter("bias", rand_uniform({out}, gen, -bound, bound));
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  VQDDP_CHECK(x.dim() == 2 && x.size(1) == weight.size(1), "Linear: expected input [N, {}], got {}", weight.size(1),
+              x.desc());
+  Tensor y = matmul(x, weight, false, true);  // (N, out)
+  return bias.defined() ? add(y, bias) : y;
+}
+
+Sequential& Sequential::add(std::shared_ptr<Layer> layer) {
+  register_module(std::to_string(layers_.size()), layer);
+  layers_.push_back(std::move(layer));
+  return *this;
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor y = x;
+  for (auto& layer : layers_) y = layer->forward(y);
+  return y;
+}
+
+}  // namespace vqddp

@@ -1,0 +1,100 @@
+// nn: modules with named parameters and named buffers.
+//
+// Parameters are trained by the optimizer; buffers are state that is not
+// (an EMA codebook's embed, embed_avg, cluster_size). Both are listed by
+// dotted names ("encoder.0.weight") in registration order, which is the
+// order DDP broadcasts them and checkpoints store them, so it must not
+// depend on anything but the code that built the model.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/random.h"
+#include "engine/tensor.h"
+
+namespace vqddp {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+
+  NamedTensors named_parameters() const;
+  NamedTensors named_buffers() const;
+  std::vector<Tensor> parameters() const;
+
+  // Train/eval mode, applied to every submodule.
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  void zero_grad();
+
+ protected:
+  // Registration returns the tensor handle so members can keep it.
+  Tensor& register_parameter(const std::string& name, Tensor t);
+  Tensor& register_buffer(const std::string& name, Tensor t);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    add_child(name, m);
+    return m;
+  }
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> m);
+  void collect(const std::string& prefix, bool params, NamedTensors& out) const;
+  void check_new_name(const std::string& name) const;
+
+  // std::vector (not map) keeps registration order; unique_ptr keeps the
+  // handles' addresses stable when more are registered.
+  std::vector<std::pair<std::string, std::unique_ptr<Tensor>>> params_, buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// A module that maps one tensor to one tensor: what Sequential chains.
+class Layer : public Module {
+ public:
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+};
+
+// y = x W^T + b, x [N, in] -> y [N, out]. Initialised like PyTorch's
+// nn.Linear: weight and bias uniform in +-1/sqrt(in).
+class Linear : public Layer {
+ public:
+  Linear(int64_t in_features, int64_t out_features, Generator& gen, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+
+  Tensor weight;  // (out, in)
+  Tensor bias;    // (out), undefined without bias
+};
+
+// An elementwise function as a layer (relu, gelu, tanh, ...).
+class Activation : public Layer {
+ public:
+  explicit Activation(std::function<Tensor(const Tensor&)> fn) : fn_(std::move(fn)) {}
+  Tensor forward(const Tensor& x) override { return fn_(x); }
+
+ private:
+  std::function<Tensor(const Tensor&)> fn_;
+};
+
+// Applies its layers in order; children are named "0", "1", ...
+class Sequential : public Layer {
+ public:
+  Sequential() = default;
+  Sequential& add(std::shared_ptr<Layer> layer);
+  Tensor forward(const Tensor& x) override;
+  size_t size() const { return layers_.size(); }
+
+ private:
+  std::vector<std::shared_ptr<Layer>> layers_;
+};
+
+}  // namespace vqddp

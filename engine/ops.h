@@ -1,0 +1,85 @@
+// Differentiable ops on float32 tensors (plus argmin/argmax, no gradient).
+//
+// Broadcasting follows NumPy: shapes are aligned at the trailing dimension
+// and a dimension of size 1 (or a missing leading one) is repeated. The
+// common cases are a scalar and a trailing row ([N, D] op [D]); a column
+// ([K, D] op [K, 1]) works too. The gradient of a broadcast input is summed
+// back to that input's shape. Reductions and scatter-adds run in ascending
+// index order, so every result is deterministic run to run.
+#pragma once
+
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace vqddp {
+
+// ---- elementwise, with broadcasting ------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, float b);
+Tensor sub(const Tensor& a, float b);
+Tensor mul(const Tensor& a, float b);
+Tensor div(const Tensor& a, float b);
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, float b);
+Tensor operator-(const Tensor& a);
+
+// The shape a and b broadcast to; throws naming both shapes if they do not.
+Shape broadcast_shape(const Shape& a, const Shape& b);
+// Sums `grad` over the broadcast dimensions so it has `shape` (no autograd).
+Tensor sum_to_shape(const Tensor& grad, const Shape& shape);
+
+// ---- elementwise, unary ------------------------------------------------------
+Tensor neg(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // exact form: x * Phi(x), Phi the normal CDF
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+// Gradient passes where low <= x <= high (boundaries included, as in PyTorch).
+Tensor clamp(const Tensor& x, float low, float high);
+
+// ---- reductions ----------------------------------------------------------------
+// Sums accumulate in double in ascending index order, then round once.
+Tensor sum(const Tensor& x);                                      // shape []
+Tensor sum(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor mean(const Tensor& x);                                     // shape []
+Tensor mean(const Tensor& x, int64_t dim, bool keepdim = false);
+// Index of the smallest/largest value along the last dim (int64, no grad).
+// Ties go to the LOWEST index. NaN is never chosen over a number; a row of
+// only NaN gives index 0.
+Tensor argmin(const Tensor& x);
+Tensor argmax(const Tensor& x);
+
+// ---- linear algebra ------------------------------------------------------------
+// op(a) @ op(b) for 2-D a, b, where op transposes when the flag is set.
+// CPU: one cblas_sgemm; no transposed copy is ever made.
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+
+// ---- shape -----------------------------------------------------------------------
+// View with a new shape (same storage); one dimension may be -1.
+Tensor reshape(const Tensor& x, const Shape& shape);
+// View of rows [begin, end) of the first dimension (same storage).
+Tensor slice_rows(const Tensor& x, int64_t begin, int64_t end);
+// Copy with dimensions d0 and d1 swapped (default: the two of a matrix).
+Tensor transpose(const Tensor& x, int64_t d0 = 0, int64_t d1 = 1);
+// Joins tensors along `dim`; all other dimensions must match.
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim = 0);
+// Rows of x (first dimension) picked by int64 `index` [M]: result [M, ...].
+// Backward scatter-adds into the picked rows in ascending position order.
+Tensor index_select(const Tensor& x, const Tensor& index);
+
+// ---- losses ------------------------------------------------------------------------
+// mean((a - b)^2) over all elements; shape [].
+Tensor mse_loss(const Tensor& a, const Tensor& b);
+
+}  // namespace vqddp

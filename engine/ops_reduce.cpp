@@ -1,0 +1,142 @@
+// Reductions (sum, mean, argmin, argmax) and the mean-squared-error loss.
+//
+// A reduction along `dim` views the input as [outer, n, inner] and
+// accumulates each output in double in ascending order: deterministic, and
+// accurate enough that W-rank and 1-rank sums agree to float rounding.
+#include <cmath>
+
+#include "engine/autograd.h"
+#include "engine/ops.h"
+
+namespace vqddp {
+
+namespace {
+
+struct DimSplit {
+  int64_t outer = 1, n = 1, inner = 1;
+  Shape reduced;  // shape after the reduction
+};
+
+DimSplit split_at(const Tensor& x, int64_t dim, bool keepdim, const char* op) {
+  VQDDP_CHECK(x.dtype() == DType::f32, "{}: expected a float32 tensor, got {}", op, x.desc());
+  int64_t r = x.dim();
+  VQDDP_CHECK(dim >= -r && dim < r, "{}: dim {} out of range for {}", op, dim, x.desc());
+  if (dim < 0) dim += r;
+  DimSplit s;
+  for (int64_t d = 0; d < r; ++d) {
+    int64_t size = x.shape()[d];
+    if (d < dim) s.outer *= size;
+    if (d == dim) s.n = size;
+    if (d > dim) s.inner *= size;
+    if (d != dim || keepdim) s.reduced.push_back(d == dim ? 1 : size);
+  }
+  return s;
+}
+
+// Gradient of a (scaled) sum: the output gradient repeated along the
+// reduced dimension, times `scale`.
+Tensor expand_grad(const Tensor& g, const DimSplit& s, const Shape& input_shape, float scale) {
+  Tensor gx = empty(input_shape);
+  const float* pg = g.data<float>();
+  float* px = gx.data<float>();
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t k = 0; k < s.n; ++k)
+      for (int64_t i = 0; i < s.inner; ++i) px[(o * s.n + k) * s.inner + i] = pg[o * s.inner + i] * scale;
+  return gx;
+}
+
+Tensor reduce_sum(const Tensor& x, const DimSplit& s, float scale, const char* op) {
+  Tensor out = empty(s.reduced);
+  const float* px = x.data<float>();
+  float* po = out.data<float>();
+  std::vector<double> acc(s.inner);
+  for (int64_t o = 0; o < s.outer; ++o) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t k = 0; k < s.n; ++k) {
+      const float* row = px + (o * s.n + k) * s.inner;
+      for (int64_t i = 0; i < s.inner; ++i) acc[i] += row[i];
+    }
+    for (int64_t i = 0; i < s.inner; ++i) po[o * s.inner + i] = static_cast<float>(acc[i] * scale);
+  }
+  Shape in_shape = x.shape();
+  return record_op(op, out, {x}, [s, in_shape, scale](const Tensor& g) -> std::vector<Tensor> {
+    return {expand_grad(g, s, in_shape, scale)};
+  });
+}
+
+// Whole-tensor reductions reuse the along-dim code on a flat view.
+DimSplit split_all(const Tensor& x, const char* op) {
+  VQDDP_CHECK(x.dtype() == DType::f32, "{}: expected a float32 tensor, got {}", op, x.desc());
+  DimSplit s;
+  s.n = x.numel();
+  return s;
+}
+
+template <class Better>
+Tensor arg_best(const Tensor& x, const char* op, Better better) {
+  VQDDP_CHECK(x.dtype() == DType::f32, "{}: expected a float32 tensor, got {}", op, x.desc());
+  VQDDP_CHECK(x.dim() >= 1 && x.size(-1) > 0, "{}: needs a non-empty last dimension, got {}", op, x.desc());
+  int64_t k = x.size(-1), rows = x.numel() / k;
+  Shape shape(x.shape().begin(), x.shape().end() - 1);
+  Tensor out = empty(shape, DType::i64);
+  const float* px = x.data<float>();
+  int64_t* po = out.data<int64_t>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = px + r * k;
+    int64_t best = 0;
+    // Strict comparison keeps the lowest index on ties; a NaN best is
+    // replaced by the first number after it.
+    for (int64_t j = 1; j < k; ++j)
+      if (better(row[j], row[best]) || (std::isnan(row[best]) && !std::isnan(row[j]))) best = j;
+    po[r] = best;
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor sum(const Tensor& x) {
+  Tensor flat = reshape(x, {x.numel()});
+  return reshape(reduce_sum(flat, split_all(x, "sum"), 1.f, "sum"), {});
+}
+
+Tensor mean(const Tensor& x) {
+  VQDDP_CHECK(x.numel() > 0, "mean of an empty tensor {}", x.desc());
+  Tensor flat = reshape(x, {x.numel()});
+  return reshape(reduce_sum(flat, split_all(x, "mean"), 1.f / static_cast<float>(x.numel()), "mean"), {});
+}
+
+Tensor sum(const Tensor& x, int64_t dim, bool keepdim) { return reduce_sum(x, split_at(x, dim, keepdim, "sum"), 1.f, "sum"); }
+
+Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
+  DimSplit s = split_at(x, dim, keepdim, "mean");
+  VQDDP_CHECK(s.n > 0, "mean over an empty dimension of {}", x.desc());
+  return reduce_sum(x, s, 1.f / static_cast<float>(s.n), "mean");
+}
+
+Tensor argmin(const Tensor& x) { return arg_best(x, "argmin", [](float a, float b) { return a < b; }); }
+Tensor argmax(const Tensor& x) { return arg_best(x, "argmax", [](float a, float b) { return a > b; }); }
+
+Tensor mse_loss(const Tensor& a, const Tensor& b) {
+  VQDDP_CHECK(a.shape() == b.shape(), "mse_loss: shapes {} and {} differ", shape_str(a.shape()), shape_str(b.shape()));
+  VQDDP_CHECK(a.dtype() == DType::f32 && b.dtype() == DType::f32, "mse_loss: expected float32, got {} and {}",
+              a.desc(), b.desc());
+  VQDDP_CHECK(a.numel() > 0, "mse_loss of empty tensors {}", a.desc());
+  int64_t n = a.numel();
+  const float *pa = a.data<float>(), *pb = b.data<float>();
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    double d = double(pa[i]) - pb[i];
+    acc += d * d;
+  }
+  Tensor out = scalar(static_cast<float>(acc / n));
+  Tensor da = a.detach(), db = b.detach();
+  bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  return record_op("mse_loss", out, {a, b}, [=](const Tensor& g) -> std::vector<Tensor> {
+    // d/da mean((a-b)^2) = 2 (a - b) / n; the gradient for b is its negation.
+    Tensor diff = mul(sub(da, db), 2.f * g.item<float>() / static_cast<float>(n));
+    return {need_a ? diff : Tensor(), need_b ? neg(diff) : Tensor()};
+  });
+}
+
+}  // namespace vqddp

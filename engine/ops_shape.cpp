@@ -1,0 +1,174 @@
+// Shape ops: views (reshape, slice_rows) and copies (transpose, concat,
+// index_select), each with its backward.
+#include <cstring>
+
+#include "engine/autograd.h"
+#include "engine/ops.h"
+
+namespace vqddp {
+
+namespace {
+
+Tensor view_of(const Tensor& x, Shape shape, int64_t extra_offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = x.impl()->storage;
+  impl->offset = x.impl()->offset + extra_offset;
+  impl->shape = std::move(shape);
+  impl->dtype = x.dtype();
+  return Tensor(impl);
+}
+
+// Elements per row of the first dimension (also for tensors with 0 rows).
+int64_t row_size(const Tensor& x) {
+  int64_t n = 1;
+  for (int64_t d = 1; d < x.dim(); ++d) n *= x.shape()[d];
+  return n;
+}
+
+}  // namespace
+
+Tensor reshape(const Tensor& x, const Shape& requested) {
+  Shape shape = requested;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      VQDDP_CHECK(infer < 0, "reshape: more than one -1 in {}", shape_str(requested));
+      infer = static_cast<int64_t>(i);
+    } else {
+      VQDDP_CHECK(shape[i] >= 0, "reshape: bad dimension in {}", shape_str(requested));
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    VQDDP_CHECK(known > 0 && x.numel() % known == 0, "reshape: cannot infer -1 in {} for {}", shape_str(requested), x.desc());
+    shape[infer] = x.numel() / known;
+  }
+  VQDDP_CHECK(shape_numel(shape) == x.numel(), "reshape: {} has {} elements, shape {} needs {}", x.desc(), x.numel(),
+              shape_str(shape), shape_numel(shape));
+  Shape in_shape = x.shape();
+  return record_op("reshape", view_of(x, shape, 0), {x},
+                   [in_shape](const Tensor& g) -> std::vector<Tensor> { return {reshape(g, in_shape)}; });
+}
+
+Tensor slice_rows(const Tensor& x, int64_t begin, int64_t end) {
+  VQDDP_CHECK(x.dim() >= 1, "slice_rows on a 0-d tensor");
+  VQDDP_CHECK(0 <= begin && begin <= end && end <= x.size(0), "slice_rows [{}, {}) out of range for {}", begin, end,
+              x.desc());
+  Shape shape = x.shape();
+  shape[0] = end - begin;
+  Shape in_shape = x.shape();
+  int64_t row = row_size(x);
+  return record_op("slice_rows", view_of(x, shape, begin * row), {x},
+                   [in_shape, begin, row](const Tensor& g) -> std::vector<Tensor> {
+                     Tensor gx = zeros(in_shape);
+                     std::memcpy(gx.data<float>() + begin * row, g.data<float>(), g.numel() * sizeof(float));
+                     return {gx};
+                   });
+}
+
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
+  int64_t r = x.dim();
+  VQDDP_CHECK(d0 >= -r && d0 < r && d1 >= -r && d1 < r, "transpose: dims {}, {} out of range for {}", d0, d1, x.desc());
+  if (d0 < 0) d0 += r;
+  if (d1 < 0) d1 += r;
+  if (d0 > d1) std::swap(d0, d1);
+  // View x as [A, n0, B, n1, C] and write [A, n1, B, n0, C].
+  int64_t A = 1, B = 1, C = 1, n0 = x.shape()[d0], n1 = x.shape()[d1];
+  for (int64_t d = 0; d < r; ++d) {
+    if (d < d0) A *= x.shape()[d];
+    if (d > d0 && d < d1) B *= x.shape()[d];
+    if (d > d1) C *= x.shape()[d];
+  }
+  Shape shape = x.shape();
+  std::swap(shape[d0], shape[d1]);
+  Tensor out = empty(shape, x.dtype());
+  size_t es = dtype_size(x.dtype());
+  const char* px = static_cast<const char*>(x.raw_data());
+  char* po = static_cast<char*>(out.raw_data());
+  for (int64_t a = 0; a < A; ++a)
+    for (int64_t i = 0; i < n0; ++i)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < n1; ++j) {
+          int64_t src = (((a * n0 + i) * B + b) * n1 + j) * C;
+          int64_t dst = (((a * n1 + j) * B + b) * n0 + i) * C;
+          std::memcpy(po + dst * es, px + src * es, C * es);
+        }
+  return record_op("transpose", out, {x},
+                   [d0, d1](const Tensor& g) -> std::vector<Tensor> { return {transpose(g, d0, d1)}; });
+}
+
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
+  VQDDP_CHECK(!xs.empty(), "concat of no tensors");
+  const Tensor& first = xs[0];
+  int64_t r = first.dim();
+  VQDDP_CHECK(dim >= -r && dim < r, "concat: dim {} out of range for {}", dim, first.desc());
+  if (dim < 0) dim += r;
+  Shape shape = first.shape();
+  shape[dim] = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Tensor& x = xs[i];
+    bool ok = x.dim() == r && x.dtype() == first.dtype();
+    for (int64_t d = 0; ok && d < r; ++d) ok = d == dim || x.shape()[d] == first.shape()[d];
+    VQDDP_CHECK(ok, "concat: input {} is {}, input 0 is {} (joining along dim {})", i, x.desc(), first.desc(), dim);
+    shape[dim] += x.shape()[dim];
+  }
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= shape[d];
+  for (int64_t d = dim + 1; d < r; ++d) inner *= shape[d];
+  Tensor out = empty(shape, first.dtype());
+  size_t es = dtype_size(first.dtype());
+  char* po = static_cast<char*>(out.raw_data());
+  int64_t out_row = shape[dim] * inner, at = 0;
+  std::vector<int64_t> widths;
+  for (const Tensor& x : xs) {
+    int64_t w = x.shape()[dim] * inner;
+    const char* px = static_cast<const char*>(x.raw_data());
+    for (int64_t o = 0; o < outer; ++o) std::memcpy(po + (o * out_row + at) * es, px + o * w * es, w * es);
+    widths.push_back(w);
+    at += w;
+  }
+  std::vector<Shape> shapes;
+  for (const Tensor& x : xs) shapes.push_back(x.shape());
+  return record_op("concat", out, xs, [=](const Tensor& g) -> std::vector<Tensor> {
+    std::vector<Tensor> grads;
+    int64_t offset = 0;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Tensor gi = empty(shapes[i]);
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(gi.data<float>() + o * widths[i], g.data<float>() + o * out_row + offset, widths[i] * sizeof(float));
+      offset += widths[i];
+      grads.push_back(gi);
+    }
+    return grads;
+  });
+}
+
+Tensor index_select(const Tensor& x, const Tensor& index) {
+  VQDDP_CHECK(x.dim() >= 1, "index_select on a 0-d tensor");
+  VQDDP_CHECK(index.dtype() == DType::i64 && index.dim() == 1, "index_select: index must be int64 [M], got {}",
+              index.desc());
+  int64_t rows = x.size(0), m = index.numel(), row = row_size(x);
+  const int64_t* pi = index.data<int64_t>();
+  for (int64_t i = 0; i < m; ++i)
+    VQDDP_CHECK(pi[i] >= 0 && pi[i] < rows, "index_select: index[{}] = {} out of range for {} rows", i, pi[i], rows);
+  Shape shape = x.shape();
+  shape[0] = m;
+  Tensor out = empty(shape, x.dtype());
+  size_t es = dtype_size(x.dtype());
+  const char* px = static_cast<const char*>(x.raw_data());
+  char* po = static_cast<char*>(out.raw_data());
+  for (int64_t i = 0; i < m; ++i) std::memcpy(po + i * row * es, px + pi[i] * row * es, row * es);
+  Shape in_shape = x.shape();
+  Tensor idx = index.clone();  // the caller may reuse its index buffer
+  return record_op("index_select", out, {x}, [in_shape, idx, row](const Tensor& g) -> std::vector<Tensor> {
+    Tensor gx = zeros(in_shape);
+    float* pgx = gx.data<float>();
+    const float* pg = g.data<float>();
+    const int64_t* pi = idx.data<int64_t>();
+    for (int64_t i = 0, m = idx.numel(); i < m; ++i)
+      for (int64_t j = 0; j < row; ++j) pgx[pi[i] * row + j] += pg[i * row + j];
+    return {gx};
+  });
+}
+
+}  // namespace vqddp

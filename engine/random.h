@@ -1,0 +1,58 @@
+// Counter-based random numbers: Philox 4x32-10 (Salmon et al., SC'11).
+//
+// A Generator is the triple (seed, stream, offset): the seed is the Philox
+// key, the stream and the block number form the 128-bit counter, and offset
+// counts the 32-bit words drawn so far. The same triple gives the same
+// numbers on every rank, every platform and after a restore, with no hidden
+// state. That is what DDP needs (VQ_SEMANTICS.md section 6):
+//   - a SHARED stream (same seed and stream id on every rank) advances in
+//     lockstep because every rank makes the same calls, so ranks agree on a
+//     dropout index or a sampler split without any collective;
+//   - a RANK-LOCAL stream (rank_stream(stream, rank)) differs per rank.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace vqddp {
+
+// One Philox 4x32-10 block: 4 words from a 128-bit counter and a 64-bit key.
+std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
+
+struct GeneratorState {
+  uint64_t seed = 0;
+  uint64_t stream = 0;
+  uint64_t offset = 0;  // 32-bit words drawn so far
+  bool operator==(const GeneratorState&) const = default;
+};
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0, uint64_t stream = 0) : state_{seed, stream, 0} {}
+  explicit Generator(GeneratorState s) : state_(s) {}
+
+  // Stream id private to `rank`: shared stream ids are below 2^32; rank-local
+  // ids set the rank (plus one) in the upper 32 bits, so they never collide.
+  static uint64_t rank_stream(uint64_t stream, int rank);
+
+  uint32_t next_u32();
+  uint64_t next_u64();               // two words, high word first
+  float uniform();                   // [0, 1), 24 random bits
+  float normal();                    // standard normal (Box-Muller, one value per two words)
+  uint64_t uniform_int(uint64_t n);  // [0, n), unbiased (rejection); n > 0
+
+  GeneratorState state() const { return state_; }
+  void set_state(const GeneratorState& s) { state_ = s; }
+  void advance(uint64_t words) { state_.offset += words; }
+
+ private:
+  GeneratorState state_;
+  uint64_t cached_block_ = UINT64_MAX;
+  std::array<uint32_t, 4> cached_{};
+};
+
+// A uniformly random permutation of 0..n-1 (Fisher-Yates).
+std::vector<int64_t> random_permutation(int64_t n, Generator& gen);
+
+}  // namespace vqddp

@@ -1,0 +1,199 @@
+#include "engine/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+namespace vqddp {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Byte order: the format is little-endian; so is every machine we build for.
+static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
+
+const char* st_dtype(DType t) { return t == DType::f32 ? "F32" : "I64"; }
+
+DType parse_dtype(const std::string& path, const std::string& name, const std::string& s) {
+  if (s == "F32") return DType::f32;
+  if (s == "I64") return DType::i64;
+  static const std::set<std::string> kKnown = {"F16", "BF16", "F64", "I8", "I16", "I32", "U8", "U16",
+                                               "U32", "U64", "BOOL", "F8_E4M3", "F8_E5M2"};
+  if (kKnown.count(s))
+    VQDDP_THROW("{}: tensor '{}' has dtype {}, which vqddp does not load (it reads F32 and I64)", path, name, s);
+  VQDDP_THROW("{}: tensor '{}' has unknown dtype '{}'", path, name, s);
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  VQDDP_CHECK(in, "{}: cannot open for reading: {}", path, std::strerror(errno));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  VQDDP_CHECK(!in.bad(), "{}: read error", path);
+  return bytes;
+}
+
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;
+};
+
+Entry parse_entry(const std::string& path, const std::string& name, const json& v, uint64_t data_size) {
+  auto bad = [&](const std::string& what) { VQDDP_THROW("{}: tensor '{}': {}", path, name, what); };
+  if (!v.is_object()) bad("header entry is not an object");
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    if (!v.contains(key)) bad(fmt::format("missing '{}'", key));
+  if (!v["dtype"].is_string()) bad("'dtype' is not a string");
+  Entry e{name, parse_dtype(path, name, v["dtype"].get<std::string>()), {}, 0, 0};
+  if (!v["shape"].is_array()) bad("'shape' is not an array");
+  for (const json& d : v["shape"]) {
+    if (!d.is_number_unsigned()) bad("'shape' holds a value that is not a non-negative integer");
+    e.shape.push_back(d.get<int64_t>());
+  }
+  const json& off = v["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+    bad("'data_offsets' is not a pair of non-negative integers");
+  e.begin = off[0].get<uint64_t>();
+  e.end = off[1].get<uint64_t>();
+  if (e.begin > e.end) bad(fmt::format("data_offsets [{}, {}] run backwards", e.begin, e.end));
+  if (e.end > data_size)
+    bad(fmt::format("data_offsets [{}, {}] pass the end of the data ({} bytes): file truncated?", e.begin, e.end,
+                    data_size));
+  uint64_t want = static_cast<uint64_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
+  if (e.end - e.begin != want)
+    bad(fmt::format("shape {} of {} needs {} bytes, data_offsets give {}", shape_str(e.shape), dtype_name(e.dtype),
+                    want, e.end - e.begin));
+  return e;
+}
+
+}  // namespace
+
+const Tensor& SafetensorsFile::at(const std::string& name) const {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return t;
+  std::vector<std::string> names;
+  for (const auto& [n, _] : tensors) names.push_back(n);
+  VQDDP_THROW("no tensor '{}' (the file holds: {})", name, fmt::join(names, ", "));
+}
+
+bool SafetensorsFile::contains(const std::string& name) const {
+  return std::any_of(tensors.begin(), tensors.end(), [&](const auto& p) { return p.first == name; });
+}
+
+SafetensorsFile safetensors_load(const std::string& path) {
+  std::string bytes = read_all(path);
+  VQDDP_CHECK(bytes.size() >= 8, "{}: file of {} bytes is too short for a safetensors header", path, bytes.size());
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, bytes.data(), 8);
+  VQDDP_CHECK(header_len <= bytes.size() - 8, "{}: header length {} exceeds the file ({} bytes): truncated or not safetensors",
+              path, header_len, bytes.size());
+  json header;
+  try {
+    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
+  } catch (const json::exception& e) {
+    VQDDP_THROW("{}: header is not valid JSON: {}", path, e.what());
+  }
+  VQDDP_CHECK(header.is_object(), "{}: header is not a JSON object", path);
+  uint64_t data_size = bytes.size() - 8 - header_len;
+
+  SafetensorsFile out;
+  std::vector<Entry> entries;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      VQDDP_CHECK(it.value().is_object(), "{}: __metadata__ is not an object", path);
+      for (auto m = it.value().begin(); m != it.value().end(); ++m) {
+        VQDDP_CHECK(m.value().is_string(), "{}: __metadata__ value '{}' is not a string", path, m.key());
+        out.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    entries.push_back(parse_entry(path, it.key(), it.value(), data_size));
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  for (size_t i = 1; i < entries.size(); ++i)
+    VQDDP_CHECK(entries[i].begin >= entries[i - 1].end, "{}: tensors '{}' [{}, {}] and '{}' [{}, {}] overlap", path,
+                entries[i - 1].name, entries[i - 1].begin, entries[i - 1].end, entries[i].name, entries[i].begin,
+                entries[i].end);
+
+  // Everything is valid: only now build tensors.
+  const char* data = bytes.data() + 8 + header_len;
+  for (const Entry& e : entries) {
+    Tensor t = empty(e.shape, e.dtype);
+    std::memcpy(t.raw_data(), data + e.begin, e.end - e.begin);
+    out.tensors.emplace_back(e.name, t);
+  }
+  return out;
+}
+
+void safetensors_save(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    VQDDP_CHECK(name != "__metadata__" && !header.contains(name), "{}: tensor name '{}' is reserved or repeated", path, name);
+    VQDDP_CHECK(t.defined(), "{}: tensor '{}' is undefined", path, name);
+    uint64_t n = t.numel() * dtype_size(t.dtype());
+    header[name] = {{"dtype", st_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + n}}};
+    offset += n;
+  }
+  std::string text = header.dump();
+  // Pad with spaces so the data starts 8-byte aligned, as the format advises.
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string bytes(8, '\0');
+  uint64_t len = text.size();
+  std::memcpy(bytes.data(), &len, 8);
+  bytes += text;
+  bytes.reserve(bytes.size() + offset);
+  for (const auto& [_, t] : tensors)
+    bytes.append(static_cast<const char*>(t.raw_data()), t.numel() * dtype_size(t.dtype()));
+  write_file_atomic(path, bytes);
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  std::random_device rd;
+  std::string tmp = fmt::format("{}.tmp.{}.{:08x}", path, getpid(), rd());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+  VQDDP_CHECK(fd >= 0, "{}: cannot create temporary file {}: {}", path, tmp, std::strerror(errno));
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {
+    ssize_t w = ::write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      VQDDP_THROW("{}: write failed: {}", path, std::strerror(err));
+    }
+    p += w;
+    left -= static_cast<size_t>(w);
+  }
+  int err = ::fsync(fd) == 0 ? 0 : errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    VQDDP_THROW("{}: cannot write {} and rename it into place: {}", path, tmp, std::strerror(err));
+  }
+  // Make the rename itself durable: fsync the directory that holds the file.
+  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace vqddp

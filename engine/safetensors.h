@@ -1,0 +1,41 @@
+// safetensors I/O: the checkpoint and replay format.
+//
+// Layout: 8-byte little-endian header length H, H bytes of JSON
+// {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]},
+//  "__metadata__": {"key": "string value"}}, then the raw little-endian data;
+// offsets are relative to the end of the header.
+//
+// Reading validates the whole file before building any tensor, so a bad file
+// never yields a half-loaded result: truncation, a bad header, an unknown or
+// unsupported dtype, a shape that does not match its byte range, offsets out
+// of range or overlapping each give an Error naming the file and the problem.
+// Writing goes to a temporary file in the same directory, is flushed to disk
+// and renamed over the target: a crash leaves either the old file or the new.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "engine/nn.h"
+
+namespace vqddp {
+
+struct SafetensorsFile {
+  NamedTensors tensors;  // in file order of data offsets
+  std::map<std::string, std::string> metadata;
+
+  // The tensor called `name`; throws naming the file's tensors if absent.
+  const Tensor& at(const std::string& name) const;
+  bool contains(const std::string& name) const;
+};
+
+// Supported dtypes: F32 and I64 (the engine's). Others known to the format
+// (F16, BF16, F64, I32, ...) are refused with a message saying so.
+SafetensorsFile safetensors_load(const std::string& path);
+void safetensors_save(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Writes `bytes` to `path` atomically (temp file, fsync, rename).
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+}  // namespace vqddp

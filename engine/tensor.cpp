@@ -1,0 +1,235 @@
+#include "engine/tensor.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "engine/autograd.h"
+#include "engine/ops.h"
+#include "engine/random.h"
+
+namespace vqddp {
+
+// ---- storage ----------------------------------------------------------------
+
+Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev) {
+  VQDDP_CHECK(dev.is_cpu(), "device {} is not available in this build", dev.str());
+  // aligned_alloc needs a size that is a multiple of the alignment; keep a
+  // non-null pointer for empty tensors so data() is always valid.
+  size_t rounded = (n + 63) / 64 * 64;
+  data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (!data) throw std::bad_alloc();
+}
+
+Storage::~Storage() { std::free(data); }
+
+// ---- accessors ----------------------------------------------------------------
+
+void Tensor::check_defined() const { VQDDP_CHECK(impl_ != nullptr, "use of an undefined tensor"); }
+
+const Shape& Tensor::shape() const {
+  check_defined();
+  return impl_->shape;
+}
+
+int64_t Tensor::size(int64_t d) const {
+  int64_t n = dim();
+  VQDDP_CHECK(d >= -n && d < n, "dimension {} out of range for {}", d, desc());
+  return shape()[d < 0 ? d + n : d];
+}
+
+int64_t Tensor::numel() const { return shape_numel(shape()); }
+
+DType Tensor::dtype() const {
+  check_defined();
+  return impl_->dtype;
+}
+
+Device Tensor::device() const {
+  check_defined();
+  return impl_->storage->device;
+}
+
+std::string Tensor::desc() const {
+  if (!defined()) return "undefined tensor";
+  return fmt::format("{}{} on {}", dtype_name(dtype()), shape_str(shape()), device().str());
+}
+
+void* Tensor::raw_data() const {
+  check_defined();
+  return static_cast<char*>(impl_->storage->data) + impl_->offset * dtype_size(impl_->dtype);
+}
+
+template <class T>
+T* Tensor::data() {
+  return const_cast<T*>(std::as_const(*this).data<T>());
+}
+
+template <class T>
+const T* Tensor::data() const {
+  check_defined();
+  VQDDP_CHECK(impl_->dtype == dtype_of<T>(), "expected a {} tensor, got {}", dtype_name(dtype_of<T>()), desc());
+  VQDDP_CHECK(device().is_cpu(), "host access to a tensor on {}", device().str());
+  return static_cast<const T*>(raw_data());
+}
+
+template <class T>
+T Tensor::item() const {
+  VQDDP_CHECK(numel() == 1, "item() needs a one-element tensor, got {}", desc());
+  return data<T>()[0];
+}
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  const T* p = data<T>();
+  return std::vector<T>(p, p + numel());
+}
+
+template float* Tensor::data<float>();
+template int64_t* Tensor::data<int64_t>();
+template const float* Tensor::data<float>() const;
+template const int64_t* Tensor::data<int64_t>() const;
+template float Tensor::item<float>() const;
+template int64_t Tensor::item<int64_t>() const;
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+
+// ---- autograd handle ------------------------------------------------------------
+
+AutogradMeta& Tensor::autograd_meta() const {
+  check_defined();
+  if (!impl_->autograd) impl_->autograd = std::make_shared<AutogradMeta>();
+  return *impl_->autograd;
+}
+
+bool Tensor::requires_grad() const { return defined() && impl_->autograd && impl_->autograd->requires_grad; }
+
+Tensor& Tensor::set_requires_grad(bool on) {
+  VQDDP_CHECK(!on || dtype() == DType::f32, "only float32 tensors can require grad, got {}", desc());
+  AutogradMeta& meta = autograd_meta();
+  VQDDP_CHECK(!meta.grad_fn, "set_requires_grad on a non-leaf tensor (result of '{}')", meta.grad_fn->name);
+  meta.requires_grad = on;
+  return *this;
+}
+
+Tensor Tensor::grad() const { return impl_ && impl_->autograd ? impl_->autograd->grad : Tensor(); }
+
+void Tensor::set_grad(const Tensor& g) {
+  VQDDP_CHECK(!g.defined() || g.shape() == shape(), "set_grad: gradient {} does not match tensor {}", g.desc(), desc());
+  autograd_meta().grad = g;
+}
+
+void Tensor::zero_grad() {
+  if (impl_ && impl_->autograd) impl_->autograd->grad = Tensor();
+}
+
+Tensor Tensor::detach() const {
+  check_defined();
+  auto impl = std::make_shared<TensorImpl>(*impl_);
+  impl->autograd = nullptr;
+  return Tensor(impl);
+}
+
+// ---- copies ---------------------------------------------------------------------
+
+Tensor Tensor::clone() const {
+  Tensor out = empty(shape(), dtype());
+  std::memcpy(out.raw_data(), raw_data(), numel() * dtype_size(dtype()));
+  return out;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  VQDDP_CHECK(src.shape() == shape() && src.dtype() == dtype(), "copy_: source {} does not match destination {}",
+              src.desc(), desc());
+  std::memmove(raw_data(), src.raw_data(), numel() * dtype_size(dtype()));
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  int64_t n = numel();
+  if (dtype() == DType::f32) {
+    float* p = data<float>();
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(value);
+  } else {
+    int64_t* p = data<int64_t>();
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<int64_t>(value);
+  }
+  return *this;
+}
+
+bool Tensor::shares_storage(const Tensor& other) const {
+  return defined() && other.defined() && impl_->storage == other.impl_->storage;
+}
+
+Tensor Tensor::reshape(const Shape& s) const { return vqddp::reshape(*this, s); }
+Tensor Tensor::slice_rows(int64_t begin, int64_t end) const { return vqddp::slice_rows(*this, begin, end); }
+
+// ---- creation -------------------------------------------------------------------
+
+Tensor empty(const Shape& shape, DType dtype) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(shape_numel(shape) * dtype_size(dtype), Device::cpu());
+  impl->shape = shape;
+  impl->dtype = dtype;
+  return Tensor(impl);
+}
+
+Tensor full(const Shape& shape, double value, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  t.fill_(value);
+  return t;
+}
+
+Tensor zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
+Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
+Tensor scalar(float value) { return full({}, value); }
+
+Tensor arange(int64_t begin, int64_t end, int64_t step, DType dtype) {
+  VQDDP_CHECK(step != 0, "arange: step must not be zero");
+  int64_t n = std::max<int64_t>(0, (end - begin + step + (step > 0 ? -1 : 1)) / step);
+  Tensor t = empty({n}, dtype);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t v = begin + i * step;
+    if (dtype == DType::f32)
+      t.data<float>()[i] = static_cast<float>(v);
+    else
+      t.data<int64_t>()[i] = v;
+  }
+  return t;
+}
+
+Tensor arange(int64_t n, DType dtype) { return arange(0, n, 1, dtype); }
+
+template <class T>
+static Tensor tensor_from(const std::vector<T>& values, const Shape& shape) {
+  VQDDP_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: {} values for shape {}",
+              values.size(), shape_str(shape));
+  Tensor t = empty(shape, dtype_of<T>());
+  std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+  return t;
+}
+
+Tensor from_vector(const std::vector<float>& values, const Shape& shape) { return tensor_from(values, shape); }
+Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape) { return tensor_from(values, shape); }
+Tensor from_vector(std::initializer_list<float> values, const Shape& shape) {
+  return tensor_from(std::vector<float>(values), shape);
+}
+
+Tensor rand_uniform(const Shape& shape, Generator& gen, float low, float high) {
+  Tensor t = empty(shape);
+  float* p = t.data<float>();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = low + (high - low) * gen.uniform();
+  return t;
+}
+
+Tensor rand_normal(const Shape& shape, Generator& gen, float mean, float std) {
+  Tensor t = empty(shape);
+  float* p = t.data<float>();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = mean + std * gen.normal();
+  return t;
+}
+
+}  // namespace vqddp

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian packages vqddp needs, only those that are missing, so a
+# machine that already has them runs no apt-get at all. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  g++ meson ninja-build pkg-config   # toolchain
+  libfmt-dev nlohmann-json3-dev doctest-dev  # libraries (header-only but fmt)
+  libopenblas-dev                    # CPU GEMM
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

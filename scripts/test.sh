@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite: install what is missing, then build and test twice,
+# a release build and an AddressSanitizer+UBSan build (findings are fatal).
+# VQDDP_TEST_QUICK=1 skips the sanitizer build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+
+start=$SECONDS
+run_suite() {
+  local dir=$1
+  shift
+  bash scripts/build.sh "$dir" "$@"
+  meson test -C "$dir" --print-errorlogs
+}
+
+run_suite build --buildtype=release
+if [ "${VQDDP_TEST_QUICK:-0}" != 1 ]; then
+  ASAN_OPTIONS=detect_leaks=1 run_suite build-asan --buildtype=debugoptimized -Db_sanitize=address,undefined
+fi
+# One closing line with the doctest case counts of every suite that ran.
+awk '/\[doctest\] test cases:/ { p += $6; f += $9; s += $12 }
+     END { printf "doctest: %d passed, %d failed, %d skipped\n", p, f, s }' \
+  build/meson-logs/testlog.txt $( [ -f build-asan/meson-logs/testlog.txt ] && [ "${VQDDP_TEST_QUICK:-0}" != 1 ] && echo build-asan/meson-logs/testlog.txt )
+echo "test suite finished in $((SECONDS - start)) s"

@@ -1,0 +1,91 @@
+// Tape mechanics: accumulation, leaves, detach, no-grad per thread.
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "engine/autograd.h"
+#include "engine/ops.h"
+
+using namespace vqddp;
+
+TEST_CASE("gradients accumulate into .grad across backward calls until zero_grad") {
+  Tensor x = from_vector({1, 2, 3}, {3});
+  x.set_requires_grad(true);
+  sum(square(x)).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{2, 4, 6});
+  sum(x).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{3, 5, 7});
+  x.zero_grad();
+  CHECK_FALSE(x.grad().defined());
+}
+
+TEST_CASE("a tensor used twice gets the sum of both paths") {
+  Tensor x = from_vector({2}, {1});
+  x.set_requires_grad(true);
+  Tensor y = mul(x, x);          // x^2
+  Tensor z = add(mul(y, x), y);  // x^3 + x^2
+  sum(z).backward();
+  CHECK(x.grad().item<float>() == 3 * 4 + 2 * 2);
+}
+
+TEST_CASE("detach and no-grad stop the tape") {
+  Tensor x = from_vector({1, 2}, {2});
+  x.set_requires_grad(true);
+  Tensor d = x.detach();
+  CHECK(d.shares_storage(x));
+  CHECK_FALSE(d.requires_grad());
+  CHECK_FALSE(mul(d, 2.f).requires_grad());
+  {
+    NoGradGuard guard;
+    CHECK_FALSE(grad_enabled());
+    CHECK_FALSE(mul(x, 2.f).requires_grad());
+  }
+  CHECK(grad_enabled());
+  CHECK(mul(x, 2.f).requires_grad());
+}
+
+TEST_CASE("backward needs a one-element tensor that requires grad") {
+  Tensor x = ones({2});
+  x.set_requires_grad(true);
+  CHECK_THROWS_WITH_AS(mul(x, 2.f).backward(), doctest::Contains("one-element"), Error);
+  CHECK_THROWS_WITH_AS(sum(ones({2})).backward(), doctest::Contains("does not require grad"), Error);
+  CHECK_THROWS_WITH_AS(arange(3).set_requires_grad(true), doctest::Contains("only float32"), Error);
+}
+
+TEST_CASE("only leaves can be marked trainable") {
+  Tensor x = ones({2});
+  x.set_requires_grad(true);
+  Tensor y = mul(x, 2.f);
+  CHECK_THROWS_WITH_AS(y.set_requires_grad(false), doctest::Contains("non-leaf"), Error);
+}
+
+TEST_CASE("no-grad mode is per thread: a guard in one thread leaves another recording") {
+  Tensor x = ones({2});
+  x.set_requires_grad(true);
+  bool other_recorded = false, guarded_recorded = true;
+  std::atomic<int> stage{0};
+  std::thread guarded([&] {
+    NoGradGuard guard;
+    stage = 1;
+    while (stage != 2) std::this_thread::yield();
+    guarded_recorded = mul(x, 3.f).requires_grad();
+  });
+  std::thread other([&] {
+    while (stage != 1) std::this_thread::yield();
+    other_recorded = mul(x, 3.f).requires_grad();  // runs while the guard lives
+    stage = 2;
+  });
+  guarded.join();
+  other.join();
+  CHECK(other_recorded);
+  CHECK_FALSE(guarded_recorded);
+}
+
+TEST_CASE("a deep chain backpropagates without recursion limits") {
+  Tensor x = from_vector({1}, {1});
+  x.set_requires_grad(true);
+  Tensor y = x;
+  for (int i = 0; i < 100000; ++i) y = add(y, 0.f);
+  sum(y).backward();
+  CHECK(x.grad().item<float>() == 1.f);
+}

@@ -1,0 +1,99 @@
+// Optimizer steps against values computed by hand from the formulas.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "engine/ops.h"
+#include "engine/optim.h"
+
+using namespace vqddp;
+
+namespace {
+Tensor leaf(std::vector<float> v) {
+  Tensor t = from_vector(v, {static_cast<int64_t>(v.size())});
+  t.set_requires_grad(true);
+  return t;
+}
+}  // namespace
+
+TEST_CASE("SGD with momentum follows buf = m*buf + g, p -= lr*buf") {
+  Tensor p = leaf({1.f, -2.f});
+  Sgd opt({p}, {.lr = 0.1f, .momentum = 0.9f});
+  p.set_grad(from_vector({1.f, 2.f}, {2}));
+  opt.step();  // buf = g
+  CHECK(p.to_vector<float>()[0] == doctest::Approx(1.f - 0.1f * 1.f));
+  CHECK(p.to_vector<float>()[1] == doctest::Approx(-2.f - 0.1f * 2.f));
+  p.set_grad(from_vector({1.f, 2.f}, {2}));
+  opt.step();  // buf = 0.9*g + g = 1.9 g
+  CHECK(p.to_vector<float>()[0] == doctest::Approx(0.9f - 0.1f * 1.9f));
+  CHECK(p.to_vector<float>()[1] == doctest::Approx(-2.2f - 0.1f * 3.8f));
+}
+
+TEST_CASE("SGD skips parameters without a gradient and applies L2 weight decay") {
+  Tensor p = leaf({2.f}), q = leaf({5.f});
+  Sgd opt({p, q}, {.lr = 0.5f, .weight_decay = 0.1f});
+  p.set_grad(from_vector({1.f}, {1}));
+  opt.step();
+  CHECK(p.item<float>() == doctest::Approx(2.f - 0.5f * (1.f + 0.1f * 2.f)));
+  CHECK(q.item<float>() == 5.f);
+}
+
+TEST_CASE("AdamW: first steps match the decoupled-decay formula") {
+  Tensor p = leaf({1.f});
+  AdamW opt({p}, {.lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f});
+  double pv = 1.0, m = 0, v = 0;
+  for (int t = 1; t <= 3; ++t) {
+    double g = 0.5 * t;
+    p.set_grad(from_vector({static_cast<float>(g)}, {1}));
+    opt.step();
+    pv -= 0.1 * 0.01 * pv;
+    m = 0.9 * m + 0.1 * g;
+    v = 0.999 * v + 0.001 * g * g;
+    double mh = m / (1 - std::pow(0.9, t)), vh = v / (1 - std::pow(0.999, t));
+    pv -= 0.1 * mh / (std::sqrt(vh) + 1e-8);
+    CHECK(p.item<float>() == doctest::Approx(pv).epsilon(1e-5));
+  }
+  // The first Adam step moves by lr regardless of the gradient's scale.
+  Tensor q = leaf({0.f});
+  AdamW opt2({q}, {.lr = 0.1f, .weight_decay = 0.f});
+  q.set_grad(from_vector({1e-3f}, {1}));
+  opt2.step();
+  CHECK(q.item<float>() == doctest::Approx(-0.1f).epsilon(1e-4));
+  CHECK(opt2.state().back().first == "step");
+  CHECK(opt2.state().back().second.item<int64_t>() == 1);
+}
+
+TEST_CASE("restoring optimizer state continues bit for bit") {
+  auto run = [](int steps_before, bool restore_midway) {
+    Tensor p = leaf({1.f, 2.f});
+    AdamW opt({p}, {.lr = 0.05f});
+    NamedTensors saved;
+    Tensor saved_p;
+    for (int t = 0; t < 6; ++t) {
+      if (t == steps_before && restore_midway) {
+        for (auto& [n, s] : opt.state()) saved.emplace_back(n, s.clone());
+        saved_p = p.clone();
+        // Disturb, then restore into the live handles.
+        for (auto& [n, s] : opt.state()) s.fill_(3);
+        p.fill_(9);
+        for (size_t i = 0; i < saved.size(); ++i) opt.state()[i].second.copy_(saved[i].second);
+        p.copy_(saved_p);
+      }
+      p.set_grad(from_vector({0.3f * t, -0.2f}, {2}));
+      opt.step();
+    }
+    return p.to_vector<float>();
+  };
+  CHECK(run(3, true) == run(3, false));
+}
+
+TEST_CASE("clip_grad_norm scales to max_norm and returns the norm before clipping") {
+  Tensor a = leaf({0.f, 0.f}), b = leaf({0.f});
+  a.set_grad(from_vector({3.f, 0.f}, {2}));
+  b.set_grad(from_vector({4.f}, {1}));
+  CHECK(clip_grad_norm({a, b}, 1.f) == doctest::Approx(5.f));
+  CHECK(a.grad().to_vector<float>()[0] == doctest::Approx(0.6f).epsilon(1e-5));
+  CHECK(b.grad().item<float>() == doctest::Approx(0.8f).epsilon(1e-5));
+  CHECK(clip_grad_norm({a, b}, 10.f) == doctest::Approx(1.f).epsilon(1e-5));
+  CHECK(b.grad().item<float>() == doctest::Approx(0.8f).epsilon(1e-5));  // unchanged below the limit
+}
