@@ -1,0 +1,74 @@
+#include "comm/communicator.h"
+
+#include <numeric>
+
+namespace vqddp {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+  }
+  return "?";
+}
+
+void Communicator::check_all_reduce(const Tensor& t, ReduceOp op) const {
+  VQDDP_CHECK(t.defined(), "rank {}: all_reduce of an undefined tensor", rank());
+  VQDDP_CHECK(op != ReduceOp::avg || t.dtype() == DType::f32, "rank {}: all_reduce(avg) needs float32, got {}", rank(),
+              t.desc());
+}
+
+void Communicator::check_broadcast(const Tensor& t, int root) const {
+  VQDDP_CHECK(t.defined(), "rank {}: broadcast of an undefined tensor", rank());
+  VQDDP_CHECK(root >= 0 && root < world_size(), "rank {}: broadcast root {} outside world of {}", rank(), root,
+              world_size());
+}
+
+static Shape with_rows(const Tensor& t, int64_t rows) {
+  Shape s = t.shape();
+  s[0] = rows;
+  return s;
+}
+
+void Communicator::check_all_gather(const Tensor& in, const Tensor& out) const {
+  VQDDP_CHECK(in.defined() && out.defined(), "rank {}: all_gather of an undefined tensor", rank());
+  VQDDP_CHECK(in.dim() >= 1, "rank {}: all_gather needs at least one dimension, got {}", rank(), in.desc());
+  VQDDP_CHECK(out.dtype() == in.dtype() && out.shape() == with_rows(in, in.size(0) * world_size()),
+              "rank {}: all_gather output is {}, expected {}{} for input {}", rank(), out.desc(),
+              dtype_name(in.dtype()), shape_str(with_rows(in, in.size(0) * world_size())), in.desc());
+}
+
+void Communicator::check_all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, const Tensor& out) const {
+  VQDDP_CHECK(in.defined() && out.defined(), "rank {}: all_gather_rows of an undefined tensor", rank());
+  VQDDP_CHECK(in.dim() >= 1, "rank {}: all_gather_rows needs at least one dimension, got {}", rank(), in.desc());
+  VQDDP_CHECK(static_cast<int>(counts.size()) == world_size(), "rank {}: all_gather_rows got {} counts for a world of {}",
+              rank(), counts.size(), world_size());
+  VQDDP_CHECK(counts[rank()] == in.size(0), "rank {}: all_gather_rows counts[{}] = {} but the input has {} rows", rank(),
+              rank(), counts[rank()], in.size(0));
+  int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  VQDDP_CHECK(out.dtype() == in.dtype() && out.shape() == with_rows(in, total),
+              "rank {}: all_gather_rows output is {}, expected {}{}", rank(), out.desc(), dtype_name(in.dtype()),
+              shape_str(with_rows(in, total)));
+}
+
+Tensor all_gather(Communicator& comm, const Tensor& in) {
+  VQDDP_CHECK(in.dim() >= 1, "rank {}: all_gather needs at least one dimension, got {}", comm.rank(), in.desc());
+  Tensor out = empty(with_rows(in, in.size(0) * comm.world_size()), in.dtype());
+  comm.all_gather(in, out);
+  return out;
+}
+
+Tensor all_gather_rows(Communicator& comm, const Tensor& in, const std::vector<int64_t>& counts) {
+  VQDDP_CHECK(in.dim() >= 1, "rank {}: all_gather_rows needs at least one dimension, got {}", comm.rank(), in.desc());
+  Tensor out = empty(with_rows(in, std::accumulate(counts.begin(), counts.end(), int64_t{0})), in.dtype());
+  comm.all_gather_rows(in, counts, out);
+  return out;
+}
+
+std::vector<int64_t> all_gather_counts(Communicator& comm, int64_t rows) {
+  return all_gather(comm, from_vector(std::vector<int64_t>{rows}, {1})).to_vector<int64_t>();
+}
+
+}  // namespace vqddp

@@ -1,0 +1,85 @@
+// Communicator: the one interface through which vq/ and train/ talk to other
+// ranks. Every call is a collective: EVERY rank of the group must make the
+// same calls in the same order with matching arguments, or the backend
+// throws (DesyncError, TimeoutError) instead of hanging or silently mixing
+// data. Every call works IN PLACE on the tensors the caller passes: results
+// land in the caller's storage, never in a temporary (VQ_SEMANTICS.md
+// invariant 5; vector-quantize-pytorch #101 reduced a .contiguous() copy).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/errors.h"
+#include "engine/tensor.h"
+
+namespace vqddp {
+
+enum class ReduceOp : uint8_t { sum, avg, max, min };
+const char* reduce_op_name(ReduceOp op);
+
+// Per-communicator statistics, so tests can assert that a path issues no
+// collective and logs can report traffic. `bytes` counts the payload each
+// call touches on this rank: the tensor for all_reduce and broadcast, the
+// gathered output for all_gather; a barrier moves 0 bytes.
+struct CommCounters {
+  uint64_t collectives = 0;
+  uint64_t bytes = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual std::string backend() const = 0;  // "single", "thread", "nccl"
+
+  // Every rank must call. In place: `t` holds the reduction of all ranks'
+  // `t` afterwards, bitwise identical on every rank. avg is sum / W and is
+  // float32 only; sum, max, min also take int64.
+  virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
+
+  // Every rank must call, with the same root and shape. In place: `t` holds
+  // root's values afterwards.
+  virtual void broadcast(Tensor& t, int root) = 0;
+
+  // Every rank must call, with inputs of equal shape [n, ...]. Writes into
+  // `out` [W * n, ...], which the caller allocates: rank r's rows at
+  // [r * n, (r + 1) * n).
+  virtual void all_gather(const Tensor& in, Tensor& out) = 0;
+
+  // Every rank must call, with the same `counts` (rows per rank, length W;
+  // typically from an all_gather of the row counts). Rank r passes
+  // in [counts[r], ...]; ranks with 0 rows take part. Writes into `out`
+  // [sum(counts), ...], ranks' rows concatenated in rank order.
+  virtual void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) = 0;
+
+  // Every rank must call. Returns once all ranks have arrived.
+  virtual void barrier() = 0;
+
+  const CommCounters& counters() const { return counters_; }
+
+ protected:
+  void count(uint64_t bytes) {
+    ++counters_.collectives;
+    counters_.bytes += bytes;
+  }
+  // Argument checks every backend shares; `op` names the call in messages.
+  void check_all_reduce(const Tensor& t, ReduceOp op) const;
+  void check_broadcast(const Tensor& t, int root) const;
+  void check_all_gather(const Tensor& in, const Tensor& out) const;
+  void check_all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, const Tensor& out) const;
+
+ private:
+  CommCounters counters_;
+};
+
+// Allocating forms for callers that do not keep an output buffer.
+Tensor all_gather(Communicator& comm, const Tensor& in);
+Tensor all_gather_rows(Communicator& comm, const Tensor& in, const std::vector<int64_t>& counts);
+// Every rank's row count: one all_gather of a single int64.
+std::vector<int64_t> all_gather_counts(Communicator& comm, int64_t rows);
+
+}  // namespace vqddp

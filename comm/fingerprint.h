@@ -1,0 +1,28 @@
+// What a collective call is, as every rank must agree on it: kind (with the
+// reduce op), dtype, element count (per row for the gather of rows), root,
+// and per-rank row counts. Backends compare the fingerprints of all ranks
+// before moving any data.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/dtype.h"
+
+namespace vqddp {
+
+struct Fingerprint {
+  Fingerprint() = default;
+  Fingerprint(std::string k, DType t, int64_t n, int r = -1, std::vector<int64_t> c = {})
+      : kind(std::move(k)), dtype(t), numel(n), root(r), counts(std::move(c)) {}
+
+  std::string kind;              // "all_reduce(sum)", "broadcast", "all_gather", "all_gather_rows", "barrier"
+  DType dtype = DType::f32;
+  int64_t numel = 0;             // elements per rank (per row for all_gather_rows)
+  int root = -1;                 // broadcast only
+  std::vector<int64_t> counts;   // all_gather_rows only
+  bool operator==(const Fingerprint&) const = default;
+  std::string str() const;  // "all_reduce(sum) float32 x1000"
+};
+
+}  // namespace vqddp

@@ -1,0 +1,28 @@
+// Choosing a backend at run time by name, so vq/ and train/ never name a
+// concrete one: they call launch_ranks with what the config or command line
+// says ("single", "thread"; "nccl" where built).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace vqddp {
+
+struct LaunchOptions {
+  std::string backend = "thread";
+  int world_size = 1;
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per wait in a collective
+};
+
+// Runs fn once per local rank with that rank's communicator and returns when
+// all are done; the first exception of any rank is rethrown. Unknown backend
+// names are an error that lists the known ones.
+void launch_ranks(const LaunchOptions& options, const std::function<void(Communicator&)>& fn);
+
+std::vector<std::string> backend_names();
+
+}  // namespace vqddp

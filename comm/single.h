@@ -1,0 +1,22 @@
+// The world of one: every collective is a local no-op or copy. This is what
+// plain single-process use passes to the modules, so they never need a
+// "distributed or not" flag (VQ_SEMANTICS.md invariant 8).
+#pragma once
+
+#include "comm/communicator.h"
+
+namespace vqddp {
+
+class SingleCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  std::string backend() const override { return "single"; }
+  void all_reduce(Tensor& t, ReduceOp op) override;
+  void broadcast(Tensor& t, int root) override;
+  void all_gather(const Tensor& in, Tensor& out) override;
+  void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) override;
+  void barrier() override;
+};
+
+}  // namespace vqddp

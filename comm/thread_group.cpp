@@ -1,0 +1,279 @@
+#include "comm/thread_group.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <thread>
+
+#include "engine/blas.h"
+
+namespace vqddp {
+
+namespace {
+
+uint64_t bytes_of(const Tensor& t) { return t.numel() * dtype_size(t.dtype()); }
+
+// [begin, end) of the elements rank `rank` works on, in 16-element blocks so
+// two ranks never write the same cache line of a float buffer.
+std::pair<int64_t, int64_t> share_of(int64_t n, int rank, int world) {
+  int64_t blocks = (n + 15) / 16;
+  int64_t b0 = blocks * rank / world, b1 = blocks * (rank + 1) / world;
+  return {std::min(n, b0 * 16), std::min(n, b1 * 16)};
+}
+
+template <class T>
+void reduce_share(const std::vector<const T*>& in, const std::vector<T*>& out, int64_t begin, int64_t end, ReduceOp op) {
+  int world = static_cast<int>(in.size());
+  for (int64_t i = begin; i < end; ++i) {
+    T acc = in[0][i];
+    // Ascending rank order, the same for every element and every run.
+    for (int r = 1; r < world; ++r) {
+      T v = in[r][i];
+      switch (op) {
+        case ReduceOp::sum:
+        case ReduceOp::avg: acc = acc + v; break;
+        case ReduceOp::max: acc = std::max(acc, v); break;
+        case ReduceOp::min: acc = std::min(acc, v); break;
+      }
+    }
+    if constexpr (std::is_floating_point_v<T>)
+      if (op == ReduceOp::avg) acc = acc / static_cast<T>(world);
+    for (int r = 0; r < world; ++r) out[r][i] = acc;
+  }
+}
+
+}  // namespace
+
+class ThreadCommunicator final : public Communicator {
+ public:
+  ThreadCommunicator(ThreadGroup& group, int rank) : group_(group), rank_(rank) {}
+  int rank() const override { return rank_; }
+  int world_size() const override { return group_.world_size(); }
+  std::string backend() const override { return "thread"; }
+
+  void all_reduce(Tensor& t, ReduceOp op) override {
+    check_all_reduce(t, op);
+    check_cpu(t);
+    run(Fingerprint(fmt::format("all_reduce({})", reduce_op_name(op)), t.dtype(), t.numel()), t.raw_data(), t.raw_data(), [&] {
+      int w = world_size();
+      auto [begin, end] = share_of(t.numel(), rank_, w);
+      if (t.dtype() == DType::f32)
+        reduce_share<float>(inputs<float>(), outputs<float>(), begin, end, op);
+      else
+        reduce_share<int64_t>(inputs<int64_t>(), outputs<int64_t>(), begin, end, op);
+    });
+    count(bytes_of(t));
+  }
+
+  void broadcast(Tensor& t, int root) override {
+    check_broadcast(t, root);
+    check_cpu(t);
+    run(Fingerprint("broadcast", t.dtype(), t.numel(), root), t.raw_data(), t.raw_data(), [&] {
+      if (rank_ != root) std::memcpy(t.raw_data(), group_.call_of(root).in, bytes_of(t));
+    });
+    count(bytes_of(t));
+  }
+
+  void all_gather(const Tensor& in, Tensor& out) override {
+    check_all_gather(in, out);
+    check_cpu(in);
+    check_cpu(out);
+    size_t bytes = bytes_of(in);
+    run(Fingerprint("all_gather", in.dtype(), in.numel()), in.raw_data(), out.raw_data(), [&] {
+      for (int r = 0; r < world_size(); ++r)
+        std::memcpy(static_cast<char*>(out.raw_data()) + r * bytes, group_.call_of(r).in, bytes);
+    });
+    count(bytes_of(out));
+  }
+
+  void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) override {
+    check_all_gather_rows(in, counts, out);
+    check_cpu(in);
+    check_cpu(out);
+    int64_t row = in.size(0) > 0 ? in.numel() / in.size(0) : out.numel() / std::max<int64_t>(1, out.size(0));
+    run(Fingerprint("all_gather_rows", in.dtype(), row, -1, counts), in.raw_data(), out.raw_data(), [&] {
+      size_t row_bytes = row * dtype_size(in.dtype());
+      char* dst = static_cast<char*>(out.raw_data());
+      for (int r = 0; r < world_size(); ++r) {
+        std::memcpy(dst, group_.call_of(r).in, counts[r] * row_bytes);
+        dst += counts[r] * row_bytes;
+      }
+    });
+    count(bytes_of(out));
+  }
+
+  void barrier() override {
+    ThreadGroup::Call call{Fingerprint("barrier", DType::f32, 0), seq_++, nullptr, nullptr};
+    group_.rendezvous(rank_, &call, "arrival");
+    count(0);
+  }
+
+ private:
+  void check_cpu(const Tensor& t) const {
+    VQDDP_CHECK(t.device().is_cpu(), "rank {}: the thread backend has no path for tensors on {} yet", rank_,
+                t.device().str());
+  }
+
+  // Arrive (fingerprint check), do this rank's share of the work, complete.
+  template <class Work>
+  void run(Fingerprint fp, const void* in, void* out, Work work) {
+    ThreadGroup::Call call{std::move(fp), seq_++, in, out};
+    group_.rendezvous(rank_, &call, "arrival");
+    work();
+    group_.rendezvous(rank_, nullptr, "completion");
+  }
+
+  template <class T>
+  std::vector<const T*> inputs() const {
+    std::vector<const T*> v;
+    for (int r = 0; r < world_size(); ++r) v.push_back(static_cast<const T*>(group_.call_of(r).in));
+    return v;
+  }
+  template <class T>
+  std::vector<T*> outputs() const {
+    std::vector<T*> v;
+    for (int r = 0; r < world_size(); ++r) v.push_back(static_cast<T*>(group_.call_of(r).out));
+    return v;
+  }
+
+  ThreadGroup& group_;
+  const int rank_;
+  uint64_t seq_ = 0;
+};
+
+ThreadGroup::ThreadGroup(int world_size, ThreadGroupOptions options)
+    : world_size_(world_size), options_(options), here_(world_size, 0), finished_(world_size, 0), calls_(world_size) {
+  VQDDP_CHECK(world_size >= 1, "thread group needs at least one rank, got {}", world_size);
+  for (int r = 0; r < world_size; ++r) comms_.push_back(std::make_unique<ThreadCommunicator>(*this, r));
+}
+
+ThreadGroup::~ThreadGroup() = default;
+
+Communicator& ThreadGroup::communicator(int rank) {
+  VQDDP_CHECK(rank >= 0 && rank < world_size_, "rank {} outside thread group of {}", rank, world_size_);
+  return *comms_[rank];
+}
+
+void ThreadGroup::abort(Failure kind, const std::string& message) {
+  std::lock_guard lock(mu_);
+  if (!failed_) {
+    failed_ = true;
+    failure_ = kind;
+    failure_message_ = message;
+  }
+  cv_.notify_all();
+}
+
+void ThreadGroup::throw_failure() const {
+  switch (failure_) {
+    case Failure::desync: throw DesyncError(failure_message_);
+    case Failure::timeout: throw TimeoutError(failure_message_);
+    case Failure::aborted: break;
+  }
+  throw AbortedError(failure_message_);
+}
+
+std::string ThreadGroup::missing_ranks() const {
+  std::vector<int> missing;
+  for (int r = 0; r < world_size_; ++r)
+    if (!here_[r]) missing.push_back(r);
+  return fmt::format("{}", fmt::join(missing, ", "));
+}
+
+void ThreadGroup::rank_finished(int rank) {
+  std::lock_guard lock(mu_);
+  finished_[rank] = 1;
+  if (arrived_ > 0 && !failed_) {
+    // Some ranks wait in a collective this rank will never call.
+    int waiter = static_cast<int>(std::find(here_.begin(), here_.end(), 1) - here_.begin());
+    failed_ = true;
+    failure_ = Failure::desync;
+    failure_message_ = fmt::format("rank {} returned without calling {} #{}, which ranks waiting there need (missing: {})",
+                                   rank, calls_[waiter].fp.str(), calls_[waiter].seq, missing_ranks());
+    cv_.notify_all();
+  }
+}
+
+void ThreadGroup::rendezvous(int rank, const Call* call, const char* phase) {
+  std::unique_lock lock(mu_);
+  if (failed_) throw_failure();
+  if (call) calls_[rank] = *call;
+  const Call& mine = calls_[rank];
+  here_[rank] = 1;
+  if (++arrived_ == world_size_) {
+    if (call) {
+      // The last rank to arrive checks that all ranks called the same thing.
+      bool same = true;
+      for (int r = 1; r < world_size_; ++r) same &= calls_[r].fp == calls_[0].fp;
+      if (!same) {
+        std::string each;
+        for (int r = 0; r < world_size_; ++r) each += fmt::format("\n  rank {}: {}", r, calls_[r].fp.str());
+        failed_ = true;
+        failure_ = Failure::desync;
+        failure_message_ = fmt::format("collective #{}: ranks called different collectives:{}", mine.seq, each);
+        cv_.notify_all();
+        throw_failure();
+      }
+    }
+    arrived_ = 0;
+    std::fill(here_.begin(), here_.end(), 0);
+    ++generation_;
+    cv_.notify_all();
+    return;
+  }
+  for (int r = 0; r < world_size_; ++r)
+    if (finished_[r]) {
+      failed_ = true;
+      failure_ = Failure::desync;
+      failure_message_ = fmt::format("rank {} returned without calling {} #{} (missing: {})", r, mine.fp.str(), mine.seq,
+                                     missing_ranks());
+      cv_.notify_all();
+      throw_failure();
+    }
+  uint64_t gen = generation_;
+  auto deadline = std::chrono::steady_clock::now() + options_.timeout;
+  if (!cv_.wait_until(lock, deadline, [&] { return generation_ != gen || failed_; })) {
+    failed_ = true;
+    failure_ = Failure::timeout;
+    failure_message_ =
+        fmt::format("timeout after {} ms in {} #{} ({}): ranks {} did not arrive", options_.timeout.count(),
+                    mine.fp.str(), mine.seq, phase, missing_ranks());
+    cv_.notify_all();
+  }
+  if (generation_ == gen) throw_failure();
+}
+
+void run_ranks(int world_size, const std::function<void(Communicator&)>& fn, ThreadGroupOptions options) {
+  ThreadGroup group(world_size, options);
+  int saved_blas = blas_threads();
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  blas_set_threads(std::max(1, static_cast<int>(cores) / world_size));
+
+  std::mutex first_mu;
+  std::exception_ptr first;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world_size; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(group.communicator(r));
+        group.rank_finished(r);
+      } catch (const std::exception& e) {
+        {
+          std::lock_guard lock(first_mu);
+          if (!first) first = std::current_exception();
+        }
+        group.abort(ThreadGroup::Failure::aborted, fmt::format("rank {} failed: {}", r, e.what()));
+      } catch (...) {
+        {
+          std::lock_guard lock(first_mu);
+          if (!first) first = std::current_exception();
+        }
+        group.abort(ThreadGroup::Failure::aborted, fmt::format("rank {} failed with a non-standard exception", r));
+      }
+    });
+  for (auto& t : threads) t.join();
+  blas_set_threads(saved_blas);
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace vqddp

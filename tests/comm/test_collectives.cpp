@@ -1,0 +1,211 @@
+// Closed-form results of every collective for W = 1..8, with rank-filled
+// tensors so every expectation is exact.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <numeric>
+
+#include "comm/launch.h"
+#include "comm/single.h"
+#include "comm/thread_group.h"
+#include "engine/ops.h"
+#include "engine/random.h"
+
+using namespace vqddp;
+
+namespace {
+constexpr ThreadGroupOptions kFast{.timeout = std::chrono::milliseconds(2000)};
+// 37 elements: not a multiple of the 16-element shares the ranks split.
+constexpr int64_t kN = 37;
+}  // namespace
+
+TEST_CASE("all_reduce sum, avg, max, min of rank-filled tensors, float32 and int64, W = 1..8") {
+  for (int w = 1; w <= 8; ++w) {
+    CAPTURE(w);
+    run_ranks(w, [&](Communicator& comm) {
+      int r = comm.rank();
+      // t[i] = 1000 r + i, so sum[i] = 1000 W(W-1)/2 + W i, exact in float32.
+      auto filled = [&](DType dt) {
+        Tensor t = arange(kN, dt);
+        Tensor base = full({kN}, 1000.0 * r, dt);
+        if (dt == DType::f32) return add(t, base);
+        for (int64_t i = 0; i < kN; ++i) t.data<int64_t>()[i] += 1000 * r;
+        return t;
+      };
+      for (DType dt : {DType::f32, DType::i64}) {
+        Tensor s = filled(dt), mx = filled(dt), mn = filled(dt);
+        comm.all_reduce(s, ReduceOp::sum);
+        comm.all_reduce(mx, ReduceOp::max);
+        comm.all_reduce(mn, ReduceOp::min);
+        for (int64_t i = 0; i < kN; ++i) {
+          double sum = 1000.0 * w * (w - 1) / 2 + double(w) * i;
+          double got = dt == DType::f32 ? s.data<float>()[i] : double(s.data<int64_t>()[i]);
+          double gmax = dt == DType::f32 ? mx.data<float>()[i] : double(mx.data<int64_t>()[i]);
+          double gmin = dt == DType::f32 ? mn.data<float>()[i] : double(mn.data<int64_t>()[i]);
+          CHECK(got == sum);
+          CHECK(gmax == 1000.0 * (w - 1) + i);
+          CHECK(gmin == double(i));
+        }
+      }
+      Tensor avg = full({kN}, r + 1.0);
+      comm.all_reduce(avg, ReduceOp::avg);
+      for (float v : avg.to_vector<float>()) CHECK(v == (w + 1) / 2.f);
+    }, kFast);
+  }
+}
+
+TEST_CASE("broadcast from every root, W = 1..8") {
+  for (int w = 1; w <= 8; ++w)
+    for (int root = 0; root < w; ++root) {
+      CAPTURE(w);
+      CAPTURE(root);
+      run_ranks(w, [&](Communicator& comm) {
+        Tensor t = add(arange(kN, DType::f32), 100.f * comm.rank());
+        Tensor ids = full({3}, comm.rank(), DType::i64);
+        comm.broadcast(t, root);
+        comm.broadcast(ids, root);
+        for (int64_t i = 0; i < kN; ++i) CHECK(t.data<float>()[i] == 100.f * root + i);
+        CHECK(ids.to_vector<int64_t>() == std::vector<int64_t>(3, root));
+      }, kFast);
+    }
+}
+
+TEST_CASE("all_gather of equal sizes puts rank r's rows at block r, W = 1..8") {
+  for (int w = 1; w <= 8; ++w) {
+    CAPTURE(w);
+    run_ranks(w, [&](Communicator& comm) {
+      Tensor in = full({2, 3}, comm.rank());
+      Tensor out = zeros({2 * w, 3});
+      comm.all_gather(in, out);
+      auto v = out.to_vector<float>();
+      for (int r = 0; r < w; ++r)
+        for (int j = 0; j < 6; ++j) CHECK(v[r * 6 + j] == float(r));
+      // The allocating form and the row-count helper agree.
+      CHECK(all_gather(comm, in).to_vector<float>() == v);
+      std::vector<int64_t> counts = all_gather_counts(comm, comm.rank() + 5);
+      for (int r = 0; r < w; ++r) CHECK(counts[r] == r + 5);
+    }, kFast);
+  }
+}
+
+TEST_CASE("all_gather_rows with per-rank counts, including ranks with no rows, W = 1..8") {
+  for (int w = 1; w <= 8; ++w) {
+    CAPTURE(w);
+    run_ranks(w, [&](Communicator& comm) {
+      int r = comm.rank();
+      int64_t mine = r % 3;  // ranks 0, 3, 6 have no rows
+      Tensor in = full({mine, 4}, 10.0 * r, DType::i64);
+      std::vector<int64_t> counts = all_gather_counts(comm, mine);
+      Tensor out = all_gather_rows(comm, in, counts);
+      int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+      REQUIRE(out.shape() == Shape{total, 4});
+      const int64_t* p = out.data<int64_t>();
+      for (int src = 0; src < w; ++src)
+        for (int64_t k = 0; k < src % 3; ++k)
+          for (int j = 0; j < 4; ++j) CHECK(*p++ == 10 * src);
+    }, kFast);
+  }
+}
+
+TEST_CASE("all_gather_rows where every rank is empty gathers nothing, alike on all ranks") {
+  run_ranks(3, [&](Communicator& comm) {
+    std::vector<int64_t> counts = all_gather_counts(comm, 0);
+    Tensor out = all_gather_rows(comm, zeros({0, 5}), counts);
+    CHECK(out.shape() == Shape{0, 5});
+  }, kFast);
+}
+
+TEST_CASE("invariant 5: a collective on a row slice writes into the caller's storage") {
+  run_ranks(4, [&](Communicator& comm) {
+    Tensor whole = full({6, 2}, comm.rank());  // (6, 2)
+    Tensor rows = whole.slice_rows(2, 4);      // view of rows 2..3
+    comm.all_reduce(rows, ReduceOp::sum);
+    auto v = whole.to_vector<float>();
+    for (int i = 0; i < 12; ++i) CHECK(v[i] == (i >= 4 && i < 8 ? 6.f : float(comm.rank())));
+    CHECK(rows.shares_storage(whole));
+  }, kFast);
+}
+
+TEST_CASE("counters count collectives and the bytes each touches") {
+  run_ranks(3, [&](Communicator& comm) {
+    CHECK(comm.counters().collectives == 0);
+    Tensor t = zeros({10});
+    comm.all_reduce(t, ReduceOp::sum);  // 40 bytes
+    comm.broadcast(t, 1);               // 40 bytes
+    Tensor out = zeros({6});
+    comm.all_gather(zeros({2}), out);   // 24 bytes gathered
+    comm.barrier();
+    CHECK(comm.counters().collectives == 4);
+    CHECK(comm.counters().bytes == 104);
+  }, kFast);
+}
+
+TEST_CASE("bitwise determinism: the same float all_reduce twice gives identical bits on every rank") {
+  auto once = [](int w) {
+    std::vector<std::vector<float>> result(w);
+    run_ranks(w, [&](Communicator& comm) {
+      Generator g(77, Generator::rank_stream(0, comm.rank()));
+      Tensor t = rand_normal({4099}, g, 0.f, 1e3f);  // large spread: order matters for rounding
+      comm.all_reduce(t, ReduceOp::sum);
+      result[comm.rank()] = t.to_vector<float>();
+    }, kFast);
+    return result;
+  };
+  for (int w : {3, 5, 8}) {
+    auto a = once(w), b = once(w);
+    for (int r = 0; r < w; ++r) {
+      CHECK(std::memcmp(a[r].data(), b[r].data(), a[r].size() * 4) == 0);
+      CHECK(std::memcmp(a[r].data(), a[0].data(), a[r].size() * 4) == 0);
+    }
+    // And it is exactly the ascending-rank-order float sum.
+    std::vector<Tensor> inputs;
+    for (int r = 0; r < w; ++r) {
+      Generator g(77, Generator::rank_stream(0, r));
+      inputs.push_back(rand_normal({4099}, g, 0.f, 1e3f));
+    }
+    for (int64_t i = 0; i < 4099; ++i) {
+      float acc = inputs[0].data<float>()[i];
+      for (int r = 1; r < w; ++r) acc = acc + inputs[r].data<float>()[i];
+      REQUIRE(a[0][i] == acc);
+    }
+  }
+}
+
+TEST_CASE("the single communicator is the world of one") {
+  SingleCommunicator comm;
+  Tensor t = from_vector({1, 2}, {2});
+  comm.all_reduce(t, ReduceOp::avg);
+  comm.broadcast(t, 0);
+  CHECK(t.to_vector<float>() == std::vector<float>{1, 2});
+  CHECK(all_gather(comm, t.reshape({2, 1})).to_vector<float>() == std::vector<float>{1, 2});
+  CHECK(all_gather_rows(comm, zeros({0, 3}), {0}).shape() == Shape{0, 3});
+  CHECK_THROWS_WITH_AS(comm.broadcast(t, 1), doctest::Contains("root 1 outside world of 1"), Error);
+  CHECK(comm.counters().collectives == 4);
+}
+
+TEST_CASE("launch_ranks picks the backend by name and rejects unknown names") {
+  std::atomic<int> seen{0};
+  launch_ranks({.backend = "thread", .world_size = 3}, [&](Communicator& comm) {
+    CHECK(comm.backend() == "thread");
+    seen += comm.world_size();
+  });
+  CHECK(seen == 9);
+  launch_ranks({.backend = "single"}, [&](Communicator& comm) { CHECK(comm.backend() == "single"); });
+  CHECK_THROWS_WITH_AS(launch_ranks({.backend = "single", .world_size = 2}, [](Communicator&) {}),
+                       doctest::Contains("exactly one rank"), Error);
+  CHECK_THROWS_WITH_AS(launch_ranks({.backend = "mpi"}, [](Communicator&) {}),
+                       doctest::Contains("unknown communication backend 'mpi' (known: single, thread"), Error);
+}
+
+TEST_CASE("argument errors name the rank") {
+  CHECK_THROWS_WITH_AS(run_ranks(2, [](Communicator& comm) {
+                         Tensor t = arange(3);
+                         comm.all_reduce(t, ReduceOp::avg);
+                       }, kFast),
+                       doctest::Contains("all_reduce(avg) needs float32"), Error);
+  CHECK_THROWS_WITH_AS(run_ranks(2, [](Communicator& comm) {
+                         Tensor out = zeros({3, 2});
+                         comm.all_gather(zeros({1, 2}), out);
+                       }, kFast),
+                       doctest::Contains("all_gather output is float32[3, 2] on cpu, expected float32[2, 2]"), Error);
+}

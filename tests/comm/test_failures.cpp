@@ -1,0 +1,182 @@
+// Every failure mode ends in an error on every rank, never in a hang.
+// Each rank records the error it saw, so the tests check all of them, not
+// only the one run_ranks rethrows.
+#include <doctest/doctest.h>
+
+#include <mutex>
+#include <thread>
+
+#include "comm/thread_group.h"
+#include "engine/ops.h"
+
+using namespace vqddp;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr ThreadGroupOptions kShort{.timeout = 300ms};
+
+// Runs fn on W ranks; returns what each rank threw ("" if it returned).
+struct Outcome {
+  std::vector<std::string> what;
+  std::vector<std::string> type;
+};
+
+template <class Fn>
+Outcome run_and_record(int w, Fn fn, ThreadGroupOptions opt = kShort) {
+  Outcome o{std::vector<std::string>(w), std::vector<std::string>(w)};
+  auto record = [&](int r, const char* type, const std::exception& e) {
+    o.what[r] = e.what();
+    o.type[r] = type;
+  };
+  try {
+    run_ranks(w, [&](Communicator& comm) {
+      try {
+        fn(comm);
+      } catch (const DesyncError& e) {
+        record(comm.rank(), "desync", e);
+        throw;
+      } catch (const TimeoutError& e) {
+        record(comm.rank(), "timeout", e);
+        throw;
+      } catch (const AbortedError& e) {
+        record(comm.rank(), "aborted", e);
+        throw;
+      } catch (const std::exception& e) {
+        record(comm.rank(), "other", e);
+        throw;
+      }
+    }, opt);
+  } catch (const std::exception&) {
+    // Expected: the per-rank records are what the tests inspect.
+  }
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("different reduce ops at the same collective: DesyncError on every rank naming each fingerprint") {
+  Outcome o = run_and_record(3, [](Communicator& comm) {
+    Tensor t = zeros({8});
+    comm.barrier();
+    comm.all_reduce(t, comm.rank() == 1 ? ReduceOp::max : ReduceOp::sum);
+  });
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CHECK(o.type[r] == "desync");
+    CHECK(o.what[r].find("collective #1") != std::string::npos);
+    CHECK(o.what[r].find("rank 0: all_reduce(sum) float32 x8") != std::string::npos);
+    CHECK(o.what[r].find("rank 1: all_reduce(max) float32 x8") != std::string::npos);
+  }
+}
+
+TEST_CASE("different sizes, roots, dtypes or row counts: DesyncError on every rank") {
+  SUBCASE("size") {
+    Outcome o = run_and_record(4, [](Communicator& comm) {
+      Tensor t = zeros({comm.rank() == 3 ? 9 : 8});
+      comm.all_reduce(t, ReduceOp::sum);
+    });
+    for (int r = 0; r < 4; ++r) CHECK(o.type[r] == "desync");
+    CHECK(o.what[0].find("rank 3: all_reduce(sum) float32 x9") != std::string::npos);
+  }
+  SUBCASE("root") {
+    Outcome o = run_and_record(2, [](Communicator& comm) {
+      Tensor t = zeros({4});
+      comm.broadcast(t, comm.rank());
+    });
+    for (int r = 0; r < 2; ++r) CHECK(o.type[r] == "desync");
+    CHECK(o.what[1].find("root=1") != std::string::npos);
+  }
+  SUBCASE("dtype") {
+    Outcome o = run_and_record(2, [](Communicator& comm) {
+      Tensor t = zeros({4}, comm.rank() == 0 ? DType::f32 : DType::i64);
+      comm.all_reduce(t, ReduceOp::sum);
+    });
+    for (int r = 0; r < 2; ++r) CHECK(o.type[r] == "desync");
+  }
+  SUBCASE("row counts of all_gather_rows") {
+    Outcome o = run_and_record(2, [](Communicator& comm) {
+      std::vector<int64_t> counts = comm.rank() == 0 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1, 3};
+      Tensor in = zeros({counts[comm.rank()], 2});
+      all_gather_rows(comm, in, counts);
+    });
+    for (int r = 0; r < 2; ++r) CHECK(o.type[r] == "desync");
+    CHECK(o.what[0].find("rows=[1,3]") != std::string::npos);
+  }
+  SUBCASE("different kinds of collective") {
+    Outcome o = run_and_record(3, [](Communicator& comm) {
+      Tensor t = zeros({4});
+      if (comm.rank() == 2)
+        comm.broadcast(t, 0);
+      else
+        comm.all_reduce(t, ReduceOp::sum);
+    });
+    for (int r = 0; r < 3; ++r) CHECK(o.type[r] == "desync");
+  }
+}
+
+TEST_CASE("a rank that skips a collective and returns: the waiting ranks fail at once, naming it") {
+  Outcome o = run_and_record(4, [](Communicator& comm) {
+    Tensor t = ones({4});
+    comm.all_reduce(t, ReduceOp::sum);
+    if (comm.rank() == 2) return;  // the bug: skips the second all_reduce
+    comm.all_reduce(t, ReduceOp::sum);
+  }, {.timeout = 60s});  // a long deadline: the error must not wait for it
+  for (int r : {0, 1, 3}) {
+    CAPTURE(r);
+    CHECK(o.type[r] == "desync");
+    CHECK(o.what[r].find("rank 2 returned without calling all_reduce(sum) float32 x4 #1") != std::string::npos);
+  }
+  CHECK(o.type[2].empty());
+}
+
+TEST_CASE("a rank that never arrives: TimeoutError on the others naming the collective and the missing rank") {
+  Outcome o = run_and_record(3, [](Communicator& comm) {
+    Tensor t = ones({4});
+    if (comm.rank() == 1) std::this_thread::sleep_for(1s);  // past the 300 ms deadline
+    comm.all_reduce(t, ReduceOp::sum);
+  });
+  for (int r : {0, 2}) {
+    CAPTURE(r);
+    CHECK(o.type[r] == "timeout");
+    CHECK(o.what[r].find("timeout after 300 ms in all_reduce(sum) float32 x4 #0 (arrival): ranks 1 did not arrive") !=
+          std::string::npos);
+  }
+  // The late rank's call throws at once: the group is already failed.
+  CHECK(o.type[1] == "timeout");
+}
+
+TEST_CASE("a rank that throws mid-run aborts the group; run_ranks rethrows that first exception") {
+  std::vector<std::string> seen(4);
+  std::mutex mu;
+  auto body = [&](Communicator& comm) {
+    Tensor t = ones({4});
+    comm.all_reduce(t, ReduceOp::sum);
+    try {
+      if (comm.rank() == 3) throw std::runtime_error("boom on rank 3");
+      comm.all_reduce(t, ReduceOp::sum);
+    } catch (const AbortedError& e) {
+      std::lock_guard lock(mu);
+      seen[comm.rank()] = e.what();
+      // Later calls on an aborted group throw at once.
+      CHECK_THROWS_AS(comm.barrier(), AbortedError);
+      throw;
+    }
+  };
+  CHECK_THROWS_WITH_AS(run_ranks(4, body, {.timeout = 60s}), "boom on rank 3", std::runtime_error);
+  for (int r = 0; r < 3; ++r) CHECK(seen[r].find("rank 3 failed: boom on rank 3") != std::string::npos);
+}
+
+TEST_CASE("a failure in the completion phase is also bounded by the deadline") {
+  // Rank 0 finishes its share and waits for the others to complete; rank 1
+  // stalls between arrival and completion by sleeping inside a nested call
+  // of the next collective that the others never make.
+  Outcome o = run_and_record(2, [](Communicator& comm) {
+    Tensor t = ones({4});
+    comm.all_reduce(t, ReduceOp::sum);
+    if (comm.rank() == 1) std::this_thread::sleep_for(1s);
+    comm.barrier();
+  });
+  CHECK(o.type[0] == "timeout");
+  CHECK(o.what[0].find("barrier #1") != std::string::npos);
+}
