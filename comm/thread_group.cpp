@@ -21,24 +21,39 @@ std::pair<int64_t, int64_t> share_of(int64_t n, int rank, int world) {
   return {std::min(n, b0 * 16), std::min(n, b1 * 16)};
 }
 
-template <class T>
-void reduce_share(const std::vector<const T*>& in, const std::vector<T*>& out, int64_t begin, int64_t end, ReduceOp op) {
+// Reduces elements [begin, end) of every rank's input into every rank's
+// output. Works in cache-sized blocks: a block of rank 0 is combined with
+// rank 1's, then rank 2's, ... (ascending rank order for every element, the
+// same order one thread would use), so the inner loops vectorise and the
+// bits do not depend on how the elements were split among the ranks.
+template <class T, class Combine>
+void reduce_blocks(const std::vector<const T*>& in, const std::vector<T*>& out, int64_t begin, int64_t end,
+                   Combine combine, bool average) {
+  constexpr int64_t kBlock = 2048;
+  T acc[kBlock];
   int world = static_cast<int>(in.size());
-  for (int64_t i = begin; i < end; ++i) {
-    T acc = in[0][i];
-    // Ascending rank order, the same for every element and every run.
+  for (int64_t b = begin; b < end; b += kBlock) {
+    int64_t n = std::min(kBlock, end - b);
+    std::memcpy(acc, in[0] + b, n * sizeof(T));
     for (int r = 1; r < world; ++r) {
-      T v = in[r][i];
-      switch (op) {
-        case ReduceOp::sum:
-        case ReduceOp::avg: acc = acc + v; break;
-        case ReduceOp::max: acc = std::max(acc, v); break;
-        case ReduceOp::min: acc = std::min(acc, v); break;
-      }
+      const T* src = in[r] + b;
+      for (int64_t i = 0; i < n; ++i) acc[i] = combine(acc[i], src[i]);
     }
     if constexpr (std::is_floating_point_v<T>)
-      if (op == ReduceOp::avg) acc = acc / static_cast<T>(world);
-    for (int r = 0; r < world; ++r) out[r][i] = acc;
+      if (average)
+        for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] / static_cast<T>(world);
+    for (int r = 0; r < world; ++r) std::memcpy(out[r] + b, acc, n * sizeof(T));
+  }
+}
+
+template <class T>
+void reduce_share(const std::vector<const T*>& in, const std::vector<T*>& out, int64_t begin, int64_t end, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      return reduce_blocks(in, out, begin, end, [](T a, T b) { return a + b; }, op == ReduceOp::avg);
+    case ReduceOp::max: return reduce_blocks(in, out, begin, end, [](T a, T b) { return std::max(a, b); }, false);
+    case ReduceOp::min: return reduce_blocks(in, out, begin, end, [](T a, T b) { return std::min(a, b); }, false);
   }
 }
 
@@ -62,6 +77,7 @@ class ThreadCommunicator final : public Communicator {
       else
         reduce_share<int64_t>(inputs<int64_t>(), outputs<int64_t>(), begin, end, op);
     });
+    t.bump_version();
     count(bytes_of(t));
   }
 
@@ -71,6 +87,7 @@ class ThreadCommunicator final : public Communicator {
     run(Fingerprint("broadcast", t.dtype(), t.numel(), root), t.raw_data(), t.raw_data(), [&] {
       if (rank_ != root) std::memcpy(t.raw_data(), group_.call_of(root).in, bytes_of(t));
     });
+    if (rank_ != root) t.bump_version();
     count(bytes_of(t));
   }
 
@@ -83,6 +100,7 @@ class ThreadCommunicator final : public Communicator {
       for (int r = 0; r < world_size(); ++r)
         std::memcpy(static_cast<char*>(out.raw_data()) + r * bytes, group_.call_of(r).in, bytes);
     });
+    out.bump_version();
     count(bytes_of(out));
   }
 
@@ -99,6 +117,7 @@ class ThreadCommunicator final : public Communicator {
         dst += counts[r] * row_bytes;
       }
     });
+    out.bump_version();
     count(bytes_of(out));
   }
 

@@ -38,6 +38,11 @@ Node::~Node() {
 }
 
 Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  return record_op(name, std::move(out), inputs, {}, std::move(backward));
+}
+
+Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
+                 BackwardFn backward) {
   if (!any_requires_grad(inputs)) return out;
   auto node = std::make_shared<Node>();
   node->name = name;
@@ -45,15 +50,12 @@ Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs
     node->inputs.push_back(t.defined() && t.requires_grad() ? t.impl()->autograd : nullptr);
     node->input_shapes.push_back(t.defined() ? t.shape() : Shape{});
   }
+  for (const Tensor& t : saved) node->saved.emplace_back(t.impl()->storage, t.version());
   node->backward = std::move(backward);
   AutogradMeta& meta = out.autograd_meta();
   meta.requires_grad = true;
   meta.grad_fn = std::move(node);
   return out;
-}
-
-Tensor record_op(const char* name, Tensor out, std::initializer_list<Tensor> inputs, BackwardFn backward) {
-  return record_op(name, std::move(out), std::vector<Tensor>(inputs), std::move(backward));
 }
 
 namespace {
@@ -105,6 +107,11 @@ void Tensor::backward() const {
     if (it == pending.end()) continue;  // no gradient flows into this node
     Tensor grad_out = std::move(it->second);
     pending.erase(it);
+    for (const auto& [storage, version] : node->saved)
+      VQDDP_CHECK(storage->version.load(std::memory_order_relaxed) == version,
+                  "backward of '{}': a tensor it saved was modified in place after the forward (version {}, saved at "
+                  "{}); clone it before writing, or run backward first",
+                  node->name, storage->version.load(std::memory_order_relaxed), version);
     std::vector<Tensor> grads = node->backward(grad_out);
     VQDDP_CHECK(grads.size() == node->inputs.size(), "backward of '{}' returned {} gradients for {} inputs",
                 node->name, grads.size(), node->inputs.size());

@@ -9,6 +9,9 @@
 //
 // Grad mode is thread-local because ranks are threads: one rank running a
 // no-grad validation pass must not switch off autograd on the others.
+// Graphs are not shared between threads: each rank builds and walks its own
+// (DDP gives every rank its own parameters), so nodes and .grad slots need
+// no locks.
 #pragma once
 
 #include <functional>
@@ -34,6 +37,11 @@ struct Node {
   // One entry per op input; null where that input needs no gradient.
   std::vector<std::shared_ptr<AutogradMeta>> inputs;
   std::vector<Shape> input_shapes;  // checked against the returned gradients
+  // Storage and version of each tensor the backward formula reads, checked
+  // before it runs: an in-place write in between (an optimizer step, an EMA
+  // codebook update, a collective) would otherwise give a silently wrong
+  // gradient.
+  std::vector<std::pair<std::shared_ptr<Storage>, uint64_t>> saved;
   BackwardFn backward;
 
   // Releases the graph behind this node iteratively: a long chain (a
@@ -62,7 +70,10 @@ class NoGradGuard {
 // requires grad; returns `out`. Ops call this once after their forward.
 // `backward` must return one tensor per input (undefined where an input has
 // no gradient), each with that input's shape.
-Tensor record_op(const char* name, Tensor out, std::initializer_list<Tensor> inputs, BackwardFn backward);
+// `saved` lists the tensors whose VALUES the backward reads (not those it
+// only needs shapes of); their versions are checked before it runs.
+Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
+                 BackwardFn backward);
 Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward);
 
 // True when an op on these inputs would be recorded.

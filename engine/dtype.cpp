@@ -28,7 +28,8 @@ int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) {
     VQDDP_CHECK(d >= 0, "negative dimension in shape {}", shape_str(s));
-    n *= d;
+    // A shape read from a file must not wrap around into a small size.
+    VQDDP_CHECK(!__builtin_mul_overflow(n, d, &n), "shape {} has more elements than int64 holds", shape_str(s));
   }
   return n;
 }

@@ -8,7 +8,7 @@ void throw_error(const char* file, int line, const std::string& message) {
   // Keep only the path below the source root so messages are stable across
   // build directories.
   const char* shown = file;
-  for (const char* root : {"engine/", "comm/", "vq/", "train/", "tests/", "bench/", "examples/"}) {
+  for (const char* root : {"tests/", "bench/", "examples/", "engine/", "comm/", "vq/", "train/"}) {
     if (const char* p = std::strstr(file, root)) {
       shown = p;
       break;

@@ -72,11 +72,13 @@ Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, F f) {
 
 // Gradients of a binary op: `ga`/`gb` build each input's gradient from the
 // output gradient; only inputs that require grad are computed.
+// `saved` are the operands ga/gb read values of.
 template <class GA, class GB>
-Tensor binary_op(const char* op, const Tensor& a, const Tensor& b, Tensor out, GA ga, GB gb) {
+Tensor binary_op(const char* op, const Tensor& a, const Tensor& b, Tensor out, const std::vector<Tensor>& saved, GA ga,
+                 GB gb) {
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   Shape sa = a.shape(), sb = b.shape();
-  return record_op(op, std::move(out), {a, b}, [=](const Tensor& g) -> std::vector<Tensor> {
+  return record_op(op, std::move(out), {a, b}, saved, [=](const Tensor& g) -> std::vector<Tensor> {
     return {need_a ? sum_to_shape(ga(g), sa) : Tensor(), need_b ? sum_to_shape(gb(g), sb) : Tensor()};
   });
 }
@@ -92,7 +94,7 @@ Tensor unary_op(const char* op, const Tensor& x, F f, DF df) {
   // Detached copies of the handles: the node must not own its own output or
   // its input's history (only the graph edges in Node::inputs do).
   Tensor xd = x.detach(), y = out.detach();
-  return record_op(op, out, {x}, [x = xd, y, df](const Tensor& g) -> std::vector<Tensor> {
+  return record_op(op, out, {x}, {x, out}, [x = xd, y, df](const Tensor& g) -> std::vector<Tensor> {
     Tensor gx = empty(x.shape());
     const float *px = x.data<float>(), *py = y.data<float>(), *pg = g.data<float>();
     float* pgx = gx.data<float>();
@@ -119,38 +121,43 @@ Tensor sum_to_shape(const Tensor& grad, const Shape& shape) {
   if (grad.shape() == shape) return grad;
   VQDDP_CHECK(broadcast_shape(shape, grad.shape()) == grad.shape(), "cannot sum a {} gradient to shape {}",
               grad.desc(), shape_str(shape));
-  Tensor out = zeros(shape);
-  float* po = out.data<float>();
+  // Accumulate in double, like every other sum: a bias gradient over many
+  // rows must not depend on float rounding more than the 1-rank/W-rank
+  // comparisons tolerate.
+  std::vector<double> acc(shape_numel(shape), 0.0);
   const float* pg = grad.data<float>();
   BroadcastIndex io(shape, grad.shape());
-  for (int64_t i = 0, n = grad.numel(); i < n; ++i, io.next()) po[io.offset()] += pg[i];
+  for (int64_t i = 0, n = grad.numel(); i < n; ++i, io.next()) acc[io.offset()] += pg[i];
+  Tensor out = empty(shape);
+  float* po = out.data<float>();
+  for (size_t i = 0; i < acc.size(); ++i) po[i] = static_cast<float>(acc[i]);
   return out;
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward("add", a, b, [](float x, float y) { return x + y; });
   return binary_op(
-      "add", a, b, out, [](const Tensor& g) { return g; }, [](const Tensor& g) { return g; });
+      "add", a, b, out, {}, [](const Tensor& g) { return g; }, [](const Tensor& g) { return g; });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward("sub", a, b, [](float x, float y) { return x - y; });
   return binary_op(
-      "sub", a, b, out, [](const Tensor& g) { return g; }, [](const Tensor& g) { return neg(g); });
+      "sub", a, b, out, {}, [](const Tensor& g) { return g; }, [](const Tensor& g) { return neg(g); });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward("mul", a, b, [](float x, float y) { return x * y; });
   Tensor da = a.detach(), db = b.detach();
   return binary_op(
-      "mul", a, b, out, [db](const Tensor& g) { return mul(g, db); }, [da](const Tensor& g) { return mul(g, da); });
+      "mul", a, b, out, {a, b}, [db](const Tensor& g) { return mul(g, db); }, [da](const Tensor& g) { return mul(g, da); });
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward("div", a, b, [](float x, float y) { return x / y; });
   Tensor da = a.detach(), db = b.detach();
   return binary_op(
-      "div", a, b, out, [db](const Tensor& g) { return div(g, db); },
+      "div", a, b, out, {a, b}, [db](const Tensor& g) { return div(g, db); },
       [da, db](const Tensor& g) { return neg(div(mul(g, da), mul(db, db))); });
 }
 

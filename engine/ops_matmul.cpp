@@ -19,7 +19,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
     blas_sgemm(ta, tb, m, n, k, 1.f, a.data<float>(), a.size(1), b.data<float>(), b.size(1), 0.f, out.data<float>(), n);
   Tensor da = a.detach(), db = b.detach();
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
-  return record_op("matmul", out, {a, b}, [=](const Tensor& g) -> std::vector<Tensor> {
+  return record_op("matmul", out, {a, b}, {a, b}, [=](const Tensor& g) -> std::vector<Tensor> {
     // C = op(A) op(B):  dA = g op(B)^T (or its transpose), dB = op(A)^T g (or its transpose).
     Tensor ga, gb;
     if (need_a) ga = ta ? matmul(db, g, tb, true) : matmul(g, db, false, !tb);

@@ -35,17 +35,18 @@ DimSplit split_at(const Tensor& x, int64_t dim, bool keepdim, const char* op) {
 
 // Gradient of a (scaled) sum: the output gradient repeated along the
 // reduced dimension, times `scale`.
-Tensor expand_grad(const Tensor& g, const DimSplit& s, const Shape& input_shape, float scale) {
+Tensor expand_grad(const Tensor& g, const DimSplit& s, const Shape& input_shape, double divisor) {
   Tensor gx = empty(input_shape);
   const float* pg = g.data<float>();
   float* px = gx.data<float>();
   for (int64_t o = 0; o < s.outer; ++o)
     for (int64_t k = 0; k < s.n; ++k)
-      for (int64_t i = 0; i < s.inner; ++i) px[(o * s.n + k) * s.inner + i] = pg[o * s.inner + i] * scale;
+      for (int64_t i = 0; i < s.inner; ++i) px[(o * s.n + k) * s.inner + i] = static_cast<float>(pg[o * s.inner + i] / divisor);
   return gx;
 }
 
-Tensor reduce_sum(const Tensor& x, const DimSplit& s, float scale, const char* op) {
+// divisor 1 for sum, n for mean: the division happens once, in double.
+Tensor reduce_sum(const Tensor& x, const DimSplit& s, double divisor, const char* op) {
   Tensor out = empty(s.reduced);
   const float* px = x.data<float>();
   float* po = out.data<float>();
@@ -56,11 +57,11 @@ Tensor reduce_sum(const Tensor& x, const DimSplit& s, float scale, const char* o
       const float* row = px + (o * s.n + k) * s.inner;
       for (int64_t i = 0; i < s.inner; ++i) acc[i] += row[i];
     }
-    for (int64_t i = 0; i < s.inner; ++i) po[o * s.inner + i] = static_cast<float>(acc[i] * scale);
+    for (int64_t i = 0; i < s.inner; ++i) po[o * s.inner + i] = static_cast<float>(acc[i] / divisor);
   }
   Shape in_shape = x.shape();
-  return record_op(op, out, {x}, [s, in_shape, scale](const Tensor& g) -> std::vector<Tensor> {
-    return {expand_grad(g, s, in_shape, scale)};
+  return record_op(op, out, {x}, [s, in_shape, divisor](const Tensor& g) -> std::vector<Tensor> {
+    return {expand_grad(g, s, in_shape, divisor)};
   });
 }
 
@@ -97,21 +98,21 @@ Tensor arg_best(const Tensor& x, const char* op, Better better) {
 
 Tensor sum(const Tensor& x) {
   Tensor flat = reshape(x, {x.numel()});
-  return reshape(reduce_sum(flat, split_all(x, "sum"), 1.f, "sum"), {});
+  return reshape(reduce_sum(flat, split_all(x, "sum"), 1.0, "sum"), {});
 }
 
 Tensor mean(const Tensor& x) {
   VQDDP_CHECK(x.numel() > 0, "mean of an empty tensor {}", x.desc());
   Tensor flat = reshape(x, {x.numel()});
-  return reshape(reduce_sum(flat, split_all(x, "mean"), 1.f / static_cast<float>(x.numel()), "mean"), {});
+  return reshape(reduce_sum(flat, split_all(x, "mean"), static_cast<double>(x.numel()), "mean"), {});
 }
 
-Tensor sum(const Tensor& x, int64_t dim, bool keepdim) { return reduce_sum(x, split_at(x, dim, keepdim, "sum"), 1.f, "sum"); }
+Tensor sum(const Tensor& x, int64_t dim, bool keepdim) { return reduce_sum(x, split_at(x, dim, keepdim, "sum"), 1.0, "sum"); }
 
 Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
   DimSplit s = split_at(x, dim, keepdim, "mean");
   VQDDP_CHECK(s.n > 0, "mean over an empty dimension of {}", x.desc());
-  return reduce_sum(x, s, 1.f / static_cast<float>(s.n), "mean");
+  return reduce_sum(x, s, static_cast<double>(s.n), "mean");
 }
 
 Tensor argmin(const Tensor& x) { return arg_best(x, "argmin", [](float a, float b) { return a < b; }); }
@@ -132,7 +133,7 @@ Tensor mse_loss(const Tensor& a, const Tensor& b) {
   Tensor out = scalar(static_cast<float>(acc / n));
   Tensor da = a.detach(), db = b.detach();
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
-  return record_op("mse_loss", out, {a, b}, [=](const Tensor& g) -> std::vector<Tensor> {
+  return record_op("mse_loss", out, {a, b}, {a, b}, [=](const Tensor& g) -> std::vector<Tensor> {
     // d/da mean((a-b)^2) = 2 (a - b) / n; the gradient for b is its negation.
     Tensor diff = mul(sub(da, db), 2.f * g.item<float>() / static_cast<float>(n));
     return {need_a ? diff : Tensor(), need_b ? neg(diff) : Tensor()};

@@ -72,6 +72,7 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
   if (d0 < 0) d0 += r;
   if (d1 < 0) d1 += r;
   if (d0 > d1) std::swap(d0, d1);
+  if (d0 == d1) return record_op("transpose", x.clone(), {x}, [](const Tensor& g) -> std::vector<Tensor> { return {g}; });
   // View x as [A, n0, B, n1, C] and write [A, n1, B, n0, C].
   int64_t A = 1, B = 1, C = 1, n0 = x.shape()[d0], n1 = x.shape()[d1];
   for (int64_t d = 0; d < r; ++d) {

@@ -15,7 +15,7 @@ void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.zero_grad();
 }
 
-static NamedTensors indexed(const char* name, std::vector<Tensor>& ts) {
+static NamedTensors indexed(const char* name, const std::vector<Tensor>& ts) {
   NamedTensors out;
   for (size_t i = 0; i < ts.size(); ++i) out.emplace_back(fmt::format("{}.{}", name, i), ts[i]);
   return out;
@@ -48,6 +48,7 @@ void Sgd::step() {
       }
       p[j] -= lr * d;
     }
+    params_[i].bump_version();
   }
   started_.data<int64_t>()[0] = 1;
 }
@@ -62,20 +63,21 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
     : Optimizer(std::move(params)),
       opt_(o),
       exp_avg_(zeros_like_all(params_)),
-      exp_avg_sq_(zeros_like_all(params_)),
-      step_(zeros({1}, DType::i64)) {
+      exp_avg_sq_(zeros_like_all(params_)) {
+  for (size_t i = 0; i < params_.size(); ++i) steps_.push_back(zeros({1}, DType::i64));
   lr = o.lr;
 }
 
 void AdamW::step() {
-  int64_t t = ++step_.data<int64_t>()[0];
-  // Bias corrections in double: 1 - beta^t loses digits in float for large t.
-  float c1 = static_cast<float>(1.0 - std::pow(double(opt_.beta1), double(t)));
-  float c2 = static_cast<float>(1.0 - std::pow(double(opt_.beta2), double(t)));
-  float sqrt_c2 = std::sqrt(c2);
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor g = params_[i].grad();
     if (!g.defined()) continue;
+    // Steps count per parameter, as in PyTorch: a parameter that first gets
+    // a gradient late starts its bias correction at 1. Corrections in
+    // double: 1 - beta^t loses digits in float for large t.
+    int64_t t = ++steps_[i].data<int64_t>()[0];
+    float c1 = static_cast<float>(1.0 - std::pow(double(opt_.beta1), double(t)));
+    float sqrt_c2 = static_cast<float>(std::sqrt(1.0 - std::pow(double(opt_.beta2), double(t))));
     float* p = params_[i].data<float>();
     const float* pg = g.data<float>();
     float* m = exp_avg_[i].data<float>();
@@ -86,14 +88,16 @@ void AdamW::step() {
       v[j] = opt_.beta2 * v[j] + (1.f - opt_.beta2) * pg[j] * pg[j];
       p[j] -= lr * (m[j] / c1) / (std::sqrt(v[j]) / sqrt_c2 + opt_.eps);
     }
+    params_[i].bump_version();
   }
 }
 
 NamedTensors AdamW::state() {
   NamedTensors out = indexed("exp_avg", exp_avg_);
   NamedTensors sq = indexed("exp_avg_sq", exp_avg_sq_);
+  NamedTensors steps = indexed("step", steps_);
   out.insert(out.end(), sq.begin(), sq.end());
-  out.emplace_back("step", step_);
+  out.insert(out.end(), steps.begin(), steps.end());
   return out;
 }
 
@@ -114,6 +118,7 @@ float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
       if (!g.defined()) continue;
       float* pg = g.data<float>();
       for (int64_t j = 0, n = g.numel(); j < n; ++j) pg[j] = static_cast<float>(pg[j] * scale);
+      g.bump_version();
     }
   }
   return static_cast<float>(norm);

@@ -19,8 +19,8 @@ class Optimizer {
   virtual ~Optimizer() = default;
   virtual void step() = 0;
   void zero_grad();
-  // Named state tensors ("exp_avg.3", "step", ...), live handles: copying
-  // values into them restores the optimizer.
+  // Named state tensors ("exp_avg.3", "step.3", ...), live handles: copying
+  // values into them restores the optimizer exactly.
   virtual NamedTensors state() = 0;
   float lr = 0.f;
 
@@ -68,7 +68,7 @@ class AdamW : public Optimizer {
  private:
   AdamWOptions opt_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
-  Tensor step_;  // int64 [1]
+  std::vector<Tensor> steps_;  // int64 [1] per parameter
 };
 
 // Scales all gradients so their joint L2 norm is at most max_norm; returns

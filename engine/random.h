@@ -43,7 +43,10 @@ class Generator {
   uint64_t uniform_int(uint64_t n);  // [0, n), unbiased (rejection); n > 0
 
   GeneratorState state() const { return state_; }
-  void set_state(const GeneratorState& s) { state_ = s; }
+  void set_state(const GeneratorState& s) {
+    state_ = s;
+    cached_block_ = UINT64_MAX;  // the cached block belongs to the old (seed, stream)
+  }
   void advance(uint64_t words) { state_.offset += words; }
 
  private:

@@ -56,8 +56,15 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   Entry e{name, parse_dtype(path, name, v["dtype"].get<std::string>()), {}, 0, 0};
   if (!v["shape"].is_array()) bad("'shape' is not an array");
   for (const json& d : v["shape"]) {
-    if (!d.is_number_unsigned()) bad("'shape' holds a value that is not a non-negative integer");
+    if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      bad("'shape' holds a value that is not a non-negative 64-bit integer");
     e.shape.push_back(d.get<int64_t>());
+  }
+  int64_t numel = 0;
+  try {
+    numel = shape_numel(e.shape);
+  } catch (const Error&) {
+    bad(fmt::format("shape {} has more elements than int64 holds", shape_str(e.shape)));
   }
   const json& off = v["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
@@ -68,8 +75,8 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   if (e.end > data_size)
     bad(fmt::format("data_offsets [{}, {}] pass the end of the data ({} bytes): file truncated?", e.begin, e.end,
                     data_size));
-  uint64_t want = static_cast<uint64_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
-  if (e.end - e.begin != want)
+  uint64_t want = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(e.dtype), &want) || e.end - e.begin != want)
     bad(fmt::format("shape {} of {} needs {} bytes, data_offsets give {}", shape_str(e.shape), dtype_name(e.dtype),
                     want, e.end - e.begin));
   return e;
@@ -118,13 +125,21 @@ SafetensorsFile safetensors_load(const std::string& path) {
     }
     entries.push_back(parse_entry(path, it.key(), it.value(), data_size));
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
-  for (size_t i = 1; i < entries.size(); ++i)
-    VQDDP_CHECK(entries[i].begin >= entries[i - 1].end, "{}: tensors '{}' [{}, {}] and '{}' [{}, {}] overlap", path,
-                entries[i - 1].name, entries[i - 1].begin, entries[i - 1].end, entries[i].name, entries[i].begin,
-                entries[i].end);
+  // The format requires the data to be covered exactly: no overlap, no
+  // hole, no trailing bytes (a hole or a tail means a damaged header).
+  uint64_t covered = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    if (e.begin < covered)
+      VQDDP_THROW("{}: tensors '{}' [{}, {}] and '{}' [{}, {}] overlap", path, entries[i - 1].name,
+                  entries[i - 1].begin, entries[i - 1].end, e.name, e.begin, e.end);
+    VQDDP_CHECK(e.begin == covered, "{}: bytes [{}, {}] of the data belong to no tensor", path, covered, e.begin);
+    covered = e.end;
+  }
+  VQDDP_CHECK(covered == data_size, "{}: {} bytes after the last tensor belong to no tensor", path, data_size - covered);
 
   // Everything is valid: only now build tensors.
   const char* data = bytes.data() + 8 + header_len;
@@ -148,7 +163,12 @@ void safetensors_save(const std::string& path, const NamedTensors& tensors,
     header[name] = {{"dtype", st_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + n}}};
     offset += n;
   }
-  std::string text = header.dump();
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const json::exception& e) {
+    VQDDP_THROW("{}: cannot encode the header (tensor names and metadata must be UTF-8): {}", path, e.what());
+  }
   // Pad with spaces so the data starts 8-byte aligned, as the format advises.
   text.append((8 - text.size() % 8) % 8, ' ');
   std::string bytes(8, '\0');
@@ -172,7 +192,7 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     ssize_t w = ::write(fd, p, left);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) {
-      int err = errno;
+      int err = w == 0 ? EIO : errno;
       ::close(fd);
       ::unlink(tmp.c_str());
       VQDDP_THROW("{}: write failed: {}", path, std::strerror(err));
@@ -180,7 +200,12 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     p += w;
     left -= static_cast<size_t>(w);
   }
-  int err = ::fsync(fd) == 0 ? 0 : errno;
+  int err = 0;
+  while (::fsync(fd) != 0) {
+    if (errno == EINTR) continue;
+    err = errno;
+    break;
+  }
   if (::close(fd) != 0 && err == 0) err = errno;
   if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
   if (err != 0) {

@@ -59,6 +59,8 @@ std::string Tensor::desc() const {
 
 void* Tensor::raw_data() const {
   check_defined();
+  // Only CPU storage exists so far; device tensors get their own accessor.
+  VQDDP_CHECK(impl_->storage->device.is_cpu(), "host access to a tensor on {}", impl_->storage->device.str());
   return static_cast<char*>(impl_->storage->data) + impl_->offset * dtype_size(impl_->dtype);
 }
 
@@ -117,7 +119,7 @@ Tensor& Tensor::set_requires_grad(bool on) {
 Tensor Tensor::grad() const { return impl_ && impl_->autograd ? impl_->autograd->grad : Tensor(); }
 
 void Tensor::set_grad(const Tensor& g) {
-  VQDDP_CHECK(!g.defined() || g.shape() == shape(), "set_grad: gradient {} does not match tensor {}", g.desc(), desc());
+  VQDDP_CHECK(!g.defined() || (g.shape() == shape() && g.dtype() == dtype()), "set_grad: gradient {} does not match tensor {}", g.desc(), desc());
   autograd_meta().grad = g;
 }
 
@@ -144,6 +146,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   VQDDP_CHECK(src.shape() == shape() && src.dtype() == dtype(), "copy_: source {} does not match destination {}",
               src.desc(), desc());
   std::memmove(raw_data(), src.raw_data(), numel() * dtype_size(dtype()));
+  bump_version();
   return *this;
 }
 
@@ -156,7 +159,18 @@ Tensor& Tensor::fill_(double value) {
     int64_t* p = data<int64_t>();
     for (int64_t i = 0; i < n; ++i) p[i] = static_cast<int64_t>(value);
   }
+  bump_version();
   return *this;
+}
+
+uint64_t Tensor::version() const {
+  check_defined();
+  return impl_->storage->version.load(std::memory_order_relaxed);
+}
+
+void Tensor::bump_version() {
+  check_defined();
+  impl_->storage->version.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool Tensor::shares_storage(const Tensor& other) const {
@@ -170,7 +184,10 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const { return vqddp::slic
 
 Tensor empty(const Shape& shape, DType dtype) {
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(shape_numel(shape) * dtype_size(dtype), Device::cpu());
+  size_t bytes = 0;
+  VQDDP_CHECK(!__builtin_mul_overflow(static_cast<size_t>(shape_numel(shape)), dtype_size(dtype), &bytes),
+              "shape {} of {} is too large to allocate", shape_str(shape), dtype_name(dtype));
+  impl->storage = std::make_shared<Storage>(bytes, Device::cpu());
   impl->shape = shape;
   impl->dtype = dtype;
   return Tensor(impl);

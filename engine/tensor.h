@@ -13,6 +13,7 @@
 // graph can refer to a tensor's gradient slot without keeping its data alive.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -33,6 +34,10 @@ struct Storage {
   void* data = nullptr;
   size_t nbytes = 0;
   Device device;
+  // Bumped by every in-place write (copy_, fill_, optimizer steps,
+  // collectives, bump_version()). Autograd records it for the tensors a
+  // backward formula reads and refuses to run on changed values.
+  std::atomic<uint64_t> version{0};
 
   Storage(size_t nbytes, Device device);
   ~Storage();
@@ -94,6 +99,11 @@ class Tensor {
   Tensor& copy_(const Tensor& src);    // same shape and dtype; src may alias
   Tensor& fill_(double value);
   bool shares_storage(const Tensor& other) const;
+  // In-place write counter of the storage (see Storage::version). Code that
+  // writes into an existing tensor through data<T>() must call
+  // bump_version() so a pending backward that saved it fails loudly.
+  uint64_t version() const;
+  void bump_version();
 
   // Views (differentiable, see ops.h for the free-function forms).
   Tensor reshape(const Shape& shape) const;

@@ -123,6 +123,10 @@ TEST_CASE("invariant 5: a collective on a row slice writes into the caller's sto
     auto v = whole.to_vector<float>();
     for (int i = 0; i < 12; ++i) CHECK(v[i] == (i >= 4 && i < 8 ? 6.f : float(comm.rank())));
     CHECK(rows.shares_storage(whole));
+    // The write is visible to autograd's in-place check.
+    uint64_t before = whole.version();
+    comm.all_reduce(rows, ReduceOp::sum);
+    CHECK(whole.version() == before + 1);
   }, kFast);
 }
 

@@ -1,6 +1,7 @@
 // Tape mechanics: accumulation, leaves, detach, no-grad per thread.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "engine/autograd.h"
@@ -88,4 +89,28 @@ TEST_CASE("a deep chain backpropagates without recursion limits") {
   for (int i = 0; i < 100000; ++i) y = add(y, 0.f);
   sum(y).backward();
   CHECK(x.grad().item<float>() == 1.f);
+}
+
+TEST_CASE("backward refuses values a saved tensor lost to an in-place write") {
+  Tensor w = from_vector({1, 2}, {2});
+  w.set_requires_grad(true);
+  Tensor x = from_vector({3, 4}, {2});
+  SUBCASE("copy_ into an operand of mul") {
+    Tensor loss = sum(mul(w, x));
+    x.copy_(from_vector({0, 0}, {2}));
+    CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("backward of 'mul': a tensor it saved was modified in place"),
+                         Error);
+  }
+  SUBCASE("the output of exp, which its backward reads") {
+    Tensor y = vqddp::exp(w);
+    Tensor loss = sum(y);
+    y.fill_(0);
+    CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("backward of 'exp'"), Error);
+  }
+  SUBCASE("add reads no values, so writing its operand is fine") {
+    Tensor loss = sum(add(w, x));
+    x.fill_(7);
+    loss.backward();
+    CHECK(w.grad().to_vector<float>() == std::vector<float>{1, 1});
+  }
 }

@@ -45,10 +45,12 @@ TEST_CASE("generator state saves and restores exactly, also mid-block") {
   std::vector<float> got;
   for (int i = 0; i < 10; ++i) got.push_back(restored.uniform());
   CHECK(got == expect);
-  Generator reused(0, 0);
-  reused.next_u32();
-  reused.set_state(saved);  // drops the cached block of the old state
-  CHECK(reused.uniform() == expect[0]);
+  // A generator whose cached block has the same number but another seed and
+  // stream must not serve words from that cache after set_state.
+  Generator other(999, 5);
+  for (int i = 0; i < 5; ++i) other.next_u32();  // caches block 1 of (999, 5)
+  other.set_state(saved);                         // saved is at offset 7: block 1 too
+  CHECK(other.uniform() == expect[0]);
 }
 
 TEST_CASE("advance skips exactly the given number of words") {

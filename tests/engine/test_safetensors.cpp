@@ -120,10 +120,45 @@ TEST_CASE("malformed safetensors files give errors naming the file and the probl
     write_raw(p, R"({"__metadata__":{"k":3}})", "");
     expect("__metadata__ value 'k' is not a string");
   }
+  SUBCASE("element count overflowing int64 (a crafted shape must not wrap to a small size)") {
+    write_raw(p, R"({"x":{"dtype":"F32","shape":[4611686018427387905],"data_offsets":[0,4]}})", "abcd");
+    expect("needs");
+    write_raw(p, R"({"x":{"dtype":"F32","shape":[4611686018427387904, 4],"data_offsets":[0,4]}})", "abcd");
+    expect("more elements than int64 holds");
+  }
+  SUBCASE("a hole in the data or bytes after the last tensor") {
+    write_raw(p, R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight);
+    expect("bytes [0, 4] of the data belong to no tensor");
+    write_raw(p, R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", eight);
+    expect("4 bytes after the last tensor belong to no tensor");
+  }
   SUBCASE("negative dimension") {
     write_raw(p, R"({"x":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", "abcd");
-    expect("not a non-negative integer");
+    expect("not a non-negative 64-bit integer");
   }
+}
+
+TEST_CASE("a save replaces the file by rename: a hard link to the old file keeps the old bytes") {
+  TempDir dir;
+  std::string path = dir.file("ckpt.safetensors"), link = dir.file("old.safetensors");
+  safetensors_save(path, {{"w", ones({3})}});
+  std::filesystem::create_hard_link(path, link);
+  std::string before = bytes_of(link);
+  safetensors_save(path, {{"w", zeros({5})}});
+  // An in-place rewrite (truncate + write) would have changed the linked inode.
+  CHECK(bytes_of(link) == before);
+  CHECK(safetensors_load(path).at("w").numel() == 5);
+}
+
+TEST_CASE("a save whose rename fails leaves the target and no temporary file") {
+  TempDir dir;
+  std::string target = dir.file("ckpt.safetensors");
+  std::filesystem::create_directories(target + "/occupied");  // rename over a non-empty directory fails
+  CHECK_THROWS_WITH_AS(safetensors_save(target, {{"w", ones({1})}}), doctest::Contains("rename"), Error);
+  CHECK(std::filesystem::is_directory(target + "/occupied"));
+  int entries = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir.path())) entries += 1 + 0 * e.is_regular_file();
+  CHECK(entries == 1);
 }
 
 TEST_CASE("a failed save leaves the previous file intact") {

@@ -60,6 +60,19 @@ TEST_CASE("reshape and slice_rows are views that share storage; transpose copies
   CHECK_THROWS_WITH_AS(t.reshape({5, 2}), doctest::Contains("shape [5, 2] needs 10"), Error);
 }
 
+TEST_CASE("transpose of a dimension with itself is a copy") {
+  Tensor t = arange(12, DType::f32).reshape({3, 4});
+  Tensor u = transpose(t, 1, 1);
+  CHECK(u.shape() == t.shape());
+  CHECK(u.to_vector<float>() == t.to_vector<float>());
+  CHECK_FALSE(u.shares_storage(t));
+}
+
+TEST_CASE("shapes whose element count overflows int64 are refused") {
+  CHECK_THROWS_WITH_AS(shape_numel({int64_t{1} << 62, 4}), doctest::Contains("more elements than int64 holds"), Error);
+  CHECK_THROWS_WITH_AS(zeros({int64_t{1} << 60, 4}), doctest::Contains("too large to allocate"), Error);
+}
+
 TEST_CASE("transpose of a 3-d tensor swaps the named dimensions") {
   Tensor t = arange(24, DType::f32).reshape({2, 3, 4});
   Tensor u = transpose(t, 0, 2);  // [4, 3, 2]
