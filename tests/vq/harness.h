@@ -1,0 +1,88 @@
+// Helpers for the multi-rank VQ tests: shard a global batch, snapshot and
+// compare module state bitwise or within a tolerance.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "comm/thread_group.h"
+#include "engine/nn.h"
+#include "engine/ops.h"
+
+namespace vqddp::test {
+
+inline constexpr ThreadGroupOptions kFast{.timeout = std::chrono::milliseconds(3000)};
+
+// Row counts of W shards of N rows: "even" (as even as possible),
+// "uneven" (rank r gets weight r+1), "empty" (rank 0 and the last rank
+// get nothing when W > 2, else rank 0 does).
+inline std::vector<int64_t> split_sizes(int64_t n, int w, const std::string& kind) {
+  std::vector<int64_t> s(w, 0);
+  std::vector<int64_t> weight(w, 1);
+  if (kind == "uneven")
+    for (int r = 0; r < w; ++r) weight[r] = r + 1;
+  if (kind == "empty" && w > 1) {
+    weight[0] = 0;
+    if (w > 2) weight[w - 1] = 0;
+  }
+  int64_t total_w = std::accumulate(weight.begin(), weight.end(), int64_t{0}), given = 0;
+  for (int r = 0; r < w; ++r) {
+    s[r] = n * weight[r] / total_w;
+    given += s[r];
+  }
+  for (int r = w - 1; given < n; r = (r + w - 1) % w)
+    if (weight[r] > 0) {
+      ++s[r];
+      ++given;
+    }
+  return s;
+}
+
+inline Tensor shard(const Tensor& x, const std::vector<int64_t>& sizes, int rank) {
+  int64_t begin = std::accumulate(sizes.begin(), sizes.begin() + rank, int64_t{0});
+  return x.slice_rows(begin, begin + sizes[rank]);
+}
+
+// Clones of every buffer and parameter, by name.
+inline NamedTensors snapshot(const Module& m) {
+  NamedTensors out;
+  for (auto& [n, t] : m.named_buffers()) out.emplace_back(n, t.clone());
+  for (auto& [n, t] : m.named_parameters()) out.emplace_back(n, t.clone());
+  return out;
+}
+
+inline bool bitwise_equal(const NamedTensors& a, const NamedTensors& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const Tensor &x = a[i].second, &y = b[i].second;
+    if (a[i].first != b[i].first || x.shape() != y.shape() || x.dtype() != y.dtype()) return false;
+    if (std::memcmp(x.raw_data(), y.raw_data(), x.numel() * dtype_size(x.dtype())) != 0) return false;
+  }
+  return true;
+}
+
+// Checks |a - b| <= atol + rtol * |b| element-wise for every float tensor,
+// exact equality for int64 tensors.
+inline void check_close(const NamedTensors& a, const NamedTensors& b, double rtol, double atol) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    CAPTURE(a[i].first);
+    const Tensor &x = a[i].second, &y = b[i].second;
+    REQUIRE(x.shape() == y.shape());
+    if (x.dtype() == DType::i64) {
+      CHECK(x.to_vector<int64_t>() == y.to_vector<int64_t>());
+      continue;
+    }
+    const float *px = x.data<float>(), *py = y.data<float>();
+    double worst = 0;
+    for (int64_t j = 0; j < x.numel(); ++j)
+      worst = std::max(worst, std::abs(double(px[j]) - py[j]) - rtol * std::abs(double(py[j])));
+    CHECK(worst <= atol);
+  }
+}
+
+}  // namespace vqddp::test

@@ -1,0 +1,290 @@
+// The EMA codebook against VQ_SEMANTICS.md section 7, invariant by invariant,
+// and against the numpy golden files.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "comm/single.h"
+#include "engine/safetensors.h"
+#include "tests/vq/harness.h"
+#include "vq/assign.h"
+#include "vq/codebook.h"
+#include "vq/vector_quantize.h"
+
+using namespace vqddp;
+using namespace vqddp::test;
+
+namespace {
+
+CodebookOptions ddp_options(bool cosine) {
+  CodebookOptions o;
+  o.codebook_size = 16;
+  o.dim = 6;
+  o.cosine = cosine;
+  o.decay = 0.8f;
+  o.threshold_ema_dead_code = 2.f;
+  o.kmeans_init = true;
+  o.kmeans_iters = 5;
+  o.seed = 11;
+  return o;
+}
+
+// Steps of global batches with shifted means so codes die and get revived.
+std::vector<Tensor> make_batches(int steps, int64_t n, int64_t d) {
+  Generator g(123, 0);
+  std::vector<Tensor> out;
+  for (int s = 0; s < steps; ++s) {
+    Tensor shift = rand_normal({d}, g, 0.f, 2.f);
+    out.push_back(add(rand_normal({s == 2 ? 0 : n, d}, g), shift));  // step 2 is empty everywhere
+  }
+  return out;
+}
+
+struct Trace {
+  std::vector<NamedTensors> states;  // after each step
+  std::vector<CodebookMetrics> metrics;
+};
+
+// Runs the steps on W ranks with the given split; returns rank r's trace.
+std::vector<Trace> run_codebook(const CodebookOptions& o, const std::vector<Tensor>& batches, int w,
+                                const std::string& split) {
+  std::vector<Trace> traces(w);
+  run_ranks(w, [&](Communicator& comm) {
+    Generator init(1, 0);
+    Codebook book(o, init);
+    for (const Tensor& x : batches) {
+      std::vector<int64_t> sizes = split_sizes(x.size(0), w, split);
+      CodebookOutput out = book.forward(shard(x, sizes, comm.rank()), comm);
+      traces[comm.rank()].states.push_back(snapshot(book));
+      traces[comm.rank()].metrics.push_back(out.metrics);
+    }
+  }, kFast);
+  return traces;
+}
+
+}  // namespace
+
+TEST_CASE("invariants 1 and 2: state bitwise identical on every rank after every step, and equal to 1 rank on the "
+          "whole batch, for k-means init, EMA steps and revival (W = 1..4, even, uneven and empty shards)") {
+  for (bool cosine : {false, true}) {
+    CAPTURE(cosine);
+    CodebookOptions o = ddp_options(cosine);
+    std::vector<Tensor> batches = make_batches(6, 60, o.dim);
+    Trace one = run_codebook(o, batches, 1, "even")[0];
+    int64_t revived = 0;
+    for (auto& m : one.metrics) revived += m.codes_revived;
+    CHECK(revived > 0);  // the scenario exercises revival
+    for (int w = 2; w <= 4; ++w)
+      for (const char* split : {"even", "uneven", "empty"}) {
+        CAPTURE(w);
+        CAPTURE(split);
+        std::vector<Trace> ranks = run_codebook(o, batches, w, split);
+        for (size_t s = 0; s < batches.size(); ++s) {
+          CAPTURE(s);
+          for (int r = 1; r < w; ++r) CHECK(bitwise_equal(ranks[r].states[s], ranks[0].states[s]));
+          // Tolerance: the all-reduce adds per-rank partial sums, one rank adds
+          // rows in order; both are float32 sums of O(60) rows.
+          check_close(ranks[0].states[s], one.states[s], 1e-5, 1e-5);
+          CHECK(ranks[0].metrics[s].codes_revived == one.metrics[s].codes_revived);
+          CHECK(ranks[0].metrics[s].codes_used == one.metrics[s].codes_used);
+          CHECK(ranks[0].metrics[s].rows == one.metrics[s].rows);
+        }
+      }
+  }
+}
+
+TEST_CASE("invariant 3: a revived code keeps its sampled vector through the next update; without resetting "
+          "embed_avg and cluster_size (the pre-fix order) it loses it") {
+  for (bool reset_like_the_fix : {true, false}) {
+    CAPTURE(reset_like_the_fix);
+    SingleCommunicator comm;
+    CodebookOptions o;
+    o.codebook_size = 4;
+    o.dim = 2;
+    o.kmeans_init = false;
+    o.decay = 0.5f;
+    o.threshold_ema_dead_code = 1.f;
+    Generator init(0, 0);
+    Codebook book(o, init);
+    Tensor codes = from_vector({0, 0, 10, 10, -10, 10, 10, -10}, {4, 2});
+    book.embed.copy_(codes);
+    book.embed_avg.copy_(codes);  // cluster_size starts at ones
+
+    // Step 1: every row is near code 0; codes 1..3 decay to 0.5 < 1 and are revived.
+    Tensor x1 = from_vector({0.1f, 0.2f, -0.1f, 0.3f, 0.2f, -0.2f, -0.3f, 0.1f, 0.4f, 0.4f, -0.2f, -0.4f}, {6, 2});
+    CodebookOutput out1 = book.forward(x1, comm);
+    REQUIRE(out1.metrics.codes_revived == 3);
+    Tensor sampled = slice_rows(book.embed, 1, 2).clone();  // (1, 2): code 1's new vector, a row of x1
+    bool is_row = false;
+    for (int64_t r = 0; r < 6; ++r) is_row |= slice_rows(x1, r, r + 1).to_vector<float>() == sampled.to_vector<float>();
+    REQUIRE(is_row);
+    CHECK(book.cluster_size.to_vector<float>()[1] == 1.f);
+    if (!reset_like_the_fix) {
+      // What the buggy order leaves behind: the EMA state of the dead code.
+      book.cluster_size.data<float>()[1] = 0.5f;
+      book.embed_avg.data<float>()[2] = 0.5f * 10;
+      book.embed_avg.data<float>()[3] = 0.5f * 10;
+    }
+    // Step 2: rows equal to the revived vector, so code 1 is used and not revived again.
+    Tensor x2 = concat({sampled, sampled, sampled, sampled}, 0);
+    CodebookOutput out2 = book.forward(x2, comm);
+    CHECK(out2.indices.to_vector<int64_t>() == std::vector<int64_t>(4, 1));
+    auto now = slice_rows(book.embed, 1, 2).to_vector<float>();
+    auto want = sampled.to_vector<float>();
+    double err = std::abs(now[0] - want[0]) + std::abs(now[1] - want[1]);
+    if (reset_like_the_fix)
+      CHECK(err < 1e-4);  // only Laplace smoothing moves it
+    else
+      CHECK(err > 1.0);  // pulled back toward the stale statistics
+  }
+}
+
+TEST_CASE("invariant 4: eval issues no collective and changes no state; an uninitialised codebook in eval is an error "
+          "that issues none either") {
+  run_ranks(2, [&](Communicator& comm) {
+    Generator init(0, 0);
+    Codebook book(ddp_options(false), init);
+    book.eval();
+    CHECK_THROWS_WITH_AS(book.forward(ones({3, 6}), comm), doctest::Contains("codebook is not initialised"), Error);
+    CHECK(comm.counters().collectives == 0);
+    book.train();
+    Generator data(5, comm.rank());
+    book.forward(rand_normal({20, 6}, data), comm);
+    uint64_t after_training = comm.counters().collectives;
+    CHECK(after_training > 0);
+    NamedTensors before = snapshot(book);
+    book.eval();
+    CodebookOutput out = book.forward(rand_normal({20, 6}, data), comm);
+    CHECK(out.indices.numel() == 20);
+    CHECK(comm.counters().collectives == after_training);
+    CHECK(bitwise_equal(snapshot(book), before));
+  }, kFast);
+}
+
+TEST_CASE("invariant 6: when no rank has rows, every rank skips k-means alike and stays uninitialised") {
+  run_ranks(3, [&](Communicator& comm) {
+    Generator init(0, 0);
+    Codebook book(ddp_options(false), init);
+    CodebookOutput out = book.forward(zeros({0, 6}), comm);
+    CHECK_FALSE(book.initted());
+    CHECK(out.indices.numel() == 0);
+    // Next step with rows on one rank only: all ranks initialise together.
+    Generator data(1, 0);
+    Tensor x = comm.rank() == 1 ? rand_normal({30, 6}, data) : zeros({0, 6});
+    book.forward(x, comm);
+    CHECK(book.initted());
+  }, kFast);
+}
+
+TEST_CASE("invariant 8: the communicator comes with each call, never from construction") {
+  Generator init(0, 0);
+  Codebook book(ddp_options(false), init);
+  SingleCommunicator a, b;
+  Generator data(2, 0);
+  book.forward(rand_normal({20, 6}, data), a);
+  uint64_t used_a = a.counters().collectives;
+  CHECK(used_a > 0);
+  book.forward(rand_normal({20, 6}, data), b);
+  CHECK(a.counters().collectives == used_a);
+  CHECK(b.counters().collectives > 0);
+}
+
+TEST_CASE("k-means init sets embed_avg = means * counts and cluster_size = counts") {
+  SingleCommunicator comm;
+  CodebookOptions o = ddp_options(false);
+  o.threshold_ema_dead_code = 0;
+  o.decay = 1.f;  // no EMA movement: the state after step 1 is the init itself
+  Generator init(0, 0), data(3, 0);
+  Codebook book(o, init);
+  Tensor x = rand_normal({50, 6}, data);
+  book.forward(x, comm);
+  auto cs = book.cluster_size.to_vector<float>();
+  CHECK(sum(book.cluster_size).item<float>() == 50.f);
+  for (int64_t c = 0; c < 16; ++c)
+    for (int64_t j = 0; j < 6; ++j) {
+      float avg = book.embed_avg.data<float>()[c * 6 + j];
+      // embed is avg / smoothed count; with counts n_c the smoothing is tiny.
+      if (cs[c] > 0) CHECK(avg / cs[c] == doctest::Approx(book.embed.data<float>()[c * 6 + j]).epsilon(1e-3));
+    }
+}
+
+TEST_CASE("bad input: wrong trailing dimension, and non-finite rows refused before any state changes") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(4, 0);
+  Codebook book(ddp_options(false), init);
+  CHECK_THROWS_WITH_AS(book.forward(ones({4, 5}), comm), doctest::Contains("rank 0: codebook expects float32 rows [N, 6]"),
+                       Error);
+  book.forward(rand_normal({20, 6}, data), comm);
+  NamedTensors before = snapshot(book);
+  Tensor bad = rand_normal({10, 6}, data);
+  bad.data<float>()[3 * 6 + 2] = std::nanf("");
+  CHECK_THROWS_WITH_AS(book.forward(bad, comm), doctest::Contains("rank 0: row 3 of the training batch has a non-finite "
+                                                                   "value (nan in column 2)"),
+                       Error);
+  CHECK(bitwise_equal(snapshot(book), before));
+  // In a group, the failing rank is named and the others do not hang.
+  CHECK_THROWS_WITH_AS(run_ranks(2, [&](Communicator& c) {
+                         Generator i2(0, 0), d2(4, c.rank());
+                         Codebook b2(ddp_options(false), i2);
+                         Tensor x = rand_normal({8, 6}, d2);
+                         if (c.rank() == 1) x.data<float>()[5 * 6] = INFINITY;
+                         b2.forward(x, c);
+                       }, kFast),
+                       doctest::Contains("rank 1: row 5"), Error);
+}
+
+TEST_CASE("cluster_size starts at ones by default and at zeros by option") {
+  Generator init(0, 0);
+  CodebookOptions o = ddp_options(false);
+  CHECK(Codebook(o, init).cluster_size.to_vector<float>() == std::vector<float>(16, 1.f));
+  o.cluster_size_init_ones = false;
+  CHECK(Codebook(o, init).cluster_size.to_vector<float>() == std::vector<float>(16, 0.f));
+}
+
+TEST_CASE("golden: six EMA steps match the numpy reference (tests/vq/golden), W = 1 and W = 3 uneven") {
+  const char* src = std::getenv("VQDDP_SOURCE_DIR");
+  std::string dir = std::string(src ? src : ".") + "/tests/vq/golden/";
+  for (const char* name : {"ema_euclidean.safetensors", "ema_cosine.safetensors"}) {
+    CAPTURE(name);
+    SafetensorsFile f = safetensors_load(dir + name);
+    CodebookOptions o;
+    o.codebook_size = std::stoll(f.metadata.at("K"));
+    o.dim = std::stoll(f.metadata.at("D"));
+    o.decay = std::stof(f.metadata.at("decay"));
+    o.eps = std::stof(f.metadata.at("eps"));
+    o.cosine = f.metadata.at("cosine") == "true";
+    o.kmeans_init = false;
+    o.threshold_ema_dead_code = 0;
+    float weight = std::stof(f.metadata.at("commitment_weight"));
+    int steps = std::stoi(f.metadata.at("steps"));
+    for (int w : {1, 3}) {
+      CAPTURE(w);
+      run_ranks(w, [&](Communicator& comm) {
+        Generator init(0, 0);
+        Codebook book(o, init);
+        Tensor e0 = o.cosine ? l2_normalize_rows(f.at("embed0")) : f.at("embed0");
+        book.embed.copy_(e0);
+        book.embed_avg.copy_(e0);
+        for (int s = 0; s < steps; ++s) {
+          CAPTURE(s);
+          const Tensor& x = f.at("x." + std::to_string(s));
+          std::vector<int64_t> sizes = split_sizes(x.size(0), w, "uneven");
+          Tensor mine = shard(x, sizes, comm.rank());
+          CodebookOutput out = book.forward(mine, comm);
+          check_close({{"embed", book.embed}, {"embed_avg", book.embed_avg}, {"cluster_size", book.cluster_size}},
+                      {{"embed", f.at("embed." + std::to_string(s))},
+                       {"embed_avg", f.at("embed_avg." + std::to_string(s))},
+                       {"cluster_size", f.at("cluster_size." + std::to_string(s))}},
+                      1e-5, 1e-6);
+          CHECK(out.indices.to_vector<int64_t>() ==
+                shard(f.at("indices." + std::to_string(s)), sizes, comm.rank()).to_vector<int64_t>());
+          CHECK(out.metrics.perplexity == doctest::Approx(f.at("perplexity." + std::to_string(s)).item<float>()).epsilon(1e-5));
+          if (w == 1) {
+            float loss = commitment_loss(out.quantize, x, weight).item<float>();
+            CHECK(loss == doctest::Approx(f.at("loss." + std::to_string(s)).item<float>()).epsilon(1e-5));
+          }
+        }
+      }, kFast);
+    }
+  }
+}

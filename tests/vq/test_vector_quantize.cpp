@@ -1,0 +1,172 @@
+// VectorQuantize: projections, heads, masks, losses, straight-through,
+// learnable codebooks, decode.
+#include <doctest/doctest.h>
+
+#include "comm/single.h"
+#include "engine/autograd.h"
+#include "tests/vq/harness.h"
+#include "vq/assign.h"
+#include "vq/vector_quantize.h"
+
+using namespace vqddp;
+using namespace vqddp::test;
+
+namespace {
+VectorQuantizeOptions base(int64_t dim, int heads = 1) {
+  VectorQuantizeOptions o;
+  o.dim = dim;
+  o.codebook_size = 8;
+  o.heads = heads;
+  o.commitment_weight = 0.5f;
+  o.codebook.kmeans_iters = 3;
+  o.codebook.threshold_ema_dead_code = 0;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("straight-through: the output has the codes' values and the identity gradient") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(1, 0);
+  VectorQuantize vq(base(4), init);
+  Tensor x = rand_normal({10, 4}, data);
+  x.set_requires_grad(true);
+  VectorQuantizeOutput out = vq.forward(x, comm);
+  sum(out.quantized).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>(40, 1.f));
+  CHECK(out.indices.shape() == Shape{10});
+  CHECK(out.metrics.size() == 1);
+}
+
+TEST_CASE("the commitment loss applies its weight") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(1, 0);
+  VectorQuantize vq(base(4), init);
+  vq.eval();
+  vq.train();
+  Tensor x = rand_normal({10, 4}, data);
+  vq.forward(x, comm);  // initialise
+  vq.eval();
+  VectorQuantizeOutput out = vq.forward(x, comm);
+  Tensor q = vq.codebooks()[0]->lookup(out.indices);
+  CHECK(out.loss.item<float>() == doctest::Approx(0.5f * mse_loss(q, x).item<float>()).epsilon(1e-6));
+  // Straight-through output equals the codes up to the rounding of x + (q - x).
+  check_close({{"q", out.quantized}}, {{"q", q}}, 1e-6, 1e-6);
+}
+
+TEST_CASE("project_in/out exist exactly when codebook_dim * heads differs from dim") {
+  Generator init(0, 0);
+  VectorQuantizeOptions o = base(6);
+  CHECK(VectorQuantize(o, init).named_parameters().empty());
+  o.codebook_dim = 3;
+  VectorQuantize projected(o, init);
+  std::vector<std::string> names;
+  for (auto& [n, t] : projected.named_parameters()) names.push_back(n);
+  CHECK(names == std::vector<std::string>{"project_in.weight", "project_in.bias", "project_out.weight", "project_out.bias"});
+  SingleCommunicator comm;
+  Generator data(2, 0);
+  Tensor x = rand_normal({12, 6}, data);
+  VectorQuantizeOutput out = projected.forward(x, comm);
+  CHECK(out.quantized.shape() == Shape{12, 6});
+  mean(square(out.quantized)).backward();
+  CHECK(projected.named_parameters()[0].second.grad().defined());
+}
+
+TEST_CASE("heads: a shared codebook sees every head's rows; separate codebooks one head each") {
+  SingleCommunicator comm;
+  Generator data(3, 0);
+  Tensor x = rand_normal({10, 8}, data);
+  for (bool separate : {false, true}) {
+    CAPTURE(separate);
+    Generator init(0, 0);
+    VectorQuantizeOptions o = base(8, 2);
+    o.separate_codebook_per_head = separate;
+    VectorQuantize vq(o, init);
+    CHECK(vq.codebooks().size() == (separate ? 2u : 1u));
+    VectorQuantizeOutput out = vq.forward(x, comm);
+    CHECK(out.indices.shape() == Shape{10, 2});
+    CHECK(out.metrics.size() == (separate ? 2u : 1u));
+    CHECK(out.metrics[0].rows == (separate ? 10 : 20));
+    // Decoding the indices in eval reproduces the eval output.
+    vq.eval();
+    VectorQuantizeOutput ev = vq.forward(x, comm);
+    check_close({{"decode", vq.decode(ev.indices)}}, {{"decode", ev.quantized}}, 1e-6, 1e-6);
+    // Head 1 of every row is the nearest code of its codebook to x[:, 4:8].
+    const Codebook& book1 = *vq.codebooks()[separate ? 1 : 0];
+    Tensor head1 = reshape(transpose(reshape(x, {10, 2, 4}), 0, 1), {20, 4}).slice_rows(10, 20);  // (10, 4)
+    Tensor want = assign_codes(head1, book1.embed, false);
+    Tensor got = reshape(transpose(ev.indices), {20}).slice_rows(10, 20);
+    CHECK(got.to_vector<int64_t>() == want.to_vector<int64_t>());
+  }
+}
+
+TEST_CASE("masked rows change nothing and get index -1; W ranks with masks equal 1 rank without the masked rows") {
+  Generator data(4, 0);
+  Tensor x = rand_normal({24, 4}, data);
+  std::vector<int64_t> keep(24);
+  for (int i = 0; i < 24; ++i) keep[i] = i % 3 != 0;
+  Tensor mask = from_vector(keep, {24});
+  std::vector<int64_t> kept_rows;
+  for (int i = 0; i < 24; ++i)
+    if (keep[i]) kept_rows.push_back(i);
+  Tensor compact = index_select(x, from_vector(kept_rows, {16}));
+
+  VectorQuantizeOptions o = base(4);
+  o.codebook.threshold_ema_dead_code = 1.f;
+  NamedTensors reference;
+  run_ranks(1, [&](Communicator& comm) {
+    Generator init(0, 0);
+    VectorQuantize vq(o, init);
+    vq.forward(compact, comm);
+    vq.forward(compact, comm);
+    reference = snapshot(vq);
+  }, kFast);
+  run_ranks(3, [&](Communicator& comm) {
+    Generator init(0, 0);
+    VectorQuantize vq(o, init);
+    Tensor xs = x.slice_rows(comm.rank() * 8, comm.rank() * 8 + 8);
+    Tensor ms = mask.slice_rows(comm.rank() * 8, comm.rank() * 8 + 8);
+    VectorQuantizeOutput out = vq.forward(xs, comm, ms);
+    out = vq.forward(xs, comm, ms);
+    check_close(snapshot(vq), reference, 1e-5, 1e-6);
+    for (int i = 0; i < 8; ++i) {
+      bool kept = ms.data<int64_t>()[i] != 0;
+      CHECK((out.indices.data<int64_t>()[i] == -1) == !kept);
+      if (!kept)
+        CHECK(slice_rows(out.quantized, i, i + 1).to_vector<float>() == slice_rows(xs, i, i + 1).to_vector<float>());
+    }
+  }, kFast);
+}
+
+TEST_CASE("a learnable codebook is trained by gradients: no EMA, a codebook loss, one counts all-reduce") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(5, 0);
+  VectorQuantizeOptions o = base(4);
+  o.codebook.learnable = true;
+  VectorQuantize vq(o, init);
+  CHECK(vq.named_parameters().size() == 1);
+  CHECK(vq.named_parameters()[0].first == "codebook.embed");
+  Tensor x = rand_normal({16, 4}, data);
+  vq.forward(x, comm);  // k-means init
+  Tensor before = vq.codebooks()[0]->embed.clone();
+  uint64_t calls = comm.counters().collectives;
+  VectorQuantizeOutput out = vq.forward(x, comm);
+  CHECK(comm.counters().collectives == calls + 1);
+  CHECK(vq.codebooks()[0]->embed.to_vector<float>() == before.to_vector<float>());  // forward does not move it
+  out.loss.backward();
+  Tensor g = vq.codebooks()[0]->embed.grad();
+  REQUIRE(g.defined());
+  CHECK(sum(square(g)).item<float>() > 0.f);
+}
+
+TEST_CASE("an empty batch and an all-masked batch are valid in training") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(6, 0);
+  VectorQuantize vq(base(4), init);
+  vq.forward(rand_normal({10, 4}, data), comm);
+  VectorQuantizeOutput out = vq.forward(zeros({0, 4}), comm);
+  CHECK(out.quantized.shape() == Shape{0, 4});
+  CHECK(out.loss.item<float>() == 0.f);
+  out = vq.forward(ones({3, 4}), comm, zeros({3}, DType::i64));
+  CHECK(out.indices.to_vector<int64_t>() == std::vector<int64_t>(3, -1));
+  CHECK_THROWS_WITH_AS(vq.forward(ones({3, 5}), comm), doctest::Contains("VectorQuantize expects [N, 4]"), Error);
+}

@@ -1,0 +1,189 @@
+#include "vq/codebook.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "engine/autograd.h"
+#include "engine/ops.h"
+#include "vq/assign.h"
+#include "vq/code_stats.h"
+#include "vq/kmeans.h"
+#include "vq/sampler.h"
+
+namespace vqddp {
+
+Codebook::Codebook(const CodebookOptions& o, Generator& init_gen) : opt_(o) {
+  VQDDP_CHECK(o.codebook_size > 0 && o.dim > 0, "codebook: codebook_size {} and dim {} must be positive",
+              o.codebook_size, o.dim);
+  VQDDP_CHECK(o.decay >= 0.f && o.decay <= 1.f, "codebook: decay {} outside [0, 1]", o.decay);
+  VQDDP_CHECK(o.eps > 0.f, "codebook: eps {} must be positive", o.eps);
+  VQDDP_CHECK(o.threshold_ema_dead_code >= 0.f, "codebook: threshold_ema_dead_code {} is negative",
+              o.threshold_ema_dead_code);
+  VQDDP_CHECK(!o.kmeans_init || o.kmeans_iters >= 1, "codebook: kmeans_iters {} must be at least 1", o.kmeans_iters);
+  int64_t k = o.codebook_size, d = o.dim;
+  // Kaiming-uniform with fan_in = D (bound sqrt(6 / D)); zeros while k-means
+  // init is pending.
+  float bound = std::sqrt(6.f / static_cast<float>(d));
+  Tensor init = o.kmeans_init ? zeros({k, d}) : rand_uniform({k, d}, init_gen, -bound, bound);
+  if (o.cosine && !o.kmeans_init) init = l2_normalize_rows(init);
+  if (o.learnable) {
+    embed = register_parameter("embed", init);
+  } else {
+    embed = register_buffer("embed", init);
+    embed_avg = register_buffer("embed_avg", init.clone());
+    cluster_size = register_buffer("cluster_size", full({k}, o.cluster_size_init_ones ? 1.0 : 0.0));
+  }
+  initted_ = register_buffer("initted", full({1}, o.kmeans_init ? 0 : 1, DType::i64));
+  draws_ = register_buffer("draws", zeros({1}, DType::i64));
+}
+
+Generator Codebook::next_shared_generator() {
+  int64_t& n = draws_.data<int64_t>()[0];
+  draws_.bump_version();
+  return Generator(opt_.seed, static_cast<uint64_t>(n++));
+}
+
+void Codebook::check_input(const Tensor& x, const Communicator& comm, bool training) const {
+  VQDDP_CHECK(x.defined() && x.dtype() == DType::f32 && x.dim() == 2 && x.size(1) == opt_.dim,
+              "rank {}: codebook expects float32 rows [N, {}], got {}", comm.rank(), opt_.dim, x.desc());
+  if (!training) return;
+  // Refuse non-finite input before any state changes: one NaN row would
+  // otherwise poison every rank's codebook through the all-reduce.
+  const float* p = x.data<float>();
+  for (int64_t r = 0; r < x.size(0); ++r)
+    for (int64_t j = 0; j < opt_.dim; ++j)
+      VQDDP_CHECK(std::isfinite(p[r * opt_.dim + j]),
+                  "rank {}: row {} of the training batch has a non-finite value ({} in column {})", comm.rank(), r,
+                  p[r * opt_.dim + j], j);
+}
+
+bool Codebook::init_with_kmeans(const Tensor& x, Communicator& comm) {
+  Generator gen = next_shared_generator();
+  KmeansResult km = kmeans(x, opt_.codebook_size, opt_.kmeans_iters, opt_.cosine, comm, gen);
+  if (!km.means.defined()) return false;  // no rank had rows: every rank stays uninitialised alike
+  embed.copy_(km.means);
+  if (!opt_.learnable) {
+    // embed_avg = means * bins (NOT means): the EMA normalisation divides by
+    // the counts again, so this keeps the centroids where k-means put them.
+    embed_avg.copy_(mul(km.means, reshape(km.bins, {-1, 1})));
+    cluster_size.copy_(km.bins);
+  }
+  initted_.fill_(1);
+  return true;
+}
+
+void Codebook::update_ema(const Tensor& stats) {
+  int64_t k = opt_.codebook_size, d = opt_.dim;
+  const float* counts = stats_counts(stats, k).data<float>();
+  const float* sums = stats_sums(stats, k, d).data<float>();
+  float* cs = cluster_size.data<float>();
+  float* avg = embed_avg.data<float>();
+  float* e = embed.data<float>();
+  const float decay = opt_.decay, keep = 1.f - opt_.decay;
+  for (int64_t c = 0; c < k; ++c) cs[c] = decay * cs[c] + keep * counts[c];
+  for (int64_t i = 0; i < k * d; ++i) avg[i] = decay * avg[i] + keep * sums[i];
+  // Laplace smoothing: cs~ = (cs + eps) / (n + K eps) * n, so a code with no
+  // mass is divided by a small positive number, never by zero.
+  double n = 0;
+  for (int64_t c = 0; c < k; ++c) n += cs[c];
+  for (int64_t c = 0; c < k; ++c) {
+    float smoothed = static_cast<float>((cs[c] + opt_.eps) / (n + k * double(opt_.eps)) * n);
+    for (int64_t j = 0; j < d; ++j) e[c * d + j] = avg[c * d + j] / smoothed;
+  }
+  if (opt_.cosine) embed.copy_(l2_normalize_rows(embed));
+  cluster_size.bump_version();
+  embed_avg.bump_version();
+  embed.bump_version();
+}
+
+int64_t Codebook::revive_dead_codes(const Tensor& x, Communicator& comm) {
+  const float threshold = opt_.threshold_ema_dead_code;
+  if (threshold <= 0.f) return 0;
+  int64_t k = opt_.codebook_size, d = opt_.dim;
+  std::vector<int64_t> expired;
+  const float* cs = cluster_size.data<float>();
+  for (int64_t c = 0; c < k; ++c)
+    if (cs[c] < threshold) expired.push_back(c);  // strict, on state identical across ranks
+  if (expired.empty()) return 0;
+  Generator gen = next_shared_generator();
+  Tensor rows = sample_rows(x, static_cast<int64_t>(expired.size()), comm, gen);  // (m, D)
+  if (rows.size(0) == 0) return 0;  // empty global batch: every rank skips alike
+  const float* s = rows.data<float>();
+  float* e = embed.data<float>();
+  float* avg = embed_avg.data<float>();
+  float* csw = cluster_size.data<float>();
+  for (size_t i = 0; i < expired.size(); ++i) {
+    int64_t c = expired[i];
+    for (int64_t j = 0; j < d; ++j) {
+      e[c * d + j] = s[i * d + j];
+      avg[c * d + j] = s[i * d + j] * threshold;
+    }
+    csw[c] = threshold;
+  }
+  embed.bump_version();
+  embed_avg.bump_version();
+  cluster_size.bump_version();
+  return static_cast<int64_t>(expired.size());
+}
+
+double perplexity_of(const Tensor& counts) {
+  const float* p = counts.data<float>();
+  double total = 0, entropy = 0;
+  for (int64_t i = 0; i < counts.numel(); ++i) total += p[i];
+  if (total <= 0) return 1.0;
+  for (int64_t i = 0; i < counts.numel(); ++i)
+    if (p[i] > 0) {
+      double q = p[i] / total;
+      entropy -= q * std::log(q);
+    }
+  return std::exp(entropy);
+}
+
+Tensor Codebook::lookup(const Tensor& indices) const { return index_select(embed, indices); }
+
+CodebookOutput Codebook::forward(const Tensor& x_in, Communicator& comm) {
+  bool training = is_training();
+  check_input(x_in, comm, training);
+  int64_t k = opt_.codebook_size, d = opt_.dim;
+  Tensor x = opt_.cosine ? l2_normalize_rows(x_in) : x_in;  // (N, D)
+
+  if (!training) {
+    VQDDP_CHECK(initted(), "rank {}: codebook is not initialised (k-means init pending): run a training step or load "
+                "a checkpoint before eval", comm.rank());
+    Tensor indices = assign_codes(x, embed, opt_.cosine);
+    return {lookup(indices), indices, {}};
+  }
+
+  if (!initted()) {
+    if (!init_with_kmeans(x.detach(), comm)) {
+      // Nobody had rows: nothing to assign, nothing to update, on every rank.
+      return {zeros({0, d}), zeros({0}, DType::i64), {1.0, 0, 0, 0}};
+    }
+  }
+  Tensor indices = assign_codes(x, embed, opt_.cosine);  // (N)
+  Tensor quantize = lookup(indices);                      // (N, D), pre-update codebook
+
+  CodebookMetrics m;
+  Tensor counts;
+  if (opt_.learnable) {
+    // Counts only, for the metrics; the embed is trained by the optimizer.
+    counts = code_stats(zeros({x.size(0), 0}), indices, k);  // (K + 0)
+    comm.all_reduce(counts, ReduceOp::sum);
+  } else {
+    NoGradGuard no_grad;
+    Tensor stats = code_stats(x.detach(), indices, k);  // (K + K*D)
+    comm.all_reduce(stats, ReduceOp::sum);
+    update_ema(stats);
+    m.codes_revived = revive_dead_codes(x.detach(), comm);
+    counts = stats_counts(stats, k);
+  }
+  m.perplexity = perplexity_of(counts);
+  const float* pc = counts.data<float>();
+  for (int64_t c = 0; c < k; ++c) {
+    m.codes_used += pc[c] > 0;
+    m.rows += static_cast<int64_t>(pc[c]);
+  }
+  return {quantize, indices, m};
+}
+
+}  // namespace vqddp

@@ -1,0 +1,91 @@
+// One codebook: EMA-trained (the default) or learnable (trained by
+// gradients), Euclidean or cosine. VQ_SEMANTICS.md section 1 is the spec;
+// the training forward runs its steps in exactly that order:
+//   1. k-means init if not initted (distributed, vq/kmeans.h)
+//   2. assign: nearest code, ties to the lowest index (vq/assign.h)
+//   3. quantize = embed[index] from the codebook BEFORE this step's update
+//   4. local stats: counts and sums in one buffer (vq/code_stats.h)
+//   5. ONE all_reduce SUM of that buffer, every training step, every rank
+//   6. EMA of cluster_size and embed_avg
+//   7. Laplace-smoothed normalisation: embed = embed_avg / cs~
+//   8. dead-code revival AFTER the EMA, resetting embed, embed_avg and
+//      cluster_size together (the ESPnet #6284 fix), rows from the sampler
+//   9. metrics from the GLOBAL counts
+// Every decision that picks a collective (init or not, revive or not, skip
+// an empty world) reads state that is identical on every rank or values that
+// were just all-reduced, so all ranks always make the same calls (invariant 6).
+// The communicator is an argument of forward(), never stored (invariant 8).
+//
+// Eval (is_training() false) runs steps 2 and 3 only: no collective, no
+// state change; an uninitialised codebook is an error there.
+#pragma once
+
+#include <string>
+
+#include "comm/communicator.h"
+#include "engine/nn.h"
+
+namespace vqddp {
+
+struct CodebookOptions {
+  int64_t codebook_size = 512;  // K
+  int64_t dim = 0;              // D
+  bool cosine = false;
+  bool learnable = false;  // gradient-trained embed (no EMA, no revival)
+  float decay = 0.99f;
+  float eps = 1e-5f;
+  float threshold_ema_dead_code = 2.f;  // 0 disables revival
+  bool kmeans_init = true;
+  int kmeans_iters = 50;
+  bool cluster_size_init_ones = true;  // false: zeros
+  uint64_t seed = 0;                   // keys the codebook's shared random streams
+};
+
+struct CodebookMetrics {
+  double perplexity = 0;      // exp(entropy) of the global code counts; 1 for an empty world batch
+  int64_t codes_used = 0;     // codes chosen by at least one row of the global batch
+  int64_t codes_revived = 0;  // dead codes replaced this step
+  int64_t rows = 0;           // rows in the global batch
+};
+
+struct CodebookOutput {
+  Tensor quantize;  // (N, D) codebook rows (for learnable codebooks: differentiable w.r.t. embed)
+  Tensor indices;   // (N) int64
+  CodebookMetrics metrics;
+};
+
+class Codebook : public Module {
+ public:
+  // `init_gen` draws the initial (kaiming-uniform) codebook when k-means
+  // init is off.
+  Codebook(const CodebookOptions& options, Generator& init_gen);
+
+  // x (N, D) of this rank. In training, every rank must call, also with N = 0.
+  CodebookOutput forward(const Tensor& x, Communicator& comm);
+
+  // Codes (M, D) for indices (M) in [0, K); no collective, no state change.
+  Tensor lookup(const Tensor& indices) const;
+
+  const CodebookOptions& options() const { return opt_; }
+  bool initted() const { return initted_.item<int64_t>() != 0; }
+
+  Tensor embed;         // (K, D) buffer, or parameter when learnable
+  Tensor embed_avg;     // (K, D) EMA of the code sums (EMA only)
+  Tensor cluster_size;  // (K) EMA of the code counts (EMA only)
+
+ private:
+  void check_input(const Tensor& x, const Communicator& comm, bool training) const;
+  bool init_with_kmeans(const Tensor& x, Communicator& comm);
+  void update_ema(const Tensor& stats);
+  int64_t revive_dead_codes(const Tensor& x, Communicator& comm);
+  Generator next_shared_generator();
+
+  CodebookOptions opt_;
+  Tensor initted_;  // int64 (1): 1 once the codebook holds trained or k-means values
+  Tensor draws_;    // int64 (1): shared random streams used so far (stream id of the next)
+};
+
+// exp(-sum p log p) of counts (K), p = counts / sum; 1 when the sum is 0.
+double perplexity_of(const Tensor& counts);
+
+}  // namespace vqddp

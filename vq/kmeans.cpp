@@ -1,0 +1,37 @@
+#include "vq/kmeans.h"
+
+#include "engine/autograd.h"
+#include "vq/assign.h"
+#include "vq/code_stats.h"
+#include "vq/sampler.h"
+
+namespace vqddp {
+
+void kmeans_update(Tensor& means, const Tensor& stats, bool cosine) {
+  int64_t k = means.size(0), d = means.size(1);
+  const float* counts = stats_counts(stats, k).data<float>();
+  const float* sums = stats_sums(stats, k, d).data<float>();
+  float* pm = means.data<float>();
+  for (int64_t c = 0; c < k; ++c) {
+    if (counts[c] == 0.f) continue;  // an empty cluster keeps its mean
+    for (int64_t j = 0; j < d; ++j) pm[c * d + j] = sums[c * d + j] / counts[c];
+  }
+  if (cosine) means.copy_(l2_normalize_rows(means));
+  means.bump_version();
+}
+
+KmeansResult kmeans(const Tensor& x, int64_t k, int iters, bool cosine, Communicator& comm, Generator& shared) {
+  NoGradGuard no_grad;
+  Tensor means = sample_rows(x, k, comm, shared);  // (K, D) or (0, D)
+  if (means.size(0) == 0) return {};
+  Tensor bins = zeros({k});
+  for (int it = 0; it < iters; ++it) {
+    Tensor stats = code_stats(x, assign_codes(x, means, cosine), k);  // (K + K*D)
+    comm.all_reduce(stats, ReduceOp::sum);
+    bins = stats_counts(stats, k).clone();
+    kmeans_update(means, stats, cosine);
+  }
+  return {means, bins};
+}
+
+}  // namespace vqddp

@@ -1,0 +1,125 @@
+#include "vq/vector_quantize.h"
+
+#include "engine/ops.h"
+
+namespace vqddp {
+
+Tensor commitment_loss(const Tensor& q, const Tensor& z, float weight) {
+  if (z.numel() == 0) return mul(sum(z), 0.f);  // keeps the graph; 0 with a zero gradient
+  return mul(mse_loss(q.detach(), z), weight);
+}
+
+VectorQuantize::VectorQuantize(const VectorQuantizeOptions& o, Generator& init_gen) : opt_(o) {
+  VQDDP_CHECK(o.dim > 0 && o.heads >= 1, "VectorQuantize: dim {} and heads {} must be positive", o.dim, o.heads);
+  codebook_dim_ = o.codebook_dim > 0 ? o.codebook_dim : o.dim / o.heads;
+  VQDDP_CHECK(codebook_dim_ > 0 && (o.codebook_dim > 0 || o.dim % o.heads == 0),
+              "VectorQuantize: dim {} is not divisible by heads {}; set codebook_dim", o.dim, o.heads);
+  int64_t inner = codebook_dim_ * o.heads;
+  if (inner != o.dim) {
+    project_in_ = register_module("project_in", std::make_shared<Linear>(o.dim, inner, init_gen));
+    project_out_ = register_module("project_out", std::make_shared<Linear>(inner, o.dim, init_gen));
+  }
+  int books = o.separate_codebook_per_head ? o.heads : 1;
+  for (int h = 0; h < books; ++h) {
+    CodebookOptions c = o.codebook;
+    c.codebook_size = o.codebook_size;
+    c.dim = codebook_dim_;
+    c.seed = o.seed * 1000003 + static_cast<uint64_t>(h);
+    codebooks_.push_back(register_module(books == 1 ? "codebook" : "codebook" + std::to_string(h),
+                                         std::make_shared<Codebook>(c, init_gen)));
+  }
+}
+
+void VectorQuantize::quantize_heads(const Tensor& z, Communicator& comm, Tensor& q, Tensor& indices,
+                                    std::vector<CodebookMetrics>& metrics) {
+  int64_t m = z.size(0), h = opt_.heads, cd = codebook_dim_;
+  if (codebooks_.size() == 1) {
+    // Head h of row n is row n*h + h: one codebook sees every head's rows.
+    CodebookOutput out = codebooks_[0]->forward(reshape(z, {m * h, cd}), comm);
+    q = reshape(out.quantize, {m, h * cd});
+    indices = reshape(out.indices, {m, h});
+    metrics.push_back(out.metrics);
+    return;
+  }
+  Tensor by_head = reshape(transpose(reshape(z, {m, h, cd}), 0, 1), {h * m, cd});  // (H*M, cd), head-major
+  std::vector<Tensor> qs, is;
+  for (int64_t i = 0; i < h; ++i) {
+    CodebookOutput out = codebooks_[i]->forward(slice_rows(by_head, i * m, (i + 1) * m), comm);
+    qs.push_back(out.quantize);
+    is.push_back(out.indices);
+    metrics.push_back(out.metrics);
+  }
+  q = reshape(transpose(reshape(concat(qs, 0), {h, m, cd}), 0, 1), {m, h * cd});
+  indices = transpose(reshape(concat(is, 0), {h, m}), 0, 1);  // (M, H)
+}
+
+VectorQuantizeOutput VectorQuantize::forward(const Tensor& x, Communicator& comm, const Tensor& mask) {
+  VQDDP_CHECK(x.defined() && x.dim() == 2 && x.size(1) == opt_.dim, "rank {}: VectorQuantize expects [N, {}], got {}",
+              comm.rank(), opt_.dim, x.desc());
+  int64_t n = x.size(0);
+  // Keep only unmasked rows; `keep` lists them in ascending order.
+  Tensor xv = x, keep;
+  if (mask.defined()) {
+    VQDDP_CHECK(mask.dtype() == DType::i64 && mask.shape() == Shape{n}, "rank {}: mask must be int64 [{}], got {}",
+                comm.rank(), n, mask.desc());
+    std::vector<int64_t> rows;
+    const int64_t* pm = mask.data<int64_t>();
+    for (int64_t i = 0; i < n; ++i)
+      if (pm[i] != 0) rows.push_back(i);
+    keep = from_vector(rows, {static_cast<int64_t>(rows.size())});
+    xv = index_select(x, keep);  // (M, dim)
+  }
+  Tensor z = project_in_ ? project_in_->forward(xv) : xv;  // (M, heads * cd)
+  VectorQuantizeOutput out;
+  Tensor q, idx;
+  quantize_heads(z, comm, q, idx, out.metrics);
+  out.loss = commitment_loss(q, z, opt_.commitment_weight);
+  if (codebooks_[0]->options().learnable && z.numel() > 0) out.loss = add(out.loss, mse_loss(q, z.detach()));
+  Tensor st = add(z, sub(q, z).detach());  // straight-through: values of q, gradient of z
+  Tensor yv = project_out_ ? project_out_->forward(st) : st;  // (M, dim)
+
+  if (!mask.defined()) {
+    out.quantized = yv;
+    out.indices = opt_.heads == 1 ? reshape(idx, {n}) : idx;
+    return out;
+  }
+  // Put the quantized rows back in place; masked rows pass their input through.
+  int64_t m = keep.numel();
+  std::vector<int64_t> gather(n), full_idx(n * opt_.heads, -1);
+  const int64_t* pk = keep.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) gather[i] = m + i;
+  for (int64_t j = 0; j < m; ++j) {
+    gather[pk[j]] = j;
+    for (int hh = 0; hh < opt_.heads; ++hh) full_idx[pk[j] * opt_.heads + hh] = idx.data<int64_t>()[j * opt_.heads + hh];
+  }
+  out.quantized = index_select(concat({yv, x}, 0), from_vector(gather, {n}));
+  out.indices = opt_.heads == 1 ? from_vector(full_idx, {n}) : from_vector(full_idx, {n, opt_.heads});
+  return out;
+}
+
+Tensor VectorQuantize::codes_of(const Tensor& indices) const {
+  int64_t m = indices.size(0), h = opt_.heads, cd = codebook_dim_;
+  Tensor codes = zeros({m, h * cd});
+  float* pc = codes.data<float>();
+  const int64_t* pi = indices.data<int64_t>();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < h; ++j) {
+      int64_t c = pi[i * h + j];
+      if (c < 0) continue;  // dropped or masked: zero
+      const Codebook& book = *codebooks_[codebooks_.size() == 1 ? 0 : j];
+      VQDDP_CHECK(c < book.options().codebook_size, "decode: index {} outside codebook of {}", c,
+                  book.options().codebook_size);
+      std::copy_n(book.embed.data<float>() + c * cd, cd, pc + (i * h + j) * cd);
+    }
+  return codes;
+}
+
+Tensor VectorQuantize::decode(const Tensor& indices) const {
+  VQDDP_CHECK(indices.dtype() == DType::i64 && indices.numel() % opt_.heads == 0 &&
+                  (indices.dim() == 1 ? opt_.heads == 1 : indices.dim() == 2 && indices.size(1) == opt_.heads),
+              "decode: expected int64 indices [N] or [N, {}], got {}", opt_.heads, indices.desc());
+  Tensor codes = codes_of(indices.reshape({-1, opt_.heads}));
+  return project_out_ ? project_out_->forward(codes) : codes;
+}
+
+}  // namespace vqddp

@@ -1,0 +1,75 @@
+// VectorQuantize: the module users put in their models.
+//
+//   x (N, dim) -> [project_in] -> (N, heads * codebook_dim)
+//     -> heads: (N * heads, codebook_dim) rows through ONE shared codebook,
+//        or head h's rows through codebook h (separate_codebook_per_head)
+//     -> quantize -> straight-through: x + (q - x).detach()
+//     -> [project_out] -> (N, dim)
+// Masked rows (mask 0) are removed before anything else: they reach no
+// codebook statistic, no k-means, no sampler; their output is their input
+// and their indices are -1.
+//
+// loss = commitment_weight * mse(q.detach(), z) over the unmasked rows of
+// this rank (z = the codebook input), plus, for learnable codebooks, the
+// codebook loss mse(q, z.detach()) that trains the embed (VQ-VAE). The
+// weight is applied (ESPnet stored it and forgot to).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "vq/codebook.h"
+
+namespace vqddp {
+
+struct VectorQuantizeOptions {
+  int64_t dim = 0;
+  int64_t codebook_size = 512;
+  int64_t codebook_dim = 0;  // 0: dim / heads
+  int heads = 1;
+  bool separate_codebook_per_head = false;
+  float commitment_weight = 1.f;
+  // Codebook hyper-parameters; codebook_size, dim and seed are set from the
+  // fields above (each separate codebook gets its own seed).
+  CodebookOptions codebook;
+  uint64_t seed = 0;
+};
+
+struct VectorQuantizeOutput {
+  Tensor quantized;  // (N, dim), straight-through
+  Tensor indices;    // (N) int64, or (N, heads) with several heads; -1 for masked rows
+  Tensor loss;       // scalar
+  std::vector<CodebookMetrics> metrics;  // one per codebook
+};
+
+class VectorQuantize : public Module {
+ public:
+  VectorQuantize(const VectorQuantizeOptions& options, Generator& init_gen);
+
+  // Every rank must call in training (also with N = 0 or all rows masked).
+  // mask: undefined, or (N) int64 with 1 = keep, 0 = masked.
+  VectorQuantizeOutput forward(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor());
+
+  // Output (N, dim) for indices (N) or (N, heads); -1 rows give zeros before
+  // project_out. No collective, no state change.
+  Tensor decode(const Tensor& indices) const;
+
+  const VectorQuantizeOptions& options() const { return opt_; }
+  const std::vector<std::shared_ptr<Codebook>>& codebooks() const { return codebooks_; }
+
+ private:
+  // (M, heads * cd) -> quantized (M, heads * cd), indices (M, heads).
+  void quantize_heads(const Tensor& z, Communicator& comm, Tensor& q, Tensor& indices,
+                      std::vector<CodebookMetrics>& metrics);
+  Tensor codes_of(const Tensor& indices) const;  // (M, heads) -> (M, heads * cd), -1 -> 0
+
+  VectorQuantizeOptions opt_;
+  int64_t codebook_dim_;
+  std::shared_ptr<Linear> project_in_, project_out_;
+  std::vector<std::shared_ptr<Codebook>> codebooks_;
+};
+
+// weight * mean((q - z)^2) over all elements, with q detached; 0 for no rows.
+Tensor commitment_loss(const Tensor& q, const Tensor& z, float weight);
+
+}  // namespace vqddp
