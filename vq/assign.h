@@ -15,7 +15,7 @@
 
 namespace vqddp {
 
-constexpr int64_t kAssignBlockRows = 256;
+constexpr int64_t kAssignBlockRows = 512;
 
 // x (N, D), embed (K, D) -> indices (N) int64. No autograd.
 Tensor assign_codes(const Tensor& x, const Tensor& embed, bool cosine);
