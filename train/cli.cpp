@@ -7,7 +7,9 @@
 
 #include "engine/blas.h"
 #include "engine/error.h"
+#include "train/cli_args.h"
 #include "train/demo_mlp.h"
+#include "train/replay.h"
 
 namespace {
 
@@ -15,23 +17,30 @@ void usage() {
   fmt::print(
       "usage: vqddp <command> [options]\n"
       "commands:\n"
-      "  demo [--steps N] [--seed S]   fit a small MLP with the engine, printing progress\n");
+      "  demo [--steps N] [--seed S]   fit a small MLP with the engine, printing progress\n"
+      "  replay IN OUT [--world W] [--shards LIST]\n"
+      "                                run recorded batches through one EMA codebook on W thread ranks\n"
+      "                                and write the final state (format: README.md, 'replay')\n");
 }
 
 int run_demo(int argc, char** argv) {
+  vqddp::CliArgs args("demo", argc, argv, 2, {"steps", "seed"});
+  args.expect_positional(0, "no positional arguments");
   vqddp::DemoOptions opt;
-  for (int i = 2; i < argc; ++i) {
-    std::string a = argv[i];
-    bool has_value = i + 1 < argc;
-    if (a == "--steps" && has_value)
-      opt.steps = std::stoi(argv[++i]);
-    else if (a == "--seed" && has_value)
-      opt.seed = std::stoull(argv[++i]);
-    else
-      throw vqddp::Error(fmt::format("demo: unknown or incomplete option '{}'", a));
-  }
+  opt.steps = static_cast<int>(args.get_int("steps", opt.steps));
+  opt.seed = static_cast<unsigned long long>(args.get_int("seed", 0));
   double val = vqddp::run_mlp_demo(opt);
   fmt::print("demo: final validation mse {:.5f}\n", val);
+  return 0;
+}
+
+int run_replay(int argc, char** argv) {
+  vqddp::CliArgs args("replay", argc, argv, 2, {"world", "shards"});
+  args.expect_positional(2, "an input and an output file");
+  vqddp::ReplayOptions opt{args.positional()[0], args.positional()[1], static_cast<int>(args.get_int("world", 1)),
+                           args.get("shards", "")};
+  int steps = vqddp::run_replay(opt);
+  fmt::print("replay: {} batches on {} rank{} -> {}\n", steps, opt.world, opt.world == 1 ? "" : "s", opt.output);
   return 0;
 }
 
@@ -46,6 +55,7 @@ int main(int argc, char** argv) {
   try {
     std::string cmd = argv[1];
     if (cmd == "demo") return run_demo(argc, argv);
+    if (cmd == "replay") return run_replay(argc, argv);
     fmt::print(stderr, "vqddp: unknown command '{}'\n", cmd);
     usage();
     return 2;

@@ -1,0 +1,53 @@
+#include "train/cli_args.h"
+
+#include <fmt/format.h>
+
+#include "engine/error.h"
+
+namespace vqddp {
+
+CliArgs::CliArgs(const std::string& command, int argc, char** argv, int first, const std::set<std::string>& options)
+    : command_(command) {
+  for (int i = first; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) {
+      positional_.push_back(a);
+      continue;
+    }
+    std::string name = a.substr(2), value;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else {
+      VQDDP_CHECK(options.count(name) == 0 || i + 1 < argc, "{}: option --{} needs a value", command, name);
+      if (options.count(name)) value = argv[++i];
+    }
+    VQDDP_CHECK(options.count(name), "{}: unknown option --{} (known: {})", command, name,
+                options.empty() ? std::string("none") : fmt::format("--{}", fmt::join(options, ", --")));
+    values_[name] = value;
+  }
+}
+
+std::string CliArgs::get(const std::string& name, const std::string& fallback) const {
+  auto it = values_.find(name);
+  return it == values_.end() ? fallback : it->second;
+}
+
+int64_t CliArgs::get_int(const std::string& name, int64_t fallback) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  try {
+    size_t used = 0;
+    int64_t v = std::stoll(it->second, &used);
+    if (used == it->second.size()) return v;
+  } catch (const std::exception&) {
+  }
+  VQDDP_THROW("{}: --{} expects an integer, got '{}'", command_, name, it->second);
+}
+
+void CliArgs::expect_positional(size_t n, const std::string& what) const {
+  VQDDP_CHECK(positional_.size() == n, "{}: expected {} ({} argument{}), got {}", command_, what, n, n == 1 ? "" : "s",
+              positional_.size());
+}
+
+}  // namespace vqddp

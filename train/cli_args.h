@@ -1,0 +1,31 @@
+// Command-line arguments of one subcommand: positionals and --name value
+// options, every option declared up front so a typo is an error naming it.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace vqddp {
+
+class CliArgs {
+ public:
+  // argv[first..argc) of `command`; `options` are the names (without "--")
+  // that take a value.
+  CliArgs(const std::string& command, int argc, char** argv, int first, const std::set<std::string>& options);
+
+  const std::vector<std::string>& positional() const { return positional_; }
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  std::string get(const std::string& name, const std::string& fallback) const;
+  int64_t get_int(const std::string& name, int64_t fallback) const;
+  // Exactly `n` positionals, or an error naming `what` they should be.
+  void expect_positional(size_t n, const std::string& what) const;
+
+ private:
+  std::string command_;
+  std::vector<std::string> positional_;
+  std::map<std::string, std::string> values_;
+};
+
+}  // namespace vqddp

@@ -1,0 +1,190 @@
+#include "train/replay.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <sstream>
+
+#include "comm/thread_group.h"
+#include "engine/ops.h"
+#include "engine/safetensors.h"
+#include "vq/codebook.h"
+#include "vq/vector_quantize.h"
+
+namespace vqddp {
+
+namespace {
+
+bool parse_bool(const std::string& file, const std::string& key, const std::string& v) {
+  if (v == "true" || v == "1") return true;
+  if (v == "false" || v == "0") return false;
+  VQDDP_THROW("{}: metadata '{}' must be \"true\" or \"false\", got \"{}\"", file, key, v);
+}
+
+double parse_number(const std::string& file, const std::string& key, const std::string& v) {
+  try {
+    size_t used = 0;
+    double d = std::stod(v, &used);
+    if (used == v.size()) return d;
+  } catch (const std::exception&) {
+  }
+  VQDDP_THROW("{}: metadata '{}' must be a number, got \"{}\"", file, key, v);
+}
+
+// Codebook settings from the header metadata; absent keys keep the defaults
+// of VQ_SEMANTICS.md, unknown keys are errors.
+CodebookOptions read_settings(const SafetensorsFile& f, const std::string& file, float& commitment_weight) {
+  CodebookOptions o;
+  commitment_weight = 1.f;
+  for (const auto& [key, v] : f.metadata) {
+    if (key == "decay")
+      o.decay = static_cast<float>(parse_number(file, key, v));
+    else if (key == "eps")
+      o.eps = static_cast<float>(parse_number(file, key, v));
+    else if (key == "threshold_ema_dead_code")
+      o.threshold_ema_dead_code = static_cast<float>(parse_number(file, key, v));
+    else if (key == "cosine")
+      o.cosine = parse_bool(file, key, v);
+    else if (key == "commitment_weight")
+      commitment_weight = static_cast<float>(parse_number(file, key, v));
+    else if (key == "kmeans_init")
+      o.kmeans_init = parse_bool(file, key, v);
+    else if (key == "kmeans_iters")
+      o.kmeans_iters = static_cast<int>(parse_number(file, key, v));
+    else if (key == "seed")
+      o.seed = static_cast<uint64_t>(parse_number(file, key, v));
+    else
+      VQDDP_THROW("{}: unknown metadata key '{}' (known: decay, eps, threshold_ema_dead_code, cosine, "
+                  "commitment_weight, kmeans_init, kmeans_iters, seed)",
+                  file, key);
+  }
+  return o;
+}
+
+std::vector<std::vector<int64_t>> parse_shards(const std::string& spec, const std::vector<int64_t>& batch_rows,
+                                               int world) {
+  std::vector<std::vector<int64_t>> out;
+  if (spec.empty()) {
+    for (int64_t n : batch_rows) out.push_back(even_shards(n, world));
+    return out;
+  }
+  std::vector<std::vector<int64_t>> lists;
+  std::stringstream all(spec);
+  std::string one;
+  while (std::getline(all, one, ';')) {
+    std::vector<int64_t> counts;
+    std::stringstream items(one);
+    std::string item;
+    while (std::getline(items, item, ',')) {
+      try {
+        counts.push_back(std::stoll(item));
+      } catch (const std::exception&) {
+        VQDDP_THROW("replay: --shards: '{}' is not a row count", item);
+      }
+    }
+    VQDDP_CHECK(static_cast<int>(counts.size()) == world, "replay: --shards list '{}' has {} entries for --world {}",
+                one, counts.size(), world);
+    lists.push_back(counts);
+  }
+  VQDDP_CHECK(lists.size() == 1 || lists.size() == batch_rows.size(),
+              "replay: --shards has {} lists for {} batches (give one list, or one per batch)", lists.size(),
+              batch_rows.size());
+  for (size_t b = 0; b < batch_rows.size(); ++b) {
+    const auto& counts = lists.size() == 1 ? lists[0] : lists[b];
+    int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+    VQDDP_CHECK(total == batch_rows[b], "replay: --shards gives {} rows for batch x.{}, which has {}", total, b,
+                batch_rows[b]);
+    for (int64_t c : counts) VQDDP_CHECK(c >= 0, "replay: --shards has a negative row count");
+    out.push_back(counts);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> even_shards(int64_t rows, int world) {
+  std::vector<int64_t> s(world, rows / world);
+  for (int r = 0; r < rows % world; ++r) ++s[r];
+  return s;
+}
+
+int run_replay(const ReplayOptions& opt) {
+  VQDDP_CHECK(opt.world >= 1, "replay: --world must be at least 1, got {}", opt.world);
+  SafetensorsFile f = safetensors_load(opt.input);
+  float weight = 1.f;
+  CodebookOptions o = read_settings(f, opt.input, weight);
+  for (const char* name : {"embed", "embed_avg", "cluster_size"})
+    VQDDP_CHECK(f.contains(name), "{}: missing tensor '{}' (a replay file holds embed, embed_avg, cluster_size, x.0, ...)",
+                opt.input, name);
+  const Tensor &embed = f.at("embed"), &embed_avg = f.at("embed_avg"), &cluster_size = f.at("cluster_size");
+  VQDDP_CHECK(embed.dim() == 2 && embed.dtype() == DType::f32, "{}: 'embed' must be float32 [K, D], got {}", opt.input,
+              embed.desc());
+  o.codebook_size = embed.size(0);
+  o.dim = embed.size(1);
+  VQDDP_CHECK(embed_avg.shape() == embed.shape() && embed_avg.dtype() == DType::f32,
+              "{}: 'embed_avg' must be float32 {}, got {}", opt.input, shape_str(embed.shape()), embed_avg.desc());
+  VQDDP_CHECK(cluster_size.shape() == Shape{o.codebook_size} && cluster_size.dtype() == DType::f32,
+              "{}: 'cluster_size' must be float32 [{}], got {}", opt.input, o.codebook_size, cluster_size.desc());
+
+  std::vector<Tensor> batches;
+  for (int i = 0; f.contains("x." + std::to_string(i)); ++i) {
+    const Tensor& x = f.at("x." + std::to_string(i));
+    VQDDP_CHECK(x.dtype() == DType::f32 && x.dim() == 2 && x.size(1) == o.dim, "{}: 'x.{}' must be float32 [N, {}], got {}",
+                opt.input, i, o.dim, x.desc());
+    batches.push_back(x);
+  }
+  VQDDP_CHECK(!batches.empty(), "{}: missing tensor 'x.0' (no batches to replay)", opt.input);
+  for (const auto& [name, t] : f.tensors) {
+    bool known = name == "embed" || name == "embed_avg" || name == "cluster_size";
+    for (size_t i = 0; i < batches.size(); ++i) known |= name == "x." + std::to_string(i);
+    VQDDP_CHECK(known, "{}: unexpected tensor '{}' (batches must be numbered x.0, x.1, ... without gaps)", opt.input, name);
+  }
+  std::vector<int64_t> rows;
+  for (const Tensor& x : batches) rows.push_back(x.size(0));
+  std::vector<std::vector<int64_t>> shards = parse_shards(opt.shards, rows, opt.world);
+
+  // Per batch and rank: the quantized rows and indices, joined in rank order.
+  size_t steps = batches.size();
+  std::vector<std::vector<Tensor>> quantized(steps, std::vector<Tensor>(opt.world)),
+      indices(steps, std::vector<Tensor>(opt.world));
+  std::vector<CodebookMetrics> metrics(steps);
+  NamedTensors final_state;
+  std::mutex mu;
+  run_ranks(opt.world, [&](Communicator& comm) {
+    Generator unused(0, 0);
+    Codebook book(o, unused);
+    if (!o.kmeans_init) {
+      book.embed.copy_(embed);
+      book.embed_avg.copy_(embed_avg);
+      book.cluster_size.copy_(cluster_size);
+    }
+    for (size_t s = 0; s < steps; ++s) {
+      int64_t begin = std::accumulate(shards[s].begin(), shards[s].begin() + comm.rank(), int64_t{0});
+      CodebookOutput out = book.forward(batches[s].slice_rows(begin, begin + shards[s][comm.rank()]), comm);
+      quantized[s][comm.rank()] = out.quantize;
+      indices[s][comm.rank()] = out.indices;
+      if (comm.rank() == 0) metrics[s] = out.metrics;
+    }
+    if (comm.rank() == 0) {
+      std::lock_guard lock(mu);
+      final_state = {{"embed", book.embed}, {"embed_avg", book.embed_avg}, {"cluster_size", book.cluster_size}};
+    }
+  });
+
+  NamedTensors out = final_state;
+  for (size_t s = 0; s < steps; ++s) {
+    Tensor q = concat(quantized[s], 0);  // (N, D), rank order = batch order
+    out.emplace_back(fmt::format("indices.{}", s), concat(indices[s], 0));
+    out.emplace_back(fmt::format("loss.{}", s), commitment_loss(q, batches[s], weight));
+    out.emplace_back(fmt::format("perplexity.{}", s), scalar(static_cast<float>(metrics[s].perplexity)));
+    out.emplace_back(fmt::format("revived.{}", s), full({}, metrics[s].codes_revived, DType::i64));
+  }
+  std::map<std::string, std::string> meta = f.metadata;
+  meta["world"] = std::to_string(opt.world);
+  safetensors_save(opt.output, out, meta);
+  return static_cast<int>(steps);
+}
+
+}  // namespace vqddp

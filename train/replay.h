@@ -1,0 +1,28 @@
+// `vqddp replay`: runs recorded batches through one EMA codebook in training
+// mode on W thread ranks and writes the resulting state, for debugging and
+// for comparing with other implementations (the file format is in README.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace vqddp {
+
+struct ReplayOptions {
+  std::string input;
+  std::string output;
+  int world = 1;
+  // Rows per rank for every batch ("3,0,5"), or per batch separated by ';'.
+  // Empty: W contiguous shards as even as possible, the extra rows on the
+  // first ranks.
+  std::string shards;
+};
+
+// Returns the number of batches replayed. Errors name the file and the key or
+// tensor at fault; the output is written atomically, only on success.
+int run_replay(const ReplayOptions& options);
+
+// The row counts of `world` contiguous shards of `rows` rows.
+std::vector<int64_t> even_shards(int64_t rows, int world);
+
+}  // namespace vqddp
