@@ -225,7 +225,7 @@ static Tensor tensor_from(const std::vector<T>& values, const Shape& shape) {
   VQDDP_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: {} values for shape {}",
               values.size(), shape_str(shape));
   Tensor t = empty(shape, dtype_of<T>());
-  std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));  // data() may be null
   return t;
 }
 
