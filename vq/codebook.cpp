@@ -57,7 +57,19 @@ void Codebook::check_input(const Tensor& x, const Communicator& comm, bool train
                   p[r * opt_.dim + j], j);
 }
 
-bool Codebook::init_with_kmeans(const Tensor& x, Communicator& comm) {
+bool Codebook::updates() const { return is_training() && grad_enabled(); }
+
+Tensor Codebook::prepare(const Tensor& x, const Communicator& comm) const {
+  check_input(x, comm, updates());
+  return opt_.cosine ? l2_normalize_rows(x) : x;
+}
+
+Tensor Codebook::assign(const Tensor& prepared) const { return assign_codes(prepared, embed, opt_.cosine); }
+
+bool Codebook::ensure_initialised(const Tensor& x, Communicator& comm) {
+  if (initted()) return true;
+  VQDDP_CHECK(updates(), "rank {}: codebook is not initialised (k-means init pending): run a training step or load "
+              "a checkpoint before eval or no-grad inference", comm.rank());
   Generator gen = next_shared_generator();
   KmeansResult km = kmeans(x, opt_.codebook_size, opt_.kmeans_iters, opt_.cosine, comm, gen);
   if (!km.means.defined()) return false;  // no rank had rows: every rank stays uninitialised alike
@@ -141,28 +153,9 @@ double perplexity_of(const Tensor& counts) {
 
 Tensor Codebook::lookup(const Tensor& indices) const { return index_select(embed, indices); }
 
-CodebookOutput Codebook::forward(const Tensor& x_in, Communicator& comm) {
-  bool training = is_training();
-  check_input(x_in, comm, training);
-  int64_t k = opt_.codebook_size, d = opt_.dim;
-  Tensor x = opt_.cosine ? l2_normalize_rows(x_in) : x_in;  // (N, D)
-
-  if (!training) {
-    VQDDP_CHECK(initted(), "rank {}: codebook is not initialised (k-means init pending): run a training step or load "
-                "a checkpoint before eval", comm.rank());
-    Tensor indices = assign_codes(x, embed, opt_.cosine);
-    return {lookup(indices), indices, {}};
-  }
-
-  if (!initted()) {
-    if (!init_with_kmeans(x.detach(), comm)) {
-      // Nobody had rows: nothing to assign, nothing to update, on every rank.
-      return {zeros({0, d}), zeros({0}, DType::i64), {1.0, 0, 0, 0}};
-    }
-  }
-  Tensor indices = assign_codes(x, embed, opt_.cosine);  // (N)
-  Tensor quantize = lookup(indices);                      // (N, D), pre-update codebook
-
+CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communicator& comm) {
+  NoGradGuard no_grad;
+  int64_t k = opt_.codebook_size;
   CodebookMetrics m;
   Tensor counts;
   if (opt_.learnable) {
@@ -170,7 +163,6 @@ CodebookOutput Codebook::forward(const Tensor& x_in, Communicator& comm) {
     counts = code_stats(zeros({x.size(0), 0}), indices, k);  // (K + 0)
     comm.all_reduce(counts, ReduceOp::sum);
   } else {
-    NoGradGuard no_grad;
     Tensor stats = code_stats(x.detach(), indices, k);  // (K + K*D)
     comm.all_reduce(stats, ReduceOp::sum);
     update_ema(stats);
@@ -183,6 +175,16 @@ CodebookOutput Codebook::forward(const Tensor& x_in, Communicator& comm) {
     m.codes_used += pc[c] > 0;
     m.rows += static_cast<int64_t>(pc[c]);
   }
+  return m;
+}
+
+CodebookOutput Codebook::forward(const Tensor& x_in, Communicator& comm) {
+  Tensor x = prepare(x_in, comm);  // (N, D)
+  if (!ensure_initialised(x.detach(), comm))
+    return {zeros({0, opt_.dim}), zeros({0}, DType::i64), {1.0, 0, 0, 0}};  // nobody had rows, on every rank
+  Tensor indices = assign(x);        // (N)
+  Tensor quantize = lookup(indices);  // (N, D), from the codebook before this step's update
+  CodebookMetrics m = updates() ? update(x, indices, comm) : CodebookMetrics{};
   return {quantize, indices, m};
 }
 

@@ -16,8 +16,12 @@
 // were just all-reduced, so all ranks always make the same calls (invariant 6).
 // The communicator is an argument of forward(), never stored (invariant 8).
 //
-// Eval (is_training() false) runs steps 2 and 3 only: no collective, no
-// state change; an uninitialised codebook is an error there.
+// Inference runs steps 2 and 3 only: no collective, no state change; an
+// uninitialised codebook is an error there. Inference is eval mode OR grad
+// mode off: a validation pass under no-grad that only some ranks run must
+// not issue a collective even if the model was left in training mode (the
+// hang vector-quantize-pytorch users hit), so updates need both training
+// mode and grad mode.
 #pragma once
 
 #include <string>
@@ -66,6 +70,22 @@ class Codebook : public Module {
   // Codes (M, D) for indices (M) in [0, K); no collective, no state change.
   Tensor lookup(const Tensor& indices) const;
 
+  // The pieces forward() is made of, for modules that quantize several
+  // inputs with one codebook and update it once (ResidualVQ's shared
+  // codebook):
+  // training mode and grad mode on: this call may update the codebook.
+  bool updates() const;
+  // Checked (and, for cosine, l2-normalised) input rows.
+  Tensor prepare(const Tensor& x, const Communicator& comm) const;
+  // Runs k-means init if pending (update mode only). Returns false when no
+  // rank had rows, on every rank alike; throws in inference if uninitialised.
+  bool ensure_initialised(const Tensor& prepared, Communicator& comm);
+  // Nearest codes (N), from the current codebook.
+  Tensor assign(const Tensor& prepared) const;
+  // Steps 4-9 for prepared rows and their indices: one all-reduce, EMA,
+  // normalisation, revival; metrics of the global counts.
+  CodebookMetrics update(const Tensor& prepared, const Tensor& indices, Communicator& comm);
+
   const CodebookOptions& options() const { return opt_; }
   bool initted() const { return initted_.item<int64_t>() != 0; }
 
@@ -75,7 +95,6 @@ class Codebook : public Module {
 
  private:
   void check_input(const Tensor& x, const Communicator& comm, bool training) const;
-  bool init_with_kmeans(const Tensor& x, Communicator& comm);
   void update_ema(const Tensor& stats);
   int64_t revive_dead_codes(const Tensor& x, Communicator& comm);
   Generator next_shared_generator();

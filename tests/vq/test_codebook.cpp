@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "comm/single.h"
+#include "engine/autograd.h"
 #include "engine/safetensors.h"
 #include "tests/vq/harness.h"
 #include "vq/assign.h"
@@ -156,6 +157,15 @@ TEST_CASE("invariant 4: eval issues no collective and changes no state; an unini
     book.eval();
     CodebookOutput out = book.forward(rand_normal({20, 6}, data), comm);
     CHECK(out.indices.numel() == 20);
+    CHECK(comm.counters().collectives == after_training);
+    CHECK(bitwise_equal(snapshot(book), before));
+    // Training mode under no-grad is inference too: a validation pass that
+    // only rank 0 runs must not wait for the other rank.
+    book.train();
+    if (comm.rank() == 0) {
+      NoGradGuard no_grad;
+      book.forward(rand_normal({20, 6}, data), comm);
+    }
     CHECK(comm.counters().collectives == after_training);
     CHECK(bitwise_equal(snapshot(book), before));
   }, kFast);
