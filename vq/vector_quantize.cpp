@@ -1,8 +1,11 @@
 #include "vq/vector_quantize.h"
 
 #include "engine/ops.h"
+#include "vq/masked_rows.h"
 
 namespace vqddp {
+
+Tensor straight_through(const Tensor& z, const Tensor& q) { return add(z, sub(q, z).detach()); }
 
 Tensor commitment_loss(const Tensor& q, const Tensor& z, float weight) {
   if (z.numel() == 0) return mul(sum(z), 0.f);  // keeps the graph; 0 with a zero gradient
@@ -56,44 +59,18 @@ void VectorQuantize::quantize_heads(const Tensor& z, Communicator& comm, Tensor&
 VectorQuantizeOutput VectorQuantize::forward(const Tensor& x, Communicator& comm, const Tensor& mask) {
   VQDDP_CHECK(x.defined() && x.dim() == 2 && x.size(1) == opt_.dim, "rank {}: VectorQuantize expects [N, {}], got {}",
               comm.rank(), opt_.dim, x.desc());
-  int64_t n = x.size(0);
-  // Keep only unmasked rows; `keep` lists them in ascending order.
-  Tensor xv = x, keep;
-  if (mask.defined()) {
-    VQDDP_CHECK(mask.dtype() == DType::i64 && mask.shape() == Shape{n}, "rank {}: mask must be int64 [{}], got {}",
-                comm.rank(), n, mask.desc());
-    std::vector<int64_t> rows;
-    const int64_t* pm = mask.data<int64_t>();
-    for (int64_t i = 0; i < n; ++i)
-      if (pm[i] != 0) rows.push_back(i);
-    keep = from_vector(rows, {static_cast<int64_t>(rows.size())});
-    xv = index_select(x, keep);  // (M, dim)
-  }
-  Tensor z = project_in_ ? project_in_->forward(xv) : xv;  // (M, heads * cd)
+  MaskedRows rows(mask, x.size(0), comm.rank());
+  Tensor z = rows.compact(x);                 // (M, dim)
+  if (project_in_) z = project_in_->forward(z);  // (M, heads * cd)
   VectorQuantizeOutput out;
   Tensor q, idx;
   quantize_heads(z, comm, q, idx, out.metrics);
   out.loss = commitment_loss(q, z, opt_.commitment_weight);
   if (codebooks_[0]->options().learnable && z.numel() > 0) out.loss = add(out.loss, mse_loss(q, z.detach()));
-  Tensor st = add(z, sub(q, z).detach());  // straight-through: values of q, gradient of z
-  Tensor yv = project_out_ ? project_out_->forward(st) : st;  // (M, dim)
-
-  if (!mask.defined()) {
-    out.quantized = yv;
-    out.indices = opt_.heads == 1 ? reshape(idx, {n}) : idx;
-    return out;
-  }
-  // Put the quantized rows back in place; masked rows pass their input through.
-  int64_t m = keep.numel();
-  std::vector<int64_t> gather(n), full_idx(n * opt_.heads, -1);
-  const int64_t* pk = keep.data<int64_t>();
-  for (int64_t i = 0; i < n; ++i) gather[i] = m + i;
-  for (int64_t j = 0; j < m; ++j) {
-    gather[pk[j]] = j;
-    for (int hh = 0; hh < opt_.heads; ++hh) full_idx[pk[j] * opt_.heads + hh] = idx.data<int64_t>()[j * opt_.heads + hh];
-  }
-  out.quantized = index_select(concat({yv, x}, 0), from_vector(gather, {n}));
-  out.indices = opt_.heads == 1 ? from_vector(full_idx, {n}) : from_vector(full_idx, {n, opt_.heads});
+  Tensor y = straight_through(z, q);
+  if (project_out_) y = project_out_->forward(y);  // (M, dim)
+  out.quantized = rows.expand(y, x);
+  out.indices = rows.expand_indices(opt_.heads == 1 ? reshape(idx, {-1}) : idx);
   return out;
 }
 

@@ -1,0 +1,118 @@
+// FSQ (round trips, level sets, straight-through, no collective) and LFQ
+// (bits, entropy gradient with W ranks equal to one rank).
+#include <doctest/doctest.h>
+
+#include "comm/single.h"
+#include "engine/autograd.h"
+#include "tests/vq/harness.h"
+#include "vq/fsq.h"
+#include "vq/lfq.h"
+
+using namespace vqddp;
+using namespace vqddp::test;
+
+TEST_CASE("FSQ: the recommended level sets give codebook sizes 240, 1000, 4375, 15360, 64000") {
+  CHECK(fsq_codebook_size({8, 6, 5}) == 240);
+  CHECK(fsq_codebook_size({8, 5, 5, 5}) == 1000);
+  CHECK(fsq_codebook_size({7, 5, 5, 5, 5}) == 4375);
+  CHECK(fsq_codebook_size({8, 8, 8, 6, 5}) == 15360);
+  CHECK(fsq_codebook_size({8, 8, 8, 5, 5, 5}) == 64000);
+}
+
+TEST_CASE("FSQ: every index round-trips through its code, and quantize maps codes to themselves") {
+  Generator init(0, 0);
+  for (std::vector<int> levels : {std::vector<int>{8, 6, 5}, std::vector<int>{8, 5, 5, 5}, std::vector<int>{7, 5, 5, 5, 5}}) {
+    FSQ fsq({levels}, init);
+    Tensor all = arange(fsq.codebook_size());
+    Tensor codes = fsq.indices_to_codes(all);
+    CHECK(fsq.codes_to_indices(codes).to_vector<int64_t>() == all.to_vector<int64_t>());
+    for (float c : codes.to_vector<float>()) CHECK((c >= -1.f && c <= 1.f));
+  }
+}
+
+TEST_CASE("FSQ: any input lands on a valid code whose index round-trips; gradients pass straight through") {
+  Generator init(0, 0), data(1, 0);
+  FSQ fsq({{8, 5, 5, 5}}, init);
+  Tensor x = mul(rand_normal({500, 4}, data), 3.f);
+  x.set_requires_grad(true);
+  FSQOutput out = fsq.forward(x);
+  for (int64_t i : out.indices.to_vector<int64_t>()) CHECK((i >= 0 && i < 1000));
+  check_close({{"codes", fsq.indices_to_codes(out.indices)}}, {{"codes", out.quantized}}, 0, 1e-6);
+  // d quantized / d x = d bound / d x (round is straight-through): tanh' * half_l / (L // 2).
+  sum(out.quantized).backward();
+  const float* g = x.grad().data<float>();
+  const float* px = x.data<float>();
+  int levels[4] = {8, 5, 5, 5};
+  for (int64_t i = 0; i < 40; ++i) {
+    int l = levels[i % 4];
+    double h = (l - 1) * (1 + 1e-3) / 2, off = l % 2 == 0 ? 0.5 : 0.0, shift = std::atanh(off / h);
+    double t = std::tanh(px[i] + shift);
+    CHECK(g[i] == doctest::Approx((1 - t * t) * h / (l / 2)).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("FSQ with projections and several codebooks; decode equals the output") {
+  Generator init(0, 0), data(2, 0);
+  FSQ fsq({{8, 6, 5}, 10, 2}, init);
+  Tensor x = rand_normal({7, 10}, data);
+  FSQOutput out = fsq.forward(x);
+  CHECK(out.indices.shape() == Shape{7, 2});
+  CHECK(out.quantized.shape() == Shape{7, 10});
+  check_close({{"d", fsq.decode(out.indices)}}, {{"d", out.quantized}}, 1e-5, 1e-6);
+}
+
+TEST_CASE("LFQ: signs become bits, first dimension most significant") {
+  SingleCommunicator comm;
+  Generator init(0, 0);
+  LFQ lfq({0, 8}, init);
+  lfq.eval();
+  LFQOutput out = lfq.forward(from_vector({0.5f, -1.f, 2.f, -0.1f, -0.2f, 0.3f}, {2, 3}), comm);
+  CHECK(out.indices.to_vector<int64_t>() == std::vector<int64_t>{0b101, 0b001});
+  CHECK(out.quantized.to_vector<float>() == std::vector<float>{1, -1, 1, -1, -1, 1});
+  CHECK(lfq.decode(out.indices).to_vector<float>() == out.quantized.to_vector<float>());
+  CHECK(comm.counters().collectives == 0);
+  CHECK(out.loss.item<float>() == 0.f);
+}
+
+TEST_CASE("LFQ: the entropy loss gradient with W ranks (uneven, one empty) equals one rank on the whole batch") {
+  Generator data(3, 0);
+  Tensor x = mul(rand_normal({13, 4}, data), 0.1f);  // logits within +-8: soft but far from uniform
+  LFQOptions o{0, 16};
+  o.commitment_weight = 0.f;  // the entropy term alone
+  o.entropy_loss_weight = 1.f;
+  o.inv_temperature = 10.f;
+  Tensor reference;
+  float reference_loss = 0;
+  run_ranks(1, [&](Communicator& comm) {
+    Generator init(0, 0);
+    LFQ lfq(o, init);
+    Tensor xr = x.clone();
+    xr.set_requires_grad(true);
+    LFQOutput out = lfq.forward(xr, comm);
+    out.loss.backward();
+    reference = xr.grad();
+    reference_loss = out.loss.item<float>();
+  }, kFast);
+  CHECK(sum(square(reference)).item<float>() > 1e-4f);
+  MESSAGE("LFQ reference gradient norm^2 ", sum(square(reference)).item<float>());
+  for (int w : {2, 3}) {
+    CAPTURE(w);
+    // Rows split unevenly, with an empty rank when W = 3.
+    std::vector<int64_t> sizes = w == 2 ? std::vector<int64_t>{4, 9} : std::vector<int64_t>{0, 5, 8};
+    std::vector<Tensor> grads(w);
+    run_ranks(w, [&](Communicator& comm) {
+      Generator init(0, 0);
+      LFQ lfq(o, init);
+      Tensor xr = shard(x, sizes, comm.rank()).clone();
+      xr.set_requires_grad(true);
+      LFQOutput out = lfq.forward(xr, comm);
+      // Each rank backpropagates its share of the global loss: N_r / N.
+      mul(out.loss, static_cast<float>(sizes[comm.rank()]) / 13.f).backward();
+      grads[comm.rank()] = xr.grad().defined() ? xr.grad() : zeros(xr.shape());
+      // The codebook term is the global one on every rank.
+      CHECK(out.codebook_entropy > 0);
+    }, kFast);
+    check_close({{"grad", concat(grads, 0)}}, {{"grad", reference}}, 1e-3, 1e-6);
+  }
+  CHECK(reference_loss < 0);  // the codebook entropy dominates at this temperature
+}

@@ -1,0 +1,213 @@
+// ResidualVQ and ResidualFSQ: rank-synchronised quantize dropout, the
+// no-grad validation hang made impossible, DDP equivalence, decoding.
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "comm/single.h"
+#include "engine/autograd.h"
+#include "tests/vq/harness.h"
+#include "vq/residual_fsq.h"
+#include "vq/residual_vq.h"
+
+using namespace vqddp;
+using namespace vqddp::test;
+
+namespace {
+
+ResidualVQOptions rvq_options(bool dropout, bool shared = false) {
+  ResidualVQOptions o;
+  o.dim = 6;
+  o.num_quantizers = 4;
+  o.codebook_size = 8;
+  o.shared_codebook = shared;
+  o.quantize_dropout = {dropout, 1, 1};
+  o.codebook.kmeans_iters = 3;
+  o.codebook.threshold_ema_dead_code = 0.5f;
+  o.codebook.decay = 0.8f;
+  o.seed = 5;
+  return o;
+}
+
+ResidualFSQOptions rfsq_options() {
+  ResidualFSQOptions o;
+  o.levels = {8, 5, 5};
+  o.num_quantizers = 5;
+  o.dim = 4;
+  o.quantize_dropout = {true, 0, 1};
+  o.seed = 9;
+  return o;
+}
+
+// Which layers ran in each row of indices (N, Q): the count of the first
+// row's non-negative entries (all rows agree without masks).
+int active_of(const Tensor& indices) {
+  int q = static_cast<int>(indices.size(1)), a = 0;
+  if (indices.size(0) == 0) return -1;
+  for (int l = 0; l < q; ++l) a += indices.data<int64_t>()[l] >= 0;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("quantize dropout: the same index on every rank at every step, W = 1..4, with zero collectives spent on "
+          "choosing it (ResidualFSQ issues none at all)") {
+  for (int w = 1; w <= 4; ++w) {
+    CAPTURE(w);
+    std::vector<std::vector<int>> chosen(w);
+    run_ranks(w, [&](Communicator& comm) {
+      Generator init(0, 0), data(7, comm.rank());  // different data on every rank
+      ResidualFSQ rfsq(rfsq_options(), init);
+      for (int step = 0; step < 40; ++step) {
+        ResidualFSQOutput out = rfsq.forward(rand_normal({3 + comm.rank(), 4}, data));
+        chosen[comm.rank()].push_back(out.active_layers);
+        CHECK(active_of(out.indices) == out.active_layers);
+      }
+      CHECK(comm.counters().collectives == 0);
+    }, kFast);
+    for (int r = 1; r < w; ++r) CHECK(chosen[r] == chosen[0]);
+    std::set<int> distinct(chosen[0].begin(), chosen[0].end());
+    CHECK(distinct.size() > 2);  // dropout really varies
+  }
+}
+
+TEST_CASE("quantize dropout in ResidualVQ: identical layers on every rank, and exactly one all-reduce per active "
+          "layer per step") {
+  ResidualVQOptions o = rvq_options(true);
+  o.codebook.kmeans_init = false;
+  o.codebook.threshold_ema_dead_code = 0;
+  std::vector<std::vector<int>> chosen(3);
+  run_ranks(3, [&](Communicator& comm) {
+    Generator init(0, 0), data(3, comm.rank());
+    ResidualVQ rvq(o, init);
+    for (int step = 0; step < 20; ++step) {
+      uint64_t before = comm.counters().collectives;
+      ResidualVQOutput out = rvq.forward(rand_normal({5, 6}, data), comm);
+      chosen[comm.rank()].push_back(out.active_layers);
+      CHECK(comm.counters().collectives - before == static_cast<uint64_t>(out.active_layers));
+      CHECK(out.active_layers >= 2);  // cutoff index 1
+    }
+  }, kFast);
+  CHECK(chosen[1] == chosen[0]);
+  CHECK(chosen[2] == chosen[0]);
+}
+
+TEST_CASE("the users' hang: a no-grad validation pass on only some ranks of a training-mode model issues no "
+          "collective and completes; training then continues in step") {
+  run_ranks(3, [&](Communicator& comm) {
+    Generator init(0, 0), data(4, comm.rank());
+    ResidualVQ rvq(rvq_options(true), init);
+    ResidualFSQ rfsq(rfsq_options(), init);
+    rvq.forward(rand_normal({8, 6}, data), comm);  // training step: k-means init etc.
+    rfsq.forward(rand_normal({8, 4}, data));
+    uint64_t before = comm.counters().collectives;
+    NamedTensors state = snapshot(rvq);
+    if (comm.rank() != 1) {  // rank 1 skips validation
+      NoGradGuard no_grad;
+      for (int i = 0; i < 3; ++i) {
+        ResidualVQOutput v = rvq.forward(rand_normal({8, 6}, data), comm);
+        CHECK(v.active_layers == 4);  // validation never drops
+        CHECK(rfsq.forward(rand_normal({8, 4}, data)).active_layers == 5);
+      }
+    }
+    CHECK(comm.counters().collectives == before);
+    CHECK(bitwise_equal(snapshot(rvq), state));
+    // The dropout streams did not move, so the next training step agrees.
+    ResidualVQOutput next = rvq.forward(rand_normal({8, 6}, data), comm);
+    std::vector<int64_t> all = all_gather_counts(comm, next.active_layers);
+    for (int64_t a : all) CHECK(a == next.active_layers);
+  }, kFast);
+}
+
+TEST_CASE("ResidualVQ codebook state is identical on every rank after steps with dropout, and W ranks equal 1 rank "
+          "on the whole batch (separate and shared codebooks)") {
+  for (bool shared : {false, true}) {
+    CAPTURE(shared);
+    ResidualVQOptions o = rvq_options(true, shared);
+    std::vector<Tensor> batches;
+    Generator data(8, 0);
+    for (int s = 0; s < 5; ++s) batches.push_back(rand_normal({30, 6}, data));
+    std::vector<NamedTensors> one;
+    run_ranks(1, [&](Communicator& comm) {
+      Generator init(0, 0);
+      ResidualVQ rvq(o, init);
+      for (auto& x : batches) {
+        rvq.forward(x, comm);
+        one.push_back(snapshot(rvq));
+      }
+    }, kFast);
+    for (int w : {2, 3, 4}) {
+      CAPTURE(w);
+      std::vector<std::vector<NamedTensors>> states(w);
+      run_ranks(w, [&](Communicator& comm) {
+        Generator init(0, 0);
+        ResidualVQ rvq(o, init);
+        for (auto& x : batches) {
+          rvq.forward(shard(x, split_sizes(30, w, "uneven"), comm.rank()), comm);
+          states[comm.rank()].push_back(snapshot(rvq));
+        }
+      }, kFast);
+      for (size_t s = 0; s < batches.size(); ++s) {
+        for (int r = 1; r < w; ++r) CHECK(bitwise_equal(states[r][s], states[0][s]));
+        check_close(states[0][s], one[s], 1e-4, 1e-5);
+      }
+    }
+  }
+}
+
+TEST_CASE("ResidualVQ: residuals shrink layer by layer; losses and indices have the stated shapes") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(9, 0);
+  ResidualVQOptions o = rvq_options(false);
+  o.codebook_sizes = {16, 8, 8, 4};
+  o.codebook_dim = 3;  // with projections
+  ResidualVQ rvq(o, init);
+  Tensor x = rand_normal({64, 6}, data);
+  for (int i = 0; i < 3; ++i) rvq.forward(x, comm);
+  ResidualVQOutput out = rvq.forward(x, comm);
+  CHECK(out.indices.shape() == Shape{64, 4});
+  CHECK(out.layer_losses.size() == 4);
+  CHECK(out.metrics.size() == 4);
+  CHECK(rvq.codebook(0).options().codebook_size == 16);
+  CHECK(rvq.codebook(3).options().codebook_size == 4);
+  CHECK(out.layer_losses[1].item<float>() < out.layer_losses[0].item<float>());
+  float total = 0;
+  for (auto& l : out.layer_losses) total += l.item<float>();
+  CHECK(out.loss.item<float>() == doctest::Approx(total));
+}
+
+TEST_CASE("decode(indices) equals the forward output in eval, also with dropped layers (-1)") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(10, 0);
+  ResidualVQOptions o = rvq_options(false);
+  o.codebook_dim = 4;
+  ResidualVQ rvq(o, init);
+  Tensor x = rand_normal({20, 6}, data);
+  rvq.forward(x, comm);
+  rvq.eval();
+  ResidualVQOutput out = rvq.forward(x, comm);
+  check_close({{"d", rvq.decode(out.indices)}}, {{"d", out.quantized}}, 1e-5, 1e-5);
+  Tensor dropped = out.indices.clone();
+  for (int64_t i = 0; i < 20; ++i) dropped.data<int64_t>()[i * 4 + 3] = -1;
+  std::vector<Tensor> codes = rvq.get_codes_from_indices(dropped);
+  CHECK(sum(square(codes[3])).item<float>() == 0.f);
+
+  ResidualFSQ rfsq(rfsq_options(), init);
+  rfsq.eval();
+  ResidualFSQOutput f = rfsq.forward(rand_normal({12, 4}, data));
+  check_close({{"d", rfsq.decode(f.indices)}}, {{"d", f.quantized}}, 1e-5, 1e-5);
+}
+
+TEST_CASE("ResidualVQ with masks: masked rows get -1 in every layer and pass their input through") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(11, 0);
+  ResidualVQ rvq(rvq_options(false), init);
+  Tensor x = rand_normal({6, 6}, data);
+  Tensor mask = from_vector(std::vector<int64_t>{1, 0, 1, 1, 0, 1}, {6});
+  ResidualVQOutput out = rvq.forward(x, comm, mask);
+  for (int l = 0; l < 4; ++l) {
+    CHECK(out.indices.data<int64_t>()[1 * 4 + l] == -1);
+    CHECK(out.indices.data<int64_t>()[0 * 4 + l] >= 0);
+  }
+  CHECK(slice_rows(out.quantized, 4, 5).to_vector<float>() == slice_rows(x, 4, 5).to_vector<float>());
+}

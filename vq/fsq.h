@@ -1,0 +1,60 @@
+// FSQ: finite scalar quantization (Mentzer et al. 2023). No codebook state,
+// no collective in any mode: every rank quantizes on its own.
+//
+// Per dimension j with L_j levels: half_l = (L_j - 1)(1 + 1e-3) / 2,
+// offset = 0.5 for even L_j else 0, shift = atanh(offset / half_l);
+//   bound(z) = tanh(z + shift) * half_l - offset
+//   z_hat    = round(bound(z)) / (L_j // 2)       (round is straight-through)
+// Index = sum_j (z_hat_j * (L_j // 2) + L_j // 2) * b_j with
+// b = cumprod([1] + L[:-1]); the inverse is (i // b_j) mod L_j.
+// Everything is float32, whatever the caller's precision would be.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/nn.h"
+
+namespace vqddp {
+
+struct FSQOptions {
+  std::vector<int> levels;  // L_j, each >= 2
+  int64_t dim = 0;          // 0: levels.size() * num_codebooks (no projection)
+  int num_codebooks = 1;
+};
+
+struct FSQOutput {
+  Tensor quantized;  // (N, dim)
+  Tensor indices;    // (N) int64, or (N, num_codebooks)
+};
+
+class FSQ : public Module {
+ public:
+  FSQ(const FSQOptions& options, Generator& init_gen);
+
+  FSQOutput forward(const Tensor& x);
+
+  // z (M, D) with D = levels.size() -> z_hat (M, D): bound, round (straight-
+  // through), normalise to [-1, 1].
+  Tensor quantize(const Tensor& z) const;
+  Tensor codes_to_indices(const Tensor& codes) const;    // (M, D) -> (M) int64
+  Tensor indices_to_codes(const Tensor& indices) const;  // (M) int64 -> (M, D)
+  // The forward output for indices (N) or (N, num_codebooks).
+  Tensor decode(const Tensor& indices) const;
+
+  int64_t codebook_size() const { return codebook_size_; }
+  int64_t code_dim() const { return static_cast<int64_t>(opt_.levels.size()); }
+  const FSQOptions& options() const { return opt_; }
+
+ private:
+  FSQOptions opt_;
+  int64_t codebook_size_ = 1;
+  Tensor half_l_, offset_, shift_, half_width_;  // (D) per-dimension constants
+  std::vector<int64_t> basis_;
+  std::shared_ptr<Linear> project_in_, project_out_;
+};
+
+// The codebook size of a level list: the product of the levels.
+int64_t fsq_codebook_size(const std::vector<int>& levels);
+
+}  // namespace vqddp

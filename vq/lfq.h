@@ -1,0 +1,61 @@
+// LFQ: lookup-free quantization (Yu et al. 2023, MAGVIT-v2). Each of B
+// dimensions is quantized to its sign (times codebook_scale); the index
+// reads the signs as bits, the FIRST dimension as the MOST significant bit.
+//
+// Training loss (training mode with grad on):
+//   entropy_loss = mean_n H(p_n) - diversity_gamma * H(mean_n p_n)
+//   p_n = softmax(2 * inv_temperature * z_n . c_k) over all 2^B codes c_k
+//   loss = entropy_loss_weight * entropy_loss
+//        + commitment_weight * mse(z, q.detach())
+// The codebook term needs the average code probability of the GLOBAL batch,
+// so the per-rank sums of p are all-reduced inside autograd
+// (comm/all_reduce_grad.h): the gradient is the global one. Inference issues
+// no collective and returns a zero loss.
+#pragma once
+
+#include <memory>
+
+#include "comm/communicator.h"
+#include "engine/nn.h"
+
+namespace vqddp {
+
+struct LFQOptions {
+  int64_t dim = 0;  // 0: codebook_dim (no projection)
+  int64_t codebook_size = 1024;  // a power of two, at most 2^16 (the entropy uses all codes)
+  float entropy_loss_weight = 0.1f;
+  float commitment_weight = 0.25f;
+  float diversity_gamma = 1.f;
+  float inv_temperature = 100.f;
+  float codebook_scale = 1.f;
+};
+
+struct LFQOutput {
+  Tensor quantized;  // (N, dim)
+  Tensor indices;    // (N) int64
+  Tensor loss;       // scalar
+  Tensor entropy_loss, commitment_loss;  // scalars (0 in inference)
+  double per_sample_entropy = 0, codebook_entropy = 0;
+};
+
+class LFQ : public Module {
+ public:
+  LFQ(const LFQOptions& options, Generator& init_gen);
+
+  // In training every rank must call and run backward (the entropy term's
+  // all-reduce has a collective in its backward too).
+  LFQOutput forward(const Tensor& x, Communicator& comm);
+  Tensor decode(const Tensor& indices) const;  // (N) -> (N, dim)
+
+  int64_t bits() const { return bits_; }
+
+ private:
+  Tensor codes_of(const Tensor& indices) const;  // (N) -> (N, B) of +-scale
+
+  LFQOptions opt_;
+  int64_t bits_;
+  Tensor codebook_;  // (2^B, B) every code, for the entropy
+  std::shared_ptr<Linear> project_in_, project_out_;
+};
+
+}  // namespace vqddp

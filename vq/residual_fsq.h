@@ -1,0 +1,46 @@
+// ResidualFSQ: Q FSQ layers on successive residuals, layer i working at
+// scale L^-i (per dimension): q_i = FSQ(residual / s_i) * s_i with
+// s_i = L^-i, as VQ_SEMANTICS.md section 2 states. Quantize dropout as in
+// ResidualVQ (vq/quantize_dropout.h). No codebook statistics and no
+// collective in any mode: the dropout index comes from a shared stream.
+#pragma once
+
+#include <memory>
+
+#include "vq/fsq.h"
+#include "vq/quantize_dropout.h"
+
+namespace vqddp {
+
+struct ResidualFSQOptions {
+  std::vector<int> levels;
+  int num_quantizers = 4;
+  int64_t dim = 0;  // 0: levels.size() (no projection)
+  QuantizeDropoutOptions quantize_dropout;
+  uint64_t seed = 0;
+};
+
+struct ResidualFSQOutput {
+  Tensor quantized;  // (N, dim)
+  Tensor indices;    // (N, Q) int64, -1 for dropped layers
+  int active_layers = 0;
+};
+
+class ResidualFSQ : public Module {
+ public:
+  ResidualFSQ(const ResidualFSQOptions& options, Generator& init_gen);
+
+  // Training mode with grad on draws the dropout index; otherwise all layers run.
+  ResidualFSQOutput forward(const Tensor& x);
+  Tensor decode(const Tensor& indices) const;
+
+ private:
+  ResidualFSQOptions opt_;
+  int64_t code_dim_;
+  std::shared_ptr<FSQ> fsq_;  // the per-layer quantizer (no state, no projection)
+  std::vector<Tensor> scales_;  // (D) per layer: L^-i
+  std::shared_ptr<Linear> project_in_, project_out_;
+  Tensor dropout_step_;  // int64 (1)
+};
+
+}  // namespace vqddp

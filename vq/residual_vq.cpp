@@ -1,0 +1,117 @@
+#include "vq/residual_vq.h"
+
+#include "engine/ops.h"
+#include "vq/masked_rows.h"
+#include "vq/vector_quantize.h"
+
+namespace vqddp {
+
+ResidualVQ::ResidualVQ(const ResidualVQOptions& o, Generator& init_gen) : opt_(o) {
+  VQDDP_CHECK(o.dim > 0 && o.num_quantizers >= 1, "ResidualVQ: dim {} and num_quantizers {} must be positive", o.dim,
+              o.num_quantizers);
+  VQDDP_CHECK(o.codebook_sizes.empty() || static_cast<int>(o.codebook_sizes.size()) == o.num_quantizers,
+              "ResidualVQ: {} codebook_sizes for {} quantizers", o.codebook_sizes.size(), o.num_quantizers);
+  VQDDP_CHECK(!o.shared_codebook || o.codebook_sizes.empty(), "ResidualVQ: a shared codebook has one size");
+  codebook_dim_ = o.codebook_dim > 0 ? o.codebook_dim : o.dim;
+  if (codebook_dim_ != o.dim) {
+    project_in_ = register_module("project_in", std::make_shared<Linear>(o.dim, codebook_dim_, init_gen));
+    project_out_ = register_module("project_out", std::make_shared<Linear>(codebook_dim_, o.dim, init_gen));
+  }
+  int books = o.shared_codebook ? 1 : o.num_quantizers;
+  for (int l = 0; l < books; ++l) {
+    CodebookOptions c = o.codebook;
+    c.codebook_size = o.codebook_sizes.empty() ? o.codebook_size : o.codebook_sizes[l];
+    c.dim = codebook_dim_;
+    c.seed = o.seed * 1000003 + static_cast<uint64_t>(l);
+    books_.push_back(register_module(o.shared_codebook ? "codebook" : "layer" + std::to_string(l),
+                                     std::make_shared<Codebook>(c, init_gen)));
+  }
+  dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64));
+}
+
+ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const Tensor& mask) {
+  VQDDP_CHECK(x.defined() && x.dim() == 2 && x.size(1) == opt_.dim, "rank {}: ResidualVQ expects [N, {}], got {}",
+              comm.rank(), opt_.dim, x.desc());
+  const int q = opt_.num_quantizers;
+  MaskedRows rows(mask, x.size(0), comm.rank());
+  Tensor z = rows.compact(x);                       // (M, dim)
+  if (project_in_) z = project_in_->forward(z);     // (M, cd)
+  int64_t m = z.size(0);
+  bool update = books_[0]->updates();
+  int last = last_active_layer(opt_.quantize_dropout, q, update, opt_.seed, dropout_step_);
+
+  ResidualVQOutput out;
+  out.active_layers = last + 1;
+  Tensor residual = z, sum = zeros({m, codebook_dim_});
+  std::vector<int64_t> all_idx(m * q, -1);
+  std::vector<Tensor> shared_rows, shared_idx;  // for the shared codebook's single update
+  for (int l = 0; l < q; ++l) {
+    if (l > last) {
+      out.layer_losses.push_back(scalar(0.f));
+      continue;
+    }
+    Codebook& book = *books_[opt_.shared_codebook ? 0 : l];
+    Tensor prepared = book.prepare(residual, comm);
+    if (!book.ensure_initialised(prepared.detach(), comm)) {
+      // No rank has rows: nothing to quantize on any rank.
+      out.layer_losses.push_back(scalar(0.f));
+      out.metrics.push_back({1.0, 0, 0, 0});
+      continue;
+    }
+    Tensor idx = book.assign(prepared);
+    Tensor code = book.lookup(idx);  // (M, cd), codebook before this step's update
+    if (opt_.shared_codebook) {
+      shared_rows.push_back(prepared.detach());
+      shared_idx.push_back(idx);
+    } else if (update) {
+      out.metrics.push_back(book.update(prepared, idx, comm));
+    } else {
+      out.metrics.push_back({});
+    }
+    out.layer_losses.push_back(commitment_loss(code, residual, opt_.commitment_weight));
+    Tensor quantized = straight_through(residual, code);
+    residual = sub(residual, quantized.detach());
+    sum = add(sum, quantized);
+    const int64_t* pi = idx.data<int64_t>();
+    for (int64_t i = 0; i < m; ++i) all_idx[i * q + l] = pi[i];
+  }
+  if (opt_.shared_codebook && !shared_rows.empty())
+    out.metrics.push_back(update ? books_[0]->update(concat(shared_rows, 0), concat(shared_idx, 0), comm)
+                                 : CodebookMetrics{});
+  out.loss = scalar(0.f);
+  for (const Tensor& l : out.layer_losses) out.loss = add(out.loss, l);
+  Tensor y = project_out_ ? project_out_->forward(sum) : sum;  // (M, dim)
+  out.quantized = rows.expand(y, x);
+  out.indices = rows.expand_indices(from_vector(all_idx, {m, q}));
+  return out;
+}
+
+std::vector<Tensor> ResidualVQ::get_codes_from_indices(const Tensor& indices) const {
+  const int q = opt_.num_quantizers;
+  VQDDP_CHECK(indices.dtype() == DType::i64 && indices.dim() == 2 && indices.size(1) == q,
+              "ResidualVQ: expected int64 indices [N, {}], got {}", q, indices.desc());
+  int64_t n = indices.size(0);
+  std::vector<Tensor> codes;
+  for (int l = 0; l < q; ++l) {
+    const Codebook& book = codebook(l);
+    Tensor c = zeros({n, codebook_dim_});
+    const int64_t* pi = indices.data<int64_t>();
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t k = pi[i * q + l];
+      if (k < 0) continue;  // dropped layer or masked row: contributes zero
+      VQDDP_CHECK(k < book.options().codebook_size, "ResidualVQ: index {} of layer {} outside codebook of {}", k, l,
+                  book.options().codebook_size);
+      std::copy_n(book.embed.data<float>() + k * codebook_dim_, codebook_dim_, c.data<float>() + i * codebook_dim_);
+    }
+    codes.push_back(c);
+  }
+  return codes;
+}
+
+Tensor ResidualVQ::decode(const Tensor& indices) const {
+  Tensor sum = zeros({indices.size(0), codebook_dim_});
+  for (const Tensor& c : get_codes_from_indices(indices)) sum = add(sum, c);
+  return project_out_ ? project_out_->forward(sum) : sum;
+}
+
+}  // namespace vqddp

@@ -1,0 +1,69 @@
+// ResidualVQ: Q codebooks applied in turn to what the previous ones left.
+//
+//   z = project_in(x); residual = z
+//   for layer l <= last active:  q_l = quantize_l(residual) (straight-through)
+//                                residual -= q_l.detach();  out += q_l
+//   output = project_out(out); indices (N, Q), -1 for dropped layers
+// Each layer's loss is commitment_weight * mse(q_l.detach(), residual_l); the
+// total is their sum. Quantize dropout: vq/quantize_dropout.h.
+//
+// With shared_codebook, ONE codebook serves every layer: all layers are
+// quantized with the codebook as it was at the start of the step, and the
+// codebook is updated once, with every layer's residuals and indices, in a
+// single all-reduce.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "vq/codebook.h"
+#include "vq/quantize_dropout.h"
+
+namespace vqddp {
+
+struct ResidualVQOptions {
+  int64_t dim = 0;
+  int num_quantizers = 8;
+  int64_t codebook_size = 1024;
+  std::vector<int64_t> codebook_sizes;  // per layer; empty: codebook_size for every layer
+  int64_t codebook_dim = 0;             // 0: dim (no projection)
+  bool shared_codebook = false;
+  QuantizeDropoutOptions quantize_dropout;
+  float commitment_weight = 1.f;
+  CodebookOptions codebook;  // hyper-parameters; size, dim and seed are set per layer
+  uint64_t seed = 0;
+};
+
+struct ResidualVQOutput {
+  Tensor quantized;                      // (N, dim)
+  Tensor indices;                        // (N, Q) int64, -1 for dropped layers and masked rows
+  Tensor loss;                           // scalar: sum of the layer losses
+  std::vector<Tensor> layer_losses;      // Q scalars (0 for dropped layers)
+  std::vector<CodebookMetrics> metrics;  // per layer (one entry with a shared codebook)
+  int active_layers = 0;
+};
+
+class ResidualVQ : public Module {
+ public:
+  ResidualVQ(const ResidualVQOptions& options, Generator& init_gen);
+
+  // Every rank must call in training. mask: undefined or int64 (N), 1 = keep.
+  ResidualVQOutput forward(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor());
+
+  // Per layer (N, codebook_dim) codes for indices (N, Q); -1 gives zeros.
+  std::vector<Tensor> get_codes_from_indices(const Tensor& indices) const;
+  // project_out(sum of the layers' codes): the forward output in eval.
+  Tensor decode(const Tensor& indices) const;
+
+  const ResidualVQOptions& options() const { return opt_; }
+  const Codebook& codebook(int layer) const { return *books_[opt_.shared_codebook ? 0 : layer]; }
+
+ private:
+  ResidualVQOptions opt_;
+  int64_t codebook_dim_;
+  std::shared_ptr<Linear> project_in_, project_out_;
+  std::vector<std::shared_ptr<Codebook>> books_;
+  Tensor dropout_step_;  // int64 (1): training steps drawn so far (the dropout stream)
+};
+
+}  // namespace vqddp
