@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "engine/autograd.h"
+#include "engine/cpu_allocator.h"
 #include "engine/ops.h"
 #include "engine/random.h"
 
@@ -16,14 +17,10 @@ namespace vqddp {
 
 Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev) {
   VQDDP_CHECK(dev.is_cpu(), "device {} is not available in this build", dev.str());
-  // aligned_alloc needs a size that is a multiple of the alignment; keep a
-  // non-null pointer for empty tensors so data() is always valid.
-  size_t rounded = (n + 63) / 64 * 64;
-  data = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (!data) throw std::bad_alloc();
+  data = cpu_alloc(n);
 }
 
-Storage::~Storage() { std::free(data); }
+Storage::~Storage() { cpu_free(data, nbytes); }
 
 // ---- accessors ----------------------------------------------------------------
 

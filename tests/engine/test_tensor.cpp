@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engine/cpu_allocator.h"
 #include "engine/ops.h"
 #include "engine/random.h"
 
@@ -141,4 +142,15 @@ TEST_CASE("concat and index_select values, and their errors") {
   CHECK(index_select(arange(5), from_vector(std::vector<int64_t>{4}, {1})).item<int64_t>() == 4);
   CHECK_THROWS_WITH_AS(index_select(a, from_vector(std::vector<int64_t>{2}, {1})),
                        doctest::Contains("index[0] = 2 out of range for 2 rows"), Error);
+}
+
+TEST_CASE("large tensors reuse cached host blocks; their contents are not assumed zero") {
+  size_t before = cpu_cache_bytes();
+  {
+    Tensor big = full({1 << 16}, 3.0);  // 256 KiB: cached when freed
+  }
+  CHECK(cpu_cache_bytes() >= before + (1 << 18));
+  Tensor again = zeros({1 << 16});  // takes the cached block and zero-fills it
+  CHECK(cpu_cache_bytes() == before);
+  CHECK(sum(again).item<float>() == 0.f);
 }

@@ -1,0 +1,83 @@
+#include "engine/cpu_allocator.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <new>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace vqddp {
+
+namespace {
+
+constexpr size_t kAlign = 64;
+constexpr size_t kCachedFrom = 64 * 1024;
+
+size_t rounded(size_t bytes) {
+  size_t r = (bytes + kAlign - 1) / kAlign * kAlign;
+  if (r >= kCachedFrom) r = (r + kCachedFrom - 1) / kCachedFrom * kCachedFrom;  // fewer distinct sizes
+  return r == 0 ? kAlign : r;
+}
+
+struct Cache {
+  std::mutex mu;
+  std::unordered_map<size_t, std::vector<void*>> free_blocks;
+  size_t held = 0;
+  size_t limit;
+
+  Cache() {
+    const char* env = std::getenv("VQDDP_CPU_CACHE_MB");
+    limit = (env ? std::stoull(env) : 2048) << 20;
+  }
+};
+
+Cache& cache() {
+  // Never destroyed: a tensor freed during static destruction must still
+  // find it. The blocks stay reachable from here, so leak checkers are quiet.
+  static Cache* c = new Cache;
+  return *c;
+}
+
+}  // namespace
+
+void* cpu_alloc(size_t bytes) {
+  size_t size = rounded(bytes);
+  if (size >= kCachedFrom) {
+    Cache& c = cache();
+    std::lock_guard lock(c.mu);
+    auto it = c.free_blocks.find(size);
+    if (it != c.free_blocks.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      c.held -= size;
+      return p;
+    }
+  }
+  void* p = std::aligned_alloc(kAlign, size);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+
+void cpu_free(void* p, size_t bytes) {
+  if (!p) return;
+  size_t size = rounded(bytes);
+  if (size >= kCachedFrom) {
+    Cache& c = cache();
+    std::lock_guard lock(c.mu);
+    if (c.held + size <= c.limit) {
+      c.free_blocks[size].push_back(p);
+      c.held += size;
+      return;
+    }
+  }
+  std::free(p);
+}
+
+size_t cpu_cache_bytes() {
+  Cache& c = cache();
+  std::lock_guard lock(c.mu);
+  return c.held;
+}
+
+}  // namespace vqddp
