@@ -11,31 +11,15 @@
 #include <chrono>
 #include <vector>
 
+#include "bench/timing.h"
 #include "comm/single.h"
 #include "engine/blas.h"
 #include "engine/ops.h"
 #include "vq/codebook.h"
 
 using namespace vqddp;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-
-double median_ms(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-template <class F>
-double time_ms(F f, int reps) {
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    auto s = Clock::now();
-    f();
-    t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - s).count());
-  }
-  return median_ms(t);
-}
 
 long peak_rss_kib() {
   rusage u{};
@@ -43,12 +27,12 @@ long peak_rss_kib() {
   return u.ru_maxrss;
 }
 
-void bench(int64_t n, int64_t d, int64_t k) {
+void run_sizes(int64_t n, int64_t d, int64_t k) {
   Generator g(1, 0);
   Tensor x = rand_normal({n, d}, g);  // (N, D)
   Tensor e = rand_normal({k, d}, g);  // (K, D)
   std::vector<float> scores(n * k);   // the baseline does materialise N x K
-  double gemm = time_ms([&] { blas_sgemm(false, true, n, k, d, 1.f, x.data<float>(), d, e.data<float>(), d, 0.f,
+  double gemm = vqddp::bench::median_ms([&] { blas_sgemm(false, true, n, k, d, 1.f, x.data<float>(), d, e.data<float>(), d, 0.f,
                                          scores.data(), k); }, 5);
   scores = std::vector<float>();
   scores.shrink_to_fit();
@@ -63,9 +47,9 @@ void bench(int64_t n, int64_t d, int64_t k) {
   book.embed_avg.copy_(e);
   SingleCommunicator comm;
   long rss0 = peak_rss_kib();
-  double train = time_ms([&] { book.forward(x, comm); }, 5);
+  double train = vqddp::bench::median_ms([&] { book.forward(x, comm); }, 5);
   book.eval();
-  double eval = time_ms([&] { book.forward(x, comm); }, 5);
+  double eval = vqddp::bench::median_ms([&] { book.forward(x, comm); }, 5);
   long grew = peak_rss_kib() - rss0;
   double flops = 2.0 * n * d * k;
   fmt::print("N={:6d} D={:4d} K={:5d}  sgemm {:7.2f} ms ({:5.1f} GFLOP/s) | train step {:7.2f} ms ({:.2f}x sgemm) | "
@@ -79,7 +63,7 @@ void bench(int64_t n, int64_t d, int64_t k) {
 int main(int, char** argv) {
   blas_prefer_fast_core(argv);
   fmt::print("single rank, OpenBLAS core {}, {} BLAS threads\n", blas_core_name(), blas_threads());
-  bench(16384, 256, 1024);
-  bench(65536, 64, 4096);
+  run_sizes(16384, 256, 1024);
+  run_sizes(65536, 64, 4096);
   return 0;
 }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <vector>
 
+#include "bench/timing.h"
 #include "comm/single.h"
 #include "engine/blas.h"
 #include "engine/ops.h"
@@ -16,21 +17,7 @@
 #include "vq/residual_vq.h"
 
 using namespace vqddp;
-using Clock = std::chrono::steady_clock;
 
-namespace {
-template <class F>
-double median_ms(F f, int reps) {
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    auto s = Clock::now();
-    f();
-    t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - s).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-}  // namespace
 
 int main(int, char** argv) {
   blas_prefer_fast_core(argv);
@@ -40,7 +27,7 @@ int main(int, char** argv) {
   Tensor x = rand_normal({n, d}, g);
   Tensor e = rand_normal({k, d}, g);
   std::vector<float> scores(n * k);
-  double gemm = median_ms([&] { blas_sgemm(false, true, n, k, d, 1.f, x.data<float>(), d, e.data<float>(), d, 0.f,
+  double gemm = vqddp::bench::median_ms([&] { blas_sgemm(false, true, n, k, d, 1.f, x.data<float>(), d, e.data<float>(), d, 0.f,
                                            scores.data(), k); }, 3);
 
   ResidualVQOptions o;
@@ -53,7 +40,7 @@ int main(int, char** argv) {
   SingleCommunicator comm;
   Tensor xr = x.clone();
   xr.set_requires_grad(true);
-  double rvq_ms = median_ms([&] {
+  double rvq_ms = vqddp::bench::median_ms([&] {
     ResidualVQOutput out = rvq.forward(xr, comm);
     add(mean(square(out.quantized)), out.loss).backward();
     xr.zero_grad();
@@ -64,7 +51,7 @@ int main(int, char** argv) {
   FSQ fsq({{8, 5, 5, 5}}, init);
   Tensor z = rand_normal({65536, 4}, g);
   z.set_requires_grad(true);
-  double fsq_ms = median_ms([&] {
+  double fsq_ms = vqddp::bench::median_ms([&] {
     FSQOutput out = fsq.forward(z);
     mean(square(out.quantized)).backward();
     z.zero_grad();
