@@ -1,5 +1,7 @@
 #include "engine/safetensors.h"
 
+#include "engine/file_io.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -30,14 +32,6 @@ DType parse_dtype(const std::string& path, const std::string& name, const std::s
   if (kKnown.count(s))
     VQDDP_THROW("{}: tensor '{}' has dtype {}, which vqddp does not load (it reads F32 and I64)", path, name, s);
   VQDDP_THROW("{}: tensor '{}' has unknown dtype '{}'", path, name, s);
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  VQDDP_CHECK(in, "{}: cannot open for reading: {}", path, std::strerror(errno));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  VQDDP_CHECK(!in.bad(), "{}: read error", path);
-  return bytes;
 }
 
 struct Entry {
@@ -97,7 +91,7 @@ bool SafetensorsFile::contains(const std::string& name) const {
 }
 
 SafetensorsFile safetensors_load(const std::string& path) {
-  std::string bytes = read_all(path);
+  std::string bytes = read_file(path);
   VQDDP_CHECK(bytes.size() >= 8, "{}: file of {} bytes is too short for a safetensors header", path, bytes.size());
   uint64_t header_len = 0;
   std::memcpy(&header_len, bytes.data(), 8);
@@ -179,46 +173,6 @@ void safetensors_save(const std::string& path, const NamedTensors& tensors,
   for (const auto& [_, t] : tensors)
     bytes.append(static_cast<const char*>(t.raw_data()), t.numel() * dtype_size(t.dtype()));
   write_file_atomic(path, bytes);
-}
-
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  std::random_device rd;
-  std::string tmp = fmt::format("{}.tmp.{}.{:08x}", path, getpid(), rd());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-  VQDDP_CHECK(fd >= 0, "{}: cannot create temporary file {}: {}", path, tmp, std::strerror(errno));
-  const char* p = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    ssize_t w = ::write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int err = w == 0 ? EIO : errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      VQDDP_THROW("{}: write failed: {}", path, std::strerror(err));
-    }
-    p += w;
-    left -= static_cast<size_t>(w);
-  }
-  int err = 0;
-  while (::fsync(fd) != 0) {
-    if (errno == EINTR) continue;
-    err = errno;
-    break;
-  }
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    VQDDP_THROW("{}: cannot write {} and rename it into place: {}", path, tmp, std::strerror(err));
-  }
-  // Make the rename itself durable: fsync the directory that holds the file.
-  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
 }
 
 }  // namespace vqddp

@@ -35,7 +35,4 @@ SafetensorsFile safetensors_load(const std::string& path);
 void safetensors_save(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
-// Writes `bytes` to `path` atomically (temp file, fsync, rename).
-void write_file_atomic(const std::string& path, const std::string& bytes);
-
 }  // namespace vqddp

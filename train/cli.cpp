@@ -3,42 +3,108 @@
 
 #include <cstring>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "engine/blas.h"
 #include "engine/error.h"
+#include "train/check_ddp.h"
 #include "train/cli_args.h"
+#include "train/config.h"
+#include "train/dataset.h"
 #include "train/demo_mlp.h"
+#include "train/inspect.h"
 #include "train/replay.h"
+#include "train/trainer.h"
 
 namespace {
+
+using namespace vqddp;
 
 void usage() {
   fmt::print(
       "usage: vqddp <command> [options]\n"
       "commands:\n"
-      "  demo [--steps N] [--seed S]   fit a small MLP with the engine, printing progress\n"
+      "  train [CONFIG] [--resume CKPT] [--world N] [--backend B] [--steps S] [--dir RUN_DIR]\n"
+      "        train from a JSON config (without one: the built-in speech codec run, examples/speech_codec.json)\n"
+      "  check-ddp CONFIG --world N [--steps S] [--rtol R] [--atol A]\n"
+      "        run 1 rank and N thread ranks on the same batches and compare every tensor after every step\n"
+      "  inspect CHECKPOINT\n"
+      "        step, config, and per codebook: used and dead codes, perplexity\n"
       "  replay IN OUT [--world W] [--shards LIST]\n"
-      "                                run recorded batches through one EMA codebook on W thread ranks\n"
-      "                                and write the final state (format: README.md, 'replay')\n");
+      "        recorded batches through one EMA codebook on W thread ranks (format: README.md)\n"
+      "  demo [--steps N] [--seed S]\n"
+      "        fit a small MLP with the engine alone\n");
+}
+
+// The config of `train`/`check-ddp`, with command-line overrides applied.
+Config config_from(const CliArgs& args, bool allow_default) {
+  Config cfg = args.positional().empty() && allow_default
+                   ? parse_config(nlohmann::json::parse(default_config_json()), "built-in default (examples/speech_codec.json)")
+                   : load_config(args.positional().at(0));
+  cfg.distributed.world_size = static_cast<int>(args.get_int("world", cfg.distributed.world_size));
+  cfg.distributed.backend = args.get("backend", cfg.distributed.backend);
+  cfg.schedule.steps = args.get_int("steps", cfg.schedule.steps);
+  cfg.run.dir = args.get("dir", cfg.run.dir);
+  VQDDP_CHECK(cfg.distributed.world_size >= 1, "--world must be at least 1");
+  return cfg;
+}
+
+int run_train(int argc, char** argv) {
+  CliArgs args("train", argc, argv, 2, {"resume", "world", "backend", "steps", "dir"});
+  VQDDP_CHECK(args.positional().size() <= 1, "train: expected at most one config file, got {}", args.positional().size());
+  Config cfg = config_from(args, true);
+  Dataset data = load_dataset(cfg.data);
+  TrainOptions opt;
+  opt.resume = args.get("resume", "");
+  TrainResult r = train(cfg, data, opt);
+  fmt::print("done: {} steps in {:.1f} s | validation mse {:.6f}, snr {:.2f} dB | {:.0f} bits per example{}\n", r.steps,
+             r.wall_seconds, r.validation_mse, r.validation_snr_db, r.bits_per_example,
+             r.bitrate > 0 ? fmt::format(", {:.2f} kbit/s", r.bitrate / 1000) : "");
+  for (size_t l = 0; l < r.usage.size(); ++l)
+    fmt::print("  layer {}: {} of {} codes used on validation, perplexity {:.1f}\n", l, r.usage[l].codes_used,
+               r.usage[l].codebook_size, r.usage[l].perplexity);
+  fmt::print("checkpoint and metrics in {}\n", cfg.run.dir);
+  return 0;
+}
+
+int run_check_ddp(int argc, char** argv) {
+  CliArgs args("check-ddp", argc, argv, 2, {"world", "steps", "rtol", "atol"});
+  args.expect_positional(1, "a config file");
+  VQDDP_CHECK(args.has("world"), "check-ddp: --world N is required");
+  Config cfg = config_from(args, false);
+  CheckDdpOptions o;
+  o.world = cfg.distributed.world_size;
+  o.steps = args.get_int("steps", o.steps);
+  o.rtol = args.get_double("rtol", o.rtol);
+  o.atol = args.get_double("atol", o.atol);
+  Dataset data = load_dataset(cfg.data);
+  return check_ddp(cfg, data, o).passed ? 0 : 3;
+}
+
+int run_inspect(int argc, char** argv) {
+  CliArgs args("inspect", argc, argv, 2, {});
+  args.expect_positional(1, "a checkpoint file");
+  inspect_checkpoint(args.positional()[0]);
+  return 0;
 }
 
 int run_demo(int argc, char** argv) {
-  vqddp::CliArgs args("demo", argc, argv, 2, {"steps", "seed"});
+  CliArgs args("demo", argc, argv, 2, {"steps", "seed"});
   args.expect_positional(0, "no positional arguments");
-  vqddp::DemoOptions opt;
+  DemoOptions opt;
   opt.steps = static_cast<int>(args.get_int("steps", opt.steps));
   opt.seed = static_cast<unsigned long long>(args.get_int("seed", 0));
-  double val = vqddp::run_mlp_demo(opt);
+  double val = run_mlp_demo(opt);
   fmt::print("demo: final validation mse {:.5f}\n", val);
   return 0;
 }
 
 int run_replay(int argc, char** argv) {
-  vqddp::CliArgs args("replay", argc, argv, 2, {"world", "shards"});
+  CliArgs args("replay", argc, argv, 2, {"world", "shards"});
   args.expect_positional(2, "an input and an output file");
-  vqddp::ReplayOptions opt{args.positional()[0], args.positional()[1], static_cast<int>(args.get_int("world", 1)),
-                           args.get("shards", "")};
+  ReplayOptions opt{args.positional()[0], args.positional()[1], static_cast<int>(args.get_int("world", 1)),
+                    args.get("shards", "")};
   int steps = vqddp::run_replay(opt);
   fmt::print("replay: {} batches on {} rank{} -> {}\n", steps, opt.world, opt.world == 1 ? "" : "s", opt.output);
   return 0;
@@ -54,8 +120,11 @@ int main(int argc, char** argv) {
   }
   try {
     std::string cmd = argv[1];
-    if (cmd == "demo") return run_demo(argc, argv);
+    if (cmd == "train") return run_train(argc, argv);
+    if (cmd == "check-ddp") return run_check_ddp(argc, argv);
+    if (cmd == "inspect") return run_inspect(argc, argv);
     if (cmd == "replay") return run_replay(argc, argv);
+    if (cmd == "demo") return run_demo(argc, argv);
     fmt::print(stderr, "vqddp: unknown command '{}'\n", cmd);
     usage();
     return 2;

@@ -45,6 +45,18 @@ int64_t CliArgs::get_int(const std::string& name, int64_t fallback) const {
   VQDDP_THROW("{}: --{} expects an integer, got '{}'", command_, name, it->second);
 }
 
+double CliArgs::get_double(const std::string& name, double fallback) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  try {
+    size_t used = 0;
+    double v = std::stod(it->second, &used);
+    if (used == it->second.size()) return v;
+  } catch (const std::exception&) {
+  }
+  VQDDP_THROW("{}: --{} expects a number, got '{}'", command_, name, it->second);
+}
+
 void CliArgs::expect_positional(size_t n, const std::string& what) const {
   VQDDP_CHECK(positional_.size() == n, "{}: expected {} ({} argument{}), got {}", command_, what, n, n == 1 ? "" : "s",
               positional_.size());

@@ -19,6 +19,7 @@ class CliArgs {
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   std::string get(const std::string& name, const std::string& fallback) const;
   int64_t get_int(const std::string& name, int64_t fallback) const;
+  double get_double(const std::string& name, double fallback) const;
   // Exactly `n` positionals, or an error naming `what` they should be.
   void expect_positional(size_t n, const std::string& what) const;
 

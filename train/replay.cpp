@@ -10,6 +10,7 @@
 #include "comm/thread_group.h"
 #include "engine/ops.h"
 #include "engine/safetensors.h"
+#include "train/schedule.h"
 #include "vq/codebook.h"
 #include "vq/vector_quantize.h"
 
@@ -103,12 +104,6 @@ std::vector<std::vector<int64_t>> parse_shards(const std::string& spec, const st
 }
 
 }  // namespace
-
-std::vector<int64_t> even_shards(int64_t rows, int world) {
-  std::vector<int64_t> s(world, rows / world);
-  for (int r = 0; r < rows % world; ++r) ++s[r];
-  return s;
-}
 
 int run_replay(const ReplayOptions& opt) {
   VQDDP_CHECK(opt.world >= 1, "replay: --world must be at least 1, got {}", opt.world);

@@ -22,7 +22,4 @@ struct ReplayOptions {
 // tensor at fault; the output is written atomically, only on success.
 int run_replay(const ReplayOptions& options);
 
-// The row counts of `world` contiguous shards of `rows` rows.
-std::vector<int64_t> even_shards(int64_t rows, int world);
-
 }  // namespace vqddp

@@ -161,10 +161,10 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
   if (opt_.learnable) {
     // Counts only, for the metrics; the embed is trained by the optimizer.
     counts = code_stats(zeros({x.size(0), 0}), indices, k);  // (K + 0)
-    comm.all_reduce(counts, ReduceOp::sum);
+    if (opt_.sync_stats) comm.all_reduce(counts, ReduceOp::sum);
   } else {
     Tensor stats = code_stats(x.detach(), indices, k);  // (K + K*D)
-    comm.all_reduce(stats, ReduceOp::sum);
+    if (opt_.sync_stats) comm.all_reduce(stats, ReduceOp::sum);
     update_ema(stats);
     m.codes_revived = revive_dead_codes(x.detach(), comm);
     counts = stats_counts(stats, k);

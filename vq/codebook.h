@@ -43,6 +43,10 @@ struct CodebookOptions {
   int kmeans_iters = 50;
   bool cluster_size_init_ones = true;  // false: zeros
   uint64_t seed = 0;                   // keys the codebook's shared random streams
+  // false skips step 5: each rank updates from its own rows only. That is
+  // the data-parallel bug the Python libraries had (codebooks silently
+  // diverge); it exists so `vqddp check-ddp` can show that it catches it.
+  bool sync_stats = true;
 };
 
 struct CodebookMetrics {

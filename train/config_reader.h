@@ -1,0 +1,48 @@
+// Strict reading of a JSON config: every value is looked up by key path,
+// type-checked, and every key a section holds must be one the code reads.
+// Errors name the file, the key path and the expected type, e.g.
+//   run.json: 'optimizer.lr' must be a number, got string "fast"
+//   run.json: unknown key 'quantizer.decy' (known here: codebook_size, decay, ...)
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace vqddp {
+
+class ConfigSection {
+ public:
+  // `obj` must outlive the section. `path` is the dotted path of `obj`
+  // ("" for the root).
+  ConfigSection(const nlohmann::json& obj, std::string path, std::string file);
+
+  bool has(const std::string& key) const;
+  double number(const std::string& key, double fallback);
+  int64_t integer(const std::string& key, int64_t fallback);
+  bool boolean(const std::string& key, bool fallback);
+  std::string string(const std::string& key, const std::string& fallback);
+  // One of `choices`, else an error listing them.
+  std::string choice(const std::string& key, const std::string& fallback, const std::vector<std::string>& choices);
+  std::vector<int64_t> integers(const std::string& key, const std::vector<int64_t>& fallback);
+  // A sub-object; an absent key gives an empty section.
+  ConfigSection section(const std::string& key);
+  // Elements of an array of objects.
+  std::vector<ConfigSection> sections(const std::string& key);
+  // Throws for any key of this section that was never read.
+  void finish() const;
+
+  std::string key_path(const std::string& key) const;
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const;
+
+ private:
+  const nlohmann::json* get(const std::string& key);
+
+  const nlohmann::json& obj_;
+  std::string path_, file_;
+  std::set<std::string> read_;
+};
+
+}  // namespace vqddp

@@ -1,0 +1,103 @@
+#include "train/dataset.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "engine/ops.h"
+#include "train/idx.h"
+#include "train/wav.h"
+
+namespace vqddp {
+
+namespace {
+
+// Non-overlapping frames of `frame` samples, appended to `out`.
+void append_frames(const std::vector<float>& samples, int64_t frame, std::vector<float>& out) {
+  int64_t frames = static_cast<int64_t>(samples.size()) / frame;
+  out.insert(out.end(), samples.begin(), samples.begin() + frames * frame);
+}
+
+Tensor rows_of(std::vector<float>& values, int64_t dim, int64_t limit) {
+  int64_t rows = static_cast<int64_t>(values.size()) / dim;
+  if (limit > 0) rows = std::min(rows, limit);
+  values.resize(rows * dim);
+  return from_vector(values, {rows, dim});
+}
+
+Dataset load_wav_frames(const DataConfig& c) {
+  Dataset d;
+  d.example_dim = c.frame;
+  std::vector<float> validation;
+  int rate = 0;
+  int64_t clips = 0, held = 0;
+  for (const DataSourceConfig& src : c.sources) {
+    VQDDP_CHECK(std::filesystem::is_directory(src.path), "data source '{}' is not a directory of WAV files", src.path);
+    std::vector<std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(src.path))
+      if (e.is_regular_file() && e.path().extension() == ".wav") files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+    if (c.max_files > 0 && static_cast<int64_t>(files.size()) > c.max_files) files.resize(c.max_files);
+    VQDDP_CHECK(!files.empty(), "data source '{}' holds no .wav files", src.path);
+    std::vector<float> train;
+    for (size_t i = 0; i < files.size(); ++i) {
+      WavAudio a = read_wav(files[i]);
+      VQDDP_CHECK(rate == 0 || a.sample_rate == rate, "{}: sample rate {} Hz differs from the {} Hz of earlier clips",
+                  files[i], a.sample_rate, rate);
+      rate = a.sample_rate;
+      bool holdout = static_cast<int64_t>(i) % c.holdout_every == c.holdout_every - 1;
+      append_frames(a.samples, c.frame, holdout ? validation : train);
+      ++clips;
+      held += holdout;
+    }
+    d.sources.push_back(rows_of(train, c.frame, c.max_examples));
+    d.weights.push_back(src.weight);
+    VQDDP_CHECK(d.sources.back().size(0) > 0, "data source '{}' yields no training frames of {} samples", src.path,
+                c.frame);
+  }
+  d.validation = rows_of(validation, c.frame, 0);
+  d.examples_per_second = static_cast<double>(rate) / c.frame;
+  d.description = fmt::format("{} WAV clips at {} Hz ({} held out), frames of {} samples", clips, rate, held, c.frame);
+  return d;
+}
+
+Tensor images_of(const std::string& path, int64_t limit) {
+  IdxArray a = read_idx(path);
+  VQDDP_CHECK(a.shape.size() == 3, "{}: expected images [N, H, W], got {} dimensions", path, a.shape.size());
+  int64_t n = a.shape[0], dim = a.shape[1] * a.shape[2];
+  if (limit > 0) n = std::min(n, limit);
+  Tensor t = empty({n, dim});
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < n * dim; ++i) p[i] = a.data[i] / 255.f;
+  return t;
+}
+
+Dataset load_fashion_mnist(const DataConfig& c) {
+  Dataset d;
+  for (const DataSourceConfig& src : c.sources) {
+    d.sources.push_back(images_of(src.path, c.max_examples));
+    d.weights.push_back(src.weight);
+  }
+  d.example_dim = d.sources[0].size(1);
+  for (const Tensor& s : d.sources)
+    VQDDP_CHECK(s.size(1) == d.example_dim, "data sources have different image sizes ({} vs {} pixels)", s.size(1),
+                d.example_dim);
+  VQDDP_CHECK(!c.validation_path.empty(), "data.validation_path is required for fashion_mnist");
+  d.validation = images_of(c.validation_path, 0);
+  VQDDP_CHECK(d.validation.size(1) == d.example_dim, "{}: validation images have {} pixels, training images {}",
+              c.validation_path, d.validation.size(1), d.example_dim);
+  int64_t total = 0;
+  for (const Tensor& s : d.sources) total += s.size(0);
+  d.description = fmt::format("{} training and {} validation images of {} pixels", total, d.validation.size(0),
+                              d.example_dim);
+  return d;
+}
+
+}  // namespace
+
+Dataset load_dataset(const DataConfig& c) {
+  return c.type == "wav_frames" ? load_wav_frames(c) : load_fashion_mnist(c);
+}
+
+}  // namespace vqddp

@@ -1,0 +1,31 @@
+// Training and validation examples as rows of float tensors, loaded once.
+//
+//   wav_frames:    each source is a directory of 16-bit mono WAV clips
+//                  (sorted by name, not recursive); every holdout_every-th
+//                  clip is held out for validation; clips are cut into
+//                  non-overlapping frames of `frame` samples (the tail is
+//                  dropped).
+//   fashion_mnist: each source is an IDX image file (gzip); pixels / 255;
+//                  validation images from data.validation_path.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+#include "train/config.h"
+
+namespace vqddp {
+
+struct Dataset {
+  std::vector<Tensor> sources;  // (M_i, F) training examples of each source
+  std::vector<double> weights;  // sampling weight of each source
+  Tensor validation;            // (V, F)
+  int64_t example_dim = 0;      // F
+  double examples_per_second = 0;  // audio frames per second (0 for images)
+  std::string description;
+};
+
+Dataset load_dataset(const DataConfig& config);
+
+}  // namespace vqddp

@@ -1,0 +1,46 @@
+#include "train/inspect.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "engine/safetensors.h"
+#include "train/config.h"
+
+namespace vqddp {
+
+void inspect_checkpoint(const std::string& path) {
+  SafetensorsFile f = safetensors_load(path);
+  VQDDP_CHECK(f.metadata.count("config") && f.contains("train.step"), "{}: not a vqddp checkpoint", path);
+  nlohmann::json source = nlohmann::json::parse(f.metadata.at("config"));
+  Config cfg = parse_config(source, path + " (config)");
+  int64_t params = 0;
+  for (const auto& [name, t] : f.tensors)
+    if (name.rfind("param.", 0) == 0) params += t.numel();
+  fmt::print("{}: step {}, {} parameters, quantizer {}\n", path, f.at("train.step").item<int64_t>(), params,
+             cfg.quantizer.type);
+  fmt::print("config: {}\n", source.dump());
+  float threshold = cfg.quantizer.codebook.threshold_ema_dead_code;
+  bool any = false;
+  for (const auto& [name, t] : f.tensors) {
+    const std::string suffix = ".cluster_size";
+    if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    any = true;
+    const float* cs = t.data<float>();
+    int64_t k = t.numel(), used = 0, dead = 0;
+    double total = 0, entropy = 0;
+    for (int64_t c = 0; c < k; ++c) total += cs[c];
+    for (int64_t c = 0; c < k; ++c) {
+      used += cs[c] >= 1.f;
+      dead += cs[c] < threshold;
+      if (cs[c] > 0 && total > 0) entropy -= cs[c] / total * std::log(cs[c] / total);
+    }
+    std::string layer = name.substr(7, name.size() - 7 - suffix.size());  // strip "buffer." and the suffix
+    fmt::print("  {:<32} K={:<6} used {:<6} dead {:<6} (threshold {}) perplexity {:.1f}\n", layer, k, used, dead,
+               threshold, std::exp(entropy));
+  }
+  if (!any) fmt::print("  no EMA codebooks (quantizer {} keeps no code statistics)\n", cfg.quantizer.type);
+}
+
+}  // namespace vqddp

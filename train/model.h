@@ -1,0 +1,61 @@
+// The model the training layer trains: an MLP autoencoder with a quantizer
+// in the middle (a frame-level neural codec for audio, a VQ-VAE for images).
+//
+//   x (N, F) -> encoder MLP -> (N, tokens * D) -> (N * tokens, D)
+//            -> quantizer (VectorQuantize, ResidualVQ, FSQ, ResidualFSQ)
+//            -> (N, tokens * D) -> decoder MLP -> reconstruction (N, F)
+//   loss = mse(reconstruction, x) + quantizer loss
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "train/config.h"
+#include "vq/fsq.h"
+#include "vq/residual_fsq.h"
+#include "vq/residual_vq.h"
+#include "vq/vector_quantize.h"
+
+namespace vqddp {
+
+struct ModelOutput {
+  Tensor reconstruction;      // (N, F)
+  Tensor reconstruction_loss; // scalar, mean over this rank's elements (0 for no rows)
+  Tensor quantizer_loss;      // scalar
+  Tensor indices;             // (N * tokens, Q) int64
+  // Per quantizer layer, from the codebooks (global counts) where the
+  // quantizer has codebooks; empty for FSQ (the trainer counts codes).
+  std::vector<CodebookMetrics> metrics;
+};
+
+class CodecModel : public Module {
+ public:
+  CodecModel(const ModelConfig& model, const QuantizerConfig& quantizer, int64_t input_dim, uint64_t seed);
+
+  // Every rank must call in training (also with N = 0).
+  ModelOutput forward(const Tensor& x, Communicator& comm);
+
+  int num_layers() const;                // quantizer layers Q
+  std::vector<int64_t> layer_sizes() const;  // codebook size of each layer
+  bool has_codebooks() const { return vq_ || rvq_; }
+  // Bits per example: tokens * sum over layers of log2(codebook size).
+  double bits_per_example() const;
+
+ private:
+  Tensor quantize(const Tensor& z, Communicator& comm, ModelOutput& out);
+
+  ModelConfig mcfg_;
+  QuantizerConfig qcfg_;
+  int64_t input_dim_;
+  std::shared_ptr<Sequential> encoder_, decoder_;
+  std::shared_ptr<VectorQuantize> vq_;
+  std::shared_ptr<ResidualVQ> rvq_;
+  std::shared_ptr<FSQ> fsq_;
+  std::shared_ptr<ResidualFSQ> rfsq_;
+};
+
+// mean((a - b)^2), or 0 (keeping the graph) for tensors without elements.
+Tensor mse_or_zero(const Tensor& a, const Tensor& b);
+
+}  // namespace vqddp

@@ -1,0 +1,120 @@
+#include "train/schedule.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "engine/random.h"
+
+namespace vqddp {
+
+namespace {
+// Shared stream ids of the sampler: one per epoch, in their own range.
+constexpr uint64_t kSamplerStreamBase = 0x5A000000;
+}  // namespace
+
+bool Schedule::validate_after(int64_t done) const {
+  return done == total_steps || (validate_every > 0 && done % validate_every == 0);
+}
+
+bool Schedule::checkpoint_after(int64_t done) const {
+  return done == total_steps || (checkpoint_every > 0 && done % checkpoint_every == 0);
+}
+
+std::vector<int64_t> even_shards(int64_t rows, int world) {
+  std::vector<int64_t> s(world, rows / world);
+  for (int r = 0; r < rows % world; ++r) ++s[r];
+  return s;
+}
+
+Schedule plan_schedule(const std::vector<int64_t>& sizes, const std::vector<double>& weights, const ScheduleConfig& c) {
+  VQDDP_CHECK(!sizes.empty() && sizes.size() == weights.size(), "schedule: {} sources with {} weights", sizes.size(),
+              weights.size());
+  Schedule s;
+  s.epoch_examples = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
+  VQDDP_CHECK(s.epoch_examples > 0, "schedule: the data sources hold no examples");
+  // Largest remainder: floor of each share, then the leftover examples to
+  // the largest fractional parts (ties to the lower source index).
+  double total_weight = std::accumulate(weights.begin(), weights.end(), 0.0);
+  std::vector<double> exact;
+  int64_t given = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    exact.push_back(weights[i] / total_weight * static_cast<double>(s.epoch_examples));
+    s.per_source.push_back(static_cast<int64_t>(exact.back()));
+    given += s.per_source.back();
+  }
+  std::vector<size_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return exact[a] - std::floor(exact[a]) > exact[b] - std::floor(exact[b]);
+  });
+  for (size_t k = 0; given < s.epoch_examples; ++k, ++given) ++s.per_source[order[k % order.size()]];
+  s.batch_size = c.batch_size;
+  s.drop_last = c.drop_last;
+  s.steps_per_epoch = c.drop_last ? s.epoch_examples / c.batch_size : (s.epoch_examples + c.batch_size - 1) / c.batch_size;
+  VQDDP_CHECK(s.steps_per_epoch > 0, "schedule: an epoch of {} examples has no full batch of {} (drop_last)",
+              s.epoch_examples, c.batch_size);
+  s.total_steps = c.steps > 0 ? c.steps : c.epochs * s.steps_per_epoch;
+  s.validate_every = c.validate_every;
+  s.checkpoint_every = c.checkpoint_every;
+  return s;
+}
+
+Schedule agree_schedule(const std::vector<int64_t>& sizes, const std::vector<double>& weights, const ScheduleConfig& c,
+                        Communicator& comm) {
+  Schedule mine = plan_schedule(sizes, weights, c);
+  // [epoch_examples, batch, steps_per_epoch, total, validate_every,
+  //  checkpoint_every, drop_last, per_source...]: rank 0's numbers win.
+  std::vector<int64_t> packed{mine.epoch_examples,   mine.batch_size,       mine.steps_per_epoch, mine.total_steps,
+                              mine.validate_every,   mine.checkpoint_every, mine.drop_last ? 1 : 0};
+  packed.insert(packed.end(), mine.per_source.begin(), mine.per_source.end());
+  Tensor t = from_vector(packed, {static_cast<int64_t>(packed.size())});
+  comm.broadcast(t, 0);
+  const int64_t* p = t.data<int64_t>();
+  Schedule s;
+  s.epoch_examples = p[0];
+  s.batch_size = p[1];
+  s.steps_per_epoch = p[2];
+  s.total_steps = p[3];
+  s.validate_every = p[4];
+  s.checkpoint_every = p[5];
+  s.drop_last = p[6] != 0;
+  s.per_source.assign(p + 7, p + t.numel());
+  VQDDP_CHECK(s.epoch_examples == mine.epoch_examples, "rank {}: its data sources hold {} examples, rank 0's hold {}",
+              comm.rank(), mine.epoch_examples, s.epoch_examples);
+  return s;
+}
+
+ShardedSampler::ShardedSampler(Schedule schedule, std::vector<int64_t> sizes, uint64_t seed, int rank, int world)
+    : schedule_(std::move(schedule)), sizes_(std::move(sizes)), seed_(seed), rank_(rank),
+      shards_(even_shards(schedule_.batch_size, world)) {}
+
+const std::vector<std::pair<int, int64_t>>& ShardedSampler::epoch_list(int64_t epoch) {
+  if (epoch == cached_epoch_) return list_;
+  Generator gen(seed_, kSamplerStreamBase + static_cast<uint64_t>(epoch));
+  list_.clear();
+  for (size_t i = 0; i < sizes_.size(); ++i) {
+    int64_t n = schedule_.per_source[i];
+    if (n <= sizes_[i]) {
+      std::vector<int64_t> perm = random_permutation(sizes_[i], gen);
+      for (int64_t j = 0; j < n; ++j) list_.emplace_back(static_cast<int>(i), perm[j]);
+    } else {
+      for (int64_t j = 0; j < n; ++j)
+        list_.emplace_back(static_cast<int>(i), static_cast<int64_t>(gen.uniform_int(static_cast<uint64_t>(sizes_[i]))));
+    }
+  }
+  for (int64_t i = static_cast<int64_t>(list_.size()) - 1; i > 0; --i)
+    std::swap(list_[i], list_[gen.uniform_int(static_cast<uint64_t>(i) + 1)]);
+  cached_epoch_ = epoch;
+  return list_;
+}
+
+std::vector<std::pair<int, int64_t>> ShardedSampler::rank_batch(int64_t step) {
+  const auto& list = epoch_list(step / schedule_.steps_per_epoch);
+  int64_t pos = step % schedule_.steps_per_epoch, n = static_cast<int64_t>(list.size());
+  int64_t begin = std::accumulate(shards_.begin(), shards_.begin() + rank_, int64_t{0});
+  std::vector<std::pair<int, int64_t>> out;
+  for (int64_t j = begin; j < begin + shards_[rank_]; ++j) out.push_back(list[(pos * schedule_.batch_size + j) % n]);
+  return out;
+}
+
+}  // namespace vqddp

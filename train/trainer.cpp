@@ -1,0 +1,239 @@
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "comm/launch.h"
+#include "engine/autograd.h"
+#include "engine/ops.h"
+#include "engine/optim.h"
+#include "train/checkpoint.h"
+#include "train/ddp.h"
+#include "train/schedule.h"
+
+namespace vqddp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& o, std::vector<Tensor> params) {
+  if (o.type == "sgd") return std::make_unique<Sgd>(std::move(params), SgdOptions{o.lr, o.momentum, o.weight_decay, false});
+  return std::make_unique<AdamW>(std::move(params), AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
+}
+
+Tensor gather_rows(const Dataset& data, const std::vector<std::pair<int, int64_t>>& rows) {
+  int64_t f = data.example_dim;
+  Tensor x = empty({static_cast<int64_t>(rows.size()), f});  // (n_r, F)
+  float* p = x.data<float>();
+  for (const auto& [src, row] : rows) {
+    std::memcpy(p, data.sources[src].data<float>() + row * f, f * sizeof(float));
+    p += f;
+  }
+  return x;
+}
+
+// Per-layer code histograms of indices (M, Q), appended to `out`
+// (sizes[l] floats per layer; -1 entries are skipped).
+void append_histograms(const Tensor& indices, const std::vector<int64_t>& sizes, std::vector<float>& out) {
+  int64_t m = indices.size(0), q = indices.size(1);
+  size_t base = out.size();
+  for (int64_t k : sizes) out.resize(out.size() + k, 0.f);
+  const int64_t* pi = indices.data<int64_t>();
+  for (int64_t i = 0; i < m; ++i) {
+    size_t at = base;
+    for (int64_t l = 0; l < q; ++l) {
+      int64_t c = pi[i * q + l];
+      if (c >= 0) out[at + c] += 1.f;
+      at += sizes[l];
+    }
+  }
+}
+
+std::vector<LayerUsage> usage_of(const float* hist, const std::vector<int64_t>& sizes) {
+  std::vector<LayerUsage> out;
+  for (int64_t k : sizes) {
+    LayerUsage u;
+    u.codebook_size = k;
+    double total = 0, entropy = 0;
+    for (int64_t c = 0; c < k; ++c) total += hist[c];
+    for (int64_t c = 0; c < k; ++c)
+      if (hist[c] > 0) {
+        double p = hist[c] / total;
+        entropy -= p * std::log(p);
+        ++u.codes_used;
+      }
+    u.perplexity = total > 0 ? std::exp(entropy) : 1.0;
+    out.push_back(u);
+    hist += k;
+  }
+  return out;
+}
+
+std::string duration(double s) {
+  if (s >= 3600) return fmt::format("{}h{:02}m", int(s) / 3600, int(s) % 3600 / 60);
+  if (s >= 60) return fmt::format("{}m{:02}s", int(s) / 60, int(s) % 60);
+  return fmt::format("{:.0f}s", s);
+}
+
+struct Validation {
+  double mse = 0, snr_db = 0;
+  std::vector<LayerUsage> usage;
+};
+
+// Eval mode, no grad: no module issues a collective; one all-reduce at the end.
+Validation validate(CodecModel& model, const Dataset& data, Communicator& comm) {
+  NoGradGuard no_grad;
+  model.eval();
+  std::vector<int64_t> shards = even_shards(data.validation.size(0), comm.world_size());
+  int64_t begin = 0;
+  for (int r = 0; r < comm.rank(); ++r) begin += shards[r];
+  std::vector<int64_t> sizes = model.layer_sizes();
+  std::vector<float> stats(3, 0.f);  // sum x^2, sum err^2, elements
+  double signal = 0, error = 0;
+  std::vector<float> hist;
+  constexpr int64_t kChunk = 4096;
+  for (int64_t at = begin; at < begin + shards[comm.rank()]; at += kChunk) {
+    Tensor x = data.validation.slice_rows(at, std::min(at + kChunk, begin + shards[comm.rank()]));
+    ModelOutput out = model.forward(x, comm);
+    const float *px = x.data<float>(), *py = out.reconstruction.data<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      signal += double(px[i]) * px[i];
+      error += (double(px[i]) - py[i]) * (double(px[i]) - py[i]);
+    }
+    std::vector<float> h;
+    append_histograms(out.indices, sizes, h);
+    if (hist.empty()) hist.assign(h.size(), 0.f);
+    for (size_t i = 0; i < h.size(); ++i) hist[i] += h[i];
+  }
+  if (hist.empty()) append_histograms(zeros({0, static_cast<int64_t>(sizes.size())}, DType::i64), sizes, hist);
+  // Sums travel as float32; the double partials keep each rank's sum exact enough.
+  std::vector<float> packed{static_cast<float>(signal), static_cast<float>(error),
+                            static_cast<float>(shards[comm.rank()] * data.example_dim)};
+  packed.insert(packed.end(), hist.begin(), hist.end());
+  Tensor t = from_vector(packed, {static_cast<int64_t>(packed.size())});
+  comm.all_reduce(t, ReduceOp::sum);
+  const float* p = t.data<float>();
+  Validation v;
+  v.mse = p[2] > 0 ? p[1] / p[2] : 0;
+  v.snr_db = p[1] > 0 ? 10 * std::log10(double(p[0]) / p[1]) : 0;
+  v.usage = usage_of(p + 3, sizes);
+  model.train();
+  return v;
+}
+
+}  // namespace
+
+TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& opt) {
+  TrainResult result;
+  std::mutex result_mu;
+  auto start = Clock::now();
+  std::filesystem::path dir(cfg.run.dir);
+  if (opt.checkpoints || opt.print) std::filesystem::create_directories(dir);
+  std::vector<int64_t> sizes;
+  for (const Tensor& s : data.sources) sizes.push_back(s.size(0));
+
+  LaunchOptions launch{cfg.distributed.backend, cfg.distributed.world_size,
+                       std::chrono::milliseconds(static_cast<int64_t>(cfg.distributed.timeout_s * 1000))};
+  launch_ranks(launch, [&](Communicator& comm) {
+    const bool lead = comm.rank() == 0;
+    CodecModel model(cfg.model, cfg.quantizer, data.example_dim, cfg.run.seed);
+    std::unique_ptr<Optimizer> optim = make_optimizer(cfg.optimizer, model.parameters());
+    DistributedDataParallel ddp(model, comm);
+    Schedule schedule = agree_schedule(sizes, data.weights, cfg.schedule, comm);
+    ShardedSampler sampler(schedule, sizes, cfg.run.seed, comm.rank(), comm.world_size());
+    int64_t step = opt.resume.empty() ? 0 : load_checkpoint(opt.resume, model, *optim);
+    int64_t last = opt.stop_at_step > 0 ? std::min(opt.stop_at_step, schedule.total_steps) : schedule.total_steps;
+    std::vector<int64_t> layer_sizes = model.layer_sizes();
+    std::ofstream metrics;
+    if (lead && opt.print) {
+      metrics.open(dir / "metrics.jsonl", std::ios::app);
+      fmt::print("train: {} | {} ranks ({}) | {} steps of {} examples ({} per epoch) | {:.0f} bits per example{}\n",
+                 data.description, comm.world_size(), comm.backend(), schedule.total_steps, schedule.batch_size,
+                 schedule.steps_per_epoch, model.bits_per_example(),
+                 data.examples_per_second > 0
+                     ? fmt::format(" = {:.2f} kbit/s", model.bits_per_example() * data.examples_per_second / 1000)
+                     : "");
+      if (step > 0) fmt::print("train: resumed at step {} from {}\n", step, opt.resume);
+    }
+    auto loop_start = Clock::now();
+    int64_t first = step;
+    double last_loss = 0;
+    Validation val;
+    model.train();
+    for (; step < last; ++step) {
+      Tensor x = gather_rows(data, sampler.rank_batch(step));  // (n_r, F)
+      ModelOutput out = model.forward(x, comm);
+      Tensor loss = add(out.reconstruction_loss, out.quantizer_loss);
+      mul(loss, DistributedDataParallel::loss_scale(x.size(0), schedule.batch_size)).backward();
+      ddp.all_reduce_gradients();
+      if (cfg.optimizer.grad_clip > 0) clip_grad_norm(model.parameters(), cfg.optimizer.grad_clip);
+      optim->step();
+      optim->zero_grad();
+      int64_t done = step + 1;
+      if (opt.after_step) opt.after_step(done, comm.rank(), model);
+
+      if (done % cfg.schedule.log_every == 0 || done == last) {
+        // One collective: loss sums, row count, revived codes, code histograms.
+        int64_t revived = 0;
+        for (const CodebookMetrics& m : out.metrics) revived += m.codes_revived;
+        std::vector<float> packed{loss.item<float>() * x.size(0), out.reconstruction_loss.item<float>() * x.size(0),
+                                  static_cast<float>(x.size(0))};
+        append_histograms(out.indices, layer_sizes, packed);
+        Tensor t = from_vector(packed, {static_cast<int64_t>(packed.size())});
+        comm.all_reduce(t, ReduceOp::sum);
+        const float* p = t.data<float>();
+        last_loss = p[0] / std::max(1.f, p[2]);
+        std::vector<LayerUsage> usage = usage_of(p + 3, layer_sizes);
+        if (lead && opt.print) {
+          double secs = std::chrono::duration<double>(Clock::now() - loop_start).count();
+          double rate = (done - first) / std::max(secs, 1e-9);
+          std::string ppl, used;
+          for (const LayerUsage& u : usage) {
+            ppl += fmt::format("{}{:.0f}", ppl.empty() ? "" : "/", u.perplexity);
+            used += fmt::format("{}{}", used.empty() ? "" : "/", u.codes_used);
+          }
+          fmt::print("step {:>6}/{}  loss {:.5f}  recon {:.5f}  ppl {}  used {}  revived {}  {:.1f} steps/s  ETA {}\n",
+                     done, schedule.total_steps, last_loss, p[1] / std::max(1.f, p[2]), ppl, used, revived, rate,
+                     duration((last - done) / std::max(rate, 1e-9)));
+          nlohmann::json line{{"step", done}, {"loss", last_loss}, {"recon", p[1] / std::max(1.f, p[2])},
+                              {"revived", revived}, {"steps_per_s", rate}};
+          for (const LayerUsage& u : usage)
+            line["layers"].push_back({{"perplexity", u.perplexity}, {"codes_used", u.codes_used}});
+          metrics << line.dump() << "\n" << std::flush;
+        }
+      }
+      if (opt.validate && schedule.validate_after(done)) {
+        val = validate(model, data, comm);
+        if (lead && opt.print) {
+          fmt::print("validation at step {}: mse {:.6f}  snr {:.2f} dB\n", done, val.mse, val.snr_db);
+          metrics << nlohmann::json{{"step", done}, {"validation_mse", val.mse}, {"validation_snr_db", val.snr_db}}.dump()
+                  << "\n" << std::flush;
+        }
+      }
+      if (opt.checkpoints && (schedule.checkpoint_after(done) || done == last) && lead)
+        save_checkpoint((dir / "checkpoint.safetensors").string(), model, *optim, done, cfg.source);
+    }
+    if (lead) {
+      std::lock_guard lock(result_mu);
+      result.steps = step;
+      result.final_loss = last_loss;
+      result.validation_mse = val.mse;
+      result.validation_snr_db = val.snr_db;
+      result.usage = val.usage;
+      result.bits_per_example = model.bits_per_example();
+      result.bitrate = model.bits_per_example() * data.examples_per_second;
+    }
+  });
+  result.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return result;
+}
+
+}  // namespace vqddp

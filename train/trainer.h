@@ -1,0 +1,52 @@
+// The training loop: data-parallel steps on W ranks, validation, progress,
+// metrics, checkpoints.
+//
+// One step on every rank: its share of the global batch -> forward ->
+// backward of (local loss * N_r / N) -> gradient all-reduce (sum) -> clip
+// -> optimizer step. Every decision that could make ranks call different
+// collectives (how many steps, when to log, validate or checkpoint) reads
+// the schedule that rank 0 broadcast at start, never a clock or a per-rank
+// float. Validation runs in eval mode under no-grad: the modules issue no
+// collective there; one all-reduce of the summed metrics ends it.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "train/config.h"
+#include "train/dataset.h"
+#include "train/model.h"
+
+namespace vqddp {
+
+struct LayerUsage {
+  double perplexity = 0;  // exp(entropy) of the code histogram
+  int64_t codes_used = 0;
+  int64_t codebook_size = 0;
+};
+
+struct TrainResult {
+  int64_t steps = 0;               // steps completed in total (also before a resume)
+  double final_loss = 0;           // training loss of the last logged step
+  double validation_mse = 0;
+  double validation_snr_db = 0;    // 10 log10(sum x^2 / sum (x - x_hat)^2) over the validation set
+  double bits_per_example = 0;
+  double bitrate = 0;              // bits per second (audio), 0 for images
+  std::vector<LayerUsage> usage;   // per quantizer layer, on the validation set
+  double wall_seconds = 0;
+};
+
+struct TrainOptions {
+  std::string resume;        // checkpoint to continue from ("" = start fresh)
+  int64_t stop_at_step = 0;  // > 0: stop (and checkpoint) after this step, schedule unchanged
+  bool validate = true;
+  bool checkpoints = true;
+  bool print = true;         // progress lines on rank 0
+  // Called on every rank after every step with the model, e.g. to snapshot.
+  std::function<void(int64_t step, int rank, const CodecModel& model)> after_step;
+};
+
+TrainResult train(const Config& config, const Dataset& data, const TrainOptions& options);
+
+}  // namespace vqddp
