@@ -16,8 +16,8 @@ const char* reduce_op_name(ReduceOp op) {
 
 void Communicator::check_all_reduce(const Tensor& t, ReduceOp op) const {
   VQDDP_CHECK(t.defined(), "rank {}: all_reduce of an undefined tensor", rank());
-  VQDDP_CHECK(op != ReduceOp::avg || t.dtype() == DType::f32, "rank {}: all_reduce(avg) needs float32, got {}", rank(),
-              t.desc());
+  VQDDP_CHECK(op != ReduceOp::avg || t.dtype() != DType::i64, "rank {}: all_reduce(avg) needs a float tensor, got {}",
+              rank(), t.desc());
 }
 
 void Communicator::check_broadcast(const Tensor& t, int root) const {

@@ -37,8 +37,8 @@ class Communicator {
   virtual std::string backend() const = 0;  // "single", "thread", "nccl"
 
   // Every rank must call. In place: `t` holds the reduction of all ranks'
-  // `t` afterwards, bitwise identical on every rank. avg is sum / W and is
-  // float32 only; sum, max, min also take int64.
+  // `t` afterwards, bitwise identical on every rank. float32, float64 and
+  // int64; avg (sum / W) is for float tensors only.
   virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
 
   // Every rank must call, with the same root and shape. In place: `t` holds

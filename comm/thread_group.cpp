@@ -72,10 +72,11 @@ class ThreadCommunicator final : public Communicator {
     run(Fingerprint(fmt::format("all_reduce({})", reduce_op_name(op)), t.dtype(), t.numel()), t.raw_data(), t.raw_data(), [&] {
       int w = world_size();
       auto [begin, end] = share_of(t.numel(), rank_, w);
-      if (t.dtype() == DType::f32)
-        reduce_share<float>(inputs<float>(), outputs<float>(), begin, end, op);
-      else
-        reduce_share<int64_t>(inputs<int64_t>(), outputs<int64_t>(), begin, end, op);
+      switch (t.dtype()) {
+        case DType::f32: return reduce_share<float>(inputs<float>(), outputs<float>(), begin, end, op);
+        case DType::f64: return reduce_share<double>(inputs<double>(), outputs<double>(), begin, end, op);
+        case DType::i64: return reduce_share<int64_t>(inputs<int64_t>(), outputs<int64_t>(), begin, end, op);
+      }
     });
     t.bump_version();
     count(bytes_of(t));

@@ -10,6 +10,7 @@ size_t dtype_size(DType t) {
   switch (t) {
     case DType::f32: return 4;
     case DType::i64: return 8;
+    case DType::f64: return 8;
   }
   VQDDP_THROW("unknown dtype {}", static_cast<int>(t));
 }
@@ -18,6 +19,7 @@ const char* dtype_name(DType t) {
   switch (t) {
     case DType::f32: return "float32";
     case DType::i64: return "int64";
+    case DType::f64: return "float64";
   }
   return "?";
 }

@@ -13,7 +13,9 @@
 
 namespace vqddp {
 
-enum class DType : uint8_t { f32, i64 };
+// f64 exists for statistics that must not depend on summation order (code
+// counts and sums reduced across ranks); the differentiable ops are f32.
+enum class DType : uint8_t { f32, i64, f64 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // "float32", "int64"
@@ -24,6 +26,8 @@ template <>
 constexpr DType dtype_of<float>() { return DType::f32; }
 template <>
 constexpr DType dtype_of<int64_t>() { return DType::i64; }
+template <>
+constexpr DType dtype_of<double>() { return DType::f64; }
 
 struct Device {
   enum class Kind : uint8_t { cpu, cuda };

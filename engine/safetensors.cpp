@@ -22,15 +22,23 @@ using json = nlohmann::json;
 // Byte order: the format is little-endian; so is every machine we build for.
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
 
-const char* st_dtype(DType t) { return t == DType::f32 ? "F32" : "I64"; }
+const char* st_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::i64: return "I64";
+    case DType::f64: return "F64";
+  }
+  return "?";
+}
 
 DType parse_dtype(const std::string& path, const std::string& name, const std::string& s) {
   if (s == "F32") return DType::f32;
   if (s == "I64") return DType::i64;
-  static const std::set<std::string> kKnown = {"F16", "BF16", "F64", "I8", "I16", "I32", "U8", "U16",
+  if (s == "F64") return DType::f64;
+  static const std::set<std::string> kKnown = {"F16", "BF16", "I8", "I16", "I32", "U8", "U16",
                                                "U32", "U64", "BOOL", "F8_E4M3", "F8_E5M2"};
   if (kKnown.count(s))
-    VQDDP_THROW("{}: tensor '{}' has dtype {}, which vqddp does not load (it reads F32 and I64)", path, name, s);
+    VQDDP_THROW("{}: tensor '{}' has dtype {}, which vqddp does not load (it reads F32, F64 and I64)", path, name, s);
   VQDDP_THROW("{}: tensor '{}' has unknown dtype '{}'", path, name, s);
 }
 

@@ -29,8 +29,8 @@ struct SafetensorsFile {
   bool contains(const std::string& name) const;
 };
 
-// Supported dtypes: F32 and I64 (the engine's). Others known to the format
-// (F16, BF16, F64, I32, ...) are refused with a message saying so.
+// Supported dtypes: F32, F64 and I64 (the engine's). Others known to the
+// format (F16, BF16, I32, ...) are refused with a message saying so.
 SafetensorsFile safetensors_load(const std::string& path);
 void safetensors_save(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});

@@ -94,6 +94,10 @@ template float Tensor::item<float>() const;
 template int64_t Tensor::item<int64_t>() const;
 template std::vector<float> Tensor::to_vector<float>() const;
 template std::vector<int64_t> Tensor::to_vector<int64_t>() const;
+template double* Tensor::data<double>();
+template const double* Tensor::data<double>() const;
+template double Tensor::item<double>() const;
+template std::vector<double> Tensor::to_vector<double>() const;
 
 // ---- autograd handle ------------------------------------------------------------
 
@@ -147,14 +151,17 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
+template <class T>
+static void fill_as(Tensor& t, double value) {
+  T* p = t.data<T>();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = static_cast<T>(value);
+}
+
 Tensor& Tensor::fill_(double value) {
-  int64_t n = numel();
-  if (dtype() == DType::f32) {
-    float* p = data<float>();
-    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(value);
-  } else {
-    int64_t* p = data<int64_t>();
-    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<int64_t>(value);
+  switch (dtype()) {
+    case DType::f32: fill_as<float>(*this, value); break;
+    case DType::i64: fill_as<int64_t>(*this, value); break;
+    case DType::f64: fill_as<double>(*this, value); break;
   }
   bump_version();
   return *this;
@@ -228,6 +235,7 @@ static Tensor tensor_from(const std::vector<T>& values, const Shape& shape) {
 
 Tensor from_vector(const std::vector<float>& values, const Shape& shape) { return tensor_from(values, shape); }
 Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape) { return tensor_from(values, shape); }
+Tensor from_vector(const std::vector<double>& values, const Shape& shape) { return tensor_from(values, shape); }
 Tensor from_vector(std::initializer_list<float> values, const Shape& shape) {
   return tensor_from(std::vector<float>(values), shape);
 }

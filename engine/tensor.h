@@ -128,6 +128,7 @@ Tensor arange(int64_t n, DType dtype = DType::i64);
 Tensor arange(int64_t begin, int64_t end, int64_t step, DType dtype = DType::i64);
 Tensor from_vector(const std::vector<float>& values, const Shape& shape);
 Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape);
+Tensor from_vector(const std::vector<double>& values, const Shape& shape);
 // Brace lists are float32: from_vector({1, 2, 3}, {3}). Spell int64 data as
 // std::vector<int64_t>{...}.
 Tensor from_vector(std::initializer_list<float> values, const Shape& shape);

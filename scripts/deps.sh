@@ -7,6 +7,9 @@ packages=(
   g++ meson ninja-build pkg-config   # toolchain
   libfmt-dev nlohmann-json3-dev doctest-dev  # libraries (header-only but fmt)
   libopenblas-dev                    # CPU GEMM
+  zlib1g-dev                         # gzip IDX files
+  asterisk-core-sounds-en-wav        # real speech: the default training run
+  dataset-fashion-mnist              # real images: the VQ-VAE examples
 )
 
 missing=()

@@ -85,7 +85,7 @@ int run_check_ddp(int argc, char** argv) {
 int run_inspect(int argc, char** argv) {
   CliArgs args("inspect", argc, argv, 2, {});
   args.expect_positional(1, "a checkpoint file");
-  inspect_checkpoint(args.positional()[0]);
+  fmt::print("{}", inspect_checkpoint(args.positional()[0]));
   return 0;
 }
 

@@ -10,7 +10,8 @@
 
 namespace vqddp {
 
-void inspect_checkpoint(const std::string& path) {
+std::string inspect_checkpoint(const std::string& path) {
+  std::string out;
   SafetensorsFile f = safetensors_load(path);
   VQDDP_CHECK(f.metadata.count("config") && f.contains("train.step"), "{}: not a vqddp checkpoint", path);
   nlohmann::json source = nlohmann::json::parse(f.metadata.at("config"));
@@ -18,9 +19,9 @@ void inspect_checkpoint(const std::string& path) {
   int64_t params = 0;
   for (const auto& [name, t] : f.tensors)
     if (name.rfind("param.", 0) == 0) params += t.numel();
-  fmt::print("{}: step {}, {} parameters, quantizer {}\n", path, f.at("train.step").item<int64_t>(), params,
+  out += fmt::format("{}: step {}, {} parameters, quantizer {}\n", path, f.at("train.step").item<int64_t>(), params,
              cfg.quantizer.type);
-  fmt::print("config: {}\n", source.dump());
+  out += fmt::format("config: {}\n", source.dump());
   float threshold = cfg.quantizer.codebook.threshold_ema_dead_code;
   bool any = false;
   for (const auto& [name, t] : f.tensors) {
@@ -37,10 +38,11 @@ void inspect_checkpoint(const std::string& path) {
       if (cs[c] > 0 && total > 0) entropy -= cs[c] / total * std::log(cs[c] / total);
     }
     std::string layer = name.substr(7, name.size() - 7 - suffix.size());  // strip "buffer." and the suffix
-    fmt::print("  {:<32} K={:<6} used {:<6} dead {:<6} (threshold {}) perplexity {:.1f}\n", layer, k, used, dead,
+    out += fmt::format("  {:<32} K={:<6} used {:<6} dead {:<6} (threshold {}) perplexity {:.1f}\n", layer, k, used, dead,
                threshold, std::exp(entropy));
   }
-  if (!any) fmt::print("  no EMA codebooks (quantizer {} keeps no code statistics)\n", cfg.quantizer.type);
+  if (!any) out += fmt::format("  no EMA codebooks (quantizer {} keeps no code statistics)\n", cfg.quantizer.type);
+  return out;
 }
 
 }  // namespace vqddp

@@ -8,6 +8,7 @@
 
 namespace vqddp {
 
-void inspect_checkpoint(const std::string& path);
+// The report as text (the CLI prints it).
+std::string inspect_checkpoint(const std::string& path);
 
 }  // namespace vqddp

@@ -178,7 +178,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
       optim->step();
       optim->zero_grad();
       int64_t done = step + 1;
-      if (opt.after_step) opt.after_step(done, comm.rank(), model);
+      if (opt.after_step) opt.after_step(done, comm.rank(), model, *optim);
 
       if (done % cfg.schedule.log_every == 0 || done == last) {
         // One collective: loss sums, row count, revived codes, code histograms.

@@ -16,6 +16,7 @@
 
 #include "train/config.h"
 #include "train/dataset.h"
+#include "engine/optim.h"
 #include "train/model.h"
 
 namespace vqddp {
@@ -43,8 +44,9 @@ struct TrainOptions {
   bool validate = true;
   bool checkpoints = true;
   bool print = true;         // progress lines on rank 0
-  // Called on every rank after every step with the model, e.g. to snapshot.
-  std::function<void(int64_t step, int rank, const CodecModel& model)> after_step;
+  // Called on every rank after every step (step = steps done), e.g. to
+  // snapshot or checkpoint the state.
+  std::function<void(int64_t step, int rank, const CodecModel& model, Optimizer& optim)> after_step;
 };
 
 TrainResult train(const Config& config, const Dataset& data, const TrainOptions& options);

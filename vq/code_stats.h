@@ -1,10 +1,13 @@
 // Per-code statistics of one batch: how many rows chose each code and the
 // sum of those rows.
 //
-// They are returned in ONE float32 buffer [K + K*D] (counts first, then the
+// They are returned in ONE float64 buffer [K + K*D] (counts first, then the
 // sums row by row) so the codebook reduces them across ranks with a single
-// all_reduce. Rows are added in ascending row order, so the local result is
-// deterministic; counts are exact as floats up to 2^24 rows per code and step.
+// all_reduce. Float64 makes the sums all but independent of their order:
+// the float32 rows are exact in double, so partial sums per rank added in
+// rank order equal one rank's sum of every row unless the values span more
+// than ~2^29 in magnitude, and the codebook (float32) sees the same numbers
+// whichever way the batch was split. Counts are exact.
 #pragma once
 
 #include "engine/tensor.h"

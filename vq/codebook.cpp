@@ -86,14 +86,14 @@ bool Codebook::ensure_initialised(const Tensor& x, Communicator& comm) {
 
 void Codebook::update_ema(const Tensor& stats) {
   int64_t k = opt_.codebook_size, d = opt_.dim;
-  const float* counts = stats_counts(stats, k).data<float>();
-  const float* sums = stats_sums(stats, k, d).data<float>();
+  const double* counts = stats_counts(stats, k).data<double>();
+  const double* sums = stats_sums(stats, k, d).data<double>();
   float* cs = cluster_size.data<float>();
   float* avg = embed_avg.data<float>();
   float* e = embed.data<float>();
   const float decay = opt_.decay, keep = 1.f - opt_.decay;
-  for (int64_t c = 0; c < k; ++c) cs[c] = decay * cs[c] + keep * counts[c];
-  for (int64_t i = 0; i < k * d; ++i) avg[i] = decay * avg[i] + keep * sums[i];
+  for (int64_t c = 0; c < k; ++c) cs[c] = decay * cs[c] + keep * static_cast<float>(counts[c]);
+  for (int64_t i = 0; i < k * d; ++i) avg[i] = decay * avg[i] + keep * static_cast<float>(sums[i]);
   // Laplace smoothing: cs~ = (cs + eps) / (n + K eps) * n, so a code with no
   // mass is divided by a small positive number, never by zero.
   double n = 0;
@@ -139,7 +139,7 @@ int64_t Codebook::revive_dead_codes(const Tensor& x, Communicator& comm) {
 }
 
 double perplexity_of(const Tensor& counts) {
-  const float* p = counts.data<float>();
+  const double* p = counts.data<double>();
   double total = 0, entropy = 0;
   for (int64_t i = 0; i < counts.numel(); ++i) total += p[i];
   if (total <= 0) return 1.0;
@@ -170,7 +170,7 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
     counts = stats_counts(stats, k);
   }
   m.perplexity = perplexity_of(counts);
-  const float* pc = counts.data<float>();
+  const double* pc = counts.data<double>();
   for (int64_t c = 0; c < k; ++c) {
     m.codes_used += pc[c] > 0;
     m.rows += static_cast<int64_t>(pc[c]);

@@ -9,12 +9,12 @@ namespace vqddp {
 
 void kmeans_update(Tensor& means, const Tensor& stats, bool cosine) {
   int64_t k = means.size(0), d = means.size(1);
-  const float* counts = stats_counts(stats, k).data<float>();
-  const float* sums = stats_sums(stats, k, d).data<float>();
+  const double* counts = stats_counts(stats, k).data<double>();
+  const double* sums = stats_sums(stats, k, d).data<double>();
   float* pm = means.data<float>();
   for (int64_t c = 0; c < k; ++c) {
-    if (counts[c] == 0.f) continue;  // an empty cluster keeps its mean
-    for (int64_t j = 0; j < d; ++j) pm[c * d + j] = sums[c * d + j] / counts[c];
+    if (counts[c] == 0) continue;  // an empty cluster keeps its mean
+    for (int64_t j = 0; j < d; ++j) pm[c * d + j] = static_cast<float>(sums[c * d + j] / counts[c]);
   }
   if (cosine) means.copy_(l2_normalize_rows(means));
   means.bump_version();
@@ -28,7 +28,8 @@ KmeansResult kmeans(const Tensor& x, int64_t k, int iters, bool cosine, Communic
   for (int it = 0; it < iters; ++it) {
     Tensor stats = code_stats(x, assign_codes(x, means, cosine), k);  // (K + K*D)
     comm.all_reduce(stats, ReduceOp::sum);
-    bins = stats_counts(stats, k).clone();
+    const double* counts = stats_counts(stats, k).data<double>();
+    for (int64_t c = 0; c < k; ++c) bins.data<float>()[c] = static_cast<float>(counts[c]);
     kmeans_update(means, stats, cosine);
   }
   return {means, bins};

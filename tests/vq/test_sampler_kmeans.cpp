@@ -116,7 +116,7 @@ TEST_CASE("k-means: identical on all ranks and equal to one rank on the whole ba
 
 TEST_CASE("k-means keeps the mean of an empty cluster") {
   Tensor means = from_vector({1, 1, 7, 7}, {2, 2});
-  Tensor stats = from_vector({2, 0, 4, 6, 0, 0}, {6});  // counts (2, 0), sums ((4, 6), (0, 0))
+  Tensor stats = from_vector(std::vector<double>{2, 0, 4, 6, 0, 0}, {6});  // counts (2, 0), sums ((4, 6), (0, 0))
   kmeans_update(means, stats, false);
   CHECK(means.to_vector<float>() == std::vector<float>{2, 3, 7, 7});
 }

@@ -1,0 +1,304 @@
+// The training layer: schedule agreement, global-batch gradients, bit-exact
+// resume, atomic checkpoints, check-ddp on the shipped examples and on a
+// broken variant, and config errors.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "comm/thread_group.h"
+#include "engine/ops.h"
+#include "engine/safetensors.h"
+#include "tests/engine/tmpdir.h"
+#include "tests/vq/harness.h"
+#include "train/check_ddp.h"
+#include "train/checkpoint.h"
+#include "train/ddp.h"
+#include "train/inspect.h"
+#include "train/schedule.h"
+#include "train/trainer.h"
+
+using namespace vqddp;
+using vqddp::test::TempDir;
+
+namespace {
+
+// A small run on synthetic frames: residual VQ with k-means, revival and
+// dropout, so every kind of state is exercised.
+Config small_config(const std::string& dir, const std::string& quantizer_type = "residual_vq") {
+  nlohmann::json j = {
+      {"model", {{"hidden", 32}, {"hidden_layers", 1}, {"latent_dim", 4}}},
+      {"quantizer",
+       {{"type", quantizer_type}, {"num_quantizers", 3}, {"codebook_size", 16}, {"decay", 0.9},
+        {"threshold_ema_dead_code", 1.0}, {"kmeans_iters", 3}, {"quantize_dropout", true},
+        {"quantize_dropout_cutoff_index", 0}}},
+      {"data", {{"type", "wav_frames"}, {"sources", {{{"path", "unused"}}}}}},
+      {"optimizer", {{"lr", 0.003}}},
+      {"schedule", {{"batch_size", 30}, {"epochs", 2}, {"log_every", 1000}}},
+      {"distributed", {{"world_size", 3}, {"timeout_s", 5}}},
+      {"run", {{"dir", dir}, {"seed", 7}}}};
+  if (quantizer_type == "fsq") {
+    j["quantizer"] = {{"type", "fsq"}, {"levels", {5, 4, 3, 3}}};
+  }
+  return parse_config(j, "test");
+}
+
+Dataset synthetic_data(int64_t f = 16) {
+  Generator g(3, 0);
+  Dataset d;
+  d.sources = {rand_normal({70, f}, g), mul(rand_normal({35, f}, g), 0.5f)};
+  d.weights = {2.0, 1.0};
+  d.validation = rand_normal({20, f}, g);
+  d.example_dim = f;
+  d.description = "synthetic";
+  return d;
+}
+
+TrainOptions quiet() {
+  TrainOptions o;
+  o.print = false;
+  return o;
+}
+
+NamedTensors file_tensors(const std::string& path) { return safetensors_load(path).tensors; }
+
+std::string read_all_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+TEST_CASE("invariant 7: the schedule is identical on every rank when sampler weights differ in the last float bit") {
+  std::vector<int64_t> sizes{101, 100};  // 201 examples, weights 1:1 -> shares 100.5 each: a tie
+  ScheduleConfig c;
+  c.batch_size = 20;
+  c.epochs = 3;
+  c.validate_every = 7;
+  // On their own, drifted weights already split the epoch differently.
+  Schedule up = plan_schedule(sizes, {1.0, std::nextafter(1.0, 2.0)}, c);
+  Schedule down = plan_schedule(sizes, {std::nextafter(1.0, 2.0), 1.0}, c);
+  CHECK(up.per_source != down.per_source);
+  std::vector<Schedule> seen(4);
+  run_ranks(4, [&](Communicator& comm) {
+    double drift = comm.rank() % 2 ? std::nextafter(1.0, 2.0) : std::nextafter(1.0, 0.0);
+    seen[comm.rank()] = agree_schedule(sizes, {1.0, drift}, c, comm);
+  }, vqddp::test::kFast);
+  for (int r = 1; r < 4; ++r) CHECK(seen[r] == seen[0]);
+  CHECK(seen[0].total_steps == 3 * (201 / 20));
+  CHECK(seen[0].per_source[0] + seen[0].per_source[1] == 201);
+}
+
+TEST_CASE("invariant 7: a rank that runs one step more gets a clear error, not a hang") {
+  Generator g(1, 0);
+  CHECK_THROWS_WITH_AS(run_ranks(3, [&](Communicator& comm) {
+                         Linear lin(4, 2, g);
+                         DistributedDataParallel ddp(lin, comm);
+                         int64_t steps = comm.rank() == 1 ? 6 : 5;  // the drift
+                         for (int64_t s = 0; s < steps; ++s) {
+                           sum(lin(ones({2, 4}))).backward();
+                           ddp.all_reduce_gradients();
+                         }
+                       }, {.timeout = std::chrono::milliseconds(2000)}),
+                       doctest::Contains("returned without calling all_reduce(sum)"), DesyncError);
+}
+
+TEST_CASE("sharded sampler: ranks take disjoint contiguous shares of the same global batch, per epoch a new order") {
+  std::vector<int64_t> sizes{10, 6};
+  ScheduleConfig c;
+  c.batch_size = 7;
+  c.epochs = 2;
+  Schedule s = plan_schedule(sizes, {1, 1}, c);
+  REQUIRE(s.steps_per_epoch == 2);  // 16 examples, drop_last
+  ShardedSampler whole(s, sizes, 5, 0, 1);
+  std::vector<std::pair<int, int64_t>> joined;
+  for (int r = 0; r < 3; ++r) {
+    ShardedSampler part(s, sizes, 5, r, 3);
+    CHECK(part.shard_sizes() == std::vector<int64_t>{3, 2, 2});
+    auto b = part.rank_batch(1);
+    joined.insert(joined.end(), b.begin(), b.end());
+  }
+  CHECK(joined == whole.rank_batch(1));
+  CHECK(whole.rank_batch(0) != whole.rank_batch(2));  // epoch 2 reshuffles
+  c.drop_last = false;
+  CHECK(plan_schedule(sizes, {1, 1}, c).steps_per_epoch == 3);  // the last batch wraps around
+}
+
+TEST_CASE("global-batch gradient: W ranks with uneven shards equal 1 rank on the whole batch") {
+  Config cfg = small_config("unused", "fsq");
+  Dataset data = synthetic_data();
+  Tensor x = data.sources[0].slice_rows(0, 23);  // 23 rows: shards 8, 8, 7
+  std::vector<NamedTensors> grads(3);
+  NamedTensors reference;
+  for (int w : {1, 3}) {
+    run_ranks(w, [&](Communicator& comm) {
+      CodecModel model(cfg.model, cfg.quantizer, 16, 1);
+      DistributedDataParallel ddp(model, comm);
+      std::vector<int64_t> sizes = even_shards(23, w);
+      Tensor mine = vqddp::test::shard(x, sizes, comm.rank());
+      ModelOutput out = model.forward(mine, comm);
+      mul(add(out.reconstruction_loss, out.quantizer_loss), DistributedDataParallel::loss_scale(mine.size(0), 23))
+          .backward();
+      ddp.all_reduce_gradients();
+      NamedTensors g;
+      for (auto& [n, p] : model.named_parameters()) g.emplace_back(n, p.grad().clone());
+      (w == 1 ? reference : grads[comm.rank()]) = g;
+    }, vqddp::test::kFast);
+  }
+  for (int r = 0; r < 3; ++r) {
+    CHECK(vqddp::test::bitwise_equal(grads[r], grads[0]));
+    vqddp::test::check_close(grads[r], reference, 1e-4, 1e-6);
+  }
+}
+
+TEST_CASE("bit-exact resume: 2S steps straight equal S steps, stop, resume, S steps") {
+  TempDir a, b;
+  Dataset data = synthetic_data();
+  Config straight = small_config(a.path().string());
+  straight.schedule.steps = 8;
+  train(straight, data, quiet());
+  Config halves = small_config(b.path().string());
+  halves.schedule.steps = 8;
+  TrainOptions first;
+  first.stop_at_step = 4;
+  first.print = false;
+  train(halves, data, first);
+  CHECK(safetensors_load(b.file("checkpoint.safetensors")).at("train.step").item<int64_t>() == 4);
+  TrainOptions second;
+  second.resume = b.file("checkpoint.safetensors");
+  second.print = false;
+  TrainResult r = train(halves, data, second);
+  CHECK(r.steps == 8);
+  NamedTensors x = file_tensors(a.file("checkpoint.safetensors")), y = file_tensors(b.file("checkpoint.safetensors"));
+  REQUIRE(x.size() > 10);
+  CHECK(vqddp::test::bitwise_equal(x, y));
+  // inspect reads it back: one line per codebook layer.
+  std::string report = inspect_checkpoint(b.file("checkpoint.safetensors"));
+  CHECK(report.find("step 8") != std::string::npos);
+  CHECK(report.find("quantizer.layer2") != std::string::npos);
+  CHECK(report.find("K=16") != std::string::npos);
+}
+
+TEST_CASE("a checkpoint that does not match the model names the first mismatching tensor") {
+  TempDir dir;
+  Dataset data = synthetic_data();
+  Config cfg = small_config(dir.path().string());
+  cfg.schedule.steps = 2;
+  train(cfg, data, quiet());
+  Config other = small_config(dir.path().string());
+  other.model.hidden = 48;
+  TrainOptions resume;
+  resume.resume = dir.file("checkpoint.safetensors");
+  resume.print = false;
+  CHECK_THROWS_WITH_AS(train(other, data, resume),
+                       doctest::Contains("tensor 'param.encoder.0.weight' is float32[32, 16] on cpu in the checkpoint, "
+                                         "float32[48, 16] on cpu in the model"),
+                       Error);
+}
+
+TEST_CASE("atomic checkpoint: a write that fails midway leaves the previous checkpoint intact") {
+  TempDir dir;
+  std::string path = dir.file("checkpoint.safetensors");
+  Generator g(0, 0);
+  Linear model(64, 64, g);
+  AdamW optim(model.parameters(), {});
+  save_checkpoint(path, model, optim, 1, {{"k", 1}});
+  std::string before = read_all_bytes(path);
+  // Limit file size so write() fails with EFBIG halfway through the new file.
+  signal(SIGXFSZ, SIG_IGN);
+  rlimit saved{};
+  getrlimit(RLIMIT_FSIZE, &saved);
+  rlimit small = saved;
+  small.rlim_cur = 4096;
+  setrlimit(RLIMIT_FSIZE, &small);
+  model.weight.fill_(5);
+  bool failed = false;
+  try {
+    save_checkpoint(path, model, optim, 2, {{"k", 2}});
+  } catch (const Error& e) {
+    failed = std::string(e.what()).find("write failed") != std::string::npos;
+  }
+  setrlimit(RLIMIT_FSIZE, &saved);
+  CHECK(failed);
+  CHECK(read_all_bytes(path) == before);
+  int files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir.path())) files += e.is_regular_file();
+  CHECK(files == 1);  // no temporary file left behind
+}
+
+TEST_CASE("check-ddp passes on every shipped example and fails on a deliberately broken variant") {
+  const char* src = std::getenv("VQDDP_SOURCE_DIR");
+  std::string root = src ? src : ".";
+  for (const char* name : {"speech_codec", "fashion_vq", "fashion_fsq"}) {
+    CAPTURE(name);
+    Config cfg = load_config(root + "/examples/" + name + ".json");
+    cfg.data.max_examples = 2000;  // keeps the test quick; semantics do not depend on it
+    cfg.data.max_files = 40;
+    Dataset data = load_dataset(cfg.data);
+    CheckDdpResult r = check_ddp(cfg, data, {.world = 4, .steps = 3, .print = false});
+    CHECK_MESSAGE(r.passed, r.first_failure);
+    CHECK(r.ranks_identical);
+  }
+  // EMA statistics not reduced across ranks: each rank's codebook drifts.
+  Config broken = load_config(root + "/examples/fashion_vq.json");
+  broken.quantizer.codebook.sync_stats = false;
+  broken.data.max_examples = 2000;
+  Dataset data = load_dataset(broken.data);
+  CheckDdpResult r = check_ddp(broken, data, {.world = 4, .steps = 2, .print = false});
+  CHECK_FALSE(r.passed);
+  CHECK_FALSE(r.ranks_identical);
+  // With revival on, the diverged cluster sizes make ranks revive different
+  // numbers of codes: the collectives themselves disagree.
+  CHECK(r.first_failure.find("ranks called different collectives") != std::string::npos);
+  // Without revival the drift shows in the codebook tensors.
+  broken.quantizer.codebook.threshold_ema_dead_code = 0;
+  r = check_ddp(broken, data, {.world = 4, .steps = 2, .print = false});
+  CHECK_FALSE(r.passed);
+  CHECK(r.first_failure.find("'quantizer.codebook.") != std::string::npos);
+}
+
+TEST_CASE("config errors name the key path and the expected type") {
+  auto fails = [](const nlohmann::json& j, const std::string& what) {
+    CHECK_THROWS_WITH_AS(parse_config(j, "run.json"), doctest::Contains(what.c_str()), Error);
+  };
+  nlohmann::json base = {{"data", {{"sources", {{{"path", "x"}}}}}}};
+  nlohmann::json j = base;
+  j["quantizer"] = {{"decy", 0.9}};
+  fails(j, "run.json: unknown key 'quantizer.decy' (known here:");
+  j = base;
+  j["optimizer"] = {{"lr", "fast"}};
+  fails(j, "run.json: 'optimizer.lr' must be a number, got string \"fast\"");
+  j = base;
+  j["schedule"] = {{"batch_size", 2.5}};
+  fails(j, "'schedule.batch_size' must be an integer, got number 2.5");
+  j = base;
+  j["quantizer"] = {{"type", "pq"}};
+  fails(j, "'quantizer.type' must be one of \"vq\", \"residual_vq\", \"fsq\", \"residual_fsq\", got \"pq\"");
+  j = base;
+  j["quantizer"] = {{"type", "fsq"}};
+  fails(j, "'quantizer.levels' is required for type \"fsq\"");
+  j = base;
+  j["data"]["sources"][0]["weight"] = -1;
+  fails(j, "'data.sources[0].weight' must be positive");
+  j = base;
+  j["modle"] = nlohmann::json::object();
+  fails(j, "unknown key 'modle'");
+  fails(nlohmann::json::object(), "'data.sources' needs at least one");
+  CHECK_THROWS_WITH_AS(load_config("/no/such/run.json"), doctest::Contains("/no/such/run.json: cannot open config file"),
+                       Error);
+  TempDir dir;
+  std::ofstream(dir.file("bad.json")) << "{\"model\": ";
+  CHECK_THROWS_WITH_AS(load_config(dir.file("bad.json")), doctest::Contains("bad.json: not valid JSON"), Error);
+}
+
+TEST_CASE("the built-in default run is examples/speech_codec.json and every shipped example parses") {
+  const char* src = std::getenv("VQDDP_SOURCE_DIR");
+  std::string root = src ? src : ".";
+  std::ifstream in(root + "/examples/speech_codec.json");
+  CHECK(nlohmann::json::parse(in) == nlohmann::json::parse(default_config_json()));
+  for (const char* name : {"speech_codec", "fashion_vq", "fashion_fsq"}) load_config(root + "/examples/" + name + ".json");
+}
