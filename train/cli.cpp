@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "comm/launcher.h"
 #include "engine/blas.h"
 #include "engine/error.h"
 #include "train/check_ddp.h"
@@ -33,6 +34,8 @@ void usage() {
       "        step, config, and per codebook: used and dead codes, perplexity\n"
       "  replay IN OUT [--world W] [--shards LIST]\n"
       "        recorded batches through one EMA codebook on W thread ranks (format: README.md)\n"
+      "  launch --nproc N [--nnodes M --node-rank R --master-addr A --master-port P] -- PROGRAM ARGS...\n"
+      "        start N processes with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set\n"
       "  demo [--steps N] [--seed S]\n"
       "        fit a small MLP with the engine alone\n");
 }
@@ -100,6 +103,23 @@ int run_demo(int argc, char** argv) {
   return 0;
 }
 
+int run_launch(int argc, char** argv) {
+  // Options before "--", the command after it.
+  int split = 2;
+  while (split < argc && std::strcmp(argv[split], "--") != 0) ++split;
+  VQDDP_CHECK(split < argc, "launch: put the command after \"--\" (vqddp launch --nproc N -- PROGRAM ARGS...)");
+  CliArgs args("launch", split, argv, 2, {"nproc", "nnodes", "node-rank", "master-addr", "master-port"});
+  args.expect_positional(0, "no positional arguments before \"--\"");
+  LaunchSpec spec;
+  spec.nproc = static_cast<int>(args.get_int("nproc", 1));
+  spec.nnodes = static_cast<int>(args.get_int("nnodes", 1));
+  spec.node_rank = static_cast<int>(args.get_int("node-rank", 0));
+  spec.master_addr = args.get("master-addr", spec.master_addr);
+  spec.master_port = static_cast<int>(args.get_int("master-port", 0));
+  for (int i = split + 1; i < argc; ++i) spec.command.emplace_back(argv[i]);
+  return launch_processes(spec);
+}
+
 int run_replay(int argc, char** argv) {
   CliArgs args("replay", argc, argv, 2, {"world", "shards"});
   args.expect_positional(2, "an input and an output file");
@@ -125,6 +145,7 @@ int main(int argc, char** argv) {
     if (cmd == "inspect") return run_inspect(argc, argv);
     if (cmd == "replay") return run_replay(argc, argv);
     if (cmd == "demo") return run_demo(argc, argv);
+    if (cmd == "launch") return run_launch(argc, argv);
     fmt::print(stderr, "vqddp: unknown command '{}'\n", cmd);
     usage();
     return 2;

@@ -1,0 +1,42 @@
+#include "comm/dist_env.h"
+
+#include <cstdlib>
+
+#include "engine/error.h"
+
+namespace vqddp {
+
+namespace {
+
+int integer_var(const std::function<const char*(const char*)>& lookup, const char* name, int low, int high) {
+  const char* v = lookup(name);
+  VQDDP_CHECK(v && *v, "environment variable {} is not set (a multi-process run needs RANK, WORLD_SIZE, LOCAL_RANK, "
+              "MASTER_ADDR and MASTER_PORT; `vqddp launch` sets them)", name);
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  VQDDP_CHECK(*end == '\0' && x >= low && x <= high, "environment variable {}={} is not an integer in [{}, {}]", name, v,
+              low, high);
+  return static_cast<int>(x);
+}
+
+}  // namespace
+
+DistEnv dist_env_from(const std::function<const char*(const char*)>& lookup) {
+  DistEnv e;
+  e.world_size = integer_var(lookup, "WORLD_SIZE", 1, 1 << 20);
+  e.rank = integer_var(lookup, "RANK", 0, 1 << 20);
+  VQDDP_CHECK(e.rank < e.world_size, "RANK={} is not below WORLD_SIZE={}", e.rank, e.world_size);
+  e.local_rank = integer_var(lookup, "LOCAL_RANK", 0, 1 << 20);
+  VQDDP_CHECK(e.local_rank <= e.rank, "LOCAL_RANK={} exceeds RANK={}", e.local_rank, e.rank);
+  const char* addr = lookup("MASTER_ADDR");
+  VQDDP_CHECK(addr && *addr, "environment variable MASTER_ADDR is not set (the host of rank 0)");
+  e.master_addr = addr;
+  e.master_port = integer_var(lookup, "MASTER_PORT", 1, 65535);
+  return e;
+}
+
+DistEnv dist_env_from_process() {
+  return dist_env_from([](const char* name) { return std::getenv(name); });
+}
+
+}  // namespace vqddp

@@ -1,0 +1,25 @@
+// The process group a multi-process run belongs to, read from the variables
+// that torchrun, `vqddp launch` and srun wrappers set:
+//   RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
+// Missing or inconsistent values are errors that name the variable, so a
+// mistyped launch script fails at start instead of hanging in a rendezvous.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace vqddp {
+
+struct DistEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr;
+  int master_port = 0;
+};
+
+// `lookup` returns a variable's value or nullptr (std::getenv by default).
+DistEnv dist_env_from(const std::function<const char*(const char*)>& lookup);
+DistEnv dist_env_from_process();
+
+}  // namespace vqddp
