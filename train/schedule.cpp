@@ -16,6 +16,8 @@ bool Schedule::validate_after(int64_t done) const {
   return done == total_steps || (validate_every > 0 && done % validate_every == 0);
 }
 
+bool Schedule::log_after(int64_t done) const { return done == total_steps || done % log_every == 0; }
+
 bool Schedule::checkpoint_after(int64_t done) const {
   return done == total_steps || (checkpoint_every > 0 && done % checkpoint_every == 0);
 }
@@ -56,6 +58,7 @@ Schedule plan_schedule(const std::vector<int64_t>& sizes, const std::vector<doub
   s.total_steps = c.steps > 0 ? c.steps : c.epochs * s.steps_per_epoch;
   s.validate_every = c.validate_every;
   s.checkpoint_every = c.checkpoint_every;
+  s.log_every = c.log_every;
   return s;
 }
 
@@ -63,9 +66,9 @@ Schedule agree_schedule(const std::vector<int64_t>& sizes, const std::vector<dou
                         Communicator& comm) {
   Schedule mine = plan_schedule(sizes, weights, c);
   // [epoch_examples, batch, steps_per_epoch, total, validate_every,
-  //  checkpoint_every, drop_last, per_source...]: rank 0's numbers win.
+  //  checkpoint_every, log_every, drop_last, per_source...]: rank 0's numbers win.
   std::vector<int64_t> packed{mine.epoch_examples,   mine.batch_size,       mine.steps_per_epoch, mine.total_steps,
-                              mine.validate_every,   mine.checkpoint_every, mine.drop_last ? 1 : 0};
+                              mine.validate_every,   mine.checkpoint_every, mine.log_every,       mine.drop_last ? 1 : 0};
   packed.insert(packed.end(), mine.per_source.begin(), mine.per_source.end());
   Tensor t = from_vector(packed, {static_cast<int64_t>(packed.size())});
   comm.broadcast(t, 0);
@@ -77,8 +80,9 @@ Schedule agree_schedule(const std::vector<int64_t>& sizes, const std::vector<dou
   s.total_steps = p[3];
   s.validate_every = p[4];
   s.checkpoint_every = p[5];
-  s.drop_last = p[6] != 0;
-  s.per_source.assign(p + 7, p + t.numel());
+  s.log_every = p[6];
+  s.drop_last = p[7] != 0;
+  s.per_source.assign(p + 8, p + t.numel());
   VQDDP_CHECK(s.epoch_examples == mine.epoch_examples, "rank {}: its data sources hold {} examples, rank 0's hold {}",
               comm.rank(), mine.epoch_examples, s.epoch_examples);
   return s;

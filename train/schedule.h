@@ -30,11 +30,13 @@ struct Schedule {
   int64_t total_steps = 0;
   int64_t validate_every = 0;
   int64_t checkpoint_every = 0;
+  int64_t log_every = 50;  // the metrics all-reduce runs on these steps: part of the agreement too
   bool drop_last = true;
 
   // After `done` completed steps (1-based): run validation / write a checkpoint?
   bool validate_after(int64_t done) const;
   bool checkpoint_after(int64_t done) const;
+  bool log_after(int64_t done) const;
   bool operator==(const Schedule&) const = default;
 };
 

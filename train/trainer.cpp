@@ -180,7 +180,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
       int64_t done = step + 1;
       if (opt.after_step) opt.after_step(done, comm.rank(), model, *optim);
 
-      if (done % cfg.schedule.log_every == 0 || done == last) {
+      if (schedule.log_after(done) || done == last) {
         // One collective: loss sums, row count, revived codes, code histograms.
         int64_t revived = 0;
         for (const CodebookMetrics& m : out.metrics) revived += m.codes_revived;
