@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "engine/error.h"
@@ -48,6 +50,14 @@ int launch_processes(const LaunchSpec& s) {
   VQDDP_CHECK(s.master_port > 0 || s.nnodes == 1, "launch: --master-port is required with several nodes");
   int port = s.master_port > 0 ? s.master_port : free_local_port();
   int world = s.nproc * s.nnodes;
+  // Forward Ctrl-C / SIGTERM to the children from before the first fork:
+  // they lead their own process groups, so the terminal's signal would not
+  // reach them otherwise.
+  g_children.clear();
+  struct sigaction forward{}, old_int{}, old_term{};
+  forward.sa_handler = forward_signal;
+  ::sigaction(SIGINT, &forward, &old_int);
+  ::sigaction(SIGTERM, &forward, &old_term);
   std::vector<pid_t> pids;
   for (int local = 0; local < s.nproc; ++local) {
     pid_t pid = ::fork();
@@ -70,18 +80,23 @@ int launch_processes(const LaunchSpec& s) {
     }
     ::setpgid(pid, pid);  // also here: no race with the child's own call
     pids.push_back(pid);
+    g_children.push_back(pid);
   }
-  g_children = pids;
-  struct sigaction forward{}, old_int{}, old_term{};
-  forward.sa_handler = forward_signal;
-  ::sigaction(SIGINT, &forward, &old_int);
-  ::sigaction(SIGTERM, &forward, &old_term);
   int result = 0;
   size_t alive = pids.size();
   std::vector<char> reaped(pids.size(), 0);
+  auto stopped_at = std::chrono::steady_clock::time_point::max();
   while (alive > 0) {
     int status = 0;
-    pid_t done = ::waitpid(-1, &status, 0);
+    pid_t done = ::waitpid(-1, &status, WNOHANG);
+    if (done == 0) {
+      // A rank that ignores SIGTERM for 10 s after a failure gets SIGKILL.
+      if (std::chrono::steady_clock::now() - stopped_at > std::chrono::seconds(10))
+        for (size_t i = 0; i < pids.size(); ++i)
+          if (!reaped[i]) ::kill(-pids[i], SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
     if (done < 0) {
       if (errno == EINTR) continue;
       break;
@@ -98,6 +113,7 @@ int launch_processes(const LaunchSpec& s) {
                  s.node_rank * s.nproc + local, local, code);
       for (size_t i = 0; i < pids.size(); ++i)
         if (!reaped[i]) ::kill(-pids[i], SIGTERM);
+      stopped_at = std::chrono::steady_clock::now();
     }
   }
   ::sigaction(SIGINT, &old_int, nullptr);

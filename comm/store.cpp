@@ -175,7 +175,8 @@ std::string TcpStore::request(char op, const std::string& key, const std::string
             recv_all(client_fd_, &f, 1);
   std::string out;
   if (ok && f && op == 'G') ok = recv_string(client_fd_, out);
-  VQDDP_CHECK(ok, "store: connection to {}:{} lost (did rank 0 exit?)", host_, port_);
+  VQDDP_CHECK(ok, "store: connection to {}:{} lost while {} '{}' (did rank 0 exit?)", host_, port_,
+              op == 'S' ? "setting" : "reading", key);
   found = f != 0;
   return out;
 }

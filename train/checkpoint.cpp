@@ -23,11 +23,50 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
   safetensors_save(path, all, {{"format", kFormat}, {"config", config.dump()}});
 }
 
-int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim) {
+namespace {
+
+// The first key path where `a` and `b` differ ("" if equal).
+std::string first_difference(const nlohmann::json& a, const nlohmann::json& b, const std::string& path) {
+  if (a.is_object() && b.is_object()) {
+    for (auto it = a.begin(); it != a.end(); ++it) {
+      std::string p = path.empty() ? it.key() : path + "." + it.key();
+      if (!b.contains(it.key())) return p;
+      std::string d = first_difference(it.value(), b[it.key()], p);
+      if (!d.empty()) return d;
+    }
+    for (auto it = b.begin(); it != b.end(); ++it)
+      if (!a.contains(it.key())) return path.empty() ? it.key() : path + "." + it.key();
+    return "";
+  }
+  return a == b ? "" : path;
+}
+
+// The parts of a config that a bit-exact continuation depends on.
+nlohmann::json continuation_keys(const nlohmann::json& c) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const char* section : {"model", "quantizer", "data", "optimizer"})
+    out[section] = c.contains(section) ? c[section] : nlohmann::json::object();
+  nlohmann::json schedule = c.value("schedule", nlohmann::json::object());
+  for (const char* key : {"batch_size", "drop_last"})
+    if (schedule.contains(key)) out["schedule"][key] = schedule[key];
+  nlohmann::json run = c.value("run", nlohmann::json::object());
+  if (run.contains("seed")) out["run"]["seed"] = run["seed"];
+  return out;
+}
+
+}  // namespace
+
+int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim, const nlohmann::json* config) {
   SafetensorsFile f = safetensors_load(path);
   auto fmt_it = f.metadata.find("format");
   VQDDP_CHECK(fmt_it != f.metadata.end() && fmt_it->second == kFormat, "{}: not a vqddp checkpoint (format '{}')", path,
               fmt_it == f.metadata.end() ? "" : fmt_it->second);
+  if (config) {
+    nlohmann::json stored = nlohmann::json::parse(f.metadata.count("config") ? f.metadata.at("config") : "{}");
+    std::string diff = first_difference(continuation_keys(stored), continuation_keys(*config), "");
+    VQDDP_CHECK(diff.empty(), "{}: the run's config differs from the checkpoint's at '{}': resuming would not continue "
+                "the same run", path, diff);
+  }
   NamedTensors live = checkpoint_tensors(model, optim);
   // Check everything first, so a mismatch changes nothing.
   for (const auto& [name, t] : live) {

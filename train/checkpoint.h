@@ -20,7 +20,11 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
 // Loads into the live tensors of `model` and `optim` and returns the step.
 // Any tensor that is missing, extra, or of another shape or dtype than the
 // model's is an error naming the first one, before anything is changed.
-int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim);
+// With `config`, the settings a bit-exact continuation depends on (model,
+// quantizer, data, optimizer, batch size, drop_last, seed) must match the
+// checkpoint's; the first differing key is named.
+int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim,
+                        const nlohmann::json* config = nullptr);
 
 // The tensors a checkpoint of `model` + `optim` holds, by name.
 NamedTensors checkpoint_tensors(const Module& model, Optimizer& optim);

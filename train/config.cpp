@@ -1,5 +1,7 @@
 #include "train/config.h"
 
+#include <fmt/format.h>
+
 #include <fstream>
 
 #include "engine/error.h"
@@ -43,6 +45,15 @@ void read_quantizer(ConfigSection s, QuantizerConfig& q) {
   q.quantize_dropout_cutoff_index = static_cast<int>(s.integer("quantize_dropout_cutoff_index", 0));
   q.quantize_dropout_multiple_of = static_cast<int>(s.integer("quantize_dropout_multiple_of", 1));
   for (int64_t l : s.integers("levels", {})) q.levels.push_back(static_cast<int>(l));
+  if (!(c.decay >= 0 && c.decay <= 1)) s.fail("decay", "must be in [0, 1]");
+  if (!(c.eps > 0)) s.fail("eps", "must be positive");
+  if (!(c.threshold_ema_dead_code >= 0)) s.fail("threshold_ema_dead_code", "must not be negative");
+  if (c.kmeans_init && c.kmeans_iters < 1) s.fail("kmeans_iters", "must be at least 1 with kmeans_init");
+  for (int l : q.levels)
+    if (l < 2) s.fail("levels", fmt::format("must all be at least 2, got {}", l));
+  if (q.quantize_dropout_cutoff_index < 0 || q.quantize_dropout_cutoff_index >= q.num_quantizers)
+    s.fail("quantize_dropout_cutoff_index", fmt::format("must be in [0, num_quantizers = {})", q.num_quantizers));
+  if (q.quantize_dropout_multiple_of < 1) s.fail("quantize_dropout_multiple_of", "must be at least 1");
   bool fsq = q.type == "fsq" || q.type == "residual_fsq";
   if (fsq && q.levels.empty()) s.fail("levels", "is required for type \"" + q.type + "\"");
   if (!fsq && !q.levels.empty()) s.fail("levels", "applies to fsq and residual_fsq only");

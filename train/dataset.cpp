@@ -97,7 +97,10 @@ Dataset load_fashion_mnist(const DataConfig& c) {
 }  // namespace
 
 Dataset load_dataset(const DataConfig& c) {
-  return c.type == "wav_frames" ? load_wav_frames(c) : load_fashion_mnist(c);
+  Dataset d = c.type == "wav_frames" ? load_wav_frames(c) : load_fashion_mnist(c);
+  VQDDP_CHECK(d.validation.size(0) > 0, "data: the validation set is empty ({}); for wav_frames, holdout_every={} "
+              "needs at least that many clips per source", d.description, c.holdout_every);
+  return d;
 }
 
 }  // namespace vqddp

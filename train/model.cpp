@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/ops.h"
+#include "engine/streams.h"
 
 namespace vqddp {
 
@@ -32,7 +33,7 @@ Tensor mse_or_zero(const Tensor& a, const Tensor& b) { return a.numel() == 0 ? m
 
 CodecModel::CodecModel(const ModelConfig& m, const QuantizerConfig& q, int64_t input_dim, uint64_t seed)
     : mcfg_(m), qcfg_(q), input_dim_(input_dim) {
-  Generator gen(seed, 0);  // the same initial weights on every rank (DDP broadcasts them anyway)
+  Generator gen(seed, streams::kInit);  // the same initial weights on every rank (DDP broadcasts them anyway)
   int64_t latent = m.tokens * m.latent_dim;
   encoder_ = register_module("encoder", mlp(input_dim, m.hidden, m.hidden_layers, latent, m.activation, gen));
   decoder_ = register_module("decoder", mlp(latent, m.hidden, m.hidden_layers, input_dim, m.activation, gen));

@@ -4,13 +4,9 @@
 #include <numeric>
 
 #include "engine/random.h"
+#include "engine/streams.h"
 
 namespace vqddp {
-
-namespace {
-// Shared stream ids of the sampler: one per epoch, in their own range.
-constexpr uint64_t kSamplerStreamBase = 0x5A000000;
-}  // namespace
 
 bool Schedule::validate_after(int64_t done) const {
   return done == total_steps || (validate_every > 0 && done % validate_every == 0);
@@ -94,7 +90,7 @@ ShardedSampler::ShardedSampler(Schedule schedule, std::vector<int64_t> sizes, ui
 
 const std::vector<std::pair<int, int64_t>>& ShardedSampler::epoch_list(int64_t epoch) {
   if (epoch == cached_epoch_) return list_;
-  Generator gen(seed_, kSamplerStreamBase + static_cast<uint64_t>(epoch));
+  Generator gen(seed_, streams::kSampler + static_cast<uint64_t>(epoch));
   list_.clear();
   for (size_t i = 0; i < sizes_.size(); ++i) {
     int64_t n = schedule_.per_source[i];

@@ -51,6 +51,7 @@ void append_histograms(const Tensor& indices, const std::vector<int64_t>& sizes,
     size_t at = base;
     for (int64_t l = 0; l < q; ++l) {
       int64_t c = pi[i * q + l];
+      VQDDP_CHECK(c < sizes[l], "index {} of layer {} outside its codebook of {}", c, l, sizes[l]);
       if (c >= 0) out[at + c] += 1.f;
       at += sizes[l];
     }
@@ -149,7 +150,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
     DistributedDataParallel ddp(model, comm);
     Schedule schedule = agree_schedule(sizes, data.weights, cfg.schedule, comm);
     ShardedSampler sampler(schedule, sizes, cfg.run.seed, comm.rank(), comm.world_size());
-    int64_t step = opt.resume.empty() ? 0 : load_checkpoint(opt.resume, model, *optim);
+    int64_t step = opt.resume.empty() ? 0 : load_checkpoint(opt.resume, model, *optim, &cfg.source);
     int64_t last = opt.stop_at_step > 0 ? std::min(opt.stop_at_step, schedule.total_steps) : schedule.total_steps;
     std::vector<int64_t> layer_sizes = model.layer_sizes();
     std::ofstream metrics;

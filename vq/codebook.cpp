@@ -5,6 +5,7 @@
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
+#include "engine/streams.h"
 #include "vq/assign.h"
 #include "vq/code_stats.h"
 #include "vq/kmeans.h"
@@ -40,7 +41,7 @@ Codebook::Codebook(const CodebookOptions& o, Generator& init_gen) : opt_(o) {
 Generator Codebook::next_shared_generator() {
   int64_t& n = draws_.data<int64_t>()[0];
   draws_.bump_version();
-  return Generator(opt_.seed, static_cast<uint64_t>(n++));
+  return Generator(opt_.seed, streams::kCodebookDraws + static_cast<uint64_t>(n++));
 }
 
 void Codebook::check_input(const Tensor& x, const Communicator& comm, bool training) const {
@@ -64,7 +65,17 @@ Tensor Codebook::prepare(const Tensor& x, const Communicator& comm) const {
   return opt_.cosine ? l2_normalize_rows(x) : x;
 }
 
-Tensor Codebook::assign(const Tensor& prepared) const { return assign_codes(prepared, embed, opt_.cosine); }
+Tensor Codebook::codes() const {
+  // An EMA cosine codebook is kept unit-length by its update; a learnable
+  // one is moved by the optimizer, so it is normalised where it is used
+  // (differentiably, so the gradient sees the normalisation).
+  return opt_.cosine && opt_.learnable ? l2_normalize_rows(embed) : embed;
+}
+
+Tensor Codebook::assign(const Tensor& prepared) const {
+  NoGradGuard no_grad;
+  return assign_codes(prepared, codes(), opt_.cosine);
+}
 
 bool Codebook::ensure_initialised(const Tensor& x, Communicator& comm) {
   if (initted()) return true;
@@ -98,7 +109,9 @@ void Codebook::update_ema(const Tensor& stats) {
   // mass is divided by a small positive number, never by zero.
   double n = 0;
   for (int64_t c = 0; c < k; ++c) n += cs[c];
-  for (int64_t c = 0; c < k; ++c) {
+  // No mass at all (zeros-initialised sizes and nothing seen yet): the
+  // smoothed sizes would all be 0, so keep embed as it is.
+  for (int64_t c = 0; c < k && n > 0; ++c) {
     float smoothed = static_cast<float>((cs[c] + opt_.eps) / (n + k * double(opt_.eps)) * n);
     for (int64_t j = 0; j < d; ++j) e[c * d + j] = avg[c * d + j] / smoothed;
   }
@@ -151,7 +164,7 @@ double perplexity_of(const Tensor& counts) {
   return std::exp(entropy);
 }
 
-Tensor Codebook::lookup(const Tensor& indices) const { return index_select(embed, indices); }
+Tensor Codebook::lookup(const Tensor& indices) const { return index_select(codes(), indices); }
 
 CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communicator& comm) {
   NoGradGuard no_grad;

@@ -56,6 +56,11 @@ FSQ::FSQ(const FSQOptions& o, Generator& init_gen) : opt_(o) {
 Tensor FSQ::quantize(const Tensor& z) const {
   VQDDP_CHECK(z.dtype() == DType::f32 && z.dim() == 2 && z.size(1) == code_dim(), "FSQ: expected float32 [M, {}], got {}",
               code_dim(), z.desc());
+  // A diverging encoder must stop here: round(NaN) has no index.
+  const float* pz = z.data<float>();
+  for (int64_t i = 0; i < z.numel(); ++i)
+    VQDDP_CHECK(std::isfinite(pz[i]), "FSQ: row {} has a non-finite value ({} in column {})", i / code_dim(), pz[i],
+                i % code_dim());
   Tensor bounded = sub(mul(vqddp::tanh(add(z, shift_)), half_l_), offset_);
   return div(round_straight_through(bounded), half_width_);
 }

@@ -1,5 +1,7 @@
 #include "vq/residual_vq.h"
 
+#include <algorithm>
+
 #include "engine/ops.h"
 #include "vq/masked_rows.h"
 #include "vq/vector_quantize.h"
@@ -38,7 +40,11 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
   if (project_in_) z = project_in_->forward(z);     // (M, cd)
   int64_t m = z.size(0);
   bool update = books_[0]->updates();
-  int last = last_active_layer(opt_.quantize_dropout, q, update, opt_.seed, dropout_step_);
+  // Dropout starts once every codebook is initialised: until then all layers
+  // run, so k-means initialises each one and inference never meets a layer
+  // that dropout happened to skip. Every rank sees the same initted flags.
+  bool all_initted = std::all_of(books_.begin(), books_.end(), [](const auto& b) { return b->initted(); });
+  int last = last_active_layer(opt_.quantize_dropout, q, update && all_initted, opt_.seed, dropout_step_);
 
   ResidualVQOutput out;
   out.active_layers = last + 1;
@@ -68,7 +74,11 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
     } else {
       out.metrics.push_back({});
     }
-    out.layer_losses.push_back(commitment_loss(code, residual, opt_.commitment_weight));
+    Tensor layer_loss = commitment_loss(code, residual, opt_.commitment_weight);
+    // A learnable codebook is trained by the codebook loss (VQ-VAE): the
+    // commitment term and the straight-through output both detach the code.
+    if (book.options().learnable && code.numel() > 0) layer_loss = add(layer_loss, mse_loss(code, residual.detach()));
+    out.layer_losses.push_back(layer_loss);
     Tensor quantized = straight_through(residual, code);
     residual = sub(residual, quantized.detach());
     sum = add(sum, quantized);

@@ -4,8 +4,11 @@
 //   for layer l <= last active:  q_l = quantize_l(residual) (straight-through)
 //                                residual -= q_l.detach();  out += q_l
 //   output = project_out(out); indices (N, Q), -1 for dropped layers
-// Each layer's loss is commitment_weight * mse(q_l.detach(), residual_l); the
-// total is their sum. Quantize dropout: vq/quantize_dropout.h.
+// Each layer's loss is commitment_weight * mse(q_l.detach(), residual_l)
+// (plus the codebook loss for learnable codebooks); the total is their sum.
+// Quantize dropout: vq/quantize_dropout.h; it starts once every codebook is
+// initialised, so the first training step runs (and k-means-initialises)
+// every layer.
 //
 // With shared_codebook, ONE codebook serves every layer: all layers are
 // quantized with the codebook as it was at the start of the step, and the

@@ -12,7 +12,9 @@
 // loss = commitment_weight * mse(q.detach(), z) over the unmasked rows of
 // this rank (z = the codebook input), plus, for learnable codebooks, the
 // codebook loss mse(q, z.detach()) that trains the embed (VQ-VAE). The
-// weight is applied (ESPnet stored it and forgot to).
+// weight is applied (ESPnet stored it and forgot to). Losses are means over
+// this rank's UNMASKED rows: with masks, scale a rank's share of the global
+// loss by its unmasked row count, not by its row count.
 #pragma once
 
 #include <memory>

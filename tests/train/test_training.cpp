@@ -200,6 +200,22 @@ TEST_CASE("a checkpoint that does not match the model names the first mismatchin
                        Error);
 }
 
+TEST_CASE("resuming under a config that changes the run is an error naming the key") {
+  TempDir dir;
+  Dataset data = synthetic_data();
+  Config cfg = small_config(dir.path().string());
+  cfg.schedule.steps = 2;
+  train(cfg, data, quiet());
+  nlohmann::json changed = cfg.source;
+  changed["quantizer"]["decay"] = 0.5;
+  Config other = parse_config(changed, "changed");
+  other.schedule.steps = 4;  // more steps are fine; another decay is not
+  TrainOptions resume = quiet();
+  resume.resume = dir.file("checkpoint.safetensors");
+  CHECK_THROWS_WITH_AS(train(other, data, resume), doctest::Contains("differs from the checkpoint's at 'quantizer.decay'"),
+                       Error);
+}
+
 TEST_CASE("atomic checkpoint: a write that fails midway leaves the previous checkpoint intact") {
   TempDir dir;
   std::string path = dir.file("checkpoint.safetensors");
@@ -284,6 +300,12 @@ TEST_CASE("config errors name the key path and the expected type") {
   j = base;
   j["data"]["sources"][0]["weight"] = -1;
   fails(j, "'data.sources[0].weight' must be positive");
+  j = base;
+  j["quantizer"] = {{"decay", 1.5}};
+  fails(j, "'quantizer.decay' must be in [0, 1]");
+  j = base;
+  j["quantizer"] = {{"num_quantizers", 2}, {"quantize_dropout_cutoff_index", 2}};
+  fails(j, "'quantizer.quantize_dropout_cutoff_index' must be in [0, num_quantizers = 2)");
   j = base;
   j["modle"] = nlohmann::json::object();
   fails(j, "unknown key 'modle'");

@@ -7,6 +7,8 @@
 #include "comm/single.h"
 #include "engine/autograd.h"
 #include "engine/safetensors.h"
+#include "engine/streams.h"
+#include "vq/kmeans.h"
 #include "tests/vq/harness.h"
 #include "vq/assign.h"
 #include "vq/codebook.h"
@@ -199,23 +201,55 @@ TEST_CASE("invariant 8: the communicator comes with each call, never from constr
   CHECK(b.counters().collectives > 0);
 }
 
-TEST_CASE("k-means init sets embed_avg = means * counts and cluster_size = counts") {
+TEST_CASE("k-means init sets embed = means, embed_avg = means * counts (not means) and cluster_size = counts") {
   SingleCommunicator comm;
   CodebookOptions o = ddp_options(false);
   o.threshold_ema_dead_code = 0;
-  o.decay = 1.f;  // no EMA movement: the state after step 1 is the init itself
+  o.decay = 1.f;  // no EMA movement: after step 1, embed_avg and cluster_size are the init itself
   Generator init(0, 0), data(3, 0);
   Codebook book(o, init);
   Tensor x = rand_normal({50, 6}, data);
   book.forward(x, comm);
-  auto cs = book.cluster_size.to_vector<float>();
-  CHECK(sum(book.cluster_size).item<float>() == 50.f);
-  for (int64_t c = 0; c < 16; ++c)
-    for (int64_t j = 0; j < 6; ++j) {
-      float avg = book.embed_avg.data<float>()[c * 6 + j];
-      // embed is avg / smoothed count; with counts n_c the smoothing is tiny.
-      if (cs[c] > 0) CHECK(avg / cs[c] == doctest::Approx(book.embed.data<float>()[c * 6 + j]).epsilon(1e-3));
-    }
+  // The same k-means, from the codebook's first shared draw stream.
+  Generator draw0(o.seed, streams::kCodebookDraws + 0);
+  KmeansResult km = kmeans(x, o.codebook_size, o.kmeans_iters, false, comm, draw0);
+  CHECK(book.cluster_size.to_vector<float>() == km.bins.to_vector<float>());
+  CHECK(book.embed_avg.to_vector<float>() == mul(km.means, reshape(km.bins, {-1, 1})).to_vector<float>());
+  CHECK(sum(km.bins).item<float>() == 50.f);
+  int64_t multi = 0;  // the formula is only distinguishable where a code has more than one row
+  for (float b : km.bins.to_vector<float>()) multi += b > 1;
+  CHECK(multi > 0);
+}
+
+TEST_CASE("zeros-initialised cluster sizes and an empty first step give no NaN") {
+  SingleCommunicator comm;
+  CodebookOptions o = ddp_options(false);
+  o.kmeans_init = false;
+  o.cluster_size_init_ones = false;
+  Generator init(0, 0);
+  Codebook book(o, init);
+  NamedTensors before = snapshot(book);
+  book.forward(zeros({0, 6}), comm);
+  for (float v : book.embed.to_vector<float>()) CHECK(std::isfinite(v));
+  CHECK(book.embed.to_vector<float>() == before[0].second.to_vector<float>());
+}
+
+TEST_CASE("a cosine learnable codebook is used normalised, whatever the optimizer did to its norms") {
+  SingleCommunicator comm;
+  CodebookOptions o;
+  o.codebook_size = 2;
+  o.dim = 2;
+  o.cosine = true;
+  o.learnable = true;
+  o.kmeans_init = false;
+  Generator init(0, 0);
+  Codebook book(o, init);
+  book.embed.copy_(from_vector({10, 1, 0.1f, 0.1f}, {2, 2}));  // long row 0, short row 1 at 45 degrees
+  book.eval();
+  CodebookOutput out = book.forward(from_vector({1, 1}, {1, 2}), comm);
+  CHECK(out.indices.item<int64_t>() == 1);  // by raw dot product row 0 would win
+  auto q = out.quantize.to_vector<float>();
+  CHECK(q[0] * q[0] + q[1] * q[1] == doctest::Approx(1.f));
 }
 
 TEST_CASE("bad input: wrong trailing dimension, and non-finite rows refused before any state changes") {

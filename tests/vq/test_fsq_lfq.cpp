@@ -51,6 +51,14 @@ TEST_CASE("FSQ: any input lands on a valid code whose index round-trips; gradien
   }
 }
 
+TEST_CASE("FSQ refuses non-finite input instead of inventing an index") {
+  Generator init(0, 0);
+  FSQ fsq({{8, 5, 5, 5}}, init);
+  Tensor x = zeros({3, 4});
+  x.data<float>()[2 * 4 + 1] = std::nanf("");
+  CHECK_THROWS_WITH_AS(fsq.forward(x), doctest::Contains("FSQ: row 2 has a non-finite value (nan in column 1)"), Error);
+}
+
 TEST_CASE("FSQ with projections and several codebooks; decode equals the output") {
   Generator init(0, 0), data(2, 0);
   FSQ fsq({{8, 6, 5}, 10, 2}, init);

@@ -211,3 +211,31 @@ TEST_CASE("ResidualVQ with masks: masked rows get -1 in every layer and pass the
   }
   CHECK(slice_rows(out.quantized, 4, 5).to_vector<float>() == slice_rows(x, 4, 5).to_vector<float>());
 }
+
+TEST_CASE("a learnable ResidualVQ codebook gets a gradient in every active layer") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(12, 0);
+  ResidualVQOptions o = rvq_options(false);
+  o.codebook.learnable = true;
+  ResidualVQ rvq(o, init);
+  Tensor x = rand_normal({16, 6}, data);
+  rvq.forward(x, comm);  // k-means init
+  ResidualVQOutput out = rvq.forward(x, comm);
+  out.loss.backward();
+  for (auto& [name, p] : rvq.named_parameters()) {
+    CAPTURE(name);
+    REQUIRE(p.grad().defined());
+    CHECK(sum(square(p.grad())).item<float>() > 0.f);
+  }
+}
+
+TEST_CASE("the first training step runs every layer, so dropout never leaves a codebook uninitialised") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(13, 0);
+  ResidualVQ rvq(rvq_options(true), init);
+  ResidualVQOutput first = rvq.forward(rand_normal({12, 6}, data), comm);
+  CHECK(first.active_layers == 4);
+  for (int l = 0; l < 4; ++l) CHECK(rvq.codebook(l).initted());
+  rvq.eval();
+  CHECK(rvq.forward(rand_normal({12, 6}, data), comm).active_layers == 4);
+}
