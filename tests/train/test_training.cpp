@@ -155,6 +155,25 @@ TEST_CASE("global-batch gradient: W ranks with uneven shards equal 1 rank on the
   }
 }
 
+TEST_CASE("gradient accumulation: inside NoSync gradients stay local, the next reduction sums everything") {
+  run_ranks(3, [](Communicator& comm) {
+    Generator g(1, 0);
+    Linear lin(2, 1, g, false);
+    DistributedDataParallel ddp(lin, comm);
+    Tensor x = full({1, 2}, comm.rank() + 1.0);  // d/dw sum(x w^T) = x
+    {
+      DistributedDataParallel::NoSync no_sync(ddp);
+      sum(lin(x)).backward();
+      ddp.all_reduce_gradients();  // no-op
+      CHECK(lin.weight.grad().to_vector<float>() == std::vector<float>(2, comm.rank() + 1.f));
+      CHECK(comm.counters().collectives == 1);  // only the start-up broadcast of the weight
+    }
+    sum(lin(x)).backward();  // accumulates locally: 2 (r + 1)
+    ddp.all_reduce_gradients();
+    CHECK(lin.weight.grad().to_vector<float>() == std::vector<float>(2, 2.f * (1 + 2 + 3)));
+  }, vqddp::test::kFast);
+}
+
 TEST_CASE("bit-exact resume: 2S steps straight equal S steps, stop, resume, S steps") {
   TempDir a, b;
   Dataset data = synthetic_data();
