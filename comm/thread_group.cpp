@@ -267,7 +267,8 @@ void run_ranks(int world_size, const std::function<void(Communicator&)>& fn, Thr
   ThreadGroup group(world_size, options);
   int saved_blas = blas_threads();
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  blas_set_threads(std::max(1, static_cast<int>(cores) / world_size));
+  // Never more than the BLAS had before (OPENBLAS_NUM_THREADS is respected).
+  blas_set_threads(std::max(1, std::min(saved_blas, static_cast<int>(cores) / world_size)));
 
   std::mutex first_mu;
   std::exception_ptr first;

@@ -89,7 +89,7 @@ class ThreadGroup {
 // Runs fn(comm) on W threads, one per rank, and joins them. If any rank
 // throws, the group is aborted (the others wake with AbortedError instead of
 // hanging) and the FIRST exception is rethrown here. While the ranks run,
-// OpenBLAS gets max(1, cores / W) threads so concurrent GEMMs do not
+// OpenBLAS gets max(1, min(its thread count, cores / W)) threads so concurrent GEMMs do not
 // oversubscribe the machine.
 void run_ranks(int world_size, const std::function<void(Communicator&)>& fn, ThreadGroupOptions options = {});
 

@@ -94,8 +94,8 @@ TEST_CASE("invariant 7: the schedule is identical on every rank when sampler wei
 }
 
 TEST_CASE("invariant 7: a rank that runs one step more gets a clear error, not a hang") {
-  Generator g(1, 0);
   CHECK_THROWS_WITH_AS(run_ranks(3, [&](Communicator& comm) {
+                         Generator g(1, 0);  // one per rank: generators are not shared across threads
                          Linear lin(4, 2, g);
                          DistributedDataParallel ddp(lin, comm);
                          int64_t steps = comm.rank() == 1 ? 6 : 5;  // the drift
