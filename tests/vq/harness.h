@@ -65,8 +65,8 @@ inline bool bitwise_equal(const NamedTensors& a, const NamedTensors& b) {
   return true;
 }
 
-// Checks |a - b| <= atol + rtol * |b| element-wise for every float tensor,
-// exact equality for int64 tensors.
+// Checks |a - b| <= atol + rtol * |b| element-wise for every float tensor
+// (a NaN on either side fails), exact equality for int64 tensors.
 inline void check_close(const NamedTensors& a, const NamedTensors& b, double rtol, double atol) {
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) {
@@ -78,10 +78,15 @@ inline void check_close(const NamedTensors& a, const NamedTensors& b, double rto
       continue;
     }
     const float *px = x.data<float>(), *py = y.data<float>();
-    double worst = 0;
+    int64_t bad = 0, first_bad = -1;
     for (int64_t j = 0; j < x.numel(); ++j)
-      worst = std::max(worst, std::abs(double(px[j]) - py[j]) - rtol * std::abs(double(py[j])));
-    CHECK(worst <= atol);
+      // Written as !(diff <= bound) so a NaN counts as a failure, which
+      // std::max over the differences silently dropped.
+      if (!(std::abs(double(px[j]) - py[j]) <= atol + rtol * std::abs(double(py[j])))) {
+        if (bad++ == 0) first_bad = j;
+      }
+    CAPTURE(first_bad);
+    CHECK(bad == 0);
   }
 }
 

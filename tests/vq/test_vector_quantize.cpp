@@ -41,8 +41,6 @@ TEST_CASE("the commitment loss applies its weight") {
   SingleCommunicator comm;
   Generator init(0, 0), data(1, 0);
   VectorQuantize vq(base(4), init);
-  vq.eval();
-  vq.train();
   Tensor x = rand_normal({10, 4}, data);
   vq.forward(x, comm);  // initialise
   vq.eval();
