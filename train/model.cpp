@@ -4,6 +4,7 @@
 
 #include "engine/ops.h"
 #include "engine/streams.h"
+#include "vq/losses.h"
 
 namespace vqddp {
 
@@ -28,8 +29,6 @@ std::shared_ptr<Sequential> mlp(int64_t in, int64_t hidden, int layers, int64_t 
 }
 
 }  // namespace
-
-Tensor mse_or_zero(const Tensor& a, const Tensor& b) { return a.numel() == 0 ? mul(sum(a), 0.f) : mse_loss(a, b); }
 
 CodecModel::CodecModel(const ModelConfig& m, const QuantizerConfig& q, int64_t input_dim, uint64_t seed)
     : mcfg_(m), qcfg_(q), input_dim_(input_dim) {

@@ -55,7 +55,4 @@ class CodecModel : public Module {
   std::shared_ptr<ResidualFSQ> rfsq_;
 };
 
-// mean((a - b)^2), or 0 (keeping the graph) for tensors without elements.
-Tensor mse_or_zero(const Tensor& a, const Tensor& b);
-
 }  // namespace vqddp

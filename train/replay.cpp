@@ -12,7 +12,7 @@
 #include "engine/safetensors.h"
 #include "train/schedule.h"
 #include "vq/codebook.h"
-#include "vq/vector_quantize.h"
+#include "vq/losses.h"
 
 namespace vqddp {
 

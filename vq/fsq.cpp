@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/ops.h"
+#include "vq/losses.h"
 
 namespace vqddp {
 
@@ -14,7 +15,7 @@ Tensor round_straight_through(const Tensor& v) {
   Tensor r = v.detach().clone();
   float* p = r.data<float>();
   for (int64_t i = 0; i < r.numel(); ++i) p[i] = std::round(p[i]);
-  return add(v, sub(r, v.detach()));
+  return straight_through(v, r);
 }
 
 }  // namespace

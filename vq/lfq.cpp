@@ -5,6 +5,7 @@
 #include "comm/all_reduce_grad.h"
 #include "engine/autograd.h"
 #include "engine/ops.h"
+#include "vq/losses.h"
 
 namespace vqddp {
 
@@ -81,7 +82,7 @@ LFQOutput LFQ::forward(const Tensor& x, Communicator& comm) {
 
   Tensor logits = mul(matmul(z, codebook_, false, true), 2.f * opt_.inv_temperature);  // (N, 2^B)
   Tensor p = softmax_rows(logits);
-  Tensor per_sample = n > 0 ? mean(entropy_rows(p)) : mul(sum(z), 0.f);
+  Tensor per_sample = mean_or_zero(entropy_rows(p));
   // One collective for the global sum of p and the global row count.
   Tensor local = concat({sum(p, 0), full({1}, static_cast<double>(n))}, 0);  // (2^B + 1)
   Tensor global = all_reduce_sum_grad(local, comm);
@@ -89,7 +90,7 @@ LFQOutput LFQ::forward(const Tensor& x, Communicator& comm) {
   Tensor avg = div(slice_rows(global, 0, opt_.codebook_size), std::max(rows, 1.f));
   Tensor codebook_entropy = entropy_rows(avg);
   out.entropy_loss = sub(per_sample, mul(codebook_entropy, opt_.diversity_gamma));
-  out.commitment_loss = n > 0 ? mse_loss(z, q) : mul(sum(z), 0.f);
+  out.commitment_loss = mse_or_zero(z, q);
   out.loss = add(mul(out.entropy_loss, opt_.entropy_loss_weight), mul(out.commitment_loss, opt_.commitment_weight));
   out.per_sample_entropy = per_sample.item<float>();
   out.codebook_entropy = codebook_entropy.item<float>();

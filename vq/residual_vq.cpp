@@ -4,7 +4,7 @@
 
 #include "engine/ops.h"
 #include "vq/masked_rows.h"
-#include "vq/vector_quantize.h"
+#include "vq/losses.h"
 
 namespace vqddp {
 
@@ -74,11 +74,8 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
     } else {
       out.metrics.push_back({});
     }
-    Tensor layer_loss = commitment_loss(code, residual, opt_.commitment_weight);
-    // A learnable codebook is trained by the codebook loss (VQ-VAE): the
-    // commitment term and the straight-through output both detach the code.
-    if (book.options().learnable && code.numel() > 0) layer_loss = add(layer_loss, mse_loss(code, residual.detach()));
-    out.layer_losses.push_back(layer_loss);
+    out.layer_losses.push_back(
+        quantization_loss(code, residual, opt_.commitment_weight, book.options().learnable));
     Tensor quantized = straight_through(residual, code);
     residual = sub(residual, quantized.detach());
     sum = add(sum, quantized);

@@ -1,16 +1,10 @@
 #include "vq/vector_quantize.h"
 
 #include "engine/ops.h"
+#include "vq/losses.h"
 #include "vq/masked_rows.h"
 
 namespace vqddp {
-
-Tensor straight_through(const Tensor& z, const Tensor& q) { return add(z, sub(q, z).detach()); }
-
-Tensor commitment_loss(const Tensor& q, const Tensor& z, float weight) {
-  if (z.numel() == 0) return mul(sum(z), 0.f);  // keeps the graph; 0 with a zero gradient
-  return mul(mse_loss(q.detach(), z), weight);
-}
 
 VectorQuantize::VectorQuantize(const VectorQuantizeOptions& o, Generator& init_gen) : opt_(o) {
   VQDDP_CHECK(o.dim > 0 && o.heads >= 1, "VectorQuantize: dim {} and heads {} must be positive", o.dim, o.heads);
@@ -65,8 +59,7 @@ VectorQuantizeOutput VectorQuantize::forward(const Tensor& x, Communicator& comm
   VectorQuantizeOutput out;
   Tensor q, idx;
   quantize_heads(z, comm, q, idx, out.metrics);
-  out.loss = commitment_loss(q, z, opt_.commitment_weight);
-  if (codebooks_[0]->options().learnable && z.numel() > 0) out.loss = add(out.loss, mse_loss(q, z.detach()));
+  out.loss = quantization_loss(q, z, opt_.commitment_weight, codebooks_[0]->options().learnable);
   Tensor y = straight_through(z, q);
   if (project_out_) y = project_out_->forward(y);  // (M, dim)
   out.quantized = rows.expand(y, x);

@@ -71,10 +71,5 @@ class VectorQuantize : public Module {
   std::vector<std::shared_ptr<Codebook>> codebooks_;
 };
 
-// weight * mean((q - z)^2) over all elements, with q detached; 0 for no rows.
-Tensor commitment_loss(const Tensor& q, const Tensor& z, float weight);
-
-// z + (q - z).detach(): the values of q with the gradient of z.
-Tensor straight_through(const Tensor& z, const Tensor& q);
 
 }  // namespace vqddp

@@ -9,6 +9,7 @@
 #include "engine/safetensors.h"
 #include "engine/streams.h"
 #include "vq/kmeans.h"
+#include "vq/losses.h"
 #include "tests/vq/harness.h"
 #include "vq/assign.h"
 #include "vq/codebook.h"
