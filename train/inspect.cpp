@@ -7,6 +7,7 @@
 
 #include "engine/safetensors.h"
 #include "train/config.h"
+#include "vq/perplexity.h"
 
 namespace vqddp {
 
@@ -30,16 +31,13 @@ std::string inspect_checkpoint(const std::string& path) {
     any = true;
     const float* cs = t.data<float>();
     int64_t k = t.numel(), used = 0, dead = 0;
-    double total = 0, entropy = 0;
-    for (int64_t c = 0; c < k; ++c) total += cs[c];
     for (int64_t c = 0; c < k; ++c) {
       used += cs[c] >= 1.f;
       dead += cs[c] < threshold;
-      if (cs[c] > 0 && total > 0) entropy -= cs[c] / total * std::log(cs[c] / total);
     }
     std::string layer = name.substr(7, name.size() - 7 - suffix.size());  // strip "buffer." and the suffix
     out += fmt::format("  {:<32} K={:<6} used {:<6} dead {:<6} (threshold {}) perplexity {:.1f}\n", layer, k, used, dead,
-               threshold, std::exp(entropy));
+               threshold, perplexity(cs, k));
   }
   if (!any) out += fmt::format("  no EMA codebooks (quantizer {} keeps no code statistics)\n", cfg.quantizer.type);
   return out;

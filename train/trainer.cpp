@@ -17,6 +17,7 @@
 #include "train/checkpoint.h"
 #include "train/ddp.h"
 #include "train/schedule.h"
+#include "vq/perplexity.h"
 
 namespace vqddp {
 
@@ -63,15 +64,8 @@ std::vector<LayerUsage> usage_of(const float* hist, const std::vector<int64_t>& 
   for (int64_t k : sizes) {
     LayerUsage u;
     u.codebook_size = k;
-    double total = 0, entropy = 0;
-    for (int64_t c = 0; c < k; ++c) total += hist[c];
-    for (int64_t c = 0; c < k; ++c)
-      if (hist[c] > 0) {
-        double p = hist[c] / total;
-        entropy -= p * std::log(p);
-        ++u.codes_used;
-      }
-    u.perplexity = total > 0 ? std::exp(entropy) : 1.0;
+    u.perplexity = perplexity(hist, k);
+    for (int64_t c = 0; c < k; ++c) u.codes_used += hist[c] > 0;
     out.push_back(u);
     hist += k;
   }

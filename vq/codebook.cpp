@@ -9,6 +9,7 @@
 #include "vq/assign.h"
 #include "vq/code_stats.h"
 #include "vq/kmeans.h"
+#include "vq/perplexity.h"
 #include "vq/sampler.h"
 
 namespace vqddp {
@@ -151,19 +152,6 @@ int64_t Codebook::revive_dead_codes(const Tensor& x, Communicator& comm) {
   return static_cast<int64_t>(expired.size());
 }
 
-double perplexity_of(const Tensor& counts) {
-  const double* p = counts.data<double>();
-  double total = 0, entropy = 0;
-  for (int64_t i = 0; i < counts.numel(); ++i) total += p[i];
-  if (total <= 0) return 1.0;
-  for (int64_t i = 0; i < counts.numel(); ++i)
-    if (p[i] > 0) {
-      double q = p[i] / total;
-      entropy -= q * std::log(q);
-    }
-  return std::exp(entropy);
-}
-
 Tensor Codebook::lookup(const Tensor& indices) const { return index_select(codes(), indices); }
 
 CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communicator& comm) {
@@ -182,7 +170,7 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
     m.codes_revived = revive_dead_codes(x.detach(), comm);
     counts = stats_counts(stats, k);
   }
-  m.perplexity = perplexity_of(counts);
+  m.perplexity = perplexity(counts.data<double>(), k);
   const double* pc = counts.data<double>();
   for (int64_t c = 0; c < k; ++c) {
     m.codes_used += pc[c] > 0;

@@ -109,7 +109,4 @@ class Codebook : public Module {
   Tensor draws_;    // int64 (1): shared random streams used so far (stream id of the next)
 };
 
-// exp(-sum p log p) of float64 counts (K), p = counts / sum; 1 when the sum is 0.
-double perplexity_of(const Tensor& counts);
-
 }  // namespace vqddp
