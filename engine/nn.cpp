@@ -60,6 +60,13 @@ std::vector<Tensor> Module::parameters() const {
   return out;
 }
 
+NamedTensors Module::state_copy() const {
+  NamedTensors out;
+  for (auto& [n, t] : named_parameters()) out.emplace_back(n, t.clone());
+  for (auto& [n, t] : named_buffers()) out.emplace_back(n, t.clone());
+  return out;
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [_, child] : children_) child->train(on);

@@ -27,6 +27,9 @@ class Module {
   NamedTensors named_parameters() const;
   NamedTensors named_buffers() const;
   std::vector<Tensor> parameters() const;
+  // Copies (new storage) of every parameter, then every buffer, by name: a
+  // snapshot that later steps cannot change.
+  NamedTensors state_copy() const;
 
   // Train/eval mode, applied to every submodule.
   void train(bool on = true);

@@ -15,13 +15,6 @@ namespace vqddp {
 
 namespace {
 
-NamedTensors snapshot(const Module& m) {
-  NamedTensors out;
-  for (auto& [n, t] : m.named_parameters()) out.emplace_back(n, t.clone());
-  for (auto& [n, t] : m.named_buffers()) out.emplace_back(n, t.clone());
-  return out;
-}
-
 TrainOptions quiet() {
   TrainOptions o;
   o.validate = false;
@@ -53,7 +46,7 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
     c.distributed.world_size = 1;
     TrainOptions opt = quiet();
     opt.after_step = [&](int64_t step, int, const CodecModel& model, Optimizer& optim) {
-      one.push_back(snapshot(model));
+      one.push_back(model.state_copy());
       save_checkpoint(state_file(step), model, optim, step, cfg.source);
     };
     train(c, data, opt);
@@ -68,7 +61,7 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
     opt.resume = step == 1 ? "" : state_file(step - 1);
     opt.stop_at_step = step;
     std::vector<NamedTensors> ranks(o.world);
-    opt.after_step = [&](int64_t, int rank, const CodecModel& model, Optimizer&) { ranks[rank] = snapshot(model); };
+    opt.after_step = [&](int64_t, int rank, const CodecModel& model, Optimizer&) { ranks[rank] = model.state_copy(); };
     try {
       train(c, data, opt);
     } catch (const Error& e) {

@@ -47,13 +47,8 @@ inline Tensor shard(const Tensor& x, const std::vector<int64_t>& sizes, int rank
   return x.slice_rows(begin, begin + sizes[rank]);
 }
 
-// Clones of every buffer and parameter, by name.
-inline NamedTensors snapshot(const Module& m) {
-  NamedTensors out;
-  for (auto& [n, t] : m.named_buffers()) out.emplace_back(n, t.clone());
-  for (auto& [n, t] : m.named_parameters()) out.emplace_back(n, t.clone());
-  return out;
-}
+// Clones of every parameter and buffer, by name.
+inline NamedTensors snapshot(const Module& m) { return m.state_copy(); }
 
 inline bool bitwise_equal(const NamedTensors& a, const NamedTensors& b) {
   if (a.size() != b.size()) return false;
