@@ -5,7 +5,7 @@
 namespace vqddp {
 
 DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& comm, size_t bucket_bytes)
-    : module_(module), comm_(comm), bucket_bytes_(bucket_bytes) {
+    : params_(module.parameters()), comm_(comm), bucket_bytes_(bucket_bytes) {
   for (auto& [name, t] : module.named_parameters()) comm.broadcast(t, 0);
   for (auto& [name, t] : module.named_buffers()) comm.broadcast(t, 0);
 }
@@ -16,7 +16,7 @@ float DistributedDataParallel::loss_scale(int64_t local, int64_t global) {
 
 void DistributedDataParallel::all_reduce_gradients() {
   if (!sync_) return;
-  std::vector<Tensor> params = module_.parameters();
+  std::vector<Tensor>& params = params_;
   size_t i = 0;
   while (i < params.size()) {
     // Pack parameters in registration order until the bucket is full.

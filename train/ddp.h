@@ -49,10 +49,9 @@ class DistributedDataParallel {
     bool previous_;
   };
 
-  Communicator& comm() { return comm_; }
 
  private:
-  Module& module_;
+  std::vector<Tensor> params_;  // the module's parameters, listed once (the names are built per call)
   Communicator& comm_;
   size_t bucket_bytes_;
   bool sync_ = true;

@@ -38,7 +38,6 @@ class CodecModel : public Module {
 
   int num_layers() const;                // quantizer layers Q
   std::vector<int64_t> layer_sizes() const;  // codebook size of each layer
-  bool has_codebooks() const { return vq_ || rvq_; }
   // Bits per example: tokens * sum over layers of log2(codebook size).
   double bits_per_example() const;
 

@@ -160,7 +160,6 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
     }
     auto loop_start = Clock::now();
     int64_t first = step;
-    double last_loss = 0;
     Validation val;
     model.train();
     for (; step < last; ++step) {
@@ -185,7 +184,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
         Tensor t = from_vector(packed, {static_cast<int64_t>(packed.size())});
         comm.all_reduce(t, ReduceOp::sum);
         const float* p = t.data<float>();
-        last_loss = p[0] / std::max(1.f, p[2]);
+        double last_loss = p[0] / std::max(1.f, p[2]);
         std::vector<LayerUsage> usage = usage_of(p + 3, layer_sizes);
         if (lead && opt.print) {
           double secs = std::chrono::duration<double>(Clock::now() - loop_start).count();
@@ -219,7 +218,6 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
     if (lead) {
       std::lock_guard lock(result_mu);
       result.steps = step;
-      result.final_loss = last_loss;
       result.validation_mse = val.mse;
       result.validation_snr_db = val.snr_db;
       result.usage = val.usage;

@@ -29,7 +29,6 @@ struct LayerUsage {
 
 struct TrainResult {
   int64_t steps = 0;               // steps completed in total (also before a resume)
-  double final_loss = 0;           // training loss of the last logged step
   double validation_mse = 0;
   double validation_snr_db = 0;    // 10 log10(sum x^2 / sum (x - x_hat)^2) over the validation set
   double bits_per_example = 0;
