@@ -129,11 +129,15 @@ TEST_CASE("sharded sampler: ranks take disjoint contiguous shares of the same gl
 }
 
 TEST_CASE("global-batch gradient: W ranks with uneven shards equal 1 rank on the whole batch") {
-  // FSQ (no codebook state) and residual VQ (k-means init, EMA, commitment
-  // losses weighted per rank): the first step's gradients of every parameter.
-  for (const char* type : {"fsq", "residual_vq"}) {
+  // FSQ (no codebook state), residual VQ (k-means init, EMA, commitment
+  // losses weighted per rank) and learnable residual VQ (its codebooks are
+  // parameters, kept equal across ranks only by this reduction): the first
+  // step's gradients of every parameter.
+  for (const char* type : {"fsq", "residual_vq", "learnable"}) {
   CAPTURE(type);
-  Config cfg = small_config("unused", type);
+  bool learnable = std::string(type) == "learnable";
+  Config cfg = small_config("unused", learnable ? "residual_vq" : type);
+  cfg.quantizer.codebook.learnable = learnable;
   cfg.quantizer.quantize_dropout = false;
   Dataset data = synthetic_data();
   Tensor x = data.sources[0].slice_rows(0, 23);  // 23 rows: shards 8, 8, 7
