@@ -66,9 +66,19 @@ class ThreadCommunicator final : public Communicator {
   int world_size() const override { return group_.world_size(); }
   std::string backend() const override { return "thread"; }
 
+  // Tensors on a GPU (W rank threads sharing one device): the collective
+  // runs on host copies, each rank's copy waiting for its own stream, and
+  // the result is copied back into the caller's storage. The host reduction
+  // is the same rank-ordered one, so GPU ranks get the CPU's bitwise
+  // determinism and the same fingerprints and deadlines.
   void all_reduce(Tensor& t, ReduceOp op) override {
     check_all_reduce(t, op);
-    check_cpu(t);
+    if (!t.device().is_cpu()) {
+      Tensor h = host_copy(t);
+      all_reduce(h, op);
+      t.copy_(h);
+      return;
+    }
     run(Fingerprint(fmt::format("all_reduce({})", reduce_op_name(op)), t.dtype(), t.numel()), t.raw_data(), t.raw_data(), [&] {
       int w = world_size();
       auto [begin, end] = share_of(t.numel(), rank_, w);
@@ -84,7 +94,12 @@ class ThreadCommunicator final : public Communicator {
 
   void broadcast(Tensor& t, int root) override {
     check_broadcast(t, root);
-    check_cpu(t);
+    if (!t.device().is_cpu()) {
+      Tensor h = host_copy(t);
+      broadcast(h, root);
+      t.copy_(h);
+      return;
+    }
     run(Fingerprint("broadcast", t.dtype(), t.numel(), root), t.raw_data(), t.raw_data(), [&] {
       if (rank_ != root) std::memcpy(t.raw_data(), group_.call_of(root).in, bytes_of(t));
     });
@@ -94,8 +109,12 @@ class ThreadCommunicator final : public Communicator {
 
   void all_gather(const Tensor& in, Tensor& out) override {
     check_all_gather(in, out);
-    check_cpu(in);
-    check_cpu(out);
+    if (!in.device().is_cpu() || !out.device().is_cpu()) {
+      Tensor h = host_copy(out);
+      all_gather(host_copy(in), h);
+      out.copy_(h);
+      return;
+    }
     size_t bytes = bytes_of(in);
     run(Fingerprint("all_gather", in.dtype(), in.numel()), in.raw_data(), out.raw_data(), [&] {
       for (int r = 0; r < world_size(); ++r)
@@ -107,8 +126,12 @@ class ThreadCommunicator final : public Communicator {
 
   void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) override {
     check_all_gather_rows(in, counts, out);
-    check_cpu(in);
-    check_cpu(out);
+    if (!in.device().is_cpu() || !out.device().is_cpu()) {
+      Tensor h = host_copy(out);
+      all_gather_rows(host_copy(in), counts, h);
+      out.copy_(h);
+      return;
+    }
     int64_t row = in.size(0) > 0 ? in.numel() / in.size(0) : out.numel() / std::max<int64_t>(1, out.size(0));
     run(Fingerprint("all_gather_rows", in.dtype(), row, -1, counts), in.raw_data(), out.raw_data(), [&] {
       size_t row_bytes = row * dtype_size(in.dtype());
@@ -129,10 +152,7 @@ class ThreadCommunicator final : public Communicator {
   }
 
  private:
-  void check_cpu(const Tensor& t) const {
-    VQDDP_CHECK(t.device().is_cpu(), "rank {}: the thread backend has no path for tensors on {} yet", rank_,
-                t.device().str());
-  }
+  static Tensor host_copy(const Tensor& t) { return empty(t.shape(), t.dtype()).copy_(t); }
 
   // Arrive (fingerprint check), do this rank's share of the work, complete.
   template <class Work>

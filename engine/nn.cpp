@@ -76,6 +76,12 @@ void Module::zero_grad() {
   for (auto& [_, t] : named_parameters()) t.zero_grad();
 }
 
+void Module::to(Device device) {
+  for (auto& [_, t] : named_parameters()) t.move_to_(device);
+  for (auto& [_, t] : named_buffers())
+    if (t.dtype() != DType::i64) t.move_to_(device);
+}
+
 Linear::Linear(int64_t in, int64_t out, Generator& gen, bool with_bias) {
   VQDDP_CHECK(in > 0 && out > 0, "Linear({}, {}): sizes must be positive", in, out);
   float bound = 1.f / std::sqrt(static_cast<float>(in));

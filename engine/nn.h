@@ -38,6 +38,12 @@ class Module {
 
   void zero_grad();
 
+  // Moves every float parameter and buffer (also of submodules) to `device`
+  // in place: the handles members hold follow. int64 buffers (step
+  // counters, flags) stay on the host, where control flow reads them with
+  // no device round trip; they are identical on every rank anyway.
+  void to(Device device);
+
  protected:
   // Registration returns the tensor handle so members can keep it.
   Tensor& register_parameter(const std::string& name, Tensor t);

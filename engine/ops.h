@@ -1,5 +1,8 @@
 // Differentiable ops on float32 tensors (plus argmin/argmax, no gradient).
 //
+// Every op runs on the CPU or, for cuda tensors, on that GPU (the kernels of
+// engine/device.h); all operands of one op must be on the same device.
+//
 // Broadcasting follows NumPy: shapes are aligned at the trailing dimension
 // and a dimension of size 1 (or a missing leading one) is repeated. The
 // common cases are a scalar and a trailing row ([N, D] op [D]); a column
@@ -62,7 +65,7 @@ Tensor argmax(const Tensor& x);
 
 // ---- linear algebra ------------------------------------------------------------
 // op(a) @ op(b) for 2-D a, b, where op transposes when the flag is set.
-// CPU: one cblas_sgemm; no transposed copy is ever made.
+// CPU: one cblas_sgemm; GPU: one cublasSgemm; no transposed copy is ever made.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
 // ---- shape -----------------------------------------------------------------------
@@ -77,6 +80,12 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim = 0);
 // Rows of x (first dimension) picked by int64 `index` [M]: result [M, ...].
 // Backward scatter-adds into the picked rows in ascending position order.
 Tensor index_select(const Tensor& x, const Tensor& index);
+
+// ---- devices ---------------------------------------------------------------------
+// x on `device` (a copy; x itself when already there). The gradient goes
+// back to x's device, so a CPU-only step inside a GPU graph stays
+// differentiable.
+Tensor to_device(const Tensor& x, Device device);
 
 // ---- losses ------------------------------------------------------------------------
 // mean((a - b)^2) over all elements; shape [].

@@ -1,8 +1,9 @@
 // Elementwise ops: broadcasting binary ops and unary math, with backward.
 #include <cmath>
-#include <numbers>
 
 #include "engine/autograd.h"
+#include "engine/device_plans.h"
+#include "engine/kernel_math.h"
 #include "engine/ops.h"
 
 namespace vqddp {
@@ -43,11 +44,18 @@ class BroadcastIndex {
   int64_t offset_ = 0;
 };
 
-template <class F>
-Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b, F f) {
+template <BinaryOp Op>
+Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b) {
   check_f32(a, op);
   check_f32(b, op);
   Shape shape = broadcast_shape(a.shape(), b.shape());
+  if (DeviceKernels* k = device_of(op, {&a, &b})) {
+    Tensor out = empty(shape, DType::f32, a.device());
+    k->binary(Op, static_cast<const float*>(a.raw_ptr()), static_cast<const float*>(b.raw_ptr()),
+              static_cast<float*>(out.raw_ptr()), broadcast_plan(a.shape(), b.shape(), shape));
+    return out;
+  }
+  auto f = [](float x, float y) { return apply_binary(Op, x, y); };  // Op is a constant: inlined per op
   Tensor out = empty(shape);
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
@@ -83,22 +91,31 @@ Tensor binary_op(const char* op, const Tensor& a, const Tensor& b, Tensor out, c
   });
 }
 
-template <class F, class DF>
-Tensor unary_op(const char* op, const Tensor& x, F f, DF df) {
+Tensor unary_op(const char* op, const Tensor& x, UnaryFn fn) {
   check_f32(x, op);
-  Tensor out = empty(x.shape());
-  const float* px = x.data<float>();
-  float* po = out.data<float>();
-  for (int64_t i = 0, n = x.numel(); i < n; ++i) po[i] = f(px[i]);
+  DeviceKernels* k = device_of(op, {&x});
+  Tensor out = empty(x.shape(), DType::f32, x.device());
+  if (k) {
+    k->unary(fn, static_cast<const float*>(x.raw_ptr()), static_cast<float*>(out.raw_ptr()), x.numel());
+  } else {
+    const float* px = x.data<float>();
+    float* po = out.data<float>();
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) po[i] = fn.f(px[i]);
+  }
   if (!any_requires_grad({x})) return out;
   // Detached copies of the handles: the node must not own its own output or
   // its input's history (only the graph edges in Node::inputs do).
   Tensor xd = x.detach(), y = out.detach();
-  return record_op(op, out, {x}, {x, out}, [x = xd, y, df](const Tensor& g) -> std::vector<Tensor> {
-    Tensor gx = empty(x.shape());
+  return record_op(op, out, {x}, {x, out}, [x = xd, y, fn, k](const Tensor& g) -> std::vector<Tensor> {
+    Tensor gx = empty(x.shape(), DType::f32, x.device());
+    if (k) {
+      k->unary_backward(fn, static_cast<const float*>(x.raw_ptr()), static_cast<const float*>(y.raw_ptr()),
+                        static_cast<const float*>(g.raw_ptr()), static_cast<float*>(gx.raw_ptr()), x.numel());
+      return {gx};
+    }
     const float *px = x.data<float>(), *py = y.data<float>(), *pg = g.data<float>();
     float* pgx = gx.data<float>();
-    for (int64_t i = 0, n = x.numel(); i < n; ++i) pgx[i] = pg[i] * df(px[i], py[i]);
+    for (int64_t i = 0, n = x.numel(); i < n; ++i) pgx[i] = pg[i] * fn.df(px[i], py[i]);
     return {gx};
   });
 }
@@ -121,6 +138,12 @@ Tensor sum_to_shape(const Tensor& grad, const Shape& shape) {
   if (grad.shape() == shape) return grad;
   VQDDP_CHECK(broadcast_shape(shape, grad.shape()) == grad.shape(), "cannot sum a {} gradient to shape {}",
               grad.desc(), shape_str(shape));
+  if (DeviceKernels* k = device_of("sum_to_shape", {&grad})) {
+    Tensor out = empty(shape, DType::f32, grad.device());
+    k->reduce_sum(static_cast<const float*>(grad.raw_ptr()), static_cast<float*>(out.raw_ptr()),
+                  sum_to_plan(grad.shape(), shape, 1.0));
+    return out;
+  }
   // Accumulate in double, like every other sum: a bias gradient over many
   // rows must not depend on float rounding more than the 1-rank/W-rank
   // comparisons tolerate.
@@ -135,36 +158,40 @@ Tensor sum_to_shape(const Tensor& grad, const Shape& shape) {
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward("add", a, b, [](float x, float y) { return x + y; });
+  Tensor out = binary_forward<BinaryOp::add>("add", a, b);
   return binary_op(
       "add", a, b, out, {}, [](const Tensor& g) { return g; }, [](const Tensor& g) { return g; });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward("sub", a, b, [](float x, float y) { return x - y; });
+  Tensor out = binary_forward<BinaryOp::sub>("sub", a, b);
   return binary_op(
       "sub", a, b, out, {}, [](const Tensor& g) { return g; }, [](const Tensor& g) { return neg(g); });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward("mul", a, b, [](float x, float y) { return x * y; });
+  Tensor out = binary_forward<BinaryOp::mul>("mul", a, b);
   Tensor da = a.detach(), db = b.detach();
   return binary_op(
       "mul", a, b, out, {a, b}, [db](const Tensor& g) { return mul(g, db); }, [da](const Tensor& g) { return mul(g, da); });
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward("div", a, b, [](float x, float y) { return x / y; });
+  Tensor out = binary_forward<BinaryOp::div>("div", a, b);
   Tensor da = a.detach(), db = b.detach();
   return binary_op(
       "div", a, b, out, {a, b}, [db](const Tensor& g) { return div(g, db); },
       [da, db](const Tensor& g) { return neg(div(mul(g, da), mul(db, db))); });
 }
 
-Tensor add(const Tensor& a, float b) { return add(a, scalar(b)); }
-Tensor sub(const Tensor& a, float b) { return sub(a, scalar(b)); }
-Tensor mul(const Tensor& a, float b) { return mul(a, scalar(b)); }
-Tensor div(const Tensor& a, float b) { return div(a, scalar(b)); }
+// The scalar lives on a's device, so scalar forms work on any device.
+static Tensor scalar_like(const Tensor& a, float b) {
+  return a.defined() ? full({}, b, DType::f32, a.device()) : scalar(b);
+}
+Tensor add(const Tensor& a, float b) { return add(a, scalar_like(a, b)); }
+Tensor sub(const Tensor& a, float b) { return sub(a, scalar_like(a, b)); }
+Tensor mul(const Tensor& a, float b) { return mul(a, scalar_like(a, b)); }
+Tensor div(const Tensor& a, float b) { return div(a, scalar_like(a, b)); }
 Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
@@ -172,56 +199,21 @@ Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
 Tensor operator*(const Tensor& a, float b) { return mul(a, b); }
 Tensor operator-(const Tensor& a) { return neg(a); }
 
-Tensor neg(const Tensor& x) {
-  return unary_op("neg", x, [](float v) { return -v; }, [](float, float) { return -1.f; });
-}
+using U = UnaryFn::Op;
 
-Tensor square(const Tensor& x) {
-  return unary_op("square", x, [](float v) { return v * v; }, [](float v, float) { return 2.f * v; });
-}
-
-Tensor sqrt(const Tensor& x) {
-  return unary_op("sqrt", x, [](float v) { return std::sqrt(v); }, [](float, float y) { return 0.5f / y; });
-}
-
-Tensor exp(const Tensor& x) {
-  return unary_op("exp", x, [](float v) { return std::exp(v); }, [](float, float y) { return y; });
-}
-
-Tensor log(const Tensor& x) {
-  return unary_op("log", x, [](float v) { return std::log(v); }, [](float v, float) { return 1.f / v; });
-}
-
-Tensor relu(const Tensor& x) {
-  return unary_op("relu", x, [](float v) { return v > 0.f ? v : 0.f; }, [](float v, float) { return v > 0.f ? 1.f : 0.f; });
-}
-
-Tensor gelu(const Tensor& x) {
-  constexpr double kInvSqrt2 = 0.70710678118654752440;
-  constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-  return unary_op(
-      "gelu", x, [](float v) { return static_cast<float>(0.5 * v * (1.0 + std::erf(v * kInvSqrt2))); },
-      [](float v, float) {
-        double cdf = 0.5 * (1.0 + std::erf(v * kInvSqrt2));
-        double pdf = kInvSqrt2Pi * std::exp(-0.5 * double(v) * v);
-        return static_cast<float>(cdf + v * pdf);
-      });
-}
-
-Tensor tanh(const Tensor& x) {
-  return unary_op("tanh", x, [](float v) { return std::tanh(v); }, [](float, float y) { return 1.f - y * y; });
-}
-
-Tensor sigmoid(const Tensor& x) {
-  return unary_op(
-      "sigmoid", x, [](float v) { return 1.f / (1.f + std::exp(-v)); }, [](float, float y) { return y * (1.f - y); });
-}
+Tensor neg(const Tensor& x) { return unary_op("neg", x, {U::neg}); }
+Tensor square(const Tensor& x) { return unary_op("square", x, {U::square}); }
+Tensor sqrt(const Tensor& x) { return unary_op("sqrt", x, {U::sqrt}); }
+Tensor exp(const Tensor& x) { return unary_op("exp", x, {U::exp}); }
+Tensor log(const Tensor& x) { return unary_op("log", x, {U::log}); }
+Tensor relu(const Tensor& x) { return unary_op("relu", x, {U::relu}); }
+Tensor gelu(const Tensor& x) { return unary_op("gelu", x, {U::gelu}); }
+Tensor tanh(const Tensor& x) { return unary_op("tanh", x, {U::tanh}); }
+Tensor sigmoid(const Tensor& x) { return unary_op("sigmoid", x, {U::sigmoid}); }
 
 Tensor clamp(const Tensor& x, float low, float high) {
   VQDDP_CHECK(low <= high, "clamp: low {} > high {}", low, high);
-  return unary_op(
-      "clamp", x, [=](float v) { return std::min(std::max(v, low), high); },
-      [=](float v, float) { return v >= low && v <= high ? 1.f : 0.f; });
+  return unary_op("clamp", x, {U::clamp, low, high});
 }
 
 }  // namespace vqddp

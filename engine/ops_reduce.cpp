@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "engine/autograd.h"
+#include "engine/device_plans.h"
+#include "engine/kernel_math.h"
 #include "engine/ops.h"
 
 namespace vqddp {
@@ -36,6 +38,15 @@ DimSplit split_at(const Tensor& x, int64_t dim, bool keepdim, const char* op) {
 // Gradient of a (scaled) sum: the output gradient repeated along the
 // reduced dimension, times `scale`.
 Tensor expand_grad(const Tensor& g, const DimSplit& s, const Shape& input_shape, double divisor) {
+  if (DeviceKernels* k = device_of("sum backward", {&g})) {
+    // [outer, 1, inner] broadcast to [outer, n, inner], divided by the divisor.
+    Tensor gx = empty(input_shape, DType::f32, g.device());
+    Tensor d = full({}, divisor, DType::f32, g.device());
+    Shape gs{s.outer, 1, s.inner}, xs{s.outer, s.n, s.inner};
+    k->binary(BinaryOp::div, static_cast<const float*>(g.raw_ptr()), static_cast<const float*>(d.raw_ptr()),
+              static_cast<float*>(gx.raw_ptr()), broadcast_plan(gs, {}, xs));
+    return gx;
+  }
   Tensor gx = empty(input_shape);
   const float* pg = g.data<float>();
   float* px = gx.data<float>();
@@ -45,9 +56,24 @@ Tensor expand_grad(const Tensor& g, const DimSplit& s, const Shape& input_shape,
   return gx;
 }
 
+void reduce_sum_cpu(const Tensor& x, const DimSplit& s, double divisor, Tensor& out);
+
 // divisor 1 for sum, n for mean: the division happens once, in double.
 Tensor reduce_sum(const Tensor& x, const DimSplit& s, double divisor, const char* op) {
-  Tensor out = empty(s.reduced);
+  Tensor out = empty(s.reduced, DType::f32, x.device());
+  if (DeviceKernels* k = device_of(op, {&x})) {
+    k->reduce_sum(static_cast<const float*>(x.raw_ptr()), static_cast<float*>(out.raw_ptr()),
+                  sum_dim_plan(s.outer, s.n, s.inner, divisor));
+  } else {
+    reduce_sum_cpu(x, s, divisor, out);
+  }
+  Shape in_shape = x.shape();
+  return record_op(op, out, {x}, [s, in_shape, divisor](const Tensor& g) -> std::vector<Tensor> {
+    return {expand_grad(g, s, in_shape, divisor)};
+  });
+}
+
+void reduce_sum_cpu(const Tensor& x, const DimSplit& s, double divisor, Tensor& out) {
   const float* px = x.data<float>();
   float* po = out.data<float>();
   std::vector<double> acc(s.inner);
@@ -59,10 +85,6 @@ Tensor reduce_sum(const Tensor& x, const DimSplit& s, double divisor, const char
     }
     for (int64_t i = 0; i < s.inner; ++i) po[o * s.inner + i] = static_cast<float>(acc[i] / divisor);
   }
-  Shape in_shape = x.shape();
-  return record_op(op, out, {x}, [s, in_shape, divisor](const Tensor& g) -> std::vector<Tensor> {
-    return {expand_grad(g, s, in_shape, divisor)};
-  });
 }
 
 // Whole-tensor reductions reuse the along-dim code on a flat view.
@@ -73,22 +95,25 @@ DimSplit split_all(const Tensor& x, const char* op) {
   return s;
 }
 
-template <class Better>
-Tensor arg_best(const Tensor& x, const char* op, Better better) {
+Tensor arg_best(const Tensor& x, const char* op, bool max) {
   VQDDP_CHECK(x.dtype() == DType::f32, "{}: expected a float32 tensor, got {}", op, x.desc());
   VQDDP_CHECK(x.dim() >= 1 && x.size(-1) > 0, "{}: needs a non-empty last dimension, got {}", op, x.desc());
   int64_t k = x.size(-1), rows = x.numel() / k;
   Shape shape(x.shape().begin(), x.shape().end() - 1);
-  Tensor out = empty(shape, DType::i64);
+  Tensor out = empty(shape, DType::i64, x.device());
+  if (DeviceKernels* dk = device_of(op, {&x})) {
+    dk->arg_best(static_cast<const float*>(x.raw_ptr()), static_cast<int64_t*>(out.raw_ptr()), rows, k, max);
+    return out;
+  }
   const float* px = x.data<float>();
   int64_t* po = out.data<int64_t>();
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = px + r * k;
+    // A left-to-right scan under arg_better's order (kernel_math.h): lowest
+    // index on ties, a number beats NaN, an all-NaN row gives 0.
     int64_t best = 0;
-    // Strict comparison keeps the lowest index on ties; a NaN best is
-    // replaced by the first number after it.
     for (int64_t j = 1; j < k; ++j)
-      if (better(row[j], row[best]) || (std::isnan(row[best]) && !std::isnan(row[j]))) best = j;
+      if (arg_better(row[j], j, row[best], best, max)) best = j;
     po[r] = best;
   }
   return out;
@@ -115,8 +140,8 @@ Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
   return reduce_sum(x, s, static_cast<double>(s.n), "mean");
 }
 
-Tensor argmin(const Tensor& x) { return arg_best(x, "argmin", [](float a, float b) { return a < b; }); }
-Tensor argmax(const Tensor& x) { return arg_best(x, "argmax", [](float a, float b) { return a > b; }); }
+Tensor argmin(const Tensor& x) { return arg_best(x, "argmin", false); }
+Tensor argmax(const Tensor& x) { return arg_best(x, "argmax", true); }
 
 Tensor mse_loss(const Tensor& a, const Tensor& b) {
   VQDDP_CHECK(a.shape() == b.shape(), "mse_loss: shapes {} and {} differ", shape_str(a.shape()), shape_str(b.shape()));
@@ -124,13 +149,22 @@ Tensor mse_loss(const Tensor& a, const Tensor& b) {
               a.desc(), b.desc());
   VQDDP_CHECK(a.numel() > 0, "mse_loss of empty tensors {}", a.desc());
   int64_t n = a.numel();
-  const float *pa = a.data<float>(), *pb = b.data<float>();
-  double acc = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    double d = double(pa[i]) - pb[i];
-    acc += d * d;
+  Tensor out;
+  if (device_of("mse_loss", {&a, &b})) {
+    // On a device: the same mean of squares from the device ops (the
+    // difference is rounded to float before squaring; the CPU squares it in
+    // double, which stays within float rounding of this).
+    NoGradGuard no_grad;
+    out = mean(square(sub(a, b)));
+  } else {
+    const float *pa = a.data<float>(), *pb = b.data<float>();
+    double acc = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      double d = double(pa[i]) - pb[i];
+      acc += d * d;
+    }
+    out = scalar(static_cast<float>(acc / n));
   }
-  Tensor out = scalar(static_cast<float>(acc / n));
   Tensor da = a.detach(), db = b.detach();
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   return record_op("mse_loss", out, {a, b}, {a, b}, [=](const Tensor& g) -> std::vector<Tensor> {

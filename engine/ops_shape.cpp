@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "engine/autograd.h"
+#include "engine/device_plans.h"
 #include "engine/ops.h"
 
 namespace vqddp {
@@ -23,6 +24,31 @@ int64_t row_size(const Tensor& x) {
   int64_t n = 1;
   for (int64_t d = 1; d < x.dim(); ++d) n *= x.shape()[d];
   return n;
+}
+
+// For each of `outer` rows: `width` elements from src (row length
+// src_row, starting at column src_col) to dst (row length dst_row, column
+// dst_col). Concat and its backward are this.
+void copy_columns(const Tensor& src, int64_t src_col, int64_t src_row, Tensor& dst, int64_t dst_col, int64_t dst_row,
+                  int64_t outer, int64_t width) {
+  size_t es = dtype_size(src.dtype());
+  if (DeviceKernels* k = device_of("concat", {&src, &dst})) {
+    StridedCopyPlan p;
+    p.ndim = 2;
+    p.shape[0] = outer;
+    p.shape[1] = width;
+    p.src_stride[0] = src_row;
+    p.src_stride[1] = 1;
+    p.dst_stride[0] = dst_row;
+    p.dst_stride[1] = 1;
+    k->strided_copy(static_cast<const char*>(src.raw_ptr()) + src_col * es,
+                    static_cast<char*>(dst.raw_ptr()) + dst_col * es, es, p);
+    return;
+  }
+  const char* ps = static_cast<const char*>(src.raw_data());
+  char* pd = static_cast<char*>(dst.raw_data());
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(pd + (o * dst_row + dst_col) * es, ps + (o * src_row + src_col) * es, width * es);
 }
 
 }  // namespace
@@ -60,8 +86,8 @@ Tensor slice_rows(const Tensor& x, int64_t begin, int64_t end) {
   int64_t row = row_size(x);
   return record_op("slice_rows", view_of(x, shape, begin * row), {x},
                    [in_shape, begin, row](const Tensor& g) -> std::vector<Tensor> {
-                     Tensor gx = zeros(in_shape);
-                     std::memcpy(gx.data<float>() + begin * row, g.data<float>(), g.numel() * sizeof(float));
+                     Tensor gx = zeros(in_shape, DType::f32, g.device());
+                     view_of(gx, g.shape(), begin * row).copy_(g);
                      return {gx};
                    });
 }
@@ -82,8 +108,23 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
   }
   Shape shape = x.shape();
   std::swap(shape[d0], shape[d1]);
-  Tensor out = empty(shape, x.dtype());
+  Tensor out = empty(shape, x.dtype(), x.device());
   size_t es = dtype_size(x.dtype());
+  if (DeviceKernels* k = device_of("transpose", {&x})) {
+    // Walk the output [A, n1, B, n0, C] with the source strides of x
+    // viewed as [A, n0, B, n1, C].
+    StridedCopyPlan p;
+    p.ndim = 5;
+    int64_t sizes[5] = {A, n1, B, n0, C};
+    int64_t src[5] = {n0 * B * n1 * C, C, n1 * C, B * n1 * C, 1};
+    int64_t dst[5] = {n1 * B * n0 * C, B * n0 * C, n0 * C, C, 1};
+    for (int i = 0; i < 5; ++i) {
+      p.shape[i] = sizes[i];
+      p.src_stride[i] = src[i];
+      p.dst_stride[i] = dst[i];
+    }
+    k->strided_copy(x.raw_ptr(), out.raw_ptr(), es, p);
+  } else {
   const char* px = static_cast<const char*>(x.raw_data());
   char* po = static_cast<char*>(out.raw_data());
   for (int64_t a = 0; a < A; ++a)
@@ -94,6 +135,7 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
           int64_t dst = (((a * n1 + j) * B + b) * n0 + i) * C;
           std::memcpy(po + dst * es, px + src * es, C * es);
         }
+  }
   return record_op("transpose", out, {x},
                    [d0, d1](const Tensor& g) -> std::vector<Tensor> { return {transpose(g, d0, d1)}; });
 }
@@ -116,15 +158,15 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < dim; ++d) outer *= shape[d];
   for (int64_t d = dim + 1; d < r; ++d) inner *= shape[d];
-  Tensor out = empty(shape, first.dtype());
-  size_t es = dtype_size(first.dtype());
-  char* po = static_cast<char*>(out.raw_data());
+  std::vector<const Tensor*> operands;
+  for (const Tensor& x : xs) operands.push_back(&x);
+  for (const Tensor* x : operands) device_of("concat", {&first, x});
+  Tensor out = empty(shape, first.dtype(), first.device());
   int64_t out_row = shape[dim] * inner, at = 0;
   std::vector<int64_t> widths;
   for (const Tensor& x : xs) {
     int64_t w = x.shape()[dim] * inner;
-    const char* px = static_cast<const char*>(x.raw_data());
-    for (int64_t o = 0; o < outer; ++o) std::memcpy(po + (o * out_row + at) * es, px + o * w * es, w * es);
+    copy_columns(x, 0, w, out, at, out_row, outer, w);
     widths.push_back(w);
     at += w;
   }
@@ -134,9 +176,8 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
     std::vector<Tensor> grads;
     int64_t offset = 0;
     for (size_t i = 0; i < shapes.size(); ++i) {
-      Tensor gi = empty(shapes[i]);
-      for (int64_t o = 0; o < outer; ++o)
-        std::memcpy(gi.data<float>() + o * widths[i], g.data<float>() + o * out_row + offset, widths[i] * sizeof(float));
+      Tensor gi = empty(shapes[i], DType::f32, g.device());
+      copy_columns(g, offset, out_row, gi, 0, widths[i], outer, widths[i]);
       offset += widths[i];
       grads.push_back(gi);
     }
@@ -149,19 +190,40 @@ Tensor index_select(const Tensor& x, const Tensor& index) {
   VQDDP_CHECK(index.dtype() == DType::i64 && index.dim() == 1, "index_select: index must be int64 [M], got {}",
               index.desc());
   int64_t rows = x.size(0), m = index.numel(), row = row_size(x);
-  const int64_t* pi = index.data<int64_t>();
-  for (int64_t i = 0; i < m; ++i)
-    VQDDP_CHECK(pi[i] >= 0 && pi[i] < rows, "index_select: index[{}] = {} out of range for {} rows", i, pi[i], rows);
   Shape shape = x.shape();
   shape[0] = m;
-  Tensor out = empty(shape, x.dtype());
+  Tensor out = empty(shape, x.dtype(), x.device());
   size_t es = dtype_size(x.dtype());
-  const char* px = static_cast<const char*>(x.raw_data());
-  char* po = static_cast<char*>(out.raw_data());
-  for (int64_t i = 0; i < m; ++i) std::memcpy(po + i * row * es, px + pi[i] * row * es, row * es);
+  DeviceKernels* k = device_of("index_select", {&x, &index});
+  if (k) {
+    if (m > 0) {
+      int64_t lo = 0, hi = 0;  // one small read-back: a bad index must be an error, not a wild read
+      k->min_max_i64(static_cast<const int64_t*>(index.raw_ptr()), m, &lo, &hi);
+      VQDDP_CHECK(lo >= 0 && hi < rows, "index_select: index values span [{}, {}], out of range for {} rows", lo, hi,
+                  rows);
+    }
+    k->gather_rows(x.raw_ptr(), static_cast<const int64_t*>(index.raw_ptr()), m, row * es, out.raw_ptr());
+  } else {
+    const int64_t* pi = index.data<int64_t>();
+    for (int64_t i = 0; i < m; ++i)
+      VQDDP_CHECK(pi[i] >= 0 && pi[i] < rows, "index_select: index[{}] = {} out of range for {} rows", i, pi[i], rows);
+    const char* px = static_cast<const char*>(x.raw_data());
+    char* po = static_cast<char*>(out.raw_data());
+    for (int64_t i = 0; i < m; ++i) std::memcpy(po + i * row * es, px + pi[i] * row * es, row * es);
+  }
   Shape in_shape = x.shape();
   Tensor idx = index.clone();  // the caller may reuse its index buffer
-  return record_op("index_select", out, {x}, [in_shape, idx, row](const Tensor& g) -> std::vector<Tensor> {
+  return record_op("index_select", out, {x}, [in_shape, idx, row, rows, k](const Tensor& g) -> std::vector<Tensor> {
+    if (k) {
+      // Deterministic scatter-add (sorted by index, fixed-order sums in
+      // double), then rounded once to float.
+      Tensor acc = empty({rows * row}, DType::f64, g.device());
+      k->index_add_rows(static_cast<const float*>(g.raw_ptr()), static_cast<const int64_t*>(idx.raw_ptr()),
+                        idx.numel(), row, rows, nullptr, static_cast<double*>(acc.raw_ptr()));
+      Tensor gx = empty(in_shape, DType::f32, g.device());
+      k->cast_f64_to_f32(static_cast<const double*>(acc.raw_ptr()), static_cast<float*>(gx.raw_ptr()), rows * row);
+      return {gx};
+    }
     Tensor gx = zeros(in_shape);
     float* pgx = gx.data<float>();
     const float* pg = g.data<float>();
@@ -170,6 +232,16 @@ Tensor index_select(const Tensor& x, const Tensor& index) {
       for (int64_t j = 0; j < row; ++j) pgx[pi[i] * row + j] += pg[i * row + j];
     return {gx};
   });
+}
+
+Tensor to_device(const Tensor& x, Device device) {
+  VQDDP_CHECK(x.defined(), "to_device: undefined tensor");
+  if (x.device() == device) return x;
+  Tensor out = empty(x.shape(), x.dtype(), device);
+  out.copy_(x);
+  if (x.dtype() != DType::f32) return out;
+  Device from = x.device();
+  return record_op("to_device", out, {x}, [from](const Tensor& g) -> std::vector<Tensor> { return {to_device(g, from)}; });
 }
 
 }  // namespace vqddp

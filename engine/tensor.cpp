@@ -8,6 +8,7 @@
 
 #include "engine/autograd.h"
 #include "engine/cpu_allocator.h"
+#include "engine/device.h"
 #include "engine/ops.h"
 #include "engine/random.h"
 
@@ -16,11 +17,20 @@ namespace vqddp {
 // ---- storage ----------------------------------------------------------------
 
 Storage::Storage(size_t n, Device dev) : nbytes(n), device(dev) {
-  VQDDP_CHECK(dev.is_cpu(), "device {} is not available in this build", dev.str());
-  data = cpu_alloc(n);
+  data = dev.is_cpu() ? cpu_alloc(n) : device_kernels(dev).alloc(n);
 }
 
-Storage::~Storage() { cpu_free(data, nbytes); }
+Storage::~Storage() {
+  if (device.is_cpu())
+    cpu_free(data, nbytes);
+  else
+    device_kernels(device).release(data, nbytes);
+}
+
+// The kernels of a tensor's device; null for the CPU.
+static DeviceKernels* kernels_of(const Tensor& t) {
+  return t.device().is_cpu() ? nullptr : &device_kernels(t.device());
+}
 
 // ---- accessors ----------------------------------------------------------------
 
@@ -56,8 +66,13 @@ std::string Tensor::desc() const {
 
 void* Tensor::raw_data() const {
   check_defined();
-  // Only CPU storage exists so far; device tensors get their own accessor.
-  VQDDP_CHECK(impl_->storage->device.is_cpu(), "host access to a tensor on {}", impl_->storage->device.str());
+  VQDDP_CHECK(impl_->storage->device.is_cpu(), "host access to a tensor on {} ({}): move it with .to(Device::cpu())",
+              impl_->storage->device.str(), desc());
+  return raw_ptr();
+}
+
+void* Tensor::raw_ptr() const {
+  check_defined();
   return static_cast<char*>(impl_->storage->data) + impl_->offset * dtype_size(impl_->dtype);
 }
 
@@ -77,11 +92,13 @@ const T* Tensor::data() const {
 template <class T>
 T Tensor::item() const {
   VQDDP_CHECK(numel() == 1, "item() needs a one-element tensor, got {}", desc());
+  if (!device().is_cpu()) return detach().to(Device::cpu()).item<T>();
   return data<T>()[0];
 }
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
+  if (!device().is_cpu()) return detach().to(Device::cpu()).to_vector<T>();
   const T* p = data<T>();
   return std::vector<T>(p, p + numel());
 }
@@ -138,15 +155,26 @@ Tensor Tensor::detach() const {
 // ---- copies ---------------------------------------------------------------------
 
 Tensor Tensor::clone() const {
-  Tensor out = empty(shape(), dtype());
-  std::memcpy(out.raw_data(), raw_data(), numel() * dtype_size(dtype()));
+  Tensor out = empty(shape(), dtype(), device());
+  out.copy_(*this);
+  out.impl_->storage->version.store(0, std::memory_order_relaxed);
   return out;
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
   VQDDP_CHECK(src.shape() == shape() && src.dtype() == dtype(), "copy_: source {} does not match destination {}",
               src.desc(), desc());
-  std::memmove(raw_data(), src.raw_data(), numel() * dtype_size(dtype()));
+  size_t bytes = numel() * dtype_size(dtype());
+  if (device().is_cpu() && src.device().is_cpu()) {
+    std::memmove(raw_data(), src.raw_data(), bytes);
+  } else {
+    // One side is a device: its backend copies (host<->device, or on the
+    // device). Two different GPUs go through the host.
+    VQDDP_CHECK(device().is_cpu() || src.device().is_cpu() || device() == src.device(),
+                "copy_ between {} and {}: copy through the CPU", src.device().str(), device().str());
+    DeviceKernels& k = device_kernels(device().is_cpu() ? src.device() : device());
+    k.copy(raw_ptr(), device().is_cpu(), src.raw_ptr(), src.device().is_cpu(), bytes);
+  }
   bump_version();
   return *this;
 }
@@ -158,6 +186,11 @@ static void fill_as(Tensor& t, double value) {
 }
 
 Tensor& Tensor::fill_(double value) {
+  if (DeviceKernels* k = kernels_of(*this)) {
+    k->fill(raw_ptr(), dtype(), numel(), value);
+    bump_version();
+    return *this;
+  }
   switch (dtype()) {
     case DType::f32: fill_as<float>(*this, value); break;
     case DType::i64: fill_as<int64_t>(*this, value); break;
@@ -181,31 +214,43 @@ bool Tensor::shares_storage(const Tensor& other) const {
   return defined() && other.defined() && impl_->storage == other.impl_->storage;
 }
 
+void Tensor::move_to_(Device d) {
+  check_defined();
+  if (device() == d) return;
+  Tensor moved = empty(shape(), dtype(), d);
+  moved.copy_(*this);
+  impl_->storage = moved.impl_->storage;
+  impl_->offset = 0;
+  zero_grad();
+}
+
+Tensor Tensor::to(Device d) const { return vqddp::to_device(*this, d); }
+
 Tensor Tensor::reshape(const Shape& s) const { return vqddp::reshape(*this, s); }
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const { return vqddp::slice_rows(*this, begin, end); }
 
 // ---- creation -------------------------------------------------------------------
 
-Tensor empty(const Shape& shape, DType dtype) {
+Tensor empty(const Shape& shape, DType dtype, Device device) {
   auto impl = std::make_shared<TensorImpl>();
   size_t bytes = 0;
   VQDDP_CHECK(!__builtin_mul_overflow(static_cast<size_t>(shape_numel(shape)), dtype_size(dtype), &bytes),
               "shape {} of {} is too large to allocate", shape_str(shape), dtype_name(dtype));
-  impl->storage = std::make_shared<Storage>(bytes, Device::cpu());
+  impl->storage = std::make_shared<Storage>(bytes, device);
   impl->shape = shape;
   impl->dtype = dtype;
   return Tensor(impl);
 }
 
-Tensor full(const Shape& shape, double value, DType dtype) {
-  Tensor t = empty(shape, dtype);
+Tensor full(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
   t.fill_(value);
   return t;
 }
 
-Tensor zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
-Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
-Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
+Tensor zeros(const Shape& shape, DType dtype, Device device) { return full(shape, 0.0, dtype, device); }
+Tensor ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
 Tensor scalar(float value) { return full({}, value); }
 
 Tensor arange(int64_t begin, int64_t end, int64_t step, DType dtype) {

@@ -29,7 +29,8 @@ struct AutogradMeta;
 class Generator;
 
 // Raw memory of one or more tensors. CPU memory is 64-byte aligned so BLAS
-// and vectorised loops see aligned rows.
+// and vectorised loops see aligned rows; device memory comes from the
+// device's caching allocator (engine/device.h).
 struct Storage {
   void* data = nullptr;
   size_t nbytes = 0;
@@ -74,8 +75,12 @@ class Tensor {
   template <class T>
   const T* data() const;
   void* raw_data() const;
+  // Address of the first element on whatever device the tensor lives (a
+  // device pointer for cuda tensors): for kernels, never for host access.
+  void* raw_ptr() const;
 
-  // The single element of a one-element tensor.
+  // The single element of a one-element tensor. For a device tensor,
+  // item() and to_vector() copy to the host (and wait for the device).
   template <class T = float>
   T item() const;
   template <class T>
@@ -95,8 +100,8 @@ class Tensor {
   Tensor detach() const;
 
   // ---- copies and in-place writes (never recorded by autograd) ----------
-  Tensor clone() const;                // new storage, same values, no history
-  Tensor& copy_(const Tensor& src);    // same shape and dtype; src may alias
+  Tensor clone() const;                // new storage on the same device, same values, no history
+  Tensor& copy_(const Tensor& src);    // same shape and dtype; src may alias or be on another device
   Tensor& fill_(double value);
   bool shares_storage(const Tensor& other) const;
   // In-place write counter of the storage (see Storage::version). Code that
@@ -104,6 +109,12 @@ class Tensor {
   // bump_version() so a pending backward that saved it fails loudly.
   uint64_t version() const;
   void bump_version();
+
+  // This tensor on `device` (differentiable; *this when already there).
+  Tensor to(Device device) const;
+  // Moves the storage to `device` IN PLACE: every handle sharing this
+  // tensor sees the new device. Drops the gradient. For Module::to only.
+  void move_to_(Device device);
 
   // Views (differentiable, see ops.h for the free-function forms).
   Tensor reshape(const Shape& shape) const;
@@ -118,11 +129,13 @@ class Tensor {
 };
 
 // ---- creation -------------------------------------------------------------
-Tensor empty(const Shape& shape, DType dtype = DType::f32);
-Tensor zeros(const Shape& shape, DType dtype = DType::f32);
-Tensor ones(const Shape& shape, DType dtype = DType::f32);
-Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
-Tensor zeros_like(const Tensor& t);
+// Creation on a device other than the CPU needs a CUDA build and a GPU
+// (engine/device.h); host data (from_vector, rand_*) is moved with to().
+Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor ones(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu());
+Tensor zeros_like(const Tensor& t);  // same shape, dtype and device
 // [0, 1, ..., n-1]; arange(begin, end, step) for the general case.
 Tensor arange(int64_t n, DType dtype = DType::i64);
 Tensor arange(int64_t begin, int64_t end, int64_t step, DType dtype = DType::i64);

@@ -6,6 +6,7 @@
 
 #include "engine/blas.h"
 #include "engine/ops.h"
+#include "vq/device_vq.h"
 
 namespace vqddp {
 
@@ -56,6 +57,7 @@ Tensor assign_codes(const Tensor& x, const Tensor& embed, bool cosine) {
               "assign_codes: x {} and codebook {} need shapes [N, D] and [K, D]", x.desc(), embed.desc());
   int64_t n = x.size(0), k = embed.size(0), d = x.size(1);
   VQDDP_CHECK(k > 0, "assign_codes: empty codebook");
+  if (!x.device().is_cpu() || !embed.device().is_cpu()) return assign_codes_device(x, embed, cosine);
   Tensor indices = empty({n}, DType::i64);
   const float* px = x.data<float>();
   const float* pe = embed.data<float>();

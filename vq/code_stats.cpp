@@ -1,11 +1,30 @@
 #include "vq/code_stats.h"
 
+#include "engine/device.h"
+
 namespace vqddp {
 
 Tensor code_stats(const Tensor& x, const Tensor& indices, int64_t k) {
   VQDDP_CHECK(x.dim() == 2 && indices.dim() == 1 && indices.size(0) == x.size(0),
               "code_stats: x {} and indices {} do not match", x.desc(), indices.desc());
   int64_t n = x.size(0), d = x.size(1);
+  if (!x.device().is_cpu()) {
+    VQDDP_CHECK(indices.device() == x.device(), "code_stats: x on {}, indices on {}", x.device().str(),
+                indices.device().str());
+    DeviceKernels& kernels = device_kernels(x.device());
+    if (n > 0) {
+      int64_t lo = 0, hi = 0;
+      kernels.min_max_i64(static_cast<const int64_t*>(indices.raw_ptr()), n, &lo, &hi);
+      VQDDP_CHECK(lo >= 0 && hi < k, "code_stats: indices span [{}, {}], outside codebook of {}", lo, hi, k);
+    }
+    // Counts then sums, sorted by code and summed in a fixed order: the
+    // same numbers on every run, no floating-point atomics.
+    Tensor stats = empty({k + k * d}, DType::f64, x.device());
+    auto* p = static_cast<double*>(stats.raw_ptr());
+    kernels.index_add_rows(static_cast<const float*>(x.raw_ptr()), static_cast<const int64_t*>(indices.raw_ptr()),
+                           n, d, k, p, p + k);
+    return stats;
+  }
   Tensor stats = zeros({k + k * d}, DType::f64);
   double* counts = stats.data<double>();
   double* sums = counts + k;

@@ -4,10 +4,12 @@
 #include <cstring>
 
 #include "engine/autograd.h"
+#include "engine/device.h"
 #include "engine/ops.h"
 #include "engine/streams.h"
 #include "vq/assign.h"
 #include "vq/code_stats.h"
+#include "vq/device_vq.h"
 #include "vq/kmeans.h"
 #include "vq/perplexity.h"
 #include "vq/sampler.h"
@@ -51,6 +53,13 @@ void Codebook::check_input(const Tensor& x, const Communicator& comm, bool train
   if (!training) return;
   // Refuse non-finite input before any state changes: one NaN row would
   // otherwise poison every rank's codebook through the all-reduce.
+  if (!x.device().is_cpu()) {
+    int64_t at = device_kernels(x.device()).first_nonfinite(static_cast<const float*>(x.raw_ptr()), x.numel());
+    if (at >= 0)
+      VQDDP_THROW("rank {}: row {} of the training batch has a non-finite value ({} in column {})", comm.rank(),
+                  at / opt_.dim, x.reshape({-1}).slice_rows(at, at + 1).item<float>(), at % opt_.dim);
+    return;
+  }
   const float* p = x.data<float>();
   for (int64_t r = 0; r < x.size(0); ++r)
     for (int64_t j = 0; j < opt_.dim; ++j)
@@ -83,7 +92,10 @@ bool Codebook::ensure_initialised(const Tensor& x, Communicator& comm) {
   VQDDP_CHECK(updates(), "rank {}: codebook is not initialised (k-means init pending): run a training step or load "
               "a checkpoint before eval or no-grad inference", comm.rank());
   Generator gen = next_shared_generator();
-  KmeansResult km = kmeans(x, opt_.codebook_size, opt_.kmeans_iters, opt_.cosine, comm, gen);
+  // k-means runs once per codebook: on the host (the CPU reference), also
+  // for a GPU codebook; copy_ moves its result to the codebook's device.
+  Tensor xh = x.to(Device::cpu());
+  KmeansResult km = kmeans(xh, opt_.codebook_size, opt_.kmeans_iters, opt_.cosine, comm, gen);
   if (!km.means.defined()) return false;  // no rank had rows: every rank stays uninitialised alike
   embed.copy_(km.means);
   if (!opt_.learnable) {
@@ -97,6 +109,18 @@ bool Codebook::ensure_initialised(const Tensor& x, Communicator& comm) {
 }
 
 void Codebook::update_ema(const Tensor& stats) {
+  if (!embed.device().is_cpu()) {
+    ema_update_device(stats, cluster_size, embed_avg, embed, opt_.decay, opt_.eps);
+  } else {
+    update_ema_cpu(stats);
+  }
+  if (opt_.cosine) embed.copy_(l2_normalize_rows(embed));
+  cluster_size.bump_version();
+  embed_avg.bump_version();
+  embed.bump_version();
+}
+
+void Codebook::update_ema_cpu(const Tensor& stats) {
   int64_t k = opt_.codebook_size, d = opt_.dim;
   const double* counts = stats_counts(stats, k).data<double>();
   const double* sums = stats_sums(stats, k, d).data<double>();
@@ -116,10 +140,6 @@ void Codebook::update_ema(const Tensor& stats) {
     float smoothed = static_cast<float>((cs[c] + opt_.eps) / (n + k * double(opt_.eps)) * n);
     for (int64_t j = 0; j < d; ++j) e[c * d + j] = avg[c * d + j] / smoothed;
   }
-  if (opt_.cosine) embed.copy_(l2_normalize_rows(embed));
-  cluster_size.bump_version();
-  embed_avg.bump_version();
-  embed.bump_version();
 }
 
 int64_t Codebook::revive_dead_codes(const Tensor& x, Communicator& comm) {
@@ -127,13 +147,29 @@ int64_t Codebook::revive_dead_codes(const Tensor& x, Communicator& comm) {
   if (threshold <= 0.f) return 0;
   int64_t k = opt_.codebook_size, d = opt_.dim;
   std::vector<int64_t> expired;
-  const float* cs = cluster_size.data<float>();
+  const std::vector<float> cs = cluster_size.to_vector<float>();  // K floats, read back from a GPU codebook
   for (int64_t c = 0; c < k; ++c)
     if (cs[c] < threshold) expired.push_back(c);  // strict, on state identical across ranks
   if (expired.empty()) return 0;
   Generator gen = next_shared_generator();
   Tensor rows = sample_rows(x, static_cast<int64_t>(expired.size()), comm, gen);  // (m, D)
   if (rows.size(0) == 0) return 0;  // empty global batch: every rank skips alike
+  int64_t m = static_cast<int64_t>(expired.size());
+  if (!embed.device().is_cpu()) {
+    DeviceKernels& kernels = device_kernels(embed.device());
+    Tensor at = from_vector(expired, {m}).to(embed.device());
+    Tensor sizes = full({m, 1}, threshold, DType::f32, embed.device());
+    auto* idx = static_cast<const int64_t*>(at.raw_ptr());
+    kernels.index_copy_rows(static_cast<const float*>(rows.raw_ptr()), idx, m, d, 1.f, static_cast<float*>(embed.raw_ptr()));
+    kernels.index_copy_rows(static_cast<const float*>(rows.raw_ptr()), idx, m, d, threshold,
+                            static_cast<float*>(embed_avg.raw_ptr()));
+    kernels.index_copy_rows(static_cast<const float*>(sizes.raw_ptr()), idx, m, 1, 1.f,
+                            static_cast<float*>(cluster_size.raw_ptr()));
+    embed.bump_version();
+    embed_avg.bump_version();
+    cluster_size.bump_version();
+    return m;
+  }
   const float* s = rows.data<float>();
   float* e = embed.data<float>();
   float* avg = embed_avg.data<float>();
@@ -161,7 +197,7 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
   Tensor counts;
   if (opt_.learnable) {
     // Counts only, for the metrics; the embed is trained by the optimizer.
-    counts = code_stats(zeros({x.size(0), 0}), indices, k);  // (K + 0)
+    counts = code_stats(zeros({x.size(0), 0}, DType::f32, x.device()), indices, k);  // (K + 0)
     if (opt_.sync_stats) comm.all_reduce(counts, ReduceOp::sum);
   } else {
     Tensor stats = code_stats(x.detach(), indices, k);  // (K + K*D)
@@ -170,6 +206,7 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
     m.codes_revived = revive_dead_codes(x.detach(), comm);
     counts = stats_counts(stats, k);
   }
+  counts = counts.to(Device::cpu());  // K doubles; the metrics are host numbers
   m.perplexity = perplexity(counts.data<double>(), k);
   const double* pc = counts.data<double>();
   for (int64_t c = 0; c < k; ++c) {
@@ -182,7 +219,7 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
 CodebookOutput Codebook::forward(const Tensor& x_in, Communicator& comm) {
   Tensor x = prepare(x_in, comm);  // (N, D)
   if (!ensure_initialised(x.detach(), comm))
-    return {zeros({0, opt_.dim}), zeros({0}, DType::i64), {1.0, 0, 0, 0}};  // nobody had rows, on every rank
+    return {zeros({0, opt_.dim}, DType::f32, x.device()), zeros({0}, DType::i64, x.device()), {1.0, 0, 0, 0}};  // nobody had rows, on every rank
   Tensor indices = assign(x);        // (N)
   Tensor quantize = lookup(indices);  // (N, D), from the codebook before this step's update
   CodebookMetrics m = updates() ? update(x, indices, comm) : CodebookMetrics{};

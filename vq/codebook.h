@@ -101,6 +101,7 @@ class Codebook : public Module {
   void check_input(const Tensor& x, const Communicator& comm, bool training) const;
   Tensor codes() const;  // the codebook as assign and lookup use it
   void update_ema(const Tensor& stats);
+  void update_ema_cpu(const Tensor& stats);
   int64_t revive_dead_codes(const Tensor& x, Communicator& comm);
   Generator next_shared_generator();
 

@@ -8,14 +8,16 @@ MaskedRows::MaskedRows(const Tensor& mask, int64_t rows, int rank) : rows_(rows)
   if (!mask.defined()) return;
   VQDDP_CHECK(mask.dtype() == DType::i64 && mask.shape() == Shape{rows}, "rank {}: mask must be int64 [{}], got {}",
               rank, rows, mask.desc());
+  // The row lists are built on the host (the mask is read once); index
+  // tensors follow the data to its device where they are used.
   std::vector<int64_t> kept;
-  const int64_t* pm = mask.data<int64_t>();
+  const std::vector<int64_t> pm = mask.to_vector<int64_t>();
   for (int64_t i = 0; i < rows; ++i)
     if (pm[i] != 0) kept.push_back(i);
   keep_ = from_vector(kept, {static_cast<int64_t>(kept.size())});
 }
 
-Tensor MaskedRows::compact(const Tensor& x) const { return active() ? index_select(x, keep_) : x; }
+Tensor MaskedRows::compact(const Tensor& x) const { return active() ? index_select(x, keep_.to(x.device())) : x; }
 
 Tensor MaskedRows::expand(const Tensor& y, const Tensor& x) const {
   if (!active()) return y;
@@ -26,7 +28,7 @@ Tensor MaskedRows::expand(const Tensor& y, const Tensor& x) const {
   for (int64_t i = 0; i < rows_; ++i) gather[i] = m + i;
   const int64_t* pk = keep_.data<int64_t>();
   for (int64_t j = 0; j < m; ++j) gather[pk[j]] = j;
-  return index_select(concat({y, x}, 0), from_vector(gather, {rows_}));
+  return index_select(concat({y, x}, 0), from_vector(gather, {rows_}).to(x.device()));
 }
 
 Tensor MaskedRows::expand_indices(const Tensor& indices) const {
@@ -35,11 +37,11 @@ Tensor MaskedRows::expand_indices(const Tensor& indices) const {
   Shape shape = indices.dim() == 1 ? Shape{rows_} : Shape{rows_, q};
   Tensor out = full(shape, -1, DType::i64);
   const int64_t* pk = keep_.data<int64_t>();
-  const int64_t* pi = indices.data<int64_t>();
+  const std::vector<int64_t> pi = indices.to_vector<int64_t>();
   int64_t* po = out.data<int64_t>();
   for (int64_t j = 0; j < keep_.numel(); ++j)
     for (int64_t c = 0; c < q; ++c) po[pk[j] * q + c] = pi[j * q + c];
-  return out;
+  return out.to(indices.device());
 }
 
 }  // namespace vqddp

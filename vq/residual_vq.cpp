@@ -48,19 +48,20 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
 
   ResidualVQOutput out;
   out.active_layers = last + 1;
-  Tensor residual = z, sum = zeros({m, codebook_dim_});
+  Tensor residual = z, sum = zeros({m, codebook_dim_}, DType::f32, z.device());
+  const Tensor zero = full({}, 0.0, DType::f32, z.device());  // the loss of a layer that did not run
   std::vector<int64_t> all_idx(m * q, -1);
   std::vector<Tensor> shared_rows, shared_idx;  // for the shared codebook's single update
   for (int l = 0; l < q; ++l) {
     if (l > last) {
-      out.layer_losses.push_back(scalar(0.f));
+      out.layer_losses.push_back(zero);
       continue;
     }
     Codebook& book = *books_[opt_.shared_codebook ? 0 : l];
     Tensor prepared = book.prepare(residual, comm);
     if (!book.ensure_initialised(prepared.detach(), comm)) {
       // No rank has rows: nothing to quantize on any rank.
-      out.layer_losses.push_back(scalar(0.f));
+      out.layer_losses.push_back(zero);
       out.metrics.push_back({1.0, 0, 0, 0});
       continue;
     }
@@ -79,17 +80,17 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
     Tensor quantized = straight_through(residual, code);
     residual = sub(residual, quantized.detach());
     sum = add(sum, quantized);
-    const int64_t* pi = idx.data<int64_t>();
+    const std::vector<int64_t> pi = idx.to_vector<int64_t>();
     for (int64_t i = 0; i < m; ++i) all_idx[i * q + l] = pi[i];
   }
   if (opt_.shared_codebook && !shared_rows.empty())
     out.metrics.push_back(update ? books_[0]->update(concat(shared_rows, 0), concat(shared_idx, 0), comm)
                                  : CodebookMetrics{});
-  out.loss = scalar(0.f);
+  out.loss = zero;
   for (const Tensor& l : out.layer_losses) out.loss = add(out.loss, l);
   Tensor y = project_out_ ? project_out_->forward(sum) : sum;  // (M, dim)
   out.quantized = rows.expand(y, x);
-  out.indices = rows.expand_indices(from_vector(all_idx, {m, q}));
+  out.indices = rows.expand_indices(from_vector(all_idx, {m, q}).to(z.device()));
   return out;
 }
 
@@ -98,25 +99,28 @@ std::vector<Tensor> ResidualVQ::get_codes_from_indices(const Tensor& indices) co
   VQDDP_CHECK(indices.dtype() == DType::i64 && indices.dim() == 2 && indices.size(1) == q,
               "ResidualVQ: expected int64 indices [N, {}], got {}", q, indices.desc());
   int64_t n = indices.size(0);
+  // Not a hot path: host copies of the indices and codebooks, codes
+  // returned on the codebooks' device.
   std::vector<Tensor> codes;
+  const std::vector<int64_t> pi = indices.to_vector<int64_t>();
   for (int l = 0; l < q; ++l) {
     const Codebook& book = codebook(l);
     Tensor c = zeros({n, codebook_dim_});
-    const int64_t* pi = indices.data<int64_t>();
+    Tensor embed = book.embed.detach().to(Device::cpu());
     for (int64_t i = 0; i < n; ++i) {
       int64_t k = pi[i * q + l];
       if (k < 0) continue;  // dropped layer or masked row: contributes zero
       VQDDP_CHECK(k < book.options().codebook_size, "ResidualVQ: index {} of layer {} outside codebook of {}", k, l,
                   book.options().codebook_size);
-      std::copy_n(book.embed.data<float>() + k * codebook_dim_, codebook_dim_, c.data<float>() + i * codebook_dim_);
+      std::copy_n(embed.data<float>() + k * codebook_dim_, codebook_dim_, c.data<float>() + i * codebook_dim_);
     }
-    codes.push_back(c);
+    codes.push_back(c.to(book.embed.device()));
   }
   return codes;
 }
 
 Tensor ResidualVQ::decode(const Tensor& indices) const {
-  Tensor sum = zeros({indices.size(0), codebook_dim_});
+  Tensor sum = zeros({indices.size(0), codebook_dim_}, DType::f32, codebook(0).embed.device());
   for (const Tensor& c : get_codes_from_indices(indices)) sum = add(sum, c);
   return project_out_ ? project_out_->forward(sum) : sum;
 }

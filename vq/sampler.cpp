@@ -1,9 +1,10 @@
 #include "vq/sampler.h"
 
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 #include <unordered_map>
+
+#include "engine/ops.h"
 
 namespace vqddp {
 
@@ -36,7 +37,7 @@ Tensor sample_rows(const Tensor& x, int64_t m, Communicator& comm, Generator& sh
   int64_t d = x.size(1);
   std::vector<int64_t> counts = all_gather_counts(comm, x.size(0));  // (W)
   int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  if (total == 0 || m == 0) return zeros({0, d});
+  if (total == 0 || m == 0) return zeros({0, d}, DType::f32, x.device());
   std::vector<int64_t> drawn = draw_row_numbers(total, m, shared);  // global row numbers, draw order
 
   // Draw positions sorted by global row number (stable: equal rows keep draw
@@ -51,21 +52,19 @@ Tensor sample_rows(const Tensor& x, int64_t m, Communicator& comm, Generator& sh
   std::vector<int64_t> share(world, 0);
   for (int64_t g : drawn) share[std::upper_bound(first.begin(), first.end(), g) - first.begin() - 1]++;
 
-  Tensor mine = empty({share[rank], d});  // (share, D)
-  float* dst = mine.data<float>();
-  const float* src = x.data<float>();
+  // This rank's drawn rows in ascending global row order, then every rank's
+  // block in rank order, then back to draw order: index_select both times,
+  // so x may live on any device.
+  std::vector<int64_t> local;
   for (int64_t pos : order) {
     int64_t g = drawn[pos];
-    if (g >= first[rank] && g < first[rank + 1]) {
-      std::memcpy(dst, src + (g - first[rank]) * d, d * sizeof(float));
-      dst += d;
-    }
+    if (g >= first[rank] && g < first[rank + 1]) local.push_back(g - first[rank]);
   }
+  Tensor mine = index_select(x.detach(), from_vector(local, {share[rank]}).to(x.device()));  // (share, D)
   Tensor sorted = all_gather_rows(comm, mine, share);  // (m, D), ascending global row
-  Tensor out = empty({m, d});
-  const float* ps = sorted.data<float>();
-  float* po = out.data<float>();
-  for (int64_t i = 0; i < m; ++i) std::memcpy(po + order[i] * d, ps + i * d, d * sizeof(float));
+  std::vector<int64_t> inverse(m);
+  for (int64_t i = 0; i < m; ++i) inverse[order[i]] = i;
+  Tensor out = index_select(sorted, from_vector(inverse, {m}).to(x.device()));
   return out;
 }
 

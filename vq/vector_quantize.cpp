@@ -69,19 +69,24 @@ VectorQuantizeOutput VectorQuantize::forward(const Tensor& x, Communicator& comm
 
 Tensor VectorQuantize::codes_of(const Tensor& indices) const {
   int64_t m = indices.size(0), h = opt_.heads, cd = codebook_dim_;
+  // Decoding is not a training hot path: it runs on host copies of the
+  // indices and codebooks and returns codes on the codebooks' device.
   Tensor codes = zeros({m, h * cd});
   float* pc = codes.data<float>();
-  const int64_t* pi = indices.data<int64_t>();
+  const std::vector<int64_t> pi = indices.to_vector<int64_t>();
+  std::vector<Tensor> embeds;
+  for (const auto& book : codebooks_) embeds.push_back(book->embed.detach().to(Device::cpu()));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < h; ++j) {
       int64_t c = pi[i * h + j];
       if (c < 0) continue;  // dropped or masked: zero
-      const Codebook& book = *codebooks_[codebooks_.size() == 1 ? 0 : j];
+      size_t b = codebooks_.size() == 1 ? 0 : j;
+      const Codebook& book = *codebooks_[b];
       VQDDP_CHECK(c < book.options().codebook_size, "decode: index {} outside codebook of {}", c,
                   book.options().codebook_size);
-      std::copy_n(book.embed.data<float>() + c * cd, cd, pc + (i * h + j) * cd);
+      std::copy_n(embeds[b].data<float>() + c * cd, cd, pc + (i * h + j) * cd);
     }
-  return codes;
+  return codes.to(codebooks_[0]->embed.device());
 }
 
 Tensor VectorQuantize::decode(const Tensor& indices) const {

@@ -1,0 +1,347 @@
+// The CUDA DeviceKernels: streams, the caching allocator, cuBLAS, and the
+// launchers of kernels_*.cu on the calling thread's stream.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/launch.h"
+#include "engine/cuda/runtime.h"
+#include "engine/device.h"
+#include "engine/error.h"
+
+namespace vqddp::cuda {
+
+// ---- device guard, streams, cuBLAS handles ---------------------------------------
+
+DeviceGuard::DeviceGuard(int device) {
+  VQDDP_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device) VQDDP_CUDA_CHECK(cudaSetDevice(device));
+}
+
+DeviceGuard::~DeviceGuard() {
+  int now = -1;
+  if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+}
+
+namespace {
+
+constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
+
+struct ThreadDeviceState {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t blas = nullptr;
+  void* workspace = nullptr;
+};
+
+// Per thread: one state per device. The destructor runs at thread exit;
+// errors there are ignored (the runtime may already be shutting down).
+struct ThreadStates {
+  std::map<int, ThreadDeviceState> by_device;
+  ~ThreadStates() {
+    for (auto& [device, st] : by_device) {
+      if (cudaSetDevice(device) != cudaSuccess) continue;
+      if (st.stream) cudaStreamSynchronize(st.stream);
+      if (st.blas) cublasDestroy(st.blas);
+      if (st.workspace) cudaFree(st.workspace);
+      if (st.stream) cudaStreamDestroy(st.stream);
+    }
+  }
+};
+
+ThreadDeviceState& thread_state(int device) {
+  thread_local ThreadStates states;
+  ThreadDeviceState& st = states.by_device[device];
+  if (!st.stream) {
+    DeviceGuard guard(device);
+    VQDDP_CUDA_CHECK(cudaStreamCreateWithFlags(&st.stream, cudaStreamNonBlocking));
+  }
+  return st;
+}
+
+}  // namespace
+
+cudaStream_t current_stream(int device) { return thread_state(device).stream; }
+
+cublasHandle_t current_blas(int device) {
+  ThreadDeviceState& st = thread_state(device);
+  if (!st.blas) {
+    DeviceGuard guard(device);
+    VQDDP_CUBLAS_CHECK(cublasCreate(&st.blas));
+    VQDDP_CUBLAS_CHECK(cublasSetStream(st.blas, st.stream));
+    VQDDP_CUDA_CHECK(cudaMalloc(&st.workspace, kBlasWorkspaceBytes));
+    VQDDP_CUBLAS_CHECK(cublasSetWorkspace(st.blas, st.workspace, kBlasWorkspaceBytes));
+    // Full float32 GEMMs by default (the CPU reference's precision);
+    // VQDDP_TF32=1 lets cuBLAS use TF32 tensor cores instead.
+    const char* tf32 = std::getenv("VQDDP_TF32");
+    if (tf32 && std::string(tf32) == "1") VQDDP_CUBLAS_CHECK(cublasSetMathMode(st.blas, CUBLAS_TF32_TENSOR_OP_MATH));
+  }
+  return st.blas;
+}
+
+namespace {
+
+// ---- caching allocator -------------------------------------------------------------
+//
+// cudaMalloc/cudaFree synchronise the device, so every step would stall
+// without a cache. Freed blocks are kept per (stream, rounded size) and
+// handed out again only on the stream that last used them: work on one
+// stream is ordered, so a new user of a block always runs after the old
+// one. On out-of-memory the cache is returned to the driver and the
+// allocation retried once. VQDDP_CUDA_CACHE=0 turns caching off (for
+// compute-sanitizer runs).
+class CachingAllocator {
+ public:
+  explicit CachingAllocator(int device) : device_(device) {
+    const char* env = std::getenv("VQDDP_CUDA_CACHE");
+    caching_ = !(env && std::string(env) == "0");
+  }
+
+  void* alloc(size_t bytes) {
+    if (bytes == 0) return nullptr;
+    size_t size = round(bytes);
+    cudaStream_t stream = current_stream(device_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = free_.find({stream, size});
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
+        live_[p] = {stream, size};
+        return p;
+      }
+    }
+    DeviceGuard guard(device_);
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, size);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear the sticky-free error state of this call
+      empty_cache();
+      err = cudaMalloc(&p, size);
+    }
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      VQDDP_THROW("cuda:{}: cannot allocate {} bytes ({}; {} of {} MiB free)", device_, size, cudaGetErrorString(err),
+                  free_b >> 20, total_b >> 20);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    live_[p] = {stream, size};
+    return p;
+  }
+
+  void release(void* p) {
+    if (!p) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(p);
+    if (it == live_.end()) return;  // not ours: never happens, but never double-free
+    Block b = it->second;
+    live_.erase(it);
+    if (caching_) {
+      free_[{b.stream, b.size}].push_back(p);
+    } else {
+      DeviceGuard guard(device_);
+      cudaStreamSynchronize(b.stream);
+      cudaFree(p);
+    }
+  }
+
+  void empty_cache() {
+    std::lock_guard<std::mutex> lock(mu_);
+    DeviceGuard guard(device_);
+    cudaDeviceSynchronize();
+    for (auto& [key, ptrs] : free_)
+      for (void* p : ptrs) cudaFree(p);
+    free_.clear();
+  }
+
+ private:
+  struct Block {
+    cudaStream_t stream;
+    size_t size;
+  };
+  // Powers of two up to 1 MiB (at least 512 bytes), then multiples of 2 MiB.
+  static size_t round(size_t bytes) {
+    if (bytes <= (size_t{1} << 20)) {
+      size_t s = 512;
+      while (s < bytes) s *= 2;
+      return s;
+    }
+    size_t unit = size_t{2} << 20;
+    return (bytes + unit - 1) / unit * unit;
+  }
+
+  int device_;
+  bool caching_ = true;
+  std::mutex mu_;
+  std::map<std::pair<cudaStream_t, size_t>, std::vector<void*>> free_;
+  std::unordered_map<void*, Block> live_;
+};
+
+// Scratch memory for one kernel sequence on the calling thread's stream.
+class Scratch {
+ public:
+  Scratch(CachingAllocator& a, size_t bytes) : a_(a), p_(a.alloc(bytes)) {}
+  ~Scratch() { a_.release(p_); }  // stream-ordered: later users run after this sequence
+  void* get() const { return p_; }
+
+ private:
+  CachingAllocator& a_;
+  void* p_;
+};
+
+void check_int(int64_t v, const char* what) {
+  VQDDP_CHECK(v >= 0 && v <= 0x7fffffff, "cuBLAS/CUB limit: {} = {} does not fit an int", what, v);
+}
+
+class CudaKernels final : public DeviceKernels {
+ public:
+  explicit CudaKernels(int device) : device_(device), alloc_(device) {}
+
+  void* alloc(size_t bytes) override { return alloc_.alloc(bytes); }
+  void release(void* p, size_t) override { alloc_.release(p); }
+
+  void copy(void* dst, bool dst_host, const void* src, bool src_host, size_t bytes) override {
+    if (bytes == 0) return;
+    DeviceGuard guard(device_);
+    cudaStream_t s = stream();
+    cudaMemcpyKind kind = src_host ? (dst_host ? cudaMemcpyHostToHost : cudaMemcpyHostToDevice)
+                                   : (dst_host ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice);
+    VQDDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
+    if (src_host || dst_host) VQDDP_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+
+  void fill(void* p, DType dtype, int64_t n, double value) override {
+    DeviceGuard guard(device_);
+    cuda::fill(p, dtype, n, value, stream());
+  }
+
+  void synchronize() override {
+    DeviceGuard guard(device_);
+    VQDDP_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
+
+  void binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) override {
+    DeviceGuard guard(device_);
+    cuda::binary(op, a, b, out, plan, stream());
+  }
+  void unary(const UnaryFn& fn, const float* x, float* out, int64_t n) override {
+    DeviceGuard guard(device_);
+    cuda::unary(fn, x, out, n, stream());
+  }
+  void unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out,
+                      int64_t n) override {
+    DeviceGuard guard(device_);
+    cuda::unary_backward(fn, x, y, g, out, n, stream());
+  }
+  void cast_f64_to_f32(const double* src, float* dst, int64_t n) override {
+    DeviceGuard guard(device_);
+    cuda::cast_f64_to_f32(src, dst, n, stream());
+  }
+
+  void reduce_sum(const float* x, float* out, const ReducePlan& plan) override {
+    DeviceGuard guard(device_);
+    cuda::reduce_sum(x, out, plan, stream());
+  }
+  void arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max) override {
+    DeviceGuard guard(device_);
+    cuda::arg_best(x, out, rows, k, max, stream());
+  }
+  int64_t first_nonfinite(const float* x, int64_t n) override {
+    DeviceGuard guard(device_);
+    Scratch result(alloc_, sizeof(unsigned long long));
+    auto* r = static_cast<unsigned long long*>(result.get());
+    cuda::first_nonfinite(x, n, r, stream());
+    unsigned long long host = 0;
+    copy(&host, true, r, false, sizeof host);
+    return host == ~0ull ? -1 : static_cast<int64_t>(host);
+  }
+  void min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64_t* hi) override {
+    DeviceGuard guard(device_);
+    Scratch result(alloc_, 2 * sizeof(long long));
+    auto* r = static_cast<long long*>(result.get());
+    cuda::min_max_i64(x, n, r, stream());
+    long long host[2] = {0, 0};
+    copy(host, true, r, false, sizeof host);
+    *lo = host[0];
+    *hi = host[1];
+  }
+
+  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+    for (auto [v, what] : {std::pair{m, "m"}, {n, "n"}, {k, "k"}, {lda, "lda"}, {ldb, "ldb"}, {ldc, "ldc"}})
+      check_int(v, what);
+    DeviceGuard guard(device_);
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the
+    // row-major buffers ARE the column-major transposes, so swap A and B and
+    // keep each one's flag.
+    VQDDP_CUBLAS_CHECK(cublasSgemm(current_blas(device_), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   static_cast<int>(n), static_cast<int>(m), static_cast<int>(k), &alpha, b,
+                                   static_cast<int>(ldb), a, static_cast<int>(lda), &beta, c, static_cast<int>(ldc)));
+  }
+
+  void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) override {
+    DeviceGuard guard(device_);
+    cuda::strided_copy(src, dst, elem_size, plan, stream());
+  }
+  void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) override {
+    DeviceGuard guard(device_);
+    cuda::gather_rows(x, index, m, row_bytes, out, stream());
+  }
+  void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
+                      double* sums) override {
+    check_int(n, "rows");
+    check_int(k, "codes");
+    DeviceGuard guard(device_);
+    size_t bytes = cuda::index_add_rows_scratch(n, d, k);
+    Scratch scratch(alloc_, bytes);
+    cuda::index_add_rows(src, index, n, d, k, counts, sums, scratch.get(), bytes, stream());
+  }
+  void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
+                       float* dst) override {
+    DeviceGuard guard(device_);
+    cuda::index_copy_rows(src, index, m, d, scale, dst, stream());
+  }
+
+ private:
+  cudaStream_t stream() const { return current_stream(device_); }
+
+  int device_;
+  CachingAllocator alloc_;
+};
+
+}  // namespace
+
+// Backends live for the whole process: tensors freed during static
+// destruction still find their allocator.
+DeviceKernels* backend_for(int device) {
+  static std::mutex mu;
+  static std::vector<CudaKernels*>* backends = new std::vector<CudaKernels*>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (backends->empty()) backends->resize(static_cast<size_t>(std::max(0, device_count())), nullptr);
+  VQDDP_CHECK(device >= 0 && device < static_cast<int>(backends->size()),
+              "device cuda:{} is not available: this machine has {} CUDA device(s)", device, backends->size());
+  if (!(*backends)[device]) (*backends)[device] = new CudaKernels(device);
+  return (*backends)[device];
+}
+
+int device_count() {
+  // cudaGetDeviceCount fails without a driver or GPU: that is 0 devices.
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();
+      n = 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+}  // namespace vqddp::cuda

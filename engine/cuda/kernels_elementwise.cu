@@ -1,0 +1,161 @@
+// Elementwise and data-movement kernels. The math is kernel_math.h's, the
+// same functions the CPU loops call.
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/grid.cuh"
+#include "engine/cuda/launch.h"
+
+namespace vqddp::cuda {
+
+namespace {
+
+template <class T>
+__global__ void fill_kernel(T* p, int64_t n, T value) {
+  VQDDP_GRID_LOOP(i, n) p[i] = value;
+}
+
+// Offset in an operand of output element i, from the plan's strides.
+__device__ __forceinline__ void broadcast_offsets(const BroadcastPlan& plan, int64_t i, int64_t& oa, int64_t& ob) {
+  oa = 0;
+  ob = 0;
+  for (int d = plan.ndim - 1; d >= 0; --d) {
+    int64_t c = i % plan.shape[d];
+    i /= plan.shape[d];
+    oa += c * plan.stride_a[d];
+    ob += c * plan.stride_b[d];
+  }
+}
+
+__global__ void binary_kernel(BinaryOp op, const float* a, const float* b, float* out, int64_t n, BroadcastPlan plan,
+                              bool dense) {
+  VQDDP_GRID_LOOP(i, n) {
+    if (dense) {
+      out[i] = apply_binary(op, a[i], b[i]);
+    } else {
+      int64_t oa, ob;
+      broadcast_offsets(plan, i, oa, ob);
+      out[i] = apply_binary(op, a[oa], b[ob]);
+    }
+  }
+}
+
+__global__ void unary_kernel(UnaryFn fn, const float* x, float* out, int64_t n) {
+  VQDDP_GRID_LOOP(i, n) out[i] = fn.f(x[i]);
+}
+
+__global__ void unary_backward_kernel(UnaryFn fn, const float* x, const float* y, const float* g, float* out,
+                                      int64_t n) {
+  VQDDP_GRID_LOOP(i, n) out[i] = g[i] * fn.df(x[i], y[i]);
+}
+
+__global__ void cast_kernel(const double* src, float* dst, int64_t n) {
+  VQDDP_GRID_LOOP(i, n) dst[i] = static_cast<float>(src[i]);
+}
+
+template <class Word>
+__global__ void strided_copy_kernel(const Word* src, Word* dst, int64_t n, StridedCopyPlan plan) {
+  VQDDP_GRID_LOOP(i, n) {
+    int64_t rem = i, so = 0, dso = 0;
+    for (int d = plan.ndim - 1; d >= 0; --d) {
+      int64_t c = rem % plan.shape[d];
+      rem /= plan.shape[d];
+      so += c * plan.src_stride[d];
+      dso += c * plan.dst_stride[d];
+    }
+    dst[dso] = src[so];
+  }
+}
+
+// Rows are copied as 32-bit words: every dtype is a multiple of 4 bytes and
+// a row view's offset keeps 4-byte alignment.
+__global__ void gather_rows_kernel(const uint32_t* x, const int64_t* index, int64_t m, int64_t words, uint32_t* out) {
+  VQDDP_GRID_LOOP(i, m * words) {
+    int64_t r = i / words, w = i % words;
+    out[i] = x[index[r] * words + w];
+  }
+}
+
+__global__ void index_copy_rows_kernel(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
+                                       float* dst) {
+  VQDDP_GRID_LOOP(i, m * d) {
+    int64_t r = i / d, j = i % d;
+    dst[index[r] * d + j] = src[i] * scale;
+  }
+}
+
+int64_t plan_numel(const int64_t* shape, int ndim) {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) n *= shape[d];
+  return n;
+}
+
+}  // namespace
+
+void fill(void* p, DType dtype, int64_t n, double value, cudaStream_t s) {
+  if (n <= 0) return;
+  switch (dtype) {
+    case DType::f32: fill_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<float*>(p), n, static_cast<float>(value)); break;
+    case DType::i64: fill_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<int64_t*>(p), n, static_cast<int64_t>(value)); break;
+    case DType::f64: fill_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<double*>(p), n, value); break;
+  }
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan, cudaStream_t s) {
+  int64_t n = plan_numel(plan.shape, plan.ndim);
+  if (n <= 0) return;
+  // Dense fast path: both operands have the output's row-major strides.
+  bool dense = true;
+  int64_t stride = 1;
+  for (int d = plan.ndim - 1; d >= 0; --d) {
+    if (plan.shape[d] != 1) dense = dense && plan.stride_a[d] == stride && plan.stride_b[d] == stride;
+    stride *= plan.shape[d];
+  }
+  binary_kernel<<<grid_for(n), kThreads, 0, s>>>(op, a, b, out, n, plan, dense);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void unary(const UnaryFn& fn, const float* x, float* out, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  unary_kernel<<<grid_for(n), kThreads, 0, s>>>(fn, x, out, n);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out, int64_t n,
+                    cudaStream_t s) {
+  if (n <= 0) return;
+  unary_backward_kernel<<<grid_for(n), kThreads, 0, s>>>(fn, x, y, g, out, n);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void cast_f64_to_f32(const double* src, float* dst, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  cast_kernel<<<grid_for(n), kThreads, 0, s>>>(src, dst, n);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan, cudaStream_t s) {
+  int64_t n = plan_numel(plan.shape, plan.ndim);
+  if (n <= 0) return;
+  if (elem_size == 8)
+    strided_copy_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), n, plan);
+  else
+    strided_copy_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), n, plan);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out, cudaStream_t s) {
+  int64_t words = static_cast<int64_t>(row_bytes / 4);
+  if (m <= 0 || words <= 0) return;
+  gather_rows_kernel<<<grid_for(m * words), kThreads, 0, s>>>(static_cast<const uint32_t*>(x), index, m, words,
+                                                              static_cast<uint32_t*>(out));
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale, float* dst,
+                     cudaStream_t s) {
+  if (m <= 0 || d <= 0) return;
+  index_copy_rows_kernel<<<grid_for(m * d), kThreads, 0, s>>>(src, index, m, d, scale, dst);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace vqddp::cuda

@@ -1,0 +1,135 @@
+// Reductions with a fixed summation order: every output is summed by the
+// same threads in the same tree on every run, so results are bitwise
+// reproducible (no floating-point atomics anywhere).
+#include <climits>
+
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/grid.cuh"
+#include "engine/cuda/launch.h"
+
+namespace vqddp::cuda {
+
+namespace {
+
+__device__ __forceinline__ int64_t plan_offset(const int64_t* size, const int64_t* stride, int n, int64_t i) {
+  int64_t off = 0;
+  for (int d = n - 1; d >= 0; --d) {
+    off += (i % size[d]) * stride[d];
+    i /= size[d];
+  }
+  return off;
+}
+
+// One block per output: thread t sums r = t, t + blockDim, ... in double,
+// then a shared-memory tree in fixed order.
+__global__ void reduce_block_kernel(const float* x, float* out, int64_t outputs, int64_t reduced, ReducePlan plan) {
+  __shared__ double part[kThreads];
+  for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
+    int64_t base = plan_offset(plan.keep_size, plan.keep_stride, plan.nkeep, o);
+    double acc = 0.0;
+    for (int64_t r = threadIdx.x; r < reduced; r += blockDim.x)
+      acc += x[base + plan_offset(plan.red_size, plan.red_stride, plan.nred, r)];
+    part[threadIdx.x] = acc;
+    __syncthreads();
+    for (int step = kThreads / 2; step > 0; step /= 2) {
+      if (threadIdx.x < step) part[threadIdx.x] += part[threadIdx.x + step];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) out[o] = static_cast<float>(part[0] / plan.divisor);
+    __syncthreads();
+  }
+}
+
+// Short reductions: one thread per output, ascending order (like the CPU).
+__global__ void reduce_thread_kernel(const float* x, float* out, int64_t outputs, int64_t reduced, ReducePlan plan) {
+  VQDDP_GRID_LOOP(o, outputs) {
+    int64_t base = plan_offset(plan.keep_size, plan.keep_stride, plan.nkeep, o);
+    double acc = 0.0;
+    for (int64_t r = 0; r < reduced; ++r) acc += x[base + plan_offset(plan.red_size, plan.red_stride, plan.nred, r)];
+    out[o] = static_cast<float>(acc / plan.divisor);
+  }
+}
+
+// One warp per row; lanes scan strided columns, then a shuffle tree. The
+// arg_better order is total, so the tree's shape cannot change the winner.
+__global__ void arg_best_kernel(const float* x, int64_t* out, int64_t rows, int64_t k, bool max) {
+  int lane = threadIdx.x % 32;
+  int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
+  for (int64_t r = warp; r < rows; r += warps) {
+    const float* row = x + r * k;
+    float bv = row[0];
+    long long bi = 0;
+    for (int64_t j = lane; j < k; j += 32)
+      if (arg_better(row[j], j, bv, bi, max)) {
+        bv = row[j];
+        bi = j;
+      }
+    for (int off = 16; off > 0; off /= 2) {
+      float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+      long long oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      if (arg_better(ov, oi, bv, bi, max)) {
+        bv = ov;
+        bi = oi;
+      }
+    }
+    if (lane == 0) out[r] = bi;
+  }
+}
+
+__global__ void first_nonfinite_kernel(const float* x, int64_t n, unsigned long long* result) {
+  VQDDP_GRID_LOOP(i, n) {
+    if (!isfinite(x[i])) atomicMin(result, static_cast<unsigned long long>(i));  // integer min: order-free
+  }
+}
+
+__global__ void min_max_init_kernel(long long* result) {
+  result[0] = LLONG_MAX;
+  result[1] = LLONG_MIN;
+}
+
+__global__ void min_max_kernel(const int64_t* x, int64_t n, long long* result) {
+  VQDDP_GRID_LOOP(i, n) {
+    atomicMin(&result[0], static_cast<long long>(x[i]));
+    atomicMax(&result[1], static_cast<long long>(x[i]));
+  }
+}
+
+}  // namespace
+
+void reduce_sum(const float* x, float* out, const ReducePlan& plan, cudaStream_t s) {
+  int64_t outputs = 1, reduced = 1;
+  for (int d = 0; d < plan.nkeep; ++d) outputs *= plan.keep_size[d];
+  for (int d = 0; d < plan.nred; ++d) reduced *= plan.red_size[d];
+  if (outputs <= 0) return;
+  if (reduced <= 64) {
+    reduce_thread_kernel<<<grid_for(outputs), kThreads, 0, s>>>(x, out, outputs, reduced, plan);
+  } else {
+    unsigned blocks = static_cast<unsigned>(outputs < 65536 ? outputs : 65536);
+    reduce_block_kernel<<<blocks, kThreads, 0, s>>>(x, out, outputs, reduced, plan);
+  }
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max, cudaStream_t s) {
+  if (rows <= 0 || k <= 0) return;
+  arg_best_kernel<<<grid_for(rows * 32), kThreads, 0, s>>>(x, out, rows, k, max);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void first_nonfinite(const float* x, int64_t n, unsigned long long* result, cudaStream_t s) {
+  VQDDP_CUDA_CHECK(cudaMemsetAsync(result, 0xff, sizeof(unsigned long long), s));
+  if (n <= 0) return;
+  first_nonfinite_kernel<<<grid_for(n), kThreads, 0, s>>>(x, n, result);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void min_max_i64(const int64_t* x, int64_t n, long long* result, cudaStream_t s) {
+  min_max_init_kernel<<<1, 1, 0, s>>>(result);
+  VQDDP_CUDA_CHECK_LAUNCH();
+  if (n <= 0) return;
+  min_max_kernel<<<grid_for(n), kThreads, 0, s>>>(x, n, result);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace vqddp::cuda

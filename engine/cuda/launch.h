@@ -1,0 +1,36 @@
+// Launchers of the engine's CUDA kernels (kernels_*.cu), called by the
+// backend (backend.cpp) on the calling thread's stream. Each returns at
+// once with the work queued; sizes of 0 queue nothing.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "engine/device.h"
+
+namespace vqddp::cuda {
+
+void fill(void* p, DType dtype, int64_t n, double value, cudaStream_t s);
+void binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan, cudaStream_t s);
+void unary(const UnaryFn& fn, const float* x, float* out, int64_t n, cudaStream_t s);
+void unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out, int64_t n,
+                    cudaStream_t s);
+void cast_f64_to_f32(const double* src, float* dst, int64_t n, cudaStream_t s);
+
+void reduce_sum(const float* x, float* out, const ReducePlan& plan, cudaStream_t s);
+void arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max, cudaStream_t s);
+// result: one device unsigned long long, set to the first non-finite
+// position or to ~0ull.
+void first_nonfinite(const float* x, int64_t n, unsigned long long* result, cudaStream_t s);
+// result: two device long longs, {min, max}.
+void min_max_i64(const int64_t* x, int64_t n, long long* result, cudaStream_t s);
+
+void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan, cudaStream_t s);
+void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out, cudaStream_t s);
+void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale, float* dst,
+                     cudaStream_t s);
+// Scratch memory index_add_rows needs for these sizes.
+size_t index_add_rows_scratch(int64_t n, int64_t d, int64_t k);
+void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
+                    double* sums, void* scratch, size_t scratch_bytes, cudaStream_t s);
+
+}  // namespace vqddp::cuda

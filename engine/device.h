@@ -1,0 +1,119 @@
+// Device backends: the primitive kernels the engine's ops need on a device
+// other than the CPU.
+//
+// The ops in ops.h keep one definition each (checks, shapes, autograd) and
+// call into a DeviceKernels only for the arithmetic, so the GPU path cannot
+// disagree with the CPU path about semantics. Pointers passed here are
+// device pointers of the backend, except where a flag says host.
+//
+// Streams: every thread has its own stream on each device (created on first
+// use), so W rank threads on one GPU run their kernels concurrently and in
+// order per rank. All work is asynchronous on that stream; calls that
+// return a value to the host (copies to host, first_nonfinite, ...) wait
+// for it. Memory comes from a caching allocator: freed blocks go back to a
+// pool and are reused by the same stream only, so a block is never handed
+// to another rank's stream while a kernel of the first may still use it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/dtype.h"
+#include "engine/kernel_math.h"
+
+namespace vqddp {
+
+constexpr int kMaxDims = 8;
+
+// A dense output of `shape` and, for each operand, the stride of each
+// output dimension in that operand (0 where it is broadcast).
+struct BroadcastPlan {
+  int ndim = 0;
+  int64_t shape[kMaxDims] = {};
+  int64_t stride_a[kMaxDims] = {};
+  int64_t stride_b[kMaxDims] = {};
+};
+
+// Sum reduction: output element o (row-major over keep_size) is
+//   sum over the reduced multi-index r of in[keep offset(o) + red offset(r)]
+// accumulated in double in a FIXED order (the same tree every run), then
+// divided by `divisor` and rounded once to float.
+struct ReducePlan {
+  int nkeep = 0, nred = 0;
+  int64_t keep_size[kMaxDims] = {}, keep_stride[kMaxDims] = {};
+  int64_t red_size[kMaxDims] = {}, red_stride[kMaxDims] = {};
+  double divisor = 1.0;
+};
+
+// Copy of a strided source into a strided destination, element by element
+// over `shape` (row-major). Transpose and concat are both this.
+struct StridedCopyPlan {
+  int ndim = 0;
+  int64_t shape[kMaxDims] = {};
+  int64_t src_stride[kMaxDims] = {};
+  int64_t dst_stride[kMaxDims] = {};
+};
+
+class DeviceKernels {
+ public:
+  virtual ~DeviceKernels() = default;
+
+  // ---- memory ---------------------------------------------------------
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void release(void* p, size_t bytes) = 0;
+  // Any direction between the host and this device; copies that touch the
+  // host have completed when the call returns.
+  virtual void copy(void* dst, bool dst_host, const void* src, bool src_host, size_t bytes) = 0;
+  virtual void fill(void* p, DType dtype, int64_t n, double value) = 0;
+  // Waits for everything this thread queued on the device.
+  virtual void synchronize() = 0;
+
+  // ---- elementwise (float32) ---------------------------------------------
+  virtual void binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) = 0;
+  virtual void unary(const UnaryFn& fn, const float* x, float* out, int64_t n) = 0;
+  // out = g * fn.df(x, y)
+  virtual void unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out,
+                              int64_t n) = 0;
+  virtual void cast_f64_to_f32(const double* src, float* dst, int64_t n) = 0;
+
+  // ---- reductions ------------------------------------------------------------
+  virtual void reduce_sum(const float* x, float* out, const ReducePlan& plan) = 0;
+  // Per row of [rows, k]: index of the best value by arg_better (kernel_math.h).
+  virtual void arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max) = 0;
+  // Position of the first NaN/Inf in x, or -1.
+  virtual int64_t first_nonfinite(const float* x, int64_t n) = 0;
+  // Smallest and largest value of an int64 array (n > 0), for index checks.
+  virtual void min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64_t* hi) = 0;
+
+  // ---- linear algebra ----------------------------------------------------------
+  // Row-major C[m, n] = alpha op(A) op(B) + beta C, like blas_sgemm.
+  virtual void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                    const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = 0;
+
+  // ---- data movement ---------------------------------------------------------------
+  virtual void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) = 0;
+  // out[i, :] = x[index[i], :] for rows of `row_bytes`; index already checked.
+  virtual void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) = 0;
+  // Deterministic scatter-add of rows: for every c in [0, k),
+  //   counts[c] = #{i : index[i] == c},  sums[c, :] = sum of src[i, :] over them,
+  // accumulated in double in a fixed order (ascending i within fixed chunks),
+  // never with floating-point atomics. Rows whose index is outside [0, k)
+  // (masked rows, -1) are skipped. `counts` may be null.
+  virtual void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
+                              double* counts, double* sums) = 0;
+  // dst[index[i], :] = src[i, :] * scale (index distinct, already checked).
+  virtual void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
+                               float* dst) = 0;
+};
+
+// The kernels of `device`; throws naming the device when this build has no
+// CUDA or the machine has no such GPU.
+DeviceKernels& device_kernels(Device device);
+
+// Number of CUDA devices usable by this process (0 in a CPU-only build, or
+// without a driver or GPU). Never throws.
+int cuda_device_count();
+// True when this binary was built with CUDA support.
+bool cuda_built();
+
+}  // namespace vqddp

@@ -1,0 +1,23 @@
+// Internal to the engine's ops: picking the device of an op's operands and
+// describing shapes to the device kernels (engine/device.h).
+#pragma once
+
+#include <initializer_list>
+
+#include "engine/device.h"
+#include "engine/tensor.h"
+
+namespace vqddp {
+
+// The kernels of the operands' device, or null when they are all on the
+// CPU. Throws naming the op and both devices when they differ.
+DeviceKernels* device_of(const char* op, std::initializer_list<const Tensor*> operands);
+
+// Output `out` of a broadcasting binary op on operands of shapes a and b.
+BroadcastPlan broadcast_plan(const Shape& a, const Shape& b, const Shape& out);
+// Sum of a tensor of shape `in` down to `out` (out broadcasts to in).
+ReducePlan sum_to_plan(const Shape& in, const Shape& out, double divisor);
+// Sum over the middle of [outer, n, inner].
+ReducePlan sum_dim_plan(int64_t outer, int64_t n, int64_t inner, double divisor);
+
+}  // namespace vqddp

@@ -1,0 +1,27 @@
+// Launchers of the VQ hot-path kernels (vq_kernels.cu), queued on the
+// given stream. The float arithmetic is written with explicit rounding
+// (__fmul_rn, ...) so nvcc does not contract it into FMAs: the GPU then
+// computes the same float expressions as the CPU reference, bit for bit,
+// wherever the inputs are the same.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace vqddp::cuda {
+
+// bias[c] = |embed[c]|^2 (Euclidean) or 0 (cosine), summed in double.
+void code_bias(const float* embed, int64_t k, int64_t d, bool cosine, float* bias, cudaStream_t s);
+// out[r] = argmin_j bias[j] - factor * dots[r, j], ties to the lowest j;
+// a row of only NaN scores gives 0 (as the CPU's assign does).
+void argmin_scores(const float* bias, const float* dots, int64_t rows, int64_t k, float factor, int64_t* out,
+                   cudaStream_t s);
+// The EMA step of VQ_SEMANTICS.md section 1 on a [K + K*D] float64 stats
+// buffer: cluster_size and embed_avg decay towards the batch statistics,
+// then embed = embed_avg / Laplace-smoothed sizes (kept as is while the
+// sizes have no mass). `total` is one device double of scratch.
+void ema_update(const double* stats, float* cluster_size, float* embed_avg, float* embed, int64_t k, int64_t d,
+                float decay, float eps, double* total, cudaStream_t s);
+
+}  // namespace vqddp::cuda
