@@ -41,13 +41,13 @@ struct UnaryFn {
     switch (op) {
       case Op::neg: return -v;
       case Op::square: return v * v;
-      case Op::sqrt: return sqrtf(v);
-      case Op::exp: return expf(v);
-      case Op::log: return logf(v);
+      case Op::sqrt: return ::sqrtf(v);
+      case Op::exp: return ::expf(v);
+      case Op::log: return ::logf(v);
       case Op::relu: return v > 0.f ? v : 0.f;
-      case Op::gelu: return static_cast<float>(0.5 * v * (1.0 + erf(v * kInvSqrt2)));
-      case Op::tanh: return tanhf(v);
-      case Op::sigmoid: return 1.f / (1.f + expf(-v));
+      case Op::gelu: return static_cast<float>(0.5 * v * (1.0 + ::erf(v * kInvSqrt2)));
+      case Op::tanh: return ::tanhf(v);
+      case Op::sigmoid: return 1.f / (1.f + ::expf(-v));
       case Op::clamp: {  // std::min(std::max(v, low), high): NaN stays NaN
         float t = v < low ? low : v;
         return high < t ? high : t;
@@ -69,8 +69,8 @@ struct UnaryFn {
       case Op::log: return 1.f / v;
       case Op::relu: return v > 0.f ? 1.f : 0.f;
       case Op::gelu: {
-        double cdf = 0.5 * (1.0 + erf(v * kInvSqrt2));
-        double pdf = kInvSqrt2Pi * exp(-0.5 * double(v) * v);
+        double cdf = 0.5 * (1.0 + ::erf(v * kInvSqrt2));
+        double pdf = kInvSqrt2Pi * ::exp(-0.5 * double(v) * v);
         return static_cast<float>(cdf + v * pdf);
       }
       case Op::tanh: return 1.f - y * y;

@@ -1,0 +1,187 @@
+// Every engine op on cuda:0 against the CPU reference, forward and
+// backward, with the error bound each one is allowed:
+//   exact (0):     + - * / (IEEE on both), neg, square, sqrt, relu, clamp,
+//                  copies (transpose, concat, slices, index_select, to)
+//   rtol 1e-6:     exp, log, tanh, sigmoid, gelu (CUDA's libm is within
+//                  2 ulp, glibc within 1), sums and means (double
+//                  accumulation in a different order, rounded once)
+//   rtol 1e-4:     matmul (cuBLAS and OpenBLAS sum K products in different
+//                  orders: error ~ sqrt(K) eps |a||b|), atol 1e-4
+#include "../engine/gradcheck.h"
+#include "engine/autograd.h"
+#include "engine/device.h"
+#include "engine/random.h"
+#include "tests/cuda/gpu.h"
+
+using namespace vqddp;
+using namespace vqddp::test;
+
+namespace {
+
+Tensor randn(const Shape& s, uint64_t stream) {
+  Generator g(77, stream);
+  return rand_normal(s, g);
+}
+
+// f on CPU inputs and on their GPU copies; forward and every input's
+// gradient (of sum(w * f)) compared within rtol/atol.
+void compare(const char* name, const std::function<Tensor(const std::vector<Tensor>&)>& f, std::vector<Tensor> cpu,
+             double rtol, double atol = 0.0) {
+  CAPTURE(name);
+  std::vector<Tensor> gpu;
+  for (Tensor& t : cpu) {
+    t.set_requires_grad(true);
+    gpu.push_back(t.detach().to(kGpu).set_requires_grad(true));
+  }
+  Tensor yc = f(cpu), yg = f(gpu);
+  check_matches(yg, yc, rtol, atol);
+  Tensor w = randn(yc.shape(), 5);
+  sum(mul(yc, w)).backward();
+  sum(mul(yg, w.to(kGpu))).backward();
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(gpu[i].grad().defined());
+    check_matches(gpu[i].grad(), cpu[i].grad(), std::max(rtol, 1e-6), std::max(atol, 1e-6));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("tensors move between host and device unchanged") {
+  Tensor x = randn({5, 7}, 1);
+  Tensor g = x.to(kGpu);
+  CHECK(g.device() == kGpu);
+  CHECK(g.to_vector<float>() == x.to_vector<float>());
+  CHECK(g.clone().to(kCpu).to_vector<float>() == x.to_vector<float>());
+  Tensor i = from_vector(std::vector<int64_t>{3, -1, 7}, {3}).to(kGpu);
+  CHECK(i.to_vector<int64_t>() == std::vector<int64_t>{3, -1, 7});
+  CHECK(zeros({4}, DType::f64, kGpu).to_vector<double>() == std::vector<double>(4, 0.0));
+  CHECK(full({3}, 2.5, DType::f32, kGpu).item<float>() == doctest::Approx(2.5).epsilon(0));
+  // copy_ in every direction writes into the existing storage.
+  Tensor dst = zeros({5, 7}, DType::f32, kGpu);
+  dst.copy_(x);
+  CHECK(dst.to_vector<float>() == x.to_vector<float>());
+  // Host access to device memory is an error, not a crash.
+  CHECK_THROWS_WITH_AS(g.data<float>(), doctest::Contains("cuda:0"), Error);
+}
+
+TEST_CASE("elementwise ops match the CPU exactly, transcendental ones within 1e-6") {
+  Tensor a = randn({33, 17}, 1), b = randn({33, 17}, 2), row = randn({17}, 3), col = randn({33, 1}, 4);
+  Tensor pos = add(square(randn({33, 17}, 6)), 0.1f);
+  using V = std::vector<Tensor>;
+  compare("add", [](const V& v) { return add(v[0], v[1]); }, {a, b}, 0);
+  compare("sub row", [](const V& v) { return sub(v[0], v[1]); }, {a, row}, 0);
+  compare("mul col", [](const V& v) { return mul(v[0], v[1]); }, {a, col}, 0);
+  compare("div", [](const V& v) { return div(v[0], v[1]); }, {a, pos}, 0);
+  compare("scalar", [](const V& v) { return mul(add(v[0], 2.f), 0.5f); }, {a}, 0);
+  compare("neg square", [](const V& v) { return neg(square(v[0])); }, {a}, 0);
+  compare("sqrt", [](const V& v) { return sqrt(v[0]); }, {pos}, 0);
+  compare("relu", [](const V& v) { return relu(v[0]); }, {a}, 0);
+  compare("clamp", [](const V& v) { return clamp(v[0], -0.5f, 0.7f); }, {a}, 0);
+  compare("exp", [](const V& v) { return exp(v[0]); }, {a}, 1e-6);
+  compare("log", [](const V& v) { return log(v[0]); }, {pos}, 1e-6);
+  compare("tanh", [](const V& v) { return tanh(v[0]); }, {a}, 1e-6, 1e-7);
+  compare("sigmoid", [](const V& v) { return sigmoid(v[0]); }, {a}, 1e-6);
+  compare("gelu", [](const V& v) { return gelu(v[0]); }, {a}, 1e-6, 1e-7);
+}
+
+TEST_CASE("reductions and losses match the CPU within 1e-6") {
+  Tensor a = randn({40, 30, 3}, 7), b = randn({40, 30, 3}, 8);
+  using V = std::vector<Tensor>;
+  compare("sum", [](const V& v) { return sum(v[0]); }, {a}, 1e-6, 1e-6);
+  compare("mean", [](const V& v) { return mean(v[0]); }, {a}, 1e-6, 1e-6);
+  compare("sum dim 0", [](const V& v) { return sum(v[0], 0); }, {a}, 1e-6, 1e-6);
+  compare("sum dim 1 keepdim", [](const V& v) { return sum(v[0], 1, true); }, {a}, 1e-6, 1e-6);
+  compare("mean dim -1", [](const V& v) { return mean(v[0], -1); }, {a}, 1e-6, 1e-6);
+  compare("mse", [](const V& v) { return mse_loss(v[0], v[1]); }, {a, b}, 1e-6, 1e-6);
+  // Large reductions take the block-per-output kernel.
+  Tensor big = randn({3, 5000}, 9);
+  compare("sum dim 1 of long rows", [](const V& v) { return sum(v[0], 1); }, {big}, 1e-6, 1e-5);
+}
+
+TEST_CASE("argmin and argmax match the CPU, ties to the lowest index, NaN never chosen") {
+  Tensor x = from_vector({3, 1, 1, 2, NAN, 5, NAN, 5, NAN, NAN, NAN, NAN}, {3, 4});
+  CHECK(argmin(x.to(kGpu)).to_vector<int64_t>() == argmin(x).to_vector<int64_t>());
+  CHECK(argmax(x.to(kGpu)).to_vector<int64_t>() == argmax(x).to_vector<int64_t>());
+  CHECK(argmin(x).to_vector<int64_t>() == std::vector<int64_t>{1, 1, 0});
+  Tensor r = randn({257, 1000}, 10);
+  CHECK(argmin(r.to(kGpu)).to_vector<int64_t>() == argmin(r).to_vector<int64_t>());
+  CHECK(argmax(r.to(kGpu)).to_vector<int64_t>() == argmax(r).to_vector<int64_t>());
+}
+
+TEST_CASE("matmul through cuBLAS matches OpenBLAS within 1e-4, every transpose combination") {
+  using V = std::vector<Tensor>;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      Tensor a = randn(ta ? Shape{70, 45} : Shape{45, 70}, 11), b = randn(tb ? Shape{33, 70} : Shape{70, 33}, 12);
+      compare("matmul", [=](const V& v) { return matmul(v[0], v[1], ta, tb); }, {a, b}, 1e-4, 1e-4);
+    }
+}
+
+TEST_CASE("shape ops are exact copies on the GPU") {
+  Tensor a = randn({4, 5, 6}, 13), b = randn({4, 2, 6}, 14);
+  using V = std::vector<Tensor>;
+  compare("transpose 0 2", [](const V& v) { return transpose(v[0], 0, 2); }, {a}, 0);
+  compare("transpose 1 2", [](const V& v) { return transpose(v[0], 1, 2); }, {a}, 0);
+  compare("concat dim 1", [](const V& v) { return concat({v[0], v[1]}, 1); }, {a, b}, 0);
+  compare("slice rows", [](const V& v) { return v[0].slice_rows(1, 3); }, {a}, 0);
+  compare("reshape", [](const V& v) { return reshape(v[0], {20, -1}); }, {a}, 0);
+  Tensor idx = from_vector(std::vector<int64_t>{3, 0, 3, 3, 1}, {5});
+  // Repeated indices: the backward scatter-adds (deterministically) on the GPU.
+  compare("index_select", [idx](const V& v) { return index_select(v[0], idx.to(v[0].device())); }, {a}, 0, 1e-6);
+  Tensor bad = from_vector(std::vector<int64_t>{0, 4}, {2}).to(kGpu);
+  CHECK_THROWS_WITH_AS(index_select(a.to(kGpu), bad), doctest::Contains("out of range"), Error);
+  CHECK_THROWS_WITH_AS(add(a, a.to(kGpu)), doctest::Contains("different devices"), Error);
+}
+
+TEST_CASE("finite-difference gradient checks run on the GPU") {
+  // check_gradient's function moves its inputs to the GPU and its output
+  // back (to_device is differentiable), so forward, backward and every
+  // finite difference run there.
+  auto on_gpu = [](Fn f) {
+    return [f](const std::vector<Tensor>& in) {
+      std::vector<Tensor> g;
+      for (const Tensor& t : in) g.push_back(t.to(kGpu));
+      return f(g).to(kCpu);
+    };
+  };
+  Generator gen(3, 0);
+  check_gradient("gpu mlp", on_gpu([](const std::vector<Tensor>& v) {
+                   return sum(tanh(add(matmul(v[0], v[1]), v[2])), 1);
+                 }),
+                 {rand_normal({6, 5}, gen).set_requires_grad(true), rand_normal({5, 4}, gen).set_requires_grad(true),
+                  rand_normal({4}, gen).set_requires_grad(true)});
+  check_gradient("gpu normalise", on_gpu([](const std::vector<Tensor>& v) {
+                   return div(v[0], sqrt(sum(square(v[0]), 1, true)));
+                 }),
+                 {rand_normal({5, 3}, gen).set_requires_grad(true)});
+  Tensor idx = from_vector(std::vector<int64_t>{1, 1, 0, 2}, {4});
+  check_gradient("gpu gather", on_gpu([idx](const std::vector<Tensor>& v) {
+                   return gelu(index_select(v[0], idx.to(kGpu)));
+                 }),
+                 {rand_normal({3, 4}, gen).set_requires_grad(true)});
+}
+
+TEST_CASE("a module moved to the GPU computes what it computed on the CPU") {
+  Generator gen(1, 0);
+  Linear lin(4, 3, gen);
+  Tensor x = randn({2, 4}, 15);
+  Tensor y_cpu = lin.forward(x);
+  lin.to(kGpu);
+  CHECK(lin.weight.device() == kGpu);
+  check_matches(lin.forward(x.to(kGpu)), y_cpu, 1e-5, 1e-6);
+}
+
+TEST_CASE("device results are bitwise reproducible run to run") {
+  Tensor a = randn({300, 64}, 16);
+  Tensor idx = from_vector(std::vector<int64_t>(300, 2), {300});  // every row hits one row: worst case for atomics
+  auto run = [&] {
+    Tensor x = a.to(kGpu).set_requires_grad(true);
+    Tensor y = index_select(x, idx.to(kGpu));
+    sum(mul(y, y)).backward();
+    return std::make_pair(sum(x, 0).to_vector<float>(), x.grad().to_vector<float>());
+  };
+  CHECK(run() == run());
+}
