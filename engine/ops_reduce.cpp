@@ -39,12 +39,19 @@ DimSplit split_at(const Tensor& x, int64_t dim, bool keepdim, const char* op) {
 // reduced dimension, times `scale`.
 Tensor expand_grad(const Tensor& g, const DimSplit& s, const Shape& input_shape, double divisor) {
   if (DeviceKernels* k = device_of("sum backward", {&g})) {
-    // [outer, 1, inner] broadcast to [outer, n, inner], divided by the divisor.
+    // g [outer, inner] read at (o, i) for every k of [outer, n, inner]
+    // (stride 0 along n), divided in double like the CPU: a reduction plan
+    // with nothing reduced.
     Tensor gx = empty(input_shape, DType::f32, g.device());
-    Tensor d = full({}, divisor, DType::f32, g.device());
-    Shape gs{s.outer, 1, s.inner}, xs{s.outer, s.n, s.inner};
-    k->binary(BinaryOp::div, static_cast<const float*>(g.raw_ptr()), static_cast<const float*>(d.raw_ptr()),
-              static_cast<float*>(gx.raw_ptr()), broadcast_plan(gs, {}, xs));
+    ReducePlan p;
+    p.divisor = divisor;
+    p.nkeep = 3;
+    int64_t sizes[3] = {s.outer, s.n, s.inner}, strides[3] = {s.inner, 0, 1};
+    for (int i = 0; i < 3; ++i) {
+      p.keep_size[i] = sizes[i];
+      p.keep_stride[i] = strides[i];
+    }
+    k->reduce_sum(static_cast<const float*>(g.raw_ptr()), static_cast<float*>(gx.raw_ptr()), p);
     return gx;
   }
   Tensor gx = empty(input_shape);

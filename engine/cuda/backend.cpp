@@ -41,9 +41,14 @@ struct ThreadDeviceState {
 
 // Per thread: one state per device. The destructor runs at thread exit;
 // errors there are ignored (the runtime may already be shutting down).
+struct ThreadStates;
+thread_local ThreadStates* g_states = nullptr;  // null before first use and after thread-exit teardown
+
 struct ThreadStates {
   std::map<int, ThreadDeviceState> by_device;
+  ThreadStates() { g_states = this; }
   ~ThreadStates() {
+    g_states = nullptr;
     for (auto& [device, st] : by_device) {
       if (cudaSetDevice(device) != cudaSuccess) continue;
       if (st.stream) cudaStreamSynchronize(st.stream);
@@ -53,6 +58,14 @@ struct ThreadStates {
     }
   }
 };
+
+// The calling thread's stream on `device` if it has one, without creating
+// anything (safe while the thread's states are being torn down).
+cudaStream_t existing_stream(int device) {
+  if (!g_states) return nullptr;
+  auto it = g_states->by_device.find(device);
+  return it == g_states->by_device.end() ? nullptr : it->second.stream;
+}
 
 ThreadDeviceState& thread_state(int device) {
   thread_local ThreadStates states;
@@ -143,6 +156,14 @@ class CachingAllocator {
     if (it == live_.end()) return;  // not ours: never happens, but never double-free
     Block b = it->second;
     live_.erase(it);
+    // Freed by another thread than the one that allocated it: that thread's
+    // stream may still use the block, so wait for it before the block goes
+    // back to its own stream's pool.
+    cudaStream_t here = existing_stream(device_);
+    if (here && here != b.stream) {
+      DeviceGuard guard(device_);
+      cudaStreamSynchronize(here);
+    }
     if (caching_) {
       free_[{b.stream, b.size}].push_back(p);
     } else {

@@ -41,7 +41,8 @@ struct Layout {
 
 size_t align_up(size_t v) { return (v + 255) / 256 * 256; }
 
-int64_t max_chunks(int64_t n, int64_t k) { return n / kChunkRows + k + 1; }
+// At most min(n, k) codes are non-empty, each adding at most one partial chunk.
+int64_t max_chunks(int64_t n, int64_t k) { return n / kChunkRows + (n < k ? n : k) + 1; }
 
 size_t cub_bytes_for(int64_t n, int64_t k) {
   size_t sort_bytes = 0, scan_bytes = 0;
@@ -118,22 +119,24 @@ __global__ void chunk_sum_kernel(const float* src, const int* pos, const int* se
   int64_t c = lo;
   int64_t begin = seg_start[c] + (chunk - chunk_off[c]) * kChunkRows;
   int64_t end = begin + kChunkRows < seg_start[c + 1] ? begin + kChunkRows : seg_start[c + 1];
-  int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
-  if (j >= d) return;
-  double acc = 0.0;
-  for (int64_t s = begin; s < end; ++s) acc += src[static_cast<int64_t>(pos[s]) * d + j];
-  partial[chunk * d + j] = acc;
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < d;
+       j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+    double acc = 0.0;
+    for (int64_t s = begin; s < end; ++s) acc += src[static_cast<int64_t>(pos[s]) * d + j];
+    partial[chunk * d + j] = acc;
+  }
 }
 
 __global__ void combine_kernel(const double* partial, const int* seg_start, const int* chunk_off, int64_t k, int64_t d,
                                double* counts, double* sums) {
   int64_t c = blockIdx.x;
-  int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (counts && blockIdx.y == 0 && threadIdx.x == 0) counts[c] = static_cast<double>(seg_start[c + 1] - seg_start[c]);
-  if (j >= d) return;
-  double acc = 0.0;
-  for (int64_t i = chunk_off[c]; i < chunk_off[c + 1]; ++i) acc += partial[i * d + j];
-  sums[c * d + j] = acc;
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < d;
+       j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+    double acc = 0.0;
+    for (int64_t i = chunk_off[c]; i < chunk_off[c + 1]; ++i) acc += partial[i * d + j];
+    sums[c * d + j] = acc;
+  }
 }
 
 }  // namespace
@@ -164,7 +167,9 @@ void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d
   VQDDP_CUDA_CHECK_LAUNCH();
   cub_bytes = l.cub_bytes;
   VQDDP_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(l.cub_temp, cub_bytes, l.chunks, l.chunk_off, static_cast<int>(k + 1), s));
-  unsigned col_tiles = static_cast<unsigned>(d > 0 ? (d + kColThreads - 1) / kColThreads : 1);
+  // Column tiles (grid y, capped at its limit of 65535; the kernels loop).
+  int64_t tiles = d > 0 ? (d + kColThreads - 1) / kColThreads : 1;
+  unsigned col_tiles = static_cast<unsigned>(tiles < 65535 ? tiles : 65535);
   if (d > 0) {
     dim3 grid(static_cast<unsigned>(max_chunks(n, k)), col_tiles);
     chunk_sum_kernel<<<grid, kColThreads, 0, s>>>(src, l.pos_out, l.seg_start, l.chunk_off, k, d, l.partial);

@@ -8,20 +8,16 @@ namespace vqddp::cuda {
 
 namespace {
 
-// One warp per code: lanes sum strided squares in double, then a fixed
-// shuffle tree.
+// One thread per code, ascending j in double: the CPU's exact sum (the
+// products of floats are exact in double), so the bias matches bitwise.
 __global__ void code_bias_kernel(const float* embed, int64_t k, int64_t d, float* bias) {
-  int lane = threadIdx.x % 32;
-  int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
-  for (int64_t c = warp; c < k; c += warps) {
+  VQDDP_GRID_LOOP(c, k) {
     double acc = 0.0;
-    for (int64_t j = lane; j < d; j += 32) {
+    for (int64_t j = 0; j < d; ++j) {
       double v = embed[c * d + j];
       acc = __dadd_rn(acc, __dmul_rn(v, v));
     }
-    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0) bias[c] = static_cast<float>(acc);
+    bias[c] = static_cast<float>(acc);
   }
 }
 
@@ -97,7 +93,7 @@ void code_bias(const float* embed, int64_t k, int64_t d, bool cosine, float* bia
     VQDDP_CUDA_CHECK(cudaMemsetAsync(bias, 0, k * sizeof(float), s));
     return;
   }
-  code_bias_kernel<<<grid_for(k * 32), kThreads, 0, s>>>(embed, k, d, bias);
+  code_bias_kernel<<<grid_for(k), kThreads, 0, s>>>(embed, k, d, bias);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 
