@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "engine/autograd.h"
 #include "engine/ops.h"
 
 namespace vqddp {
@@ -71,6 +72,8 @@ void Module::train(bool on) {
   training_ = on;
   for (auto& [_, child] : children_) child->train(on);
 }
+
+bool Module::updates_state() const { return training_ && grad_enabled(); }
 
 void Module::zero_grad() {
   for (auto& [_, t] : named_parameters()) t.zero_grad();

@@ -35,6 +35,11 @@ class Module {
   void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
+  // Training mode AND grad mode: a forward may change state (codebook
+  // updates, dropout counters) and issue collectives. An eval pass, or a
+  // no-grad validation pass some ranks run on a model left in training
+  // mode, does neither.
+  bool updates_state() const;
 
   void zero_grad();
 

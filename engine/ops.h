@@ -80,6 +80,13 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim = 0);
 // Rows of x (first dimension) picked by int64 `index` [M]: result [M, ...].
 // Backward scatter-adds into the picked rows in ascending position order.
 Tensor index_select(const Tensor& x, const Tensor& index);
+// In place, no autograd: dst[index[i], ...] = src[i, ...] * scale for
+// float32 dst and src on one device; `index` int64 [M], values in range.
+void index_copy_(Tensor& dst, const Tensor& index, const Tensor& src, float scale = 1.f);
+
+// ---- checks ------------------------------------------------------------------------
+// Flat position of the first NaN or Inf of a float32 tensor (any device), or -1.
+int64_t first_nonfinite(const Tensor& x);
 
 // ---- devices ---------------------------------------------------------------------
 // x on `device` (a copy; x itself when already there). The gradient goes

@@ -63,7 +63,20 @@ Tensor expand_grad(const Tensor& g, const DimSplit& s, const Shape& input_shape,
   return gx;
 }
 
-void reduce_sum_cpu(const Tensor& x, const DimSplit& s, double divisor, Tensor& out);
+// The CPU loop of a sum along the middle of [outer, n, inner].
+void reduce_sum_cpu(const Tensor& x, const DimSplit& s, double divisor, Tensor& out) {
+  const float* px = x.data<float>();
+  float* po = out.data<float>();
+  std::vector<double> acc(s.inner);
+  for (int64_t o = 0; o < s.outer; ++o) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t k = 0; k < s.n; ++k) {
+      const float* row = px + (o * s.n + k) * s.inner;
+      for (int64_t i = 0; i < s.inner; ++i) acc[i] += row[i];
+    }
+    for (int64_t i = 0; i < s.inner; ++i) po[o * s.inner + i] = static_cast<float>(acc[i] / divisor);
+  }
+}
 
 // divisor 1 for sum, n for mean: the division happens once, in double.
 Tensor reduce_sum(const Tensor& x, const DimSplit& s, double divisor, const char* op) {
@@ -78,20 +91,6 @@ Tensor reduce_sum(const Tensor& x, const DimSplit& s, double divisor, const char
   return record_op(op, out, {x}, [s, in_shape, divisor](const Tensor& g) -> std::vector<Tensor> {
     return {expand_grad(g, s, in_shape, divisor)};
   });
-}
-
-void reduce_sum_cpu(const Tensor& x, const DimSplit& s, double divisor, Tensor& out) {
-  const float* px = x.data<float>();
-  float* po = out.data<float>();
-  std::vector<double> acc(s.inner);
-  for (int64_t o = 0; o < s.outer; ++o) {
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (int64_t k = 0; k < s.n; ++k) {
-      const float* row = px + (o * s.n + k) * s.inner;
-      for (int64_t i = 0; i < s.inner; ++i) acc[i] += row[i];
-    }
-    for (int64_t i = 0; i < s.inner; ++i) po[o * s.inner + i] = static_cast<float>(acc[i] / divisor);
-  }
 }
 
 // Whole-tensor reductions reuse the along-dim code on a flat view.
@@ -149,6 +148,16 @@ Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
 
 Tensor argmin(const Tensor& x) { return arg_best(x, "argmin", false); }
 Tensor argmax(const Tensor& x) { return arg_best(x, "argmax", true); }
+
+int64_t first_nonfinite(const Tensor& x) {
+  VQDDP_CHECK(x.dtype() == DType::f32, "first_nonfinite: expected a float32 tensor, got {}", x.desc());
+  if (DeviceKernels* k = device_of("first_nonfinite", {&x}))
+    return k->first_nonfinite(static_cast<const float*>(x.raw_ptr()), x.numel());
+  const float* p = x.data<float>();
+  for (int64_t i = 0, n = x.numel(); i < n; ++i)
+    if (!std::isfinite(p[i])) return i;
+  return -1;
+}
 
 Tensor mse_loss(const Tensor& a, const Tensor& b) {
   VQDDP_CHECK(a.shape() == b.shape(), "mse_loss: shapes {} and {} differ", shape_str(a.shape()), shape_str(b.shape()));

@@ -125,16 +125,16 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
     }
     k->strided_copy(x.raw_ptr(), out.raw_ptr(), es, p);
   } else {
-  const char* px = static_cast<const char*>(x.raw_data());
-  char* po = static_cast<char*>(out.raw_data());
-  for (int64_t a = 0; a < A; ++a)
-    for (int64_t i = 0; i < n0; ++i)
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t j = 0; j < n1; ++j) {
-          int64_t src = (((a * n0 + i) * B + b) * n1 + j) * C;
-          int64_t dst = (((a * n1 + j) * B + b) * n0 + i) * C;
-          std::memcpy(po + dst * es, px + src * es, C * es);
-        }
+    const char* px = static_cast<const char*>(x.raw_data());
+    char* po = static_cast<char*>(out.raw_data());
+    for (int64_t a = 0; a < A; ++a)
+      for (int64_t i = 0; i < n0; ++i)
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t j = 0; j < n1; ++j) {
+            int64_t src = (((a * n0 + i) * B + b) * n1 + j) * C;
+            int64_t dst = (((a * n1 + j) * B + b) * n0 + i) * C;
+            std::memcpy(po + dst * es, px + src * es, C * es);
+          }
   }
   return record_op("transpose", out, {x},
                    [d0, d1](const Tensor& g) -> std::vector<Tensor> { return {transpose(g, d0, d1)}; });
@@ -158,9 +158,7 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
   int64_t outer = 1, inner = 1;
   for (int64_t d = 0; d < dim; ++d) outer *= shape[d];
   for (int64_t d = dim + 1; d < r; ++d) inner *= shape[d];
-  std::vector<const Tensor*> operands;
-  for (const Tensor& x : xs) operands.push_back(&x);
-  for (const Tensor* x : operands) device_of("concat", {&first, x});
+  for (const Tensor& x : xs) device_of("concat", {&first, &x});  // one device for all inputs
   Tensor out = empty(shape, first.dtype(), first.device());
   int64_t out_row = shape[dim] * inner, at = 0;
   std::vector<int64_t> widths;
@@ -232,6 +230,33 @@ Tensor index_select(const Tensor& x, const Tensor& index) {
       for (int64_t j = 0; j < row; ++j) pgx[pi[i] * row + j] += pg[i * row + j];
     return {gx};
   });
+}
+
+void index_copy_(Tensor& dst, const Tensor& index, const Tensor& src, float scale) {
+  VQDDP_CHECK(dst.dtype() == DType::f32 && src.dtype() == DType::f32 && dst.dim() >= 1 && src.dim() == dst.dim() &&
+                  index.dtype() == DType::i64 && index.dim() == 1 && src.size(0) == index.numel() &&
+                  row_size(src) == row_size(dst),
+              "index_copy_: destination {}, index {} and source {} do not fit", dst.desc(), index.desc(), src.desc());
+  int64_t m = index.numel(), rows = dst.size(0), row = row_size(dst);
+  if (DeviceKernels* k = device_of("index_copy_", {&dst, &index, &src})) {
+    if (m > 0) {
+      int64_t lo = 0, hi = 0;
+      k->min_max_i64(static_cast<const int64_t*>(index.raw_ptr()), m, &lo, &hi);
+      VQDDP_CHECK(lo >= 0 && hi < rows, "index_copy_: index values span [{}, {}], out of range for {} rows", lo, hi,
+                  rows);
+    }
+    k->index_copy_rows(static_cast<const float*>(src.raw_ptr()), static_cast<const int64_t*>(index.raw_ptr()), m, row,
+                       scale, static_cast<float*>(dst.raw_ptr()));
+  } else {
+    const int64_t* pi = index.data<int64_t>();
+    const float* ps = src.data<float>();
+    float* pd = dst.data<float>();
+    for (int64_t i = 0; i < m; ++i) {
+      VQDDP_CHECK(pi[i] >= 0 && pi[i] < rows, "index_copy_: index[{}] = {} out of range for {} rows", i, pi[i], rows);
+      for (int64_t j = 0; j < row; ++j) pd[pi[i] * row + j] = ps[i * row + j] * scale;
+    }
+  }
+  dst.bump_version();
 }
 
 Tensor to_device(const Tensor& x, Device device) {

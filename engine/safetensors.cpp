@@ -161,7 +161,7 @@ void safetensors_save(const std::string& path, const NamedTensors& tensors,
   for (const auto& [name, t] : tensors) {
     VQDDP_CHECK(name != "__metadata__" && !header.contains(name), "{}: tensor name '{}' is reserved or repeated", path, name);
     VQDDP_CHECK(t.defined(), "{}: tensor '{}' is undefined", path, name);
-    uint64_t n = t.numel() * dtype_size(t.dtype());
+    uint64_t n = t.nbytes();
     header[name] = {{"dtype", st_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + n}}};
     offset += n;
   }
@@ -179,7 +179,7 @@ void safetensors_save(const std::string& path, const NamedTensors& tensors,
   bytes += text;
   bytes.reserve(bytes.size() + offset);
   for (const auto& [_, t] : tensors)
-    bytes.append(static_cast<const char*>(t.raw_data()), t.numel() * dtype_size(t.dtype()));
+    bytes.append(static_cast<const char*>(t.raw_data()), t.nbytes());
   write_file_atomic(path, bytes);
 }
 

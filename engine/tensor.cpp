@@ -8,7 +8,7 @@
 
 #include "engine/autograd.h"
 #include "engine/cpu_allocator.h"
-#include "engine/device.h"
+#include "engine/device_plans.h"
 #include "engine/ops.h"
 #include "engine/random.h"
 
@@ -27,10 +27,6 @@ Storage::~Storage() {
     device_kernels(device).release(data, nbytes);
 }
 
-// The kernels of a tensor's device; null for the CPU.
-static DeviceKernels* kernels_of(const Tensor& t) {
-  return t.device().is_cpu() ? nullptr : &device_kernels(t.device());
-}
 
 // ---- accessors ----------------------------------------------------------------
 
@@ -48,6 +44,8 @@ int64_t Tensor::size(int64_t d) const {
 }
 
 int64_t Tensor::numel() const { return shape_numel(shape()); }
+
+size_t Tensor::nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
 
 DType Tensor::dtype() const {
   check_defined();
@@ -164,7 +162,7 @@ Tensor Tensor::clone() const {
 Tensor& Tensor::copy_(const Tensor& src) {
   VQDDP_CHECK(src.shape() == shape() && src.dtype() == dtype(), "copy_: source {} does not match destination {}",
               src.desc(), desc());
-  size_t bytes = numel() * dtype_size(dtype());
+  size_t bytes = nbytes();
   if (device().is_cpu() && src.device().is_cpu()) {
     std::memmove(raw_data(), src.raw_data(), bytes);
   } else {
@@ -186,7 +184,7 @@ static void fill_as(Tensor& t, double value) {
 }
 
 Tensor& Tensor::fill_(double value) {
-  if (DeviceKernels* k = kernels_of(*this)) {
+  if (DeviceKernels* k = device_of("fill_", {this})) {
     k->fill(raw_ptr(), dtype(), numel(), value);
     bump_version();
     return *this;

@@ -64,6 +64,7 @@ class Tensor {
   int64_t dim() const { return static_cast<int64_t>(shape().size()); }
   int64_t size(int64_t d) const;  // negative d counts from the end
   int64_t numel() const;
+  size_t nbytes() const;  // numel() * dtype_size(dtype())
   DType dtype() const;
   Device device() const;
   std::string desc() const;  // "float32[2, 3] on cpu", for error messages

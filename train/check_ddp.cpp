@@ -82,7 +82,7 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
       };
       for (int rank = 1; rank < o.world; ++rank) {
         const Tensor& other = ranks[rank][i].second;
-        if (std::memcmp(other.raw_data(), ranks[0][i].second.raw_data(), other.numel() * dtype_size(other.dtype()))) {
+        if (std::memcmp(other.raw_data(), ranks[0][i].second.raw_data(), other.nbytes())) {
           r.ranks_identical = false;
           fail(fmt::format("'{}' differs between rank 0 and rank {}", name, rank));
         }
