@@ -55,14 +55,14 @@ void Communicator::check_all_gather_rows(const Tensor& in, const std::vector<int
 
 Tensor all_gather(Communicator& comm, const Tensor& in) {
   VQDDP_CHECK(in.dim() >= 1, "rank {}: all_gather needs at least one dimension, got {}", comm.rank(), in.desc());
-  Tensor out = empty(with_rows(in, in.size(0) * comm.world_size()), in.dtype());
+  Tensor out = empty(with_rows(in, in.size(0) * comm.world_size()), in.dtype(), in.device());
   comm.all_gather(in, out);
   return out;
 }
 
 Tensor all_gather_rows(Communicator& comm, const Tensor& in, const std::vector<int64_t>& counts) {
   VQDDP_CHECK(in.dim() >= 1, "rank {}: all_gather_rows needs at least one dimension, got {}", comm.rank(), in.desc());
-  Tensor out = empty(with_rows(in, std::accumulate(counts.begin(), counts.end(), int64_t{0})), in.dtype());
+  Tensor out = empty(with_rows(in, std::accumulate(counts.begin(), counts.end(), int64_t{0})), in.dtype(), in.device());
   comm.all_gather_rows(in, counts, out);
   return out;
 }

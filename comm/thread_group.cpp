@@ -11,8 +11,6 @@ namespace vqddp {
 
 namespace {
 
-uint64_t bytes_of(const Tensor& t) { return t.numel() * dtype_size(t.dtype()); }
-
 // [begin, end) of the elements rank `rank` works on, in 16-element blocks so
 // two ranks never write the same cache line of a float buffer.
 std::pair<int64_t, int64_t> share_of(int64_t n, int rank, int world) {
@@ -66,19 +64,9 @@ class ThreadCommunicator final : public Communicator {
   int world_size() const override { return group_.world_size(); }
   std::string backend() const override { return "thread"; }
 
-  // Tensors on a GPU (W rank threads sharing one device): the collective
-  // runs on host copies, each rank's copy waiting for its own stream, and
-  // the result is copied back into the caller's storage. The host reduction
-  // is the same rank-ordered one, so GPU ranks get the CPU's bitwise
-  // determinism and the same fingerprints and deadlines.
   void all_reduce(Tensor& t, ReduceOp op) override {
     check_all_reduce(t, op);
-    if (!t.device().is_cpu()) {
-      Tensor h = host_copy(t);
-      all_reduce(h, op);
-      t.copy_(h);
-      return;
-    }
+    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { all_reduce(h, op); })) return;
     run(Fingerprint(fmt::format("all_reduce({})", reduce_op_name(op)), t.dtype(), t.numel()), t.raw_data(), t.raw_data(), [&] {
       int w = world_size();
       auto [begin, end] = share_of(t.numel(), rank_, w);
@@ -89,50 +77,35 @@ class ThreadCommunicator final : public Communicator {
       }
     });
     t.bump_version();
-    count(bytes_of(t));
+    count(t.nbytes());
   }
 
   void broadcast(Tensor& t, int root) override {
     check_broadcast(t, root);
-    if (!t.device().is_cpu()) {
-      Tensor h = host_copy(t);
-      broadcast(h, root);
-      t.copy_(h);
-      return;
-    }
+    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { broadcast(h, root); })) return;
     run(Fingerprint("broadcast", t.dtype(), t.numel(), root), t.raw_data(), t.raw_data(), [&] {
-      if (rank_ != root) std::memcpy(t.raw_data(), group_.call_of(root).in, bytes_of(t));
+      if (rank_ != root) std::memcpy(t.raw_data(), group_.call_of(root).in, t.nbytes());
     });
     if (rank_ != root) t.bump_version();
-    count(bytes_of(t));
+    count(t.nbytes());
   }
 
   void all_gather(const Tensor& in, Tensor& out) override {
     check_all_gather(in, out);
-    if (!in.device().is_cpu() || !out.device().is_cpu()) {
-      Tensor h = host_copy(out);
-      all_gather(host_copy(in), h);
-      out.copy_(h);
-      return;
-    }
-    size_t bytes = bytes_of(in);
+    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { all_gather(i, h); })) return;
+    size_t bytes = in.nbytes();
     run(Fingerprint("all_gather", in.dtype(), in.numel()), in.raw_data(), out.raw_data(), [&] {
       for (int r = 0; r < world_size(); ++r)
         std::memcpy(static_cast<char*>(out.raw_data()) + r * bytes, group_.call_of(r).in, bytes);
     });
     out.bump_version();
-    count(bytes_of(out));
+    count(out.nbytes());
   }
 
   void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) override {
     check_all_gather_rows(in, counts, out);
-    if (!in.device().is_cpu() || !out.device().is_cpu()) {
-      Tensor h = host_copy(out);
-      all_gather_rows(host_copy(in), counts, h);
-      out.copy_(h);
-      return;
-    }
-    int64_t row = in.size(0) > 0 ? in.numel() / in.size(0) : out.numel() / std::max<int64_t>(1, out.size(0));
+    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { all_gather_rows(i, counts, h); })) return;
+    int64_t row = shape_numel(Shape(in.shape().begin() + 1, in.shape().end()));  // elements per row
     run(Fingerprint("all_gather_rows", in.dtype(), row, -1, counts), in.raw_data(), out.raw_data(), [&] {
       size_t row_bytes = row * dtype_size(in.dtype());
       char* dst = static_cast<char*>(out.raw_data());
@@ -142,7 +115,7 @@ class ThreadCommunicator final : public Communicator {
       }
     });
     out.bump_version();
-    count(bytes_of(out));
+    count(out.nbytes());
   }
 
   void barrier() override {
@@ -152,7 +125,21 @@ class ThreadCommunicator final : public Communicator {
   }
 
  private:
-  static Tensor host_copy(const Tensor& t) { return empty(t.shape(), t.dtype()).copy_(t); }
+  // Tensors on a GPU (W rank threads sharing one device): `collective`
+  // runs on host buffers, each rank's copy waiting for its own stream, and
+  // the result is copied back into the caller's `out` (in place, invariant
+  // 5). The host code is the same rank-ordered one, so GPU ranks get the
+  // CPU's bitwise determinism, fingerprints and deadlines. Returns false,
+  // doing nothing, when both tensors are on the host. `in` may be `out`.
+  template <class F>
+  static bool staged_on_host(const Tensor& in, Tensor& out, F collective) {
+    if (in.device().is_cpu() && out.device().is_cpu()) return false;
+    auto on_host = [](const Tensor& t) { return t.device().is_cpu() ? t : empty(t.shape(), t.dtype()).copy_(t); };
+    Tensor h = on_host(out);
+    collective(in.shares_storage(out) ? h : on_host(in), h);
+    if (!out.shares_storage(h)) out.copy_(h);
+    return true;
+  }
 
   // Arrive (fingerprint check), do this rank's share of the work, complete.
   template <class Work>
