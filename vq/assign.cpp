@@ -56,7 +56,7 @@ Tensor assign_codes(const Tensor& x, const Tensor& embed, bool cosine) {
   VQDDP_CHECK(x.dim() == 2 && embed.dim() == 2 && x.size(1) == embed.size(1),
               "assign_codes: x {} and codebook {} need shapes [N, D] and [K, D]", x.desc(), embed.desc());
   int64_t n = x.size(0), k = embed.size(0), d = x.size(1);
-  VQDDP_CHECK(k > 0, "assign_codes: empty codebook");
+  VQDDP_CHECK(k > 0 && d > 0, "assign_codes: empty codebook {}", embed.desc());
   if (!x.device().is_cpu() || !embed.device().is_cpu()) return assign_codes_device(x, embed, cosine);
   Tensor indices = empty({n}, DType::i64);
   const float* px = x.data<float>();
@@ -77,10 +77,7 @@ Tensor assign_codes(const Tensor& x, const Tensor& embed, bool cosine) {
   std::vector<float> dots(kAssignBlockRows * k);  // (block rows, K)
   for (int64_t r0 = 0; r0 < n; r0 += kAssignBlockRows) {
     int64_t rows = std::min(kAssignBlockRows, n - r0);
-    if (d > 0)
-      blas_sgemm(false, true, rows, k, d, 1.f, px + r0 * d, d, pe, d, 0.f, dots.data(), k);
-    else
-      std::fill(dots.begin(), dots.end(), 0.f);
+    blas_sgemm(false, true, rows, k, d, 1.f, px + r0 * d, d, pe, d, 0.f, dots.data(), k);
     for (int64_t r = 0; r < rows; ++r) pi[r0 + r] = argmin_score(bias.data(), dots.data() + r * k, factor, k);
   }
   return indices;

@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "engine/autograd.h"
-#include "engine/device.h"
 #include "engine/ops.h"
 #include "engine/streams.h"
 #include "vq/assign.h"
@@ -53,25 +52,13 @@ void Codebook::check_input(const Tensor& x, const Communicator& comm, bool train
   if (!training) return;
   // Refuse non-finite input before any state changes: one NaN row would
   // otherwise poison every rank's codebook through the all-reduce.
-  if (!x.device().is_cpu()) {
-    int64_t at = device_kernels(x.device()).first_nonfinite(static_cast<const float*>(x.raw_ptr()), x.numel());
-    if (at >= 0)
-      VQDDP_THROW("rank {}: row {} of the training batch has a non-finite value ({} in column {})", comm.rank(),
-                  at / opt_.dim, x.reshape({-1}).slice_rows(at, at + 1).item<float>(), at % opt_.dim);
-    return;
-  }
-  const float* p = x.data<float>();
-  for (int64_t r = 0; r < x.size(0); ++r)
-    for (int64_t j = 0; j < opt_.dim; ++j)
-      VQDDP_CHECK(std::isfinite(p[r * opt_.dim + j]),
-                  "rank {}: row {} of the training batch has a non-finite value ({} in column {})", comm.rank(), r,
-                  p[r * opt_.dim + j], j);
+  if (int64_t at = first_nonfinite(x); at >= 0)
+    VQDDP_THROW("rank {}: row {} of the training batch has a non-finite value ({} in column {})", comm.rank(),
+                at / opt_.dim, x.detach().reshape({-1}).slice_rows(at, at + 1).item<float>(), at % opt_.dim);
 }
 
-bool Codebook::updates() const { return is_training() && grad_enabled(); }
-
 Tensor Codebook::prepare(const Tensor& x, const Communicator& comm) const {
-  check_input(x, comm, updates());
+  check_input(x, comm, updates_state());
   return opt_.cosine ? l2_normalize_rows(x) : x;
 }
 
@@ -89,7 +76,7 @@ Tensor Codebook::assign(const Tensor& prepared) const {
 
 bool Codebook::ensure_initialised(const Tensor& x, Communicator& comm) {
   if (initted()) return true;
-  VQDDP_CHECK(updates(), "rank {}: codebook is not initialised (k-means init pending): run a training step or load "
+  VQDDP_CHECK(updates_state(), "rank {}: codebook is not initialised (k-means init pending): run a training step or load "
               "a checkpoint before eval or no-grad inference", comm.rank());
   Generator gen = next_shared_generator();
   // k-means runs once per codebook: on the host (the CPU reference), also
@@ -145,7 +132,7 @@ void Codebook::update_ema_cpu(const Tensor& stats) {
 int64_t Codebook::revive_dead_codes(const Tensor& x, Communicator& comm) {
   const float threshold = opt_.threshold_ema_dead_code;
   if (threshold <= 0.f) return 0;
-  int64_t k = opt_.codebook_size, d = opt_.dim;
+  int64_t k = opt_.codebook_size;
   std::vector<int64_t> expired;
   const std::vector<float> cs = cluster_size.to_vector<float>();  // K floats, read back from a GPU codebook
   for (int64_t c = 0; c < k; ++c)
@@ -154,38 +141,14 @@ int64_t Codebook::revive_dead_codes(const Tensor& x, Communicator& comm) {
   Generator gen = next_shared_generator();
   Tensor rows = sample_rows(x, static_cast<int64_t>(expired.size()), comm, gen);  // (m, D)
   if (rows.size(0) == 0) return 0;  // empty global batch: every rank skips alike
+  // embed, embed_avg and cluster_size of the expired codes reset together
+  // (embed_avg = row * threshold keeps the row through the next EMA).
   int64_t m = static_cast<int64_t>(expired.size());
-  if (!embed.device().is_cpu()) {
-    DeviceKernels& kernels = device_kernels(embed.device());
-    Tensor at = from_vector(expired, {m}).to(embed.device());
-    Tensor sizes = full({m, 1}, threshold, DType::f32, embed.device());
-    auto* idx = static_cast<const int64_t*>(at.raw_ptr());
-    kernels.index_copy_rows(static_cast<const float*>(rows.raw_ptr()), idx, m, d, 1.f, static_cast<float*>(embed.raw_ptr()));
-    kernels.index_copy_rows(static_cast<const float*>(rows.raw_ptr()), idx, m, d, threshold,
-                            static_cast<float*>(embed_avg.raw_ptr()));
-    kernels.index_copy_rows(static_cast<const float*>(sizes.raw_ptr()), idx, m, 1, 1.f,
-                            static_cast<float*>(cluster_size.raw_ptr()));
-    embed.bump_version();
-    embed_avg.bump_version();
-    cluster_size.bump_version();
-    return m;
-  }
-  const float* s = rows.data<float>();
-  float* e = embed.data<float>();
-  float* avg = embed_avg.data<float>();
-  float* csw = cluster_size.data<float>();
-  for (size_t i = 0; i < expired.size(); ++i) {
-    int64_t c = expired[i];
-    for (int64_t j = 0; j < d; ++j) {
-      e[c * d + j] = s[i * d + j];
-      avg[c * d + j] = s[i * d + j] * threshold;
-    }
-    csw[c] = threshold;
-  }
-  embed.bump_version();
-  embed_avg.bump_version();
-  cluster_size.bump_version();
-  return static_cast<int64_t>(expired.size());
+  Tensor at = from_vector(expired, {m}).to(embed.device());
+  index_copy_(embed, at, rows);
+  index_copy_(embed_avg, at, rows, threshold);
+  index_copy_(cluster_size, at, full({m}, threshold, DType::f32, embed.device()));
+  return m;
 }
 
 Tensor Codebook::lookup(const Tensor& indices) const { return index_select(codes(), indices); }
@@ -219,10 +182,11 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
 CodebookOutput Codebook::forward(const Tensor& x_in, Communicator& comm) {
   Tensor x = prepare(x_in, comm);  // (N, D)
   if (!ensure_initialised(x.detach(), comm))
-    return {zeros({0, opt_.dim}, DType::f32, x.device()), zeros({0}, DType::i64, x.device()), {1.0, 0, 0, 0}};  // nobody had rows, on every rank
+    return {zeros({0, opt_.dim}, DType::f32, x.device()), zeros({0}, DType::i64, x.device()),
+            CodebookMetrics::empty_world()};  // nobody had rows, on every rank
   Tensor indices = assign(x);        // (N)
   Tensor quantize = lookup(indices);  // (N, D), from the codebook before this step's update
-  CodebookMetrics m = updates() ? update(x, indices, comm) : CodebookMetrics{};
+  CodebookMetrics m = updates_state() ? update(x, indices, comm) : CodebookMetrics{};
   return {quantize, indices, m};
 }
 

@@ -50,6 +50,9 @@ struct CodebookOptions {
 };
 
 struct CodebookMetrics {
+  // The metrics of a step in which no rank had rows.
+  static CodebookMetrics empty_world() { return {1.0, 0, 0, 0}; }
+
   double perplexity = 0;      // exp(entropy) of the global code counts; 1 for an empty world batch
   int64_t codes_used = 0;     // codes chosen by at least one row of the global batch
   int64_t codes_revived = 0;  // dead codes replaced this step
@@ -76,9 +79,7 @@ class Codebook : public Module {
 
   // The pieces forward() is made of, for modules that quantize several
   // inputs with one codebook and update it once (ResidualVQ's shared
-  // codebook):
-  // training mode and grad mode on: this call may update the codebook.
-  bool updates() const;
+  // codebook; Module::updates_state() says whether a step may update it):
   // Checked (and, for cosine, l2-normalised) input rows.
   Tensor prepare(const Tensor& x, const Communicator& comm) const;
   // Runs k-means init if pending (update mode only). Returns false when no

@@ -34,12 +34,12 @@ Tensor assign_codes_device(const Tensor& x, const Tensor& embed, bool cosine) {
   // Rows per block: at most 2^24 scores (64 MiB), at least 256 rows, so a
   // GEMM is always large enough to run near peak.
   int64_t block = std::min(n, std::max<int64_t>(256, (int64_t{1} << 24) / k));
-  Tensor dots = zeros({block, k}, DType::f32, x.device());  // stays zero when D = 0
+  Tensor dots = empty({block, k}, DType::f32, x.device());
   float factor = cosine ? 1.f : 2.f;
   auto* out = static_cast<int64_t*>(indices.raw_ptr());
   for (int64_t r0 = 0; r0 < n; r0 += block) {
     int64_t rows = std::min(block, n - r0);
-    if (d > 0) kernels.gemm(false, true, rows, k, d, 1.f, f32(x) + r0 * d, d, f32(embed), d, 0.f, f32w(dots), k);
+    kernels.gemm(false, true, rows, k, d, 1.f, f32(x) + r0 * d, d, f32(embed), d, 0.f, f32w(dots), k);
     cuda::argmin_scores(f32(bias), f32(dots), rows, k, factor, out + r0, s);
   }
   return indices;

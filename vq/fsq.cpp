@@ -58,10 +58,9 @@ Tensor FSQ::quantize(const Tensor& z) const {
   VQDDP_CHECK(z.dtype() == DType::f32 && z.dim() == 2 && z.size(1) == code_dim(), "FSQ: expected float32 [M, {}], got {}",
               code_dim(), z.desc());
   // A diverging encoder must stop here: round(NaN) has no index.
-  const float* pz = z.data<float>();
-  for (int64_t i = 0; i < z.numel(); ++i)
-    VQDDP_CHECK(std::isfinite(pz[i]), "FSQ: row {} has a non-finite value ({} in column {})", i / code_dim(), pz[i],
-                i % code_dim());
+  if (int64_t at = first_nonfinite(z); at >= 0)
+    VQDDP_THROW("FSQ: row {} has a non-finite value ({} in column {})", at / code_dim(),
+                z.detach().reshape({-1}).slice_rows(at, at + 1).item<float>(), at % code_dim());
   Tensor bounded = sub(mul(vqddp::tanh(add(z, shift_)), half_l_), offset_);
   return div(round_straight_through(bounded), half_width_);
 }

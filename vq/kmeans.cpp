@@ -21,17 +21,20 @@ void kmeans_update(Tensor& means, const Tensor& stats, bool cosine) {
 }
 
 KmeansResult kmeans(const Tensor& x, int64_t k, int iters, bool cosine, Communicator& comm, Generator& shared) {
+  VQDDP_CHECK(iters >= 1, "kmeans: iters {} must be at least 1", iters);
   NoGradGuard no_grad;
   Tensor means = sample_rows(x, k, comm, shared);  // (K, D) or (0, D)
   if (means.size(0) == 0) return {};
-  Tensor bins = zeros({k});
+  Tensor stats;
   for (int it = 0; it < iters; ++it) {
-    Tensor stats = code_stats(x, assign_codes(x, means, cosine), k);  // (K + K*D)
+    stats = code_stats(x, assign_codes(x, means, cosine), k);  // (K + K*D)
     comm.all_reduce(stats, ReduceOp::sum);
-    const double* counts = stats_counts(stats, k).data<double>();
-    for (int64_t c = 0; c < k; ++c) bins.data<float>()[c] = static_cast<float>(counts[c]);
     kmeans_update(means, stats, cosine);
   }
+  // bins: the counts of the last assignment (before its means update).
+  Tensor bins = empty({k});
+  const double* counts = stats_counts(stats, k).data<double>();
+  for (int64_t c = 0; c < k; ++c) bins.data<float>()[c] = static_cast<float>(counts[c]);
   return {means, bins};
 }
 

@@ -71,14 +71,14 @@ LFQOutput LFQ::forward(const Tensor& x, Communicator& comm) {
     idx.data<int64_t>()[i] = v;
   }
   Tensor q = codes_of(idx);                      // (N, B)
-  Tensor st = add(z, sub(q, z.detach()));        // straight-through
+  Tensor st = straight_through(z, q);        // straight-through
   LFQOutput out;
   out.indices = idx;
   out.quantized = project_out_ ? project_out_->forward(st) : st;
   out.entropy_loss = scalar(0.f);
   out.commitment_loss = scalar(0.f);
   out.loss = scalar(0.f);
-  if (!(is_training() && grad_enabled())) return out;
+  if (!updates_state()) return out;
 
   Tensor logits = mul(matmul(z, codebook_, false, true), 2.f * opt_.inv_temperature);  // (N, 2^B)
   Tensor p = softmax_rows(logits);

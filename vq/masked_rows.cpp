@@ -33,15 +33,10 @@ Tensor MaskedRows::expand(const Tensor& y, const Tensor& x) const {
 
 Tensor MaskedRows::expand_indices(const Tensor& indices) const {
   if (!active()) return indices;
-  int64_t q = indices.dim() == 1 ? 1 : indices.size(1);
-  Shape shape = indices.dim() == 1 ? Shape{rows_} : Shape{rows_, q};
-  Tensor out = full(shape, -1, DType::i64);
-  const int64_t* pk = keep_.data<int64_t>();
-  const std::vector<int64_t> pi = indices.to_vector<int64_t>();
-  int64_t* po = out.data<int64_t>();
-  for (int64_t j = 0; j < keep_.numel(); ++j)
-    for (int64_t c = 0; c < q; ++c) po[pk[j] * q + c] = pi[j * q + c];
-  return out.to(indices.device());
+  // The same gather as expand, with -1 in place of the input rows.
+  Shape shape = indices.shape();
+  shape[0] = rows_;
+  return expand(indices, full(shape, -1, DType::i64, indices.device()));
 }
 
 }  // namespace vqddp

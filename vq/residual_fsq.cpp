@@ -4,6 +4,7 @@
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
+#include "vq/index_columns.h"
 
 namespace vqddp {
 
@@ -30,9 +31,9 @@ ResidualFSQOutput ResidualFSQ::forward(const Tensor& x) {
   const int q = opt_.num_quantizers;
   Tensor z = project_in_ ? project_in_->forward(x) : x;  // (N, D)
   int64_t n = z.size(0);
-  int last = last_active_layer(opt_.quantize_dropout, q, is_training() && grad_enabled(), opt_.seed, dropout_step_);
+  int last = last_active_layer(opt_.quantize_dropout, q, updates_state(), opt_.seed, dropout_step_);
   Tensor residual = z, sum = zeros({n, code_dim_});
-  std::vector<int64_t> idx(n * q, -1);
+  std::vector<Tensor> idx_columns(q, full({n}, -1, DType::i64));  // -1: layer dropped
   for (int l = 0; l <= last; ++l) {
     Tensor scaled = div(residual, scales_[l]);
     Tensor code = fsq_->quantize(scaled);                // (N, D)
@@ -40,10 +41,10 @@ ResidualFSQOutput ResidualFSQ::forward(const Tensor& x) {
     Tensor quantized = mul(code, scales_[l]);
     residual = sub(residual, quantized.detach());
     sum = add(sum, quantized);
-    for (int64_t i = 0; i < n; ++i) idx[i * q + l] = layer_idx.data<int64_t>()[i];
+    idx_columns[l] = layer_idx;
   }
   Tensor y = project_out_ ? project_out_->forward(sum) : sum;
-  return {y, from_vector(idx, {n, q}), last + 1};
+  return {y, stack_columns(idx_columns), last + 1};
 }
 
 Tensor ResidualFSQ::decode(const Tensor& indices) const {
@@ -52,22 +53,10 @@ Tensor ResidualFSQ::decode(const Tensor& indices) const {
               "ResidualFSQ: expected int64 indices [N, {}], got {}", q, indices.desc());
   int64_t n = indices.size(0);
   Tensor sum = zeros({n, code_dim_});
-  Tensor t = transpose(indices);  // (Q, N)
-  for (int l = 0; l < q; ++l) {
-    Tensor li = t.slice_rows(l, l + 1).reshape({n});
-    std::vector<int64_t> rows, valid;
-    for (int64_t i = 0; i < n; ++i)
-      if (li.data<int64_t>()[i] >= 0) {
-        rows.push_back(i);
-        valid.push_back(li.data<int64_t>()[i]);
-      }
-    if (rows.empty()) continue;
-    Tensor codes = mul(fsq_->indices_to_codes(from_vector(valid, {static_cast<int64_t>(valid.size())})), scales_[l]);
-    Tensor full_codes = zeros({n, code_dim_});
-    for (size_t r = 0; r < rows.size(); ++r)
-      std::copy_n(codes.data<float>() + r * code_dim_, code_dim_, full_codes.data<float>() + rows[r] * code_dim_);
-    sum = add(sum, full_codes);
-  }
+  std::vector<Tensor> layers = split_columns(indices);
+  for (int l = 0; l < q; ++l)
+    sum = add(sum, codes_or_zero(layers[l], code_dim_,
+                                 [&](const Tensor& i) { return mul(fsq_->indices_to_codes(i), scales_[l]); }));
   return project_out_ ? project_out_->forward(sum) : sum;
 }
 

@@ -4,6 +4,7 @@
 
 #include "engine/ops.h"
 #include "vq/masked_rows.h"
+#include "vq/index_columns.h"
 #include "vq/losses.h"
 
 namespace vqddp {
@@ -39,7 +40,7 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
   Tensor z = rows.compact(x);                       // (M, dim)
   if (project_in_) z = project_in_->forward(z);     // (M, cd)
   int64_t m = z.size(0);
-  bool update = books_[0]->updates();
+  bool update = updates_state();
   // Dropout starts once every codebook is initialised: until then all layers
   // run, so k-means initialises each one and inference never meets a layer
   // that dropout happened to skip. Every rank sees the same initted flags.
@@ -50,7 +51,7 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
   out.active_layers = last + 1;
   Tensor residual = z, sum = zeros({m, codebook_dim_}, DType::f32, z.device());
   const Tensor zero = full({}, 0.0, DType::f32, z.device());  // the loss of a layer that did not run
-  std::vector<int64_t> all_idx(m * q, -1);
+  std::vector<Tensor> idx_columns(q, full({m}, -1, DType::i64, z.device()));  // -1: layer did not run
   std::vector<Tensor> shared_rows, shared_idx;  // for the shared codebook's single update
   for (int l = 0; l < q; ++l) {
     if (l > last) {
@@ -62,7 +63,7 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
     if (!book.ensure_initialised(prepared.detach(), comm)) {
       // No rank has rows: nothing to quantize on any rank.
       out.layer_losses.push_back(zero);
-      out.metrics.push_back({1.0, 0, 0, 0});
+      out.metrics.push_back(CodebookMetrics::empty_world());
       continue;
     }
     Tensor idx = book.assign(prepared);
@@ -80,8 +81,7 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
     Tensor quantized = straight_through(residual, code);
     residual = sub(residual, quantized.detach());
     sum = add(sum, quantized);
-    const std::vector<int64_t> pi = idx.to_vector<int64_t>();
-    for (int64_t i = 0; i < m; ++i) all_idx[i * q + l] = pi[i];
+    idx_columns[l] = idx;
   }
   if (opt_.shared_codebook && !shared_rows.empty())
     out.metrics.push_back(update ? books_[0]->update(concat(shared_rows, 0), concat(shared_idx, 0), comm)
@@ -90,7 +90,7 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
   for (const Tensor& l : out.layer_losses) out.loss = add(out.loss, l);
   Tensor y = project_out_ ? project_out_->forward(sum) : sum;  // (M, dim)
   out.quantized = rows.expand(y, x);
-  out.indices = rows.expand_indices(from_vector(all_idx, {m, q}).to(z.device()));
+  out.indices = rows.expand_indices(stack_columns(idx_columns));
   return out;
 }
 
@@ -98,23 +98,11 @@ std::vector<Tensor> ResidualVQ::get_codes_from_indices(const Tensor& indices) co
   const int q = opt_.num_quantizers;
   VQDDP_CHECK(indices.dtype() == DType::i64 && indices.dim() == 2 && indices.size(1) == q,
               "ResidualVQ: expected int64 indices [N, {}], got {}", q, indices.desc());
-  int64_t n = indices.size(0);
-  // Not a hot path: host copies of the indices and codebooks, codes
-  // returned on the codebooks' device.
-  std::vector<Tensor> codes;
-  const std::vector<int64_t> pi = indices.to_vector<int64_t>();
+  std::vector<Tensor> layers = split_columns(indices), codes;
   for (int l = 0; l < q; ++l) {
     const Codebook& book = codebook(l);
-    Tensor c = zeros({n, codebook_dim_});
-    Tensor embed = book.embed.detach().to(Device::cpu());
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t k = pi[i * q + l];
-      if (k < 0) continue;  // dropped layer or masked row: contributes zero
-      VQDDP_CHECK(k < book.options().codebook_size, "ResidualVQ: index {} of layer {} outside codebook of {}", k, l,
-                  book.options().codebook_size);
-      std::copy_n(embed.data<float>() + k * codebook_dim_, codebook_dim_, c.data<float>() + i * codebook_dim_);
-    }
-    codes.push_back(c.to(book.embed.device()));
+    codes.push_back(
+        codes_or_zero(layers[l], codebook_dim_, [&](const Tensor& i) { return book.lookup(i.to(book.embed.device())); }));
   }
   return codes;
 }

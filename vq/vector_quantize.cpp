@@ -1,6 +1,7 @@
 #include "vq/vector_quantize.h"
 
 #include "engine/ops.h"
+#include "vq/index_columns.h"
 #include "vq/losses.h"
 #include "vq/masked_rows.h"
 
@@ -47,7 +48,7 @@ void VectorQuantize::quantize_heads(const Tensor& z, Communicator& comm, Tensor&
     metrics.push_back(out.metrics);
   }
   q = reshape(transpose(reshape(concat(qs, 0), {h, m, cd}), 0, 1), {m, h * cd});
-  indices = transpose(reshape(concat(is, 0), {h, m}), 0, 1);  // (M, H)
+  indices = stack_columns(is);  // (M, H)
 }
 
 VectorQuantizeOutput VectorQuantize::forward(const Tensor& x, Communicator& comm, const Tensor& mask) {
@@ -69,24 +70,13 @@ VectorQuantizeOutput VectorQuantize::forward(const Tensor& x, Communicator& comm
 
 Tensor VectorQuantize::codes_of(const Tensor& indices) const {
   int64_t m = indices.size(0), h = opt_.heads, cd = codebook_dim_;
-  // Decoding is not a training hot path: it runs on host copies of the
-  // indices and codebooks and returns codes on the codebooks' device.
-  Tensor codes = zeros({m, h * cd});
-  float* pc = codes.data<float>();
-  const std::vector<int64_t> pi = indices.to_vector<int64_t>();
-  std::vector<Tensor> embeds;
-  for (const auto& book : codebooks_) embeds.push_back(book->embed.detach().to(Device::cpu()));
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < h; ++j) {
-      int64_t c = pi[i * h + j];
-      if (c < 0) continue;  // dropped or masked: zero
-      size_t b = codebooks_.size() == 1 ? 0 : j;
-      const Codebook& book = *codebooks_[b];
-      VQDDP_CHECK(c < book.options().codebook_size, "decode: index {} outside codebook of {}", c,
-                  book.options().codebook_size);
-      std::copy_n(embeds[b].data<float>() + c * cd, cd, pc + (i * h + j) * cd);
-    }
-  return codes.to(codebooks_[0]->embed.device());
+  std::vector<Tensor> heads = split_columns(indices), codes;
+  for (int64_t j = 0; j < h; ++j) {
+    const Codebook& book = *codebooks_[codebooks_.size() == 1 ? 0 : j];
+    // Codebook::lookup: the codes exactly as the forward used them.
+    codes.push_back(codes_or_zero(heads[j], cd, [&](const Tensor& i) { return book.lookup(i.to(book.embed.device())); }));
+  }
+  return reshape(transpose(reshape(concat(codes, 0), {h, m, cd}), 0, 1), {m, h * cd});  // head-major -> (M, H*cd)
 }
 
 Tensor VectorQuantize::decode(const Tensor& indices) const {

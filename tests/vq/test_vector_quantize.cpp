@@ -6,6 +6,7 @@
 #include "engine/autograd.h"
 #include "tests/vq/harness.h"
 #include "vq/assign.h"
+#include "vq/residual_vq.h"
 #include "vq/vector_quantize.h"
 
 using namespace vqddp;
@@ -167,4 +168,42 @@ TEST_CASE("an empty batch and an all-masked batch are valid in training") {
   out = vq.forward(ones({3, 4}), comm, zeros({3}, DType::i64));
   CHECK(out.indices.to_vector<int64_t>() == std::vector<int64_t>(3, -1));
   CHECK_THROWS_WITH_AS(vq.forward(ones({3, 5}), comm), doctest::Contains("VectorQuantize expects [N, 4]"), Error);
+}
+
+TEST_CASE("decode uses the codes the forward used: learnable cosine codebooks decode normalised") {
+  // A learnable cosine codebook is normalised where it is used, and the
+  // optimizer moves embed off the unit sphere; decode must not read raw
+  // embed rows (it did before decode went through Codebook::lookup).
+  SingleCommunicator comm;
+  Generator data(4, 0);
+  Tensor x = rand_normal({12, 4}, data);
+  auto off_the_sphere = [](Tensor embed) {  // a handle: writes reach the codebook
+    NoGradGuard no_grad;
+    embed.copy_(mul(embed, 3.f));  // what optimizer steps do over time
+  };
+  VectorQuantizeOptions o = base(4);
+  o.codebook.cosine = true;
+  o.codebook.learnable = true;
+  Generator init(0, 0);
+  VectorQuantize vq(o, init);
+  vq.forward(x, comm);  // k-means init
+  off_the_sphere(vq.codebooks()[0]->embed);
+  vq.eval();
+  VectorQuantizeOutput ev = vq.forward(x, comm);
+  check_close({{"decode", vq.decode(ev.indices)}}, {{"decode", ev.quantized}}, 1e-6, 1e-6);
+
+  ResidualVQOptions r;
+  r.dim = 4;
+  r.num_quantizers = 2;
+  r.codebook_size = 8;
+  r.codebook.cosine = true;
+  r.codebook.learnable = true;
+  r.codebook.kmeans_iters = 3;
+  Generator init2(0, 0);
+  ResidualVQ rvq(r, init2);
+  rvq.forward(x, comm);
+  for (int l = 0; l < 2; ++l) off_the_sphere(rvq.codebook(l).embed);
+  rvq.eval();
+  ResidualVQOutput rev = rvq.forward(x, comm);
+  check_close({{"decode", rvq.decode(rev.indices)}}, {{"decode", rev.quantized}}, 1e-5, 1e-5);
 }

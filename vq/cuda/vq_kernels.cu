@@ -89,7 +89,7 @@ __global__ void normalise_kernel(const float* cs, const float* avg, float* embed
 
 void code_bias(const float* embed, int64_t k, int64_t d, bool cosine, float* bias, cudaStream_t s) {
   if (k <= 0) return;
-  if (cosine || d <= 0) {
+  if (cosine) {
     VQDDP_CUDA_CHECK(cudaMemsetAsync(bias, 0, k * sizeof(float), s));
     return;
   }
@@ -112,10 +112,8 @@ void ema_update(const double* stats, float* cluster_size, float* embed_avg, floa
   VQDDP_CUDA_CHECK_LAUNCH();
   total_kernel<<<1, 1, 0, s>>>(cluster_size, k, total);
   VQDDP_CUDA_CHECK_LAUNCH();
-  if (d > 0) {
-    normalise_kernel<<<grid_for(k * d), kThreads, 0, s>>>(cluster_size, embed_avg, embed, k, d, eps, total);
-    VQDDP_CUDA_CHECK_LAUNCH();
-  }
+  normalise_kernel<<<grid_for(k * d), kThreads, 0, s>>>(cluster_size, embed_avg, embed, k, d, eps, total);
+  VQDDP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace vqddp::cuda
