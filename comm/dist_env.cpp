@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "engine/error.h"
+#include "engine/parse_number.h"
 
 namespace vqddp {
 
@@ -12,11 +13,10 @@ int integer_var(const std::function<const char*(const char*)>& lookup, const cha
   const char* v = lookup(name);
   VQDDP_CHECK(v && *v, "environment variable {} is not set (a multi-process run needs RANK, WORLD_SIZE, LOCAL_RANK, "
               "MASTER_ADDR and MASTER_PORT; `vqddp launch` sets them)", name);
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  VQDDP_CHECK(*end == '\0' && x >= low && x <= high, "environment variable {}={} is not an integer in [{}, {}]", name, v,
-              low, high);
-  return static_cast<int>(x);
+  std::optional<int64_t> x = parse_int(v);
+  VQDDP_CHECK(x && *x >= low && *x <= high, "environment variable {}={} is not an integer in [{}, {}]", name, v, low,
+              high);
+  return static_cast<int>(*x);
 }
 
 }  // namespace

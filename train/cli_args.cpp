@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "engine/error.h"
+#include "engine/parse_number.h"
 
 namespace vqddp {
 
@@ -36,24 +37,14 @@ std::string CliArgs::get(const std::string& name, const std::string& fallback) c
 int64_t CliArgs::get_int(const std::string& name, int64_t fallback) const {
   auto it = values_.find(name);
   if (it == values_.end()) return fallback;
-  try {
-    size_t used = 0;
-    int64_t v = std::stoll(it->second, &used);
-    if (used == it->second.size()) return v;
-  } catch (const std::exception&) {
-  }
+  if (auto v = parse_int(it->second)) return *v;
   VQDDP_THROW("{}: --{} expects an integer, got '{}'", command_, name, it->second);
 }
 
 double CliArgs::get_double(const std::string& name, double fallback) const {
   auto it = values_.find(name);
   if (it == values_.end()) return fallback;
-  try {
-    size_t used = 0;
-    double v = std::stod(it->second, &used);
-    if (used == it->second.size()) return v;
-  } catch (const std::exception&) {
-  }
+  if (auto v = parse_double(it->second)) return *v;
   VQDDP_THROW("{}: --{} expects a number, got '{}'", command_, name, it->second);
 }
 

@@ -9,6 +9,7 @@
 
 #include "comm/thread_group.h"
 #include "engine/ops.h"
+#include "engine/parse_number.h"
 #include "engine/safetensors.h"
 #include "train/schedule.h"
 #include "vq/codebook.h"
@@ -25,12 +26,7 @@ bool parse_bool(const std::string& file, const std::string& key, const std::stri
 }
 
 double parse_number(const std::string& file, const std::string& key, const std::string& v) {
-  try {
-    size_t used = 0;
-    double d = std::stod(v, &used);
-    if (used == v.size()) return d;
-  } catch (const std::exception&) {
-  }
+  if (auto d = parse_double(v)) return *d;
   VQDDP_THROW("{}: metadata '{}' must be a number, got \"{}\"", file, key, v);
 }
 
@@ -79,11 +75,9 @@ std::vector<std::vector<int64_t>> parse_shards(const std::string& spec, const st
     std::stringstream items(one);
     std::string item;
     while (std::getline(items, item, ',')) {
-      try {
-        counts.push_back(std::stoll(item));
-      } catch (const std::exception&) {
-        VQDDP_THROW("replay: --shards: '{}' is not a row count", item);
-      }
+      std::optional<int64_t> c = parse_int(item);
+      VQDDP_CHECK(c, "replay: --shards: '{}' is not a row count", item);
+      counts.push_back(*c);
     }
     VQDDP_CHECK(static_cast<int>(counts.size()) == world, "replay: --shards list '{}' has {} entries for --world {}",
                 one, counts.size(), world);
@@ -156,7 +150,7 @@ int run_replay(const ReplayOptions& opt) {
       book.cluster_size.copy_(cluster_size);
     }
     for (size_t s = 0; s < steps; ++s) {
-      int64_t begin = std::accumulate(shards[s].begin(), shards[s].begin() + comm.rank(), int64_t{0});
+      int64_t begin = shard_begin(shards[s], comm.rank());
       CodebookOutput out = book.forward(batches[s].slice_rows(begin, begin + shards[s][comm.rank()]), comm);
       quantized[s][comm.rank()] = out.quantize;
       indices[s][comm.rank()] = out.indices;

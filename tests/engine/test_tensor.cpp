@@ -6,6 +6,7 @@
 
 #include "engine/cpu_allocator.h"
 #include "engine/ops.h"
+#include "engine/parse_number.h"
 #include "engine/random.h"
 
 using namespace vqddp;
@@ -153,4 +154,18 @@ TEST_CASE("large tensors reuse cached host blocks; their contents are not assume
   Tensor again = zeros({1 << 16});  // takes the cached block and zero-fills it
   CHECK(cpu_cache_bytes() == before);
   CHECK(sum(again).item<float>() == 0.f);
+}
+
+TEST_CASE("parse_int and parse_double take the whole string or nothing") {
+  CHECK(parse_int("42") == 42);
+  CHECK(parse_int("-7") == -7);
+  CHECK_FALSE(parse_int("3x"));  // std::stoll read this as 3 (replay --shards did)
+  CHECK_FALSE(parse_int(" 3"));
+  CHECK_FALSE(parse_int(""));
+  CHECK_FALSE(parse_int("3.5"));
+  CHECK_FALSE(parse_int("99999999999999999999"));  // out of range
+  CHECK(parse_double("0.25") == 0.25);
+  CHECK(parse_double("1e-3") == 1e-3);
+  CHECK_FALSE(parse_double("1.5s"));
+  CHECK_FALSE(parse_double(""));
 }
