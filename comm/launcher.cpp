@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -102,13 +103,11 @@ int launch_processes(const LaunchSpec& s) {
       break;
     }
     --alive;
-    for (size_t i = 0; i < pids.size(); ++i)
-      if (pids[i] == done) reaped[i] = 1;
+    int local = static_cast<int>(std::find(pids.begin(), pids.end(), done) - pids.begin());
+    if (local < static_cast<int>(pids.size())) reaped[local] = 1;
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (code != 0 && result == 0) {
       result = code;
-      int local = 0;
-      while (local < static_cast<int>(pids.size()) && pids[local] != done) ++local;
       fmt::print(stderr, "vqddp launch: rank {} (local {}) exited with {}; stopping the others\n",
                  s.node_rank * s.nproc + local, local, code);
       for (size_t i = 0; i < pids.size(); ++i)

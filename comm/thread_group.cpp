@@ -183,7 +183,11 @@ Communicator& ThreadGroup::communicator(int rank) {
 
 void ThreadGroup::abort(Failure kind, const std::string& message) {
   std::lock_guard lock(mu_);
-  if (!failed_) {
+  fail_locked(kind, message);
+}
+
+void ThreadGroup::fail_locked(Failure kind, const std::string& message) {
+  if (!failed_) {  // the first failure is the one every rank reports
     failed_ = true;
     failure_ = kind;
     failure_message_ = message;
@@ -213,11 +217,9 @@ void ThreadGroup::rank_finished(int rank) {
   if (arrived_ > 0 && !failed_) {
     // Some ranks wait in a collective this rank will never call.
     int waiter = static_cast<int>(std::find(here_.begin(), here_.end(), 1) - here_.begin());
-    failed_ = true;
-    failure_ = Failure::desync;
-    failure_message_ = fmt::format("rank {} returned without calling {} #{}, which ranks waiting there need (missing: {})",
-                                   rank, calls_[waiter].fp.str(), calls_[waiter].seq, missing_ranks());
-    cv_.notify_all();
+    fail_locked(Failure::desync,
+                fmt::format("rank {} returned without calling {} #{}, which ranks waiting there need (missing: {})", rank,
+                            calls_[waiter].fp.str(), calls_[waiter].seq, missing_ranks()));
   }
 }
 
@@ -235,10 +237,7 @@ void ThreadGroup::rendezvous(int rank, const Call* call, const char* phase) {
       if (!same) {
         std::string each;
         for (int r = 0; r < world_size_; ++r) each += fmt::format("\n  rank {}: {}", r, calls_[r].fp.str());
-        failed_ = true;
-        failure_ = Failure::desync;
-        failure_message_ = fmt::format("collective #{}: ranks called different collectives:{}", mine.seq, each);
-        cv_.notify_all();
+        fail_locked(Failure::desync, fmt::format("collective #{}: ranks called different collectives:{}", mine.seq, each));
         throw_failure();
       }
     }
@@ -250,23 +249,15 @@ void ThreadGroup::rendezvous(int rank, const Call* call, const char* phase) {
   }
   for (int r = 0; r < world_size_; ++r)
     if (finished_[r]) {
-      failed_ = true;
-      failure_ = Failure::desync;
-      failure_message_ = fmt::format("rank {} returned without calling {} #{} (missing: {})", r, mine.fp.str(), mine.seq,
-                                     missing_ranks());
-      cv_.notify_all();
+      fail_locked(Failure::desync, fmt::format("rank {} returned without calling {} #{} (missing: {})", r, mine.fp.str(),
+                                               mine.seq, missing_ranks()));
       throw_failure();
     }
   uint64_t gen = generation_;
   auto deadline = std::chrono::steady_clock::now() + options_.timeout;
-  if (!cv_.wait_until(lock, deadline, [&] { return generation_ != gen || failed_; })) {
-    failed_ = true;
-    failure_ = Failure::timeout;
-    failure_message_ =
-        fmt::format("timeout after {} ms in {} #{} ({}): ranks {} did not arrive", options_.timeout.count(),
-                    mine.fp.str(), mine.seq, phase, missing_ranks());
-    cv_.notify_all();
-  }
+  if (!cv_.wait_until(lock, deadline, [&] { return generation_ != gen || failed_; }))
+    fail_locked(Failure::timeout, fmt::format("timeout after {} ms in {} #{} ({}): ranks {} did not arrive",
+                                              options_.timeout.count(), mine.fp.str(), mine.seq, phase, missing_ranks()));
   if (generation_ == gen) throw_failure();
 }
 

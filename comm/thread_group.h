@@ -68,6 +68,8 @@ class ThreadGroup {
   void rendezvous(int rank, const Call* call, const char* phase);
   const Call& call_of(int rank) const { return calls_[rank]; }
   [[noreturn]] void throw_failure() const;  // requires the lock
+  // Records the group's first failure and wakes every waiter; requires the lock.
+  void fail_locked(Failure kind, const std::string& message);
   std::string missing_ranks() const;        // requires the lock
 
   const int world_size_;
