@@ -43,7 +43,7 @@ void usage() {
 // The config of `train`/`check-ddp`, with command-line overrides applied.
 Config config_from(const CliArgs& args, bool allow_default) {
   Config cfg = args.positional().empty() && allow_default
-                   ? parse_config(nlohmann::json::parse(default_config_json()), "built-in default (examples/speech_codec.json)")
+                   ? parse_config_text(default_config_json(), "built-in default (examples/speech_codec.json)")
                    : load_config(args.positional().at(0));
   cfg.distributed.world_size = static_cast<int>(args.get_int("world", cfg.distributed.world_size));
   cfg.distributed.backend = args.get("backend", cfg.distributed.backend);

@@ -2,9 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-
 #include "engine/error.h"
+#include "engine/file_io.h"
 #include "train/config_reader.h"
 #include "vqddp_default_config.h"
 
@@ -143,16 +142,24 @@ Config parse_config(const nlohmann::json& j, const std::string& file) {
   return c;
 }
 
-Config load_config(const std::string& path) {
-  std::ifstream in(path);
-  VQDDP_CHECK(in, "{}: cannot open config file", path);
+Config parse_config_text(const std::string& text, const std::string& origin) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
+    j = nlohmann::json::parse(text, nullptr, true, /*ignore_comments=*/true);
   } catch (const nlohmann::json::exception& e) {
-    VQDDP_THROW("{}: not valid JSON: {}", path, e.what());
+    VQDDP_THROW("{}: not valid JSON: {}", origin, e.what());
   }
-  return parse_config(j, path);
+  return parse_config(j, origin);
+}
+
+Config load_config(const std::string& path) {
+  std::string text;
+  try {
+    text = read_file(path);
+  } catch (const Error& e) {
+    VQDDP_THROW("{}: cannot open config file ({})", path, e.what());
+  }
+  return parse_config_text(text, path);
 }
 
 const char* default_config_json() { return kDefaultConfigJson; }

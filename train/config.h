@@ -100,6 +100,8 @@ struct Config {
 
 // `file` names the source in error messages.
 Config parse_config(const nlohmann::json& j, const std::string& file);
+// JSON text (comments allowed) -> Config; `origin` names it in errors.
+Config parse_config_text(const std::string& text, const std::string& origin);
 Config load_config(const std::string& path);
 // The built-in default run (the README's main job): examples/speech_codec.json.
 const char* default_config_json();

@@ -33,8 +33,6 @@ void ConfigSection::fail(const std::string& key, const std::string& what) const 
   VQDDP_THROW("{}: '{}' {}", file_, key_path(key), what);
 }
 
-bool ConfigSection::has(const std::string& key) const { return obj_.contains(key); }
-
 const nlohmann::json* ConfigSection::get(const std::string& key) {
   read_.insert(key);
   auto it = obj_.find(key);

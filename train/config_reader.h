@@ -19,7 +19,6 @@ class ConfigSection {
   // ("" for the root).
   ConfigSection(const nlohmann::json& obj, std::string path, std::string file);
 
-  bool has(const std::string& key) const;
   double number(const std::string& key, double fallback);
   int64_t integer(const std::string& key, int64_t fallback);
   bool boolean(const std::string& key, bool fallback);

@@ -1,13 +1,28 @@
 #include "train/ddp.h"
 
-#include <cstring>
-
 namespace vqddp {
 
 DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& comm, size_t bucket_bytes)
-    : params_(module.parameters()), comm_(comm), bucket_bytes_(bucket_bytes) {
+    : params_(module.parameters()), comm_(comm) {
   for (auto& [name, t] : module.named_parameters()) comm.broadcast(t, 0);
   for (auto& [name, t] : module.named_buffers()) comm.broadcast(t, 0);
+  // Pack parameters in registration order until a bucket is full (a
+  // parameter larger than a bucket gets one of its own).
+  size_t i = 0;
+  while (i < params_.size()) {
+    size_t j = i;
+    int64_t elems = 0;
+    do {
+      elems += params_[j].numel();
+      ++j;
+    } while (j < params_.size() && static_cast<size_t>(elems + params_[j].numel()) * sizeof(float) <= bucket_bytes);
+    Tensor bucket = empty({elems}, DType::f32, params_[i].device());
+    for (int64_t at = 0; i < j; at += params_[i].numel(), ++i) {
+      bucket_of_.push_back(buckets_.size());
+      slots_.push_back(bucket.slice_rows(at, at + params_[i].numel()));
+    }
+    buckets_.push_back(bucket);
+  }
 }
 
 float DistributedDataParallel::loss_scale(int64_t local, int64_t global) {
@@ -16,39 +31,25 @@ float DistributedDataParallel::loss_scale(int64_t local, int64_t global) {
 
 void DistributedDataParallel::all_reduce_gradients() {
   if (!sync_) return;
-  std::vector<Tensor>& params = params_;
-  size_t i = 0;
-  while (i < params.size()) {
-    // Pack parameters in registration order until the bucket is full.
-    size_t j = i;
-    int64_t elems = 0;
-    do {
-      elems += params[j].numel();
-      ++j;
-    } while (j < params.size() && static_cast<size_t>(elems + params[j].numel()) * 4 <= bucket_bytes_);
-    Tensor bucket = empty({elems});  // (elems)
-    float* p = bucket.data<float>();
-    for (size_t k = i; k < j; ++k) {
-      Tensor g = params[k].grad();
+  size_t k = 0;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    size_t first = k;
+    for (; k < params_.size() && bucket_of_[k] == b; ++k) {
+      Tensor g = params_[k].grad();
       if (g.defined())
-        std::memcpy(p, g.data<float>(), g.numel() * sizeof(float));
+        slots_[k].copy_(g.reshape({-1}));
       else
-        std::memset(p, 0, params[k].numel() * sizeof(float));
-      p += params[k].numel();
+        slots_[k].fill_(0);
     }
-    comm_.all_reduce(bucket, ReduceOp::sum);
-    p = bucket.data<float>();
-    for (size_t k = i; k < j; ++k) {
-      Tensor g = params[k].grad();
+    comm_.all_reduce(buckets_[b], ReduceOp::sum);
+    for (size_t p = first; p < k; ++p) {
+      Tensor g = params_[p].grad();
       if (!g.defined()) {
-        g = empty(params[k].shape());
-        params[k].set_grad(g);
+        g = empty(params_[p].shape(), DType::f32, params_[p].device());
+        params_[p].set_grad(g);
       }
-      std::memcpy(g.data<float>(), p, g.numel() * sizeof(float));
-      g.bump_version();
-      p += params[k].numel();
+      g.reshape({-1}).copy_(slots_[p]);  // a view: writes g's storage and bumps its version
     }
-    i = j;
   }
 }
 

@@ -52,8 +52,12 @@ class DistributedDataParallel {
 
  private:
   std::vector<Tensor> params_;  // the module's parameters, listed once (the names are built per call)
+  // Buckets and each parameter's slot in its bucket (a view), laid out once:
+  // a step only copies gradients in and out.
+  std::vector<Tensor> buckets_;
+  std::vector<size_t> bucket_of_;  // per parameter
+  std::vector<Tensor> slots_;      // per parameter: (numel) view into its bucket
   Communicator& comm_;
-  size_t bucket_bytes_;
   bool sync_ = true;
 };
 

@@ -28,6 +28,23 @@ std::shared_ptr<Sequential> mlp(int64_t in, int64_t hidden, int layers, int64_t 
   return net;
 }
 
+// The fields VectorQuantize and ResidualVQ options share, from the config.
+template <class Options>
+Options vq_options(const ModelConfig& m, const QuantizerConfig& q, uint64_t seed) {
+  Options o;
+  o.dim = m.latent_dim;
+  o.codebook_size = q.codebook_size;
+  o.codebook_dim = q.codebook_dim;
+  o.commitment_weight = q.commitment_weight;
+  o.codebook = q.codebook;
+  o.seed = seed;
+  return o;
+}
+
+QuantizeDropoutOptions dropout_options(const QuantizerConfig& q) {
+  return {q.quantize_dropout, q.quantize_dropout_cutoff_index, q.quantize_dropout_multiple_of};
+}
+
 }  // namespace
 
 CodecModel::CodecModel(const ModelConfig& m, const QuantizerConfig& q, int64_t input_dim, uint64_t seed)
@@ -37,25 +54,12 @@ CodecModel::CodecModel(const ModelConfig& m, const QuantizerConfig& q, int64_t i
   encoder_ = register_module("encoder", mlp(input_dim, m.hidden, m.hidden_layers, latent, m.activation, gen));
   decoder_ = register_module("decoder", mlp(latent, m.hidden, m.hidden_layers, input_dim, m.activation, gen));
   if (q.type == "vq") {
-    VectorQuantizeOptions o;
-    o.dim = m.latent_dim;
-    o.codebook_size = q.codebook_size;
-    o.codebook_dim = q.codebook_dim;
-    o.commitment_weight = q.commitment_weight;
-    o.codebook = q.codebook;
-    o.seed = seed;
-    vq_ = register_module("quantizer", std::make_shared<VectorQuantize>(o, gen));
+    vq_ = register_module("quantizer", std::make_shared<VectorQuantize>(vq_options<VectorQuantizeOptions>(m, q, seed), gen));
   } else if (q.type == "residual_vq") {
-    ResidualVQOptions o;
-    o.dim = m.latent_dim;
+    ResidualVQOptions o = vq_options<ResidualVQOptions>(m, q, seed);
     o.num_quantizers = q.num_quantizers;
-    o.codebook_size = q.codebook_size;
-    o.codebook_dim = q.codebook_dim;
     o.shared_codebook = q.shared_codebook;
-    o.quantize_dropout = {q.quantize_dropout, q.quantize_dropout_cutoff_index, q.quantize_dropout_multiple_of};
-    o.commitment_weight = q.commitment_weight;
-    o.codebook = q.codebook;
-    o.seed = seed;
+    o.quantize_dropout = dropout_options(q);
     rvq_ = register_module("quantizer", std::make_shared<ResidualVQ>(o, gen));
   } else if (q.type == "fsq") {
     fsq_ = register_module("quantizer", std::make_shared<FSQ>(FSQOptions{q.levels, m.latent_dim, 1}, gen));
@@ -64,7 +68,7 @@ CodecModel::CodecModel(const ModelConfig& m, const QuantizerConfig& q, int64_t i
     o.levels = q.levels;
     o.num_quantizers = q.num_quantizers;
     o.dim = m.latent_dim;
-    o.quantize_dropout = {q.quantize_dropout, q.quantize_dropout_cutoff_index, q.quantize_dropout_multiple_of};
+    o.quantize_dropout = dropout_options(q);
     o.seed = seed;
     rfsq_ = register_module("quantizer", std::make_shared<ResidualFSQ>(o, gen));
   }

@@ -84,9 +84,13 @@ Schedule agree_schedule(const std::vector<int64_t>& sizes, const std::vector<dou
   return s;
 }
 
+int64_t shard_begin(const std::vector<int64_t>& shards, int rank) {
+  return std::accumulate(shards.begin(), shards.begin() + rank, int64_t{0});
+}
+
 ShardedSampler::ShardedSampler(Schedule schedule, std::vector<int64_t> sizes, uint64_t seed, int rank, int world)
     : schedule_(std::move(schedule)), sizes_(std::move(sizes)), seed_(seed), rank_(rank),
-      shards_(even_shards(schedule_.batch_size, world)) {}
+      shards_(even_shards(schedule_.batch_size, world)), begin_(shard_begin(shards_, rank)) {}
 
 const std::vector<std::pair<int, int64_t>>& ShardedSampler::epoch_list(int64_t epoch) {
   if (epoch == cached_epoch_) return list_;
@@ -111,9 +115,8 @@ const std::vector<std::pair<int, int64_t>>& ShardedSampler::epoch_list(int64_t e
 std::vector<std::pair<int, int64_t>> ShardedSampler::rank_batch(int64_t step) {
   const auto& list = epoch_list(step / schedule_.steps_per_epoch);
   int64_t pos = step % schedule_.steps_per_epoch, n = static_cast<int64_t>(list.size());
-  int64_t begin = std::accumulate(shards_.begin(), shards_.begin() + rank_, int64_t{0});
   std::vector<std::pair<int, int64_t>> out;
-  for (int64_t j = begin; j < begin + shards_[rank_]; ++j) out.push_back(list[(pos * schedule_.batch_size + j) % n]);
+  for (int64_t j = begin_; j < begin_ + shards_[rank_]; ++j) out.push_back(list[(pos * schedule_.batch_size + j) % n]);
   return out;
 }
 

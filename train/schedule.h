@@ -53,6 +53,8 @@ Schedule agree_schedule(const std::vector<int64_t>& source_sizes, const std::vec
 // Rows of `rows` split into `world` contiguous shards, as even as possible
 // (the first rows % world ranks get one more).
 std::vector<int64_t> even_shards(int64_t rows, int world);
+// First row of rank `rank`'s shard: the rows of the ranks before it.
+int64_t shard_begin(const std::vector<int64_t>& shards, int rank);
 
 class ShardedSampler {
  public:
@@ -71,6 +73,7 @@ class ShardedSampler {
   uint64_t seed_;
   int rank_;
   std::vector<int64_t> shards_;
+  int64_t begin_;  // shard_begin(shards_, rank_)
   int64_t cached_epoch_ = -1;
   std::vector<std::pair<int, int64_t>> list_;
 };

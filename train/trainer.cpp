@@ -88,8 +88,7 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm) 
   NoGradGuard no_grad;
   model.eval();
   std::vector<int64_t> shards = even_shards(data.validation.size(0), comm.world_size());
-  int64_t begin = 0;
-  for (int r = 0; r < comm.rank(); ++r) begin += shards[r];
+  int64_t begin = shard_begin(shards, comm.rank());
   std::vector<int64_t> sizes = model.layer_sizes();
   std::vector<float> stats(3, 0.f);  // sum x^2, sum err^2, elements
   double signal = 0, error = 0;
@@ -140,7 +139,8 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
   launch_ranks(launch, [&](Communicator& comm) {
     const bool lead = comm.rank() == 0;
     CodecModel model(cfg.model, cfg.quantizer, data.example_dim, cfg.run.seed);
-    std::unique_ptr<Optimizer> optim = make_optimizer(cfg.optimizer, model.parameters());
+    const std::vector<Tensor> params = model.parameters();  // listed once: the names are built per call
+    std::unique_ptr<Optimizer> optim = make_optimizer(cfg.optimizer, params);
     DistributedDataParallel ddp(model, comm);
     Schedule schedule = agree_schedule(sizes, data.weights, cfg.schedule, comm);
     ShardedSampler sampler(schedule, sizes, cfg.run.seed, comm.rank(), comm.world_size());
@@ -168,7 +168,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
       Tensor loss = add(out.reconstruction_loss, out.quantizer_loss);
       mul(loss, DistributedDataParallel::loss_scale(x.size(0), schedule.batch_size)).backward();
       ddp.all_reduce_gradients();
-      if (cfg.optimizer.grad_clip > 0) clip_grad_norm(model.parameters(), cfg.optimizer.grad_clip);
+      if (cfg.optimizer.grad_clip > 0) clip_grad_norm(params, cfg.optimizer.grad_clip);
       optim->step();
       optim->zero_grad();
       int64_t done = step + 1;

@@ -1,16 +1,12 @@
 #include "train/wav.h"
 
-#include "engine/file_io.h"
-
 #include <algorithm>
-#include <cerrno>
 #include <climits>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <memory>
 
 #include "engine/error.h"
+#include "engine/file_io.h"
 
 namespace vqddp {
 
