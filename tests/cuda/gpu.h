@@ -9,11 +9,18 @@
 
 #include "engine/nn.h"
 #include "engine/ops.h"
+#include "engine/random.h"
 
 namespace vqddp::test {
 
 inline const Device kGpu = Device::cuda(0);
 inline const Device kCpu = Device::cpu();
+
+// Standard-normal host data, one stream per use.
+inline Tensor randn(const Shape& s, uint64_t stream, float mean = 0.f) {
+  Generator g(77, stream);
+  return rand_normal(s, g, mean);
+}
 
 // |gpu - cpu| <= atol + rtol |cpu| element-wise (NaN must match NaN).
 inline void check_matches(const Tensor& gpu, const Tensor& cpu, double rtol, double atol = 1e-6) {

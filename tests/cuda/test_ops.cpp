@@ -7,7 +7,7 @@
 //                  accumulation in a different order, rounded once)
 //   rtol 1e-4:     matmul (cuBLAS and OpenBLAS sum K products in different
 //                  orders: error ~ sqrt(K) eps |a||b|), atol 1e-4
-#include "../engine/gradcheck.h"
+#include "tests/engine/gradcheck.h"
 #include "engine/autograd.h"
 #include "engine/device.h"
 #include "engine/random.h"
@@ -17,11 +17,6 @@ using namespace vqddp;
 using namespace vqddp::test;
 
 namespace {
-
-Tensor randn(const Shape& s, uint64_t stream) {
-  Generator g(77, stream);
-  return rand_normal(s, g);
-}
 
 // f on CPU inputs and on their GPU copies; forward and every input's
 // gradient (of sum(w * f)) compared within rtol/atol.
@@ -175,13 +170,18 @@ TEST_CASE("a module moved to the GPU computes what it computed on the CPU") {
 }
 
 TEST_CASE("device results are bitwise reproducible run to run") {
-  Tensor a = randn({300, 64}, 16);
-  Tensor idx = from_vector(std::vector<int64_t>(300, 2), {300});  // every row hits one row: worst case for atomics
+  // Many different values scatter-added into few rows (most into row 2):
+  // float atomics would give order-dependent sums here.
+  Tensor a = randn({300, 64}, 16), w = randn({3000, 64}, 17);
+  std::vector<int64_t> idx(3000);
+  for (int64_t i = 0; i < 3000; ++i) idx[i] = i % 3 == 0 ? (i * 7) % 300 : 2;
   auto run = [&] {
     Tensor x = a.to(kGpu).set_requires_grad(true);
-    Tensor y = index_select(x, idx.to(kGpu));
-    sum(mul(y, y)).backward();
-    return std::make_pair(sum(x, 0).to_vector<float>(), x.grad().to_vector<float>());
+    Tensor y = index_select(x, from_vector(idx, {3000}).to(kGpu));
+    sum(mul(y, w.to(kGpu))).backward();
+    return std::make_pair(sum(matmul(x, x, false, true), 0).to_vector<float>(), x.grad().to_vector<float>());
   };
-  CHECK(run() == run());
+  auto first = run();
+  CHECK(run() == first);
+  CHECK(run() == first);
 }

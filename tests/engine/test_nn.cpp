@@ -1,6 +1,8 @@
 // Modules: registration order, dotted names, modes, Linear's math.
 #include <doctest/doctest.h>
 
+#include "engine/autograd.h"
+#include "engine/device.h"
 #include "engine/ops.h"
 #include "engine/optim.h"
 
@@ -84,4 +86,30 @@ TEST_CASE("a small MLP fits a linear target with SGD") {
     (i == 0 ? first : last) = loss.item<float>();
   }
   CHECK(last < first * 0.05f);
+}
+
+TEST_CASE("Module::to the CPU changes nothing; to a missing device is an error that moves nothing") {
+  Generator gen(1, 0);
+  Linear lin(3, 2, gen);
+  Tensor held = lin.weight;  // a handle taken before the move
+  lin.weight.set_grad(ones({2, 3}));
+  lin.to(Device::cpu());
+  CHECK(lin.weight.shares_storage(held));
+  CHECK(lin.weight.grad().defined());
+  Device missing = Device::cuda(cuda_device_count());
+  CHECK_THROWS_WITH_AS(lin.to(missing), doctest::Contains(missing.str().c_str()), Error);
+  CHECK(lin.weight.device().is_cpu());
+  CHECK(lin.weight.shares_storage(held));
+}
+
+TEST_CASE("updates_state: training mode and grad mode together") {
+  Generator gen(1, 0);
+  Linear lin(3, 2, gen);
+  CHECK(lin.updates_state());
+  {
+    NoGradGuard no_grad;
+    CHECK_FALSE(lin.updates_state());
+  }
+  lin.eval();
+  CHECK_FALSE(lin.updates_state());
 }

@@ -47,6 +47,17 @@ inline Tensor shard(const Tensor& x, const std::vector<int64_t>& sizes, int rank
   return x.slice_rows(begin, begin + sizes[rank]);
 }
 
+// The assignment score of row i of x (N, D) for code j of e (K, D), in
+// double: the squared distance, or minus the dot product for cosine
+// codebooks (rows already normalised). Lower is better.
+inline double code_score(const Tensor& x, int64_t i, const Tensor& e, int64_t j, bool cosine) {
+  int64_t d = x.size(1);
+  const float *px = x.data<float>() + i * d, *pe = e.data<float>() + j * d;
+  double s = 0;
+  for (int64_t c = 0; c < d; ++c) s += cosine ? -double(px[c]) * pe[c] : (double(px[c]) - pe[c]) * (double(px[c]) - pe[c]);
+  return s;
+}
+
 // Clones of every parameter and buffer, by name.
 inline NamedTensors snapshot(const Module& m) { return m.state_copy(); }
 

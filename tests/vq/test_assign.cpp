@@ -3,23 +3,21 @@
 
 #include "engine/ops.h"
 #include "engine/random.h"
+#include "tests/vq/harness.h"
 #include "vq/assign.h"
 
 using namespace vqddp;
+using namespace vqddp::test;
 
 namespace {
 // Full N x K distance matrix, then argmin: the obviously-correct version.
 Tensor brute_force(const Tensor& x, const Tensor& e, bool cosine) {
-  int64_t n = x.size(0), k = e.size(0), d = x.size(1);
+  int64_t n = x.size(0), k = e.size(0);
   std::vector<int64_t> out(n);
   for (int64_t i = 0; i < n; ++i) {
     double best = 0;
     for (int64_t j = 0; j < k; ++j) {
-      double s = 0;
-      for (int64_t c = 0; c < d; ++c) {
-        double a = x.data<float>()[i * d + c], b = e.data<float>()[j * d + c];
-        s += cosine ? -a * b : (a - b) * (a - b);
-      }
+      double s = code_score(x, i, e, j, cosine);
       if (j == 0 || s < best) {
         best = s;
         out[i] = j;

@@ -107,14 +107,14 @@ TEST_CASE("invariant 3: a revived code keeps its sampled vector through the next
     o.dim = 2;
     o.kmeans_init = false;
     o.decay = 0.5f;
-    o.threshold_ema_dead_code = 1.f;
+    o.threshold_ema_dead_code = 1.5f;  // not the ones-init, so a reset to the threshold is visible
     Generator init(0, 0);
     Codebook book(o, init);
     Tensor codes = from_vector({0, 0, 10, 10, -10, 10, 10, -10}, {4, 2});
     book.embed.copy_(codes);
     book.embed_avg.copy_(codes);  // cluster_size starts at ones
 
-    // Step 1: every row is near code 0; codes 1..3 decay to 0.5 < 1 and are revived.
+    // Step 1: every row is near code 0; codes 1..3 decay to 0.5 < 1.5 and are revived.
     Tensor x1 = from_vector({0.1f, 0.2f, -0.1f, 0.3f, 0.2f, -0.2f, -0.3f, 0.1f, 0.4f, 0.4f, -0.2f, -0.4f}, {6, 2});
     CodebookOutput out1 = book.forward(x1, comm);
     REQUIRE(out1.metrics.codes_revived == 3);
@@ -122,7 +122,9 @@ TEST_CASE("invariant 3: a revived code keeps its sampled vector through the next
     bool is_row = false;
     for (int64_t r = 0; r < 6; ++r) is_row |= slice_rows(x1, r, r + 1).to_vector<float>() == sampled.to_vector<float>();
     REQUIRE(is_row);
-    CHECK(book.cluster_size.to_vector<float>()[1] == 1.f);
+    // embed, embed_avg and cluster_size reset together: avg = row * threshold.
+    CHECK(book.cluster_size.to_vector<float>()[1] == 1.5f);
+    CHECK(slice_rows(book.embed_avg, 1, 2).to_vector<float>() == mul(sampled, 1.5f).to_vector<float>());
     if (!reset_like_the_fix) {
       // What the buggy order leaves behind: the EMA state of the dead code.
       book.cluster_size.data<float>()[1] = 0.5f;
@@ -200,6 +202,34 @@ TEST_CASE("invariant 8: the communicator comes with each call, never from constr
   book.forward(rand_normal({20, 6}, data), b);
   CHECK(a.counters().collectives == used_a);
   CHECK(b.counters().collectives > 0);
+}
+
+TEST_CASE("invariant 8: a codebook stepped alone, then in a 2-rank group, reduces with the group it is given") {
+  // A module that cached 'world of one' (or any communicator) from its
+  // first call would not all-reduce later: its two ranks would diverge.
+  CodebookOptions o = ddp_options(false);
+  Generator data(5, 0);
+  Tensor first = rand_normal({20, 6}, data);
+  std::vector<Tensor> later = {rand_normal({24, 6}, data), rand_normal({24, 6}, data)};
+  auto stepped_alone = [&] {
+    Generator init(0, 0);
+    auto book = std::make_unique<Codebook>(o, init);
+    SingleCommunicator solo;
+    book->forward(first, solo);
+    return book;
+  };
+  auto reference = stepped_alone();
+  SingleCommunicator solo;
+  for (const Tensor& x : later) reference->forward(x, solo);
+  std::vector<std::unique_ptr<Codebook>> books;
+  books.push_back(stepped_alone());
+  books.push_back(stepped_alone());
+  run_ranks(2, [&](Communicator& comm) {
+    for (const Tensor& x : later)
+      books[comm.rank()]->forward(shard(x, split_sizes(24, 2, "uneven"), comm.rank()), comm);
+  }, kFast);
+  CHECK(bitwise_equal(snapshot(*books[0]), snapshot(*books[1])));
+  check_close(snapshot(*books[0]), snapshot(*reference), 1e-5, 1e-5);
 }
 
 TEST_CASE("k-means init sets embed = means, embed_avg = means * counts (not means) and cluster_size = counts") {
