@@ -35,6 +35,11 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual std::string backend() const = 0;  // "single", "thread", "nccl"
+  // Where this rank's tensors should live for the cheapest collectives: the
+  // host for "single" and "thread" (which take any device, staging GPU
+  // tensors through the host), the rank's own GPU (cuda:LOCAL_RANK) for
+  // "nccl" (which stages host tensors through that GPU).
+  virtual Device device() const { return Device::cpu(); }
 
   // Every rank must call. In place: `t` holds the reduction of all ranks'
   // `t` afterwards, bitwise identical on every rank. float32, float64 and
