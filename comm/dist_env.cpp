@@ -39,4 +39,10 @@ DistEnv dist_env_from_process() {
   return dist_env_from([](const char* name) { return std::getenv(name); });
 }
 
+bool dist_env_present(const std::function<const char*(const char*)>& lookup) {
+  for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
+    if (const char* v = lookup(name); v && *v) return true;
+  return false;
+}
+
 }  // namespace vqddp

@@ -21,5 +21,8 @@ struct DistEnv {
 // `lookup` returns a variable's value or nullptr (std::getenv by default).
 DistEnv dist_env_from(const std::function<const char*(const char*)>& lookup);
 DistEnv dist_env_from_process();
+// True when any of the five variables is set: a launcher meant this process
+// to be one rank of a group (and dist_env_from then checks all of them).
+bool dist_env_present(const std::function<const char*(const char*)>& lookup);
 
 }  // namespace vqddp

@@ -3,6 +3,8 @@
 // rank went wrong.
 #pragma once
 
+#include <string>
+
 #include "engine/error.h"
 
 namespace vqddp {
@@ -26,5 +28,10 @@ class AbortedError : public Error {
  public:
   using Error::Error;
 };
+
+// How a group failed, for backends that record a failure in one place and
+// raise it in every later call.
+enum class CommFailure { aborted, desync, timeout };
+[[noreturn]] void throw_comm_failure(CommFailure kind, const std::string& message);
 
 }  // namespace vqddp

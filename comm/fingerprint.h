@@ -4,6 +4,8 @@
 // before moving any data.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -24,5 +26,19 @@ struct Fingerprint {
   bool operator==(const Fingerprint&) const = default;
   std::string str() const;  // "all_reduce(sum) float32 x1000"
 };
+
+// The fingerprint as a few int64 words, for backends whose ranks live in
+// different processes and compare fingerprints with a tiny all_gather
+// (NCCL with its collective check on). The per-rank counts of
+// all_gather_rows travel as a hash; `seq` is the caller's sequence number.
+constexpr int kFingerprintWords = 6;
+using FingerprintWords = std::array<int64_t, kFingerprintWords>;
+FingerprintWords encode_fingerprint(const Fingerprint& fp, uint64_t seq);
+// "#12 all_reduce(sum) float32 x1000", from the words (any values: a
+// corrupted or unknown kind is printed as such, never trusted).
+std::string describe_fingerprint(const FingerprintWords& words);
+
+// The error text when ranks disagree at collective #seq: one line per rank.
+std::string desync_message(uint64_t seq, const std::vector<std::string>& per_rank);
 
 }  // namespace vqddp

@@ -1,5 +1,9 @@
 #include "comm/launch.h"
 
+#include <cstdlib>
+
+#include "comm/nccl_communicator.h"
+#include "comm/rendezvous.h"
 #include "comm/single.h"
 #include "comm/thread_group.h"
 
@@ -24,9 +28,26 @@ void launch_thread(const LaunchOptions& o, const std::function<void(Communicator
   run_ranks(o.world_size, fn, {.timeout = o.timeout});
 }
 
-// Backends that need optional libraries add their entry here under their
-// build flag.
-constexpr Backend kBackends[] = {{"single", launch_single}, {"thread", launch_thread}};
+// This process is one rank of the group the environment describes (set by
+// `vqddp launch`, torchrun or an srun wrapper); without any of those
+// variables it is a world of one, so `vqddp train --backend nccl` runs on
+// one GPU as is. The world size comes from WORLD_SIZE, not from options.
+void launch_nccl(const LaunchOptions& o, const std::function<void(Communicator&)>& fn) {
+  auto lookup = [](const char* name) -> const char* { return std::getenv(name); };
+  DistEnv env;
+  std::unique_ptr<Store> store;
+  if (dist_env_present(lookup)) {
+    env = dist_env_from(lookup);
+    if (env.world_size > 1) store = rendezvous_store(env, lookup, o.timeout);
+  }
+  NcclOptions nccl = NcclOptions::from_environment(o.timeout);
+  nccl.check_fingerprints |= o.check_collectives;
+  std::unique_ptr<Communicator> comm = make_nccl_communicator(env, std::move(store), nccl);
+  fn(*comm);
+}
+
+// "nccl" is listed in every build; a build without NCCL says so when asked.
+constexpr Backend kBackends[] = {{"single", launch_single}, {"thread", launch_thread}, {"nccl", launch_nccl}};
 
 }  // namespace
 

@@ -14,12 +14,16 @@ namespace vqddp {
 
 struct LaunchOptions {
   std::string backend = "thread";
-  int world_size = 1;
+  int world_size = 1;  // threads of "thread"; "nccl" takes it from WORLD_SIZE
   std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per wait in a collective
+  // "nccl": compare every collective's fingerprint across ranks first (the
+  // thread backend always does). Also on with VQDDP_NCCL_CHECK=1.
+  bool check_collectives = false;
 };
 
 // Runs fn once per local rank with that rank's communicator and returns when
-// all are done; the first exception of any rank is rethrown. Unknown backend
+// all are done; the first exception of any rank is rethrown. With "nccl"
+// this process is ONE rank: fn runs once, on this process's communicator. Unknown backend
 // names are an error that lists the known ones.
 void launch_ranks(const LaunchOptions& options, const std::function<void(Communicator&)>& fn);
 

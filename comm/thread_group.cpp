@@ -5,6 +5,7 @@
 #include <exception>
 #include <thread>
 
+#include "comm/staging.h"
 #include "engine/blas.h"
 
 namespace vqddp {
@@ -125,20 +126,13 @@ class ThreadCommunicator final : public Communicator {
   }
 
  private:
-  // Tensors on a GPU (W rank threads sharing one device): `collective`
-  // runs on host buffers, each rank's copy waiting for its own stream, and
-  // the result is copied back into the caller's `out` (in place, invariant
-  // 5). The host code is the same rank-ordered one, so GPU ranks get the
-  // CPU's bitwise determinism, fingerprints and deadlines. Returns false,
-  // doing nothing, when both tensors are on the host. `in` may be `out`.
+  // Tensors on a GPU (W rank threads sharing one device) are staged through
+  // the host, each rank's copy waiting for its own stream; the host code is
+  // the same rank-ordered one, so GPU ranks get the CPU's bitwise
+  // determinism, fingerprints and deadlines.
   template <class F>
   static bool staged_on_host(const Tensor& in, Tensor& out, F collective) {
-    if (in.device().is_cpu() && out.device().is_cpu()) return false;
-    auto on_host = [](const Tensor& t) { return t.device().is_cpu() ? t : empty(t.shape(), t.dtype()).copy_(t); };
-    Tensor h = on_host(out);
-    collective(in.shares_storage(out) ? h : on_host(in), h);
-    if (!out.shares_storage(h)) out.copy_(h);
-    return true;
+    return staged_on(Device::cpu(), in, out, collective);
   }
 
   // Arrive (fingerprint check), do this rank's share of the work, complete.
@@ -195,14 +189,7 @@ void ThreadGroup::fail_locked(Failure kind, const std::string& message) {
   cv_.notify_all();
 }
 
-void ThreadGroup::throw_failure() const {
-  switch (failure_) {
-    case Failure::desync: throw DesyncError(failure_message_);
-    case Failure::timeout: throw TimeoutError(failure_message_);
-    case Failure::aborted: break;
-  }
-  throw AbortedError(failure_message_);
-}
+void ThreadGroup::throw_failure() const { throw_comm_failure(failure_, failure_message_); }
 
 std::string ThreadGroup::missing_ranks() const {
   std::vector<int> missing;
@@ -235,9 +222,9 @@ void ThreadGroup::rendezvous(int rank, const Call* call, const char* phase) {
       bool same = true;
       for (int r = 1; r < world_size_; ++r) same &= calls_[r].fp == calls_[0].fp;
       if (!same) {
-        std::string each;
-        for (int r = 0; r < world_size_; ++r) each += fmt::format("\n  rank {}: {}", r, calls_[r].fp.str());
-        fail_locked(Failure::desync, fmt::format("collective #{}: ranks called different collectives:{}", mine.seq, each));
+        std::vector<std::string> each;
+        for (int r = 0; r < world_size_; ++r) each.push_back(calls_[r].fp.str());
+        fail_locked(Failure::desync, desync_message(mine.seq, each));
         throw_failure();
       }
     }

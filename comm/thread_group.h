@@ -50,7 +50,7 @@ class ThreadGroup {
 
   // Fails the group: wakes every waiter; this and every later call throw an
   // error of the given kind with `message`. The first abort's reason stays.
-  enum class Failure { aborted, desync, timeout };
+  using Failure = CommFailure;
   void abort(Failure kind, const std::string& message);
   // Tells the group `rank` will make no more calls.
   void rank_finished(int rank);

@@ -1,0 +1,14 @@
+#include "comm/errors.h"
+
+namespace vqddp {
+
+void throw_comm_failure(CommFailure kind, const std::string& message) {
+  switch (kind) {
+    case CommFailure::desync: throw DesyncError(message);
+    case CommFailure::timeout: throw TimeoutError(message);
+    case CommFailure::aborted: break;
+  }
+  throw AbortedError(message);
+}
+
+}  // namespace vqddp

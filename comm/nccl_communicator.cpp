@@ -1,0 +1,383 @@
+#include "comm/nccl_communicator.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "vqddp_config.h"
+
+namespace vqddp {
+
+NcclOptions NcclOptions::from_environment(std::chrono::milliseconds timeout) {
+  auto on = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v && std::strcmp(v, "1") == 0;
+  };
+  return {timeout, on("VQDDP_NCCL_CHECK"), on("VQDDP_NCCL_BLOCKING")};
+}
+
+}  // namespace vqddp
+
+#if !VQDDP_HAVE_NCCL
+
+namespace vqddp {
+
+bool nccl_built() { return false; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(const DistEnv&, std::unique_ptr<Store>, const NcclOptions&) {
+  VQDDP_THROW("backend 'nccl' is not in this build of vqddp (it was built without CUDA and NCCL; install the CUDA "
+              "toolkit with NCCL and rebuild)");
+}
+
+}  // namespace vqddp
+
+#else
+
+#include <nccl.h>
+
+#include <fmt/format.h>
+
+#include <mutex>
+#include <thread>
+
+#include "comm/fingerprint.h"
+#include "comm/rendezvous.h"
+#include "comm/staging.h"
+#include "comm/watchdog.h"
+#include "engine/cuda/cuda_check.h"
+#include "engine/cuda/runtime.h"
+#include "engine/device.h"
+
+namespace vqddp {
+
+bool nccl_built() { return true; }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::i64: return ncclInt64;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+// A CUDA event without timing (the cheap kind), destroyed with its owner.
+// Shared between the caller and the watchdog, which polls it.
+struct Event {
+  cudaEvent_t e = nullptr;
+  Event() { VQDDP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming)); }
+  ~Event() { cudaEventDestroy(e); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  // Complete, or failed for good (a sticky CUDA error surfaces elsewhere).
+  bool done() const { return cudaEventQuery(e) != cudaErrorNotReady; }
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(const DistEnv& env, std::unique_ptr<Store> store, const NcclOptions& options);
+  ~NcclCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string backend() const override { return "nccl"; }
+  Device device() const override { return Device::cuda(device_); }
+
+  void all_reduce(Tensor& t, ReduceOp op) override {
+    check_all_reduce(t, op);
+    if (staged(t, t, [&](const Tensor&, Tensor& d) { all_reduce(d, op); })) return;
+    Fingerprint fp(fmt::format("all_reduce({})", reduce_op_name(op)), t.dtype(), t.numel());
+    run(fp, [&](cudaStream_t s) {
+      return t.numel() == 0 ? ncclSuccess
+                            : ncclAllReduce(t.raw_ptr(), t.raw_ptr(), t.numel(), nccl_type(t.dtype()), nccl_op(op), comm_, s);
+    });
+    t.bump_version();
+    count(t.nbytes());
+  }
+
+  void broadcast(Tensor& t, int root) override {
+    check_broadcast(t, root);
+    if (staged(t, t, [&](const Tensor&, Tensor& d) { broadcast(d, root); })) return;
+    run(Fingerprint("broadcast", t.dtype(), t.numel(), root), [&](cudaStream_t s) {
+      return t.numel() == 0 ? ncclSuccess
+                            : ncclBroadcast(t.raw_ptr(), t.raw_ptr(), t.numel(), nccl_type(t.dtype()), root, comm_, s);
+    });
+    if (rank_ != root) t.bump_version();
+    count(t.nbytes());
+  }
+
+  void all_gather(const Tensor& in, Tensor& out) override {
+    check_all_gather(in, out);
+    if (staged(in, out, [&](const Tensor& i, Tensor& d) { all_gather(i, d); })) return;
+    run(Fingerprint("all_gather", in.dtype(), in.numel()), [&](cudaStream_t s) {
+      return in.numel() == 0 ? ncclSuccess
+                             : ncclAllGather(in.raw_ptr(), out.raw_ptr(), in.numel(), nccl_type(in.dtype()), comm_, s);
+    });
+    out.bump_version();
+    count(out.nbytes());
+  }
+
+  // NCCL has no all_gather with per-rank sizes. This is W broadcasts in one
+  // NCCL group: rank r's rows go from rank r straight into their place in
+  // every rank's `out`. Chosen over padding every rank to the largest
+  // count and gathering: no scratch buffer of W x max rows, no compaction
+  // copies afterwards, no bytes sent for padding (revival gathers are often
+  // lopsided: a rank with many dead codes next to ranks with none), and
+  // ranks with 0 rows send nothing. NCCL runs the grouped broadcasts
+  // concurrently, so the cost stays close to one all_gather of the total.
+  void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) override {
+    check_all_gather_rows(in, counts, out);
+    if (staged(in, out, [&](const Tensor& i, Tensor& d) { all_gather_rows(i, counts, d); })) return;
+    int64_t row = shape_numel(Shape(in.shape().begin() + 1, in.shape().end()));
+    run(Fingerprint("all_gather_rows", in.dtype(), row, -1, counts), [&](cudaStream_t s) {
+      size_t row_bytes = row * dtype_size(in.dtype());
+      char* dst = static_cast<char*>(out.raw_ptr());
+      ncclResult_t r = ncclGroupStart();
+      for (int src = 0; src < world_ && r == ncclSuccess; ++src) {
+        if (counts[src] > 0 && row > 0) {
+          const void* send = src == rank_ ? in.raw_ptr() : dst;
+          r = ncclBroadcast(send, dst, counts[src] * row, nccl_type(in.dtype()), src, comm_, s);
+        }
+        dst += counts[src] * row_bytes;
+      }
+      ncclResult_t end = ncclGroupEnd();
+      return r != ncclSuccess ? r : end;
+    });
+    out.bump_version();
+    count(out.nbytes());
+  }
+
+  // A one-element all_reduce that the caller waits for: returns once every
+  // rank has arrived (or throws at the deadline).
+  void barrier() override {
+    std::shared_ptr<Event> done = run(Fingerprint("barrier", DType::f32, 0), [&](cudaStream_t s) {
+      return ncclAllReduce(token_.raw_ptr(), token_.raw_ptr(), 1, ncclFloat32, ncclSum, comm_, s);
+    });
+    watchdog_->wait_until([&] { return done->done(); });
+    count(0);
+  }
+
+ private:
+  // Host tensors (counts, metrics) go through this rank's GPU; the call then
+  // waits for the result, and a failure found meanwhile is raised here.
+  template <class F>
+  bool staged(const Tensor& in, Tensor& out, F collective) {
+    for (const Tensor* t : {&in, static_cast<const Tensor*>(&out)})
+      VQDDP_CHECK(t->device().is_cpu() || t->device() == device(),
+                  "nccl rank {}: a tensor on {} in a collective of the communicator on {} (use the rank's own GPU, "
+                  "comm.device())",
+                  rank_, t->device().str(), device().str());
+    if (!staged_on(device(), in, out, collective)) return false;
+    watchdog_->check();  // the copy back waited for the collective: did it fail?
+    return true;
+  }
+
+  // Queues one collective: its NCCL calls (`issue`, given the comm stream)
+  // run after the caller's queued work, and the caller's stream waits for
+  // them. Returns the completion event.
+  template <class Issue>
+  std::shared_ptr<Event> run(const Fingerprint& fp, Issue issue) {
+    watchdog_->check();
+    uint64_t seq = seq_++;
+    if (options_.check_fingerprints && world_ > 1) compare_fingerprints(fp, seq);
+    return enqueue(fp.str(), seq, issue);
+  }
+
+  template <class Issue>
+  std::shared_ptr<Event> enqueue(const std::string& what, uint64_t seq, Issue issue) {
+    cuda::DeviceGuard guard(device_);
+    cudaStream_t compute = cuda::current_stream(device_);
+    Event ready;
+    auto done = std::make_shared<Event>();
+    VQDDP_CUDA_CHECK(cudaEventRecord(ready.e, compute));
+    VQDDP_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready.e, 0));
+    {
+      std::lock_guard lock(mu_);
+      if (aborted_) watchdog_->check();
+      settle(issue(stream_), what, seq);
+    }
+    VQDDP_CUDA_CHECK(cudaEventRecord(done->e, stream_));
+    VQDDP_CUDA_CHECK(cudaStreamWaitEvent(compute, done->e, 0));
+    watchdog_->watch(seq, what, options_.timeout, [done] { return done->done(); });
+    if (options_.blocking) watchdog_->wait_until([&] { return done->done(); });
+    return done;
+  }
+
+  // A non-blocking communicator may answer ncclInProgress while it is still
+  // putting the work on the stream (connecting to peers on first use, for
+  // one): poll its state until it settles, within the deadline. Requires mu_.
+  void settle(ncclResult_t r, const std::string& what, uint64_t seq) {
+    auto deadline = Clock::now() + options_.timeout;
+    while (r == ncclInProgress) {
+      if (Clock::now() > deadline) {
+        fail_locked(CommFailure::timeout, fmt::format("nccl rank {}: {} #{} was not even queued within its deadline of {} ms; "
+                                                      "the communicator was aborted (are all ranks running?)",
+                                                      rank_, what, seq, options_.timeout.count()));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
+    }
+    if (r != ncclSuccess)
+      fail_locked(CommFailure::aborted, fmt::format("nccl rank {}: {} #{} failed: {} ({}); the communicator was aborted",
+                                                    rank_, what, seq, ncclGetErrorString(r), ncclGetLastError(comm_)));
+  }
+
+  // Records the failure, aborts and throws; requires mu_ (so the watchdog's
+  // abort, which takes it, cannot run concurrently).
+  [[noreturn]] void fail_locked(CommFailure kind, const std::string& message) {
+    abort_locked();
+    watchdog_->record(kind, message);
+    watchdog_->check();                 // throws the first failure (maybe the watchdog's own)
+    throw_comm_failure(kind, message);  // not reached
+  }
+
+  void abort_locked() {
+    if (aborted_) return;
+    aborted_ = true;
+    ncclCommAbort(comm_);
+  }
+
+  // The watchdog's view of NCCL's asynchronous error state. try_lock: while
+  // the caller holds mu_ it is polling the same state itself.
+  std::string async_error() {
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock() || aborted_) return "";
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) return "ncclCommGetAsyncError failed";
+    if (state == ncclSuccess || state == ncclInProgress) return "";
+    return fmt::format("nccl rank {}: {} ({})", rank_, ncclGetErrorString(state), ncclGetLastError(comm_));
+  }
+
+  // The debug check: every rank's fingerprint of call #seq, gathered through
+  // NCCL itself (as an uncounted collective), compared on the host.
+  void compare_fingerprints(const Fingerprint& fp, uint64_t seq) {
+    FingerprintWords mine = encode_fingerprint(fp, seq);
+    Tensor words = from_vector(std::vector<int64_t>(mine.begin(), mine.end()), {kFingerprintWords}).to(device());
+    Tensor all = empty({world_ * kFingerprintWords}, DType::i64, device());
+    std::shared_ptr<Event> done = enqueue(fmt::format("fingerprint check of {}", fp.str()), seq, [&](cudaStream_t s) {
+      return ncclAllGather(words.raw_ptr(), all.raw_ptr(), kFingerprintWords, ncclInt64, comm_, s);
+    });
+    watchdog_->wait_until([&] { return done->done(); });
+    std::vector<int64_t> got = all.to_vector<int64_t>();
+    std::vector<std::string> each;
+    bool same = true;
+    for (int r = 0; r < world_; ++r) {
+      FingerprintWords w;
+      std::copy(got.begin() + r * kFingerprintWords, got.begin() + (r + 1) * kFingerprintWords, w.begin());
+      same &= w == mine;
+      each.push_back(describe_fingerprint(w));
+    }
+    if (!same) {
+      // Every rank gathered the same words, so every rank throws alike.
+      std::string message = fmt::format("nccl rank {}: {}", rank_, desync_message(seq, each));
+      watchdog_->record(CommFailure::desync, message);
+      throw DesyncError(message);
+    }
+  }
+
+  int rank_, world_, device_;
+  NcclOptions options_;
+  std::unique_ptr<Store> store_;  // kept: rank 0 serves the TCP store for the whole run
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  Tensor token_;  // the barrier's one float on the GPU
+  std::mutex mu_;  // NCCL calls of the caller vs the watchdog's abort
+  bool aborted_ = false;
+  uint64_t seq_ = 0;
+  std::unique_ptr<Watchdog> watchdog_;
+};
+
+NcclCommunicator::NcclCommunicator(const DistEnv& env, std::unique_ptr<Store> store, const NcclOptions& options)
+    : rank_(env.rank), world_(env.world_size), device_(env.local_rank), options_(options), store_(std::move(store)) {
+  int gpus = cuda_device_count();
+  VQDDP_CHECK(device_ < gpus, "nccl rank {}: LOCAL_RANK={} needs cuda:{}, but this machine has {} CUDA device(s){}",
+              rank_, env.local_rank, device_, gpus, gpus == 0 ? "" : " (start at most one process per GPU)");
+  VQDDP_CHECK(world_ == 1 || store_, "nccl rank {}: a world of {} needs a rendezvous store", rank_, world_);
+  cuda::DeviceGuard guard(device_);
+
+  ncclUniqueId id;
+  auto make_id = [&] {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    VQDDP_CHECK(r == ncclSuccess, "nccl rank {}: ncclGetUniqueId failed: {}", rank_, ncclGetErrorString(r));
+    return std::string(reinterpret_cast<const char*>(&id), sizeof id);
+  };
+  std::string blob = world_ == 1 ? make_id() : share_from_rank0(*store_, env, "nccl_unique_id", make_id);
+  VQDDP_CHECK(blob.size() == sizeof id, "nccl rank {}: the shared NCCL id has {} bytes, expected {}", rank_, blob.size(),
+              sizeof id);
+  std::memcpy(&id, blob.data(), sizeof id);
+
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // every call returns at once; the deadline is ours to keep
+  ncclResult_t r = ncclCommInitRankConfig(&comm_, world_, id, rank_, &config);
+  auto deadline = Clock::now() + options_.timeout;
+  while (r == ncclInProgress && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
+  }
+  if (r != ncclSuccess) {
+    std::string why = r == ncclInProgress
+                          ? fmt::format("did not complete within {} ms (are all {} ranks started, with the same "
+                                        "MASTER_ADDR/MASTER_PORT, and can they reach each other?)",
+                                        options_.timeout.count(), world_)
+                          : fmt::format("failed: {} ({})", ncclGetErrorString(r), ncclGetLastError(comm_));
+    if (comm_) ncclCommAbort(comm_);
+    std::string message = fmt::format("nccl rank {}: communicator init (world {}, cuda:{}) {}", rank_, world_, device_, why);
+    if (r == ncclInProgress) throw TimeoutError(message);
+    throw Error(message);
+  }
+  VQDDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  token_ = zeros({1}, DType::f32, device());
+  watchdog_ = std::make_unique<Watchdog>(Watchdog::Hooks{[this] { return async_error(); },
+                                                         [this] {
+                                                           std::lock_guard lock(mu_);
+                                                           abort_locked();
+                                                         }});
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  // Healthy: let queued collectives finish and close the communicator
+  // properly (ncclCommFinalize), within the deadline. Failed, or past the
+  // deadline: abort. Never throws.
+  bool healthy = !watchdog_->failed();
+  watchdog_->stop();
+  cudaSetDevice(device_);
+  std::lock_guard lock(mu_);
+  if (!aborted_ && healthy) {
+    auto deadline = Clock::now() + options_.timeout;
+    ncclResult_t r = ncclCommFinalize(comm_);
+    while (r == ncclInProgress && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
+    }
+    if (r == ncclSuccess) {
+      ncclCommDestroy(comm_);
+      aborted_ = true;  // gone either way
+    }
+  }
+  abort_locked();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_communicator(const DistEnv& env, std::unique_ptr<Store> store,
+                                                     const NcclOptions& options) {
+  return std::make_unique<NcclCommunicator>(env, std::move(store), options);
+}
+
+}  // namespace vqddp
+
+#endif

@@ -1,0 +1,37 @@
+#include "comm/rendezvous.h"
+
+#include <fmt/format.h>
+
+#include "engine/error.h"
+#include "engine/parse_number.h"
+
+namespace vqddp {
+
+std::unique_ptr<Store> rendezvous_store(const DistEnv& env, const std::function<const char*(const char*)>& lookup,
+                                        std::chrono::milliseconds timeout) {
+  if (const char* dir = lookup("VQDDP_STORE_DIR"); dir && *dir) return std::make_unique<FileStore>(dir, timeout);
+  return std::make_unique<TcpStore>(env.master_addr, env.master_port, env.rank == 0, timeout);
+}
+
+std::string share_from_rank0(Store& store, const DistEnv& env, const std::string& name,
+                             const std::function<std::string()>& make) {
+  // Keys carry the master port, so a file store directory reused by a run
+  // with another port cannot hand out a previous run's blob.
+  std::string key = fmt::format("vqddp/{}/{}", env.master_port, name);
+  if (env.rank == 0) {
+    std::string blob = make();
+    store.set(key, fmt::format("{}:", env.world_size) + blob);
+    return blob;
+  }
+  std::string value = store.get(key);
+  size_t colon = value.find(':');
+  std::optional<int64_t> world = colon == std::string::npos ? std::nullopt : parse_int(value.substr(0, colon));
+  VQDDP_CHECK(world, "rendezvous: the value of '{}' is not from a vqddp rank 0", key);
+  VQDDP_CHECK(*world == env.world_size,
+              "rendezvous: rank {} has WORLD_SIZE={} but rank 0 has WORLD_SIZE={} (every process must be launched with "
+              "the same world size)",
+              env.rank, env.world_size, *world);
+  return value.substr(colon + 1);
+}
+
+}  // namespace vqddp

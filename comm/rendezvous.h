@@ -1,0 +1,29 @@
+// How the processes of a group find each other before any collective
+// exists: rank 0 makes a blob (NCCL's ncclUniqueId) and publishes it in a
+// key-value store; every other rank waits for it, with the store's deadline.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "comm/dist_env.h"
+#include "comm/store.h"
+
+namespace vqddp {
+
+// The store of a group: a FileStore in $VQDDP_STORE_DIR when that is set (a
+// directory every node sees on a shared file system; use a fresh one per
+// run), else the TCP store on MASTER_ADDR:MASTER_PORT, served by rank 0.
+std::unique_ptr<Store> rendezvous_store(const DistEnv& env, const std::function<const char*(const char*)>& lookup,
+                                        std::chrono::milliseconds timeout);
+
+// Rank 0 returns make() after publishing it under `name`; every other rank
+// returns what rank 0 published. The blob travels with rank 0's WORLD_SIZE,
+// and a rank whose WORLD_SIZE differs fails at once naming both values (an
+// inconsistent launch would otherwise hang in the communicator's init).
+std::string share_from_rank0(Store& store, const DistEnv& env, const std::string& name,
+                             const std::function<std::string()>& make);
+
+}  // namespace vqddp

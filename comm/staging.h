@@ -1,0 +1,27 @@
+// Running a collective on copies when the caller's tensors are not where the
+// backend works: the thread backend reduces in host memory (GPU tensors are
+// staged through the host), NCCL reduces in the rank's GPU (host tensors are
+// staged through it). Either way the result lands in the caller's `out`
+// (in place, VQ_SEMANTICS.md invariant 5) and the caller never sees the
+// copies.
+#pragma once
+
+#include "engine/tensor.h"
+
+namespace vqddp {
+
+// When `in` and `out` are both on `home`, returns false and does nothing.
+// Otherwise runs collective(in_home, out_home) on copies on `home` and
+// copies the result back into `out`, returning true. `in` may be `out`
+// (then the collective gets the same copy twice, and works in place on it).
+template <class F>
+bool staged_on(Device home, const Tensor& in, Tensor& out, F collective) {
+  if (in.device() == home && out.device() == home) return false;
+  auto at_home = [&](const Tensor& t) { return t.device() == home ? t : empty(t.shape(), t.dtype(), home).copy_(t); };
+  Tensor h = at_home(out);
+  collective(in.shares_storage(out) ? h : at_home(in), h);
+  if (!out.shares_storage(h)) out.copy_(h);
+  return true;
+}
+
+}  // namespace vqddp
