@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "comm/launch.h"
+#include "tests/comm/closed_form.h"
 #include "comm/single.h"
 #include "comm/thread_group.h"
 #include "engine/ops.h"
@@ -212,4 +213,11 @@ TEST_CASE("argument errors name the rank") {
                          comm.all_gather(zeros({1, 2}), out);
                        }, kFast),
                        doctest::Contains("all_gather output is float32[3, 2] on cpu, expected float32[2, 2]"), Error);
+}
+
+TEST_CASE("the closed-form checks every backend runs (tests/comm/closed_form.h) pass on the thread backend, W = 1..8") {
+  for (int w = 1; w <= 8; ++w) {
+    CAPTURE(w);
+    run_ranks(w, [&](Communicator& comm) { test::closed_form_collectives(comm, Device::cpu()); }, kFast);
+  }
 }

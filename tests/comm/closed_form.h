@@ -1,0 +1,99 @@
+// The comm interface's closed-form checks, written once for every backend:
+// called on every rank of a group (thread ranks, NCCL processes), with the
+// rank's tensors on `device`. Rank-filled tensors make every expectation
+// exact: rank r contributes 1000 r + i at element i.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace vqddp::test {
+
+inline Tensor rank_filled(int rank, int64_t n, DType dtype, Device device) {
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = 1000.0 * rank + double(i);
+  Tensor t = from_vector(v, {n});  // float64, exact
+  if (dtype == DType::f64) return t.to(device);
+  Tensor out = empty({n}, dtype);
+  for (int64_t i = 0; i < n; ++i) {
+    if (dtype == DType::f32) out.data<float>()[i] = static_cast<float>(v[i]);
+    else out.data<int64_t>()[i] = static_cast<int64_t>(v[i]);
+  }
+  return out.to(device);
+}
+
+inline std::vector<double> as_doubles(const Tensor& t) {
+  Tensor h = t.to(Device::cpu());
+  std::vector<double> out(h.numel());
+  for (int64_t i = 0; i < h.numel(); ++i)
+    out[i] = h.dtype() == DType::f32 ? h.data<float>()[i] : h.dtype() == DType::f64 ? h.data<double>()[i]
+                                                                                     : double(h.data<int64_t>()[i]);
+  return out;
+}
+
+inline void closed_form_collectives(Communicator& comm, Device device) {
+  const int w = comm.world_size(), r = comm.rank();
+  const int64_t n = 37;  // not a multiple of any block size
+  CommCounters before = comm.counters();
+  for (DType dt : {DType::f32, DType::f64, DType::i64}) {
+    CAPTURE(dtype_name(dt));
+    Tensor s = rank_filled(r, n, dt, device), mx = s.clone(), mn = s.clone();
+    comm.all_reduce(s, ReduceOp::sum);
+    comm.all_reduce(mx, ReduceOp::max);
+    comm.all_reduce(mn, ReduceOp::min);
+    std::vector<double> gs = as_doubles(s), gx = as_doubles(mx), gn = as_doubles(mn);
+    for (int64_t i = 0; i < n; ++i) {
+      CHECK(gs[i] == 1000.0 * w * (w - 1) / 2 + double(w) * i);
+      CHECK(gx[i] == 1000.0 * (w - 1) + i);
+      CHECK(gn[i] == double(i));
+    }
+    if (dt != DType::i64) {
+      Tensor avg = full({n}, r + 1.0, dt, device);  // mean of 1..W: exact in binary for W <= 8
+      comm.all_reduce(avg, ReduceOp::avg);
+      for (double v : as_doubles(avg)) CHECK(v == (w + 1) / 2.0);
+    }
+  }
+  // In place in a row view (invariant 5): the rest of the tensor untouched.
+  Tensor big = full({6, 3}, r + 1.0, DType::f32, device);
+  Tensor view = big.slice_rows(2, 5);
+  comm.all_reduce(view, ReduceOp::sum);
+  std::vector<double> gb = as_doubles(big);
+  for (int64_t i = 0; i < 18; ++i) CHECK(gb[i] == (i >= 6 && i < 15 ? w * (w + 1) / 2.0 : r + 1.0));
+  for (int root = 0; root < w; ++root) {
+    Tensor b = rank_filled(r, 5, DType::f32, device);
+    comm.broadcast(b, root);
+    std::vector<double> gv = as_doubles(b);
+    for (int64_t i = 0; i < 5; ++i) CHECK(gv[i] == 1000.0 * root + i);
+  }
+  // all_gather: rank q's 4 elements land at block q.
+  Tensor g = empty({4 * w}, DType::i64, device);
+  comm.all_gather(rank_filled(r, 4, DType::i64, device), g);
+  std::vector<double> gg = as_doubles(g);
+  for (int q = 0; q < w; ++q)
+    for (int64_t i = 0; i < 4; ++i) CHECK(gg[q * 4 + i] == 1000.0 * q + i);
+  // all_gather_rows: rank q sends q % 3 rows of 2 (ranks 0, 3, 6 send none).
+  std::vector<int64_t> counts;
+  for (int q = 0; q < w; ++q) counts.push_back(q % 3);
+  int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  Tensor rows = empty({total, 2}, DType::f32, device);
+  comm.all_gather_rows(rank_filled(r, counts[r] * 2, DType::f32, device).reshape({counts[r], 2}), counts, rows);
+  std::vector<double> gr = as_doubles(rows);
+  size_t at = 0;
+  for (int q = 0; q < w; ++q)
+    for (int64_t i = 0; i < counts[q] * 2; ++i) CHECK(gr[at++] == 1000.0 * q + i);
+  // Host inputs work on every backend (staged where needed).
+  CHECK(all_gather_counts(comm, r + 10) == [&] {
+    std::vector<int64_t> v;
+    for (int q = 0; q < w; ++q) v.push_back(q + 10);
+    return v;
+  }());
+  comm.barrier();
+  // 3 dtypes x (3 + avg for floats) + view + W broadcasts + gather + rows + counts + barrier.
+  CHECK(comm.counters().collectives - before.collectives == uint64_t(3 * 3 + 2 + 1 + w + 1 + 1 + 1 + 1));
+}
+
+}  // namespace vqddp::test

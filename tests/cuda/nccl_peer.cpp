@@ -1,0 +1,83 @@
+// The NCCL suite for machines with several GPUs: one process per GPU,
+// started by the launcher, each running the same doctest cases on its
+// rank's communicator (same cases, same order: the collectives match).
+//   build/vqddp launch --nproc 2 -- build/tests/nccl_peer
+// Exits 77 (meson: SKIP) on every rank when the machine has fewer GPUs
+// than WORLD_SIZE, or the build has no NCCL.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "comm/launch.h"
+#include "comm/nccl_communicator.h"
+#include "comm/rendezvous.h"
+#include "engine/device.h"
+#include "tests/comm/closed_form.h"
+
+using namespace vqddp;
+using namespace std::chrono_literals;
+
+namespace {
+DistEnv g_env;
+std::unique_ptr<Communicator> g_comm;
+}  // namespace
+
+TEST_CASE("nccl, one process per GPU: closed-form collectives on the GPU and on host tensors") {
+  test::closed_form_collectives(*g_comm, g_comm->device());
+  test::closed_form_collectives(*g_comm, Device::cpu());
+}
+
+TEST_CASE("nccl: ranks that call different collectives get a DesyncError on every rank with the fingerprint check") {
+  // A second communicator (its own id, under another store key), so the
+  // first stays usable for the cases after this one.
+  auto lookup = [](const char* name) -> const char* { return std::getenv(name); };
+  DistEnv env = g_env;
+  env.master_port += 1;  // keys carry the port: a separate rendezvous on the same store directory or server
+  auto store = rendezvous_store(env, lookup, 30s);
+  auto comm = make_nccl_communicator(env, std::move(store), {.timeout = 30s, .check_fingerprints = true});
+  Tensor t = zeros({8}, DType::f32, comm->device());
+  comm->all_reduce(t, ReduceOp::sum);  // agreed: fine
+  CHECK_THROWS_WITH_AS(comm->all_reduce(t, comm->rank() == 0 ? ReduceOp::sum : ReduceOp::max),
+                       doctest::Contains("#1: ranks called different collectives"), DesyncError);
+  CHECK_THROWS_AS(comm->barrier(), DesyncError);  // and every later call
+}
+
+TEST_CASE("nccl: a rank that skips a collective makes the others fail at the deadline, naming it") {
+  auto lookup = [](const char* name) -> const char* { return std::getenv(name); };
+  DistEnv env = g_env;
+  env.master_port += 2;
+  auto comm = make_nccl_communicator(env, rendezvous_store(env, lookup, 30s), {.timeout = 3s});
+  Tensor t = zeros({8}, DType::f32, comm->device());
+  if (comm->rank() == 0) {
+    comm->all_reduce(t, ReduceOp::sum);  // nobody else calls it
+    CHECK_THROWS_WITH_AS(comm->barrier(), doctest::Contains("all_reduce(sum) float32 x8 #0 did not complete within its "
+                                                            "deadline of 3000 ms"),
+                         TimeoutError);
+  } else {
+    std::this_thread::sleep_for(5s);  // past rank 0's deadline, then a collective of its own
+    CHECK_THROWS_AS(comm->barrier(), Error);
+  }
+}
+
+int main(int argc, char** argv) {
+  try {
+    auto lookup = [](const char* name) -> const char* { return std::getenv(name); };
+    g_env = dist_env_from(lookup);
+    if (!nccl_built() || cuda_device_count() < g_env.world_size) {
+      std::printf("nccl_peer skipped: %d GPU(s) for a world of %d%s\n", cuda_device_count(), g_env.world_size,
+                  nccl_built() ? "" : " (no NCCL in this build)");
+      return 77;
+    }
+    g_comm = make_nccl_communicator(g_env, rendezvous_store(g_env, lookup, 60s), {.timeout = 60s});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nccl_peer: %s\n", e.what());
+    return 2;
+  }
+  doctest::Context context(argc, argv);
+  int rc = context.run();
+  g_comm.reset();
+  return rc;
+}
