@@ -192,7 +192,7 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Event> run(const Fingerprint& fp, Issue issue) {
     watchdog_->check();
     uint64_t seq = seq_++;
-    if (options_.check_fingerprints && world_ > 1) compare_fingerprints(fp, seq);
+    if (options_.check_fingerprints) compare_fingerprints(fp, seq);
     return enqueue(fp.str(), seq, issue);
   }
 
@@ -340,11 +340,14 @@ NcclCommunicator::NcclCommunicator(const DistEnv& env, std::unique_ptr<Store> st
   }
   VQDDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   token_ = zeros({1}, DType::f32, device());
-  watchdog_ = std::make_unique<Watchdog>(Watchdog::Hooks{[this] { return async_error(); },
-                                                         [this] {
-                                                           std::lock_guard lock(mu_);
-                                                           abort_locked();
-                                                         }});
+  Watchdog::Hooks hooks;
+  hooks.async_error = [this] { return async_error(); };
+  hooks.abort = [this] {
+    std::lock_guard lock(mu_);
+    abort_locked();
+  };
+  hooks.thread_init = [this] { cudaSetDevice(device_); };
+  watchdog_ = std::make_unique<Watchdog>(std::move(hooks));
 }
 
 NcclCommunicator::~NcclCommunicator() {

@@ -86,6 +86,7 @@ std::string Watchdog::poll(CommFailure& kind) {
 }
 
 void Watchdog::loop() {
+  if (hooks_.thread_init) hooks_.thread_init();
   std::unique_lock lock(mu_);
   while (!stopping_) {
     cv_.wait_for(lock, poll_, [&] { return stopping_; });

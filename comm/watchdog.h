@@ -36,6 +36,9 @@ class Watchdog {
     // Ends the communicator and everything queued on it; called once, from
     // the watchdog's thread, after the failure is recorded.
     std::function<void()> abort;
+    // Runs first on the watchdog's thread (CUDA: make the rank's GPU current,
+    // so polling its events never creates a context on another GPU).
+    std::function<void()> thread_init;
   };
   explicit Watchdog(Hooks hooks, std::chrono::milliseconds poll = std::chrono::milliseconds(10));
   ~Watchdog();  // stop()

@@ -28,8 +28,11 @@ namespace {
 struct FakeBackend {
   std::atomic<int> aborts{0};
   std::atomic<bool> broken{false};
+  std::atomic<bool> initialised_elsewhere{false};
   Watchdog::Hooks hooks() {
-    return {[this] { return broken ? std::string("peer 3 vanished") : std::string(); }, [this] { ++aborts; }};
+    auto caller = std::this_thread::get_id();
+    return {[this] { return broken ? std::string("peer 3 vanished") : std::string(); }, [this] { ++aborts; },
+            [this, caller] { initialised_elsewhere = std::this_thread::get_id() != caller; }};
   }
 };
 
@@ -48,6 +51,7 @@ TEST_CASE("watchdog: a collective that completes in time is let go, nothing is a
   CHECK_NOTHROW(dog.check());
   CHECK_FALSE(dog.failed());
   CHECK(backend.aborts == 0);
+  CHECK(backend.initialised_elsewhere);  // thread_init ran on the watchdog's own thread
 }
 
 TEST_CASE("watchdog: a collective past its deadline aborts the communicator once and names collective, seq, deadline") {
