@@ -300,11 +300,21 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Watchdog> watchdog_;
 };
 
-NcclCommunicator::NcclCommunicator(const DistEnv& env, std::unique_ptr<Store> store, const NcclOptions& options)
-    : rank_(env.rank), world_(env.world_size), device_(env.local_rank), options_(options), store_(std::move(store)) {
+// The rank's GPU: cuda:LOCAL_RANK; but a launcher that gives every process
+// exactly one GPU through CUDA_VISIBLE_DEVICES (srun --gpus-per-task=1) leaves
+// each process one visible device, cuda:0, whatever its LOCAL_RANK.
+int gpu_of(const DistEnv& env) {
   int gpus = cuda_device_count();
-  VQDDP_CHECK(device_ < gpus, "nccl rank {}: LOCAL_RANK={} needs cuda:{}, but this machine has {} CUDA device(s){}",
-              rank_, env.local_rank, device_, gpus, gpus == 0 ? "" : " (start at most one process per GPU)");
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  bool one_assigned = visible && *visible && !std::strchr(visible, ',') && gpus == 1;
+  if (env.local_rank >= gpus && one_assigned) return 0;
+  VQDDP_CHECK(env.local_rank < gpus, "nccl rank {}: LOCAL_RANK={} needs cuda:{}, but this machine has {} CUDA device(s){}",
+              env.rank, env.local_rank, env.local_rank, gpus, gpus == 0 ? "" : " (start at most one process per GPU)");
+  return env.local_rank;
+}
+
+NcclCommunicator::NcclCommunicator(const DistEnv& env, std::unique_ptr<Store> store, const NcclOptions& options)
+    : rank_(env.rank), world_(env.world_size), device_(gpu_of(env)), options_(options), store_(std::move(store)) {
   VQDDP_CHECK(world_ == 1 || store_, "nccl rank {}: a world of {} needs a rendezvous store", rank_, world_);
   cuda::DeviceGuard guard(device_);
 
