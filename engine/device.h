@@ -104,6 +104,17 @@ class DeviceKernels {
   // dst[index[i], :] = src[i, :] * scale (index distinct, already checked).
   virtual void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                                float* dst) = 0;
+
+  // ---- optimizers (engine/optim.h) -------------------------------------------------
+  // In place over n elements, by kernel_math.h's sgd_update / adamw_update:
+  // the CPU loop's formula, rounded the same way, so the same bits.
+  virtual void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) = 0;
+  virtual void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n) = 0;
+  // sum of x[i]^2 accumulated in double in a fixed order (the same tree
+  // every run); returns to the host, so it waits for the device.
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+  // x[i] = scale_f64(x[i], factor): the product in double, rounded once.
+  virtual void scale_f64(float* x, int64_t n, double factor) = 0;
 };
 
 // The kernels of `device`; throws naming the device when this build has no

@@ -94,4 +94,67 @@ VQDDP_HD bool arg_better(float v, long long i, float bv, long long bi, bool max)
   return i < bi;
 }
 
+// ---- float arithmetic rounded exactly as written ---------------------------
+//
+// nvcc contracts a * b + c into one FMA (one rounding instead of two) by
+// default; g++ for x86-64 has no FMA instruction to contract into. The
+// CUDA _rn intrinsics are never contracted, so a formula written with these
+// helpers rounds after every operation, in the order written, on both
+// sides: the GPU gets the CPU's bits. (A CPU build with -mfma or
+// -march=native would contract the host side and lose that.)
+#ifdef __CUDA_ARCH__
+VQDDP_HD float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+VQDDP_HD float add_rn(float a, float b) { return __fadd_rn(a, b); }
+VQDDP_HD float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+VQDDP_HD float div_rn(float a, float b) { return __fdiv_rn(a, b); }
+VQDDP_HD float sqrt_rn(float a) { return __fsqrt_rn(a); }
+#else
+VQDDP_HD float mul_rn(float a, float b) { return a * b; }
+VQDDP_HD float add_rn(float a, float b) { return a + b; }
+VQDDP_HD float sub_rn(float a, float b) { return a - b; }
+VQDDP_HD float div_rn(float a, float b) { return a / b; }
+VQDDP_HD float sqrt_rn(float a) { return ::sqrtf(a); }
+#endif
+
+// ---- optimizer updates (engine/optim.h) ---------------------------------------
+//
+// One element of one step. The scalars of a step are set on the host once
+// (AdamW's bias corrections in double there), the per-element formula runs
+// in the CPU loop and in the CUDA kernel alike.
+
+struct SgdStep {
+  float lr = 0.f, momentum = 0.f, weight_decay = 0.f;
+  bool nesterov = false;
+  bool first = false;  // the momentum buffers hold no value yet
+};
+
+// d = g + wd * p; with momentum buf = first ? d : momentum * buf + d and
+// d = nesterov ? d + momentum * buf : buf; then p -= lr * d.
+VQDDP_HD void sgd_update(const SgdStep& s, float& p, float g, float& buf) {
+  float d = add_rn(g, mul_rn(s.weight_decay, p));
+  if (s.momentum != 0.f) {
+    buf = s.first ? d : add_rn(mul_rn(s.momentum, buf), d);
+    d = s.nesterov ? add_rn(d, mul_rn(s.momentum, buf)) : buf;
+  }
+  p = sub_rn(p, mul_rn(s.lr, d));
+}
+
+struct AdamWStep {
+  float lr = 0.f, beta1 = 0.f, beta2 = 0.f, eps = 0.f, weight_decay = 0.f;
+  float c1 = 1.f;       // 1 - beta1^t
+  float sqrt_c2 = 1.f;  // sqrt(1 - beta2^t)
+};
+
+// Decoupled decay p -= lr * wd * p, the moments, then
+// p -= lr * (m / c1) / (sqrt(v) / sqrt_c2 + eps).
+VQDDP_HD void adamw_update(const AdamWStep& s, float& p, float g, float& m, float& v) {
+  p = sub_rn(p, mul_rn(mul_rn(s.lr, s.weight_decay), p));
+  m = add_rn(mul_rn(s.beta1, m), mul_rn(sub_rn(1.f, s.beta1), g));
+  v = add_rn(mul_rn(s.beta2, v), mul_rn(mul_rn(sub_rn(1.f, s.beta2), g), g));
+  p = sub_rn(p, div_rn(mul_rn(s.lr, div_rn(m, s.c1)), add_rn(div_rn(sqrt_rn(v), s.sqrt_c2), s.eps)));
+}
+
+// clip_grad_norm's rescaling: the product in double, rounded once.
+VQDDP_HD float scale_f64(float x, double factor) { return static_cast<float>(x * factor); }
+
 }  // namespace vqddp

@@ -4,6 +4,9 @@
 
 #include <fmt/format.h>
 
+#include "engine/device_plans.h"
+#include "engine/kernel_math.h"
+
 namespace vqddp {
 
 Optimizer::Optimizer(std::vector<Tensor> params) : params_(std::move(params)) {
@@ -33,20 +36,19 @@ Sgd::Sgd(std::vector<Tensor> params, SgdOptions o)
 }
 
 void Sgd::step() {
-  bool first = started_.data<int64_t>()[0] == 0;
+  SgdStep s{lr, opt_.momentum, opt_.weight_decay, opt_.nesterov, started_.data<int64_t>()[0] == 0};
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor g = params_[i].grad();
     if (!g.defined()) continue;
-    float* p = params_[i].data<float>();
-    const float* pg = g.data<float>();
-    float* buf = momentum_[i].data<float>();
-    for (int64_t j = 0, n = params_[i].numel(); j < n; ++j) {
-      float d = pg[j] + opt_.weight_decay * p[j];
-      if (opt_.momentum != 0.f) {
-        buf[j] = first ? d : opt_.momentum * buf[j] + d;
-        d = opt_.nesterov ? d + opt_.momentum * buf[j] : buf[j];
-      }
-      p[j] -= lr * d;
+    int64_t n = params_[i].numel();
+    if (DeviceKernels* k = device_of("Sgd::step", {&params_[i], &g, &momentum_[i]})) {
+      k->sgd_step(s, static_cast<float*>(params_[i].raw_ptr()), static_cast<const float*>(g.raw_ptr()),
+                  static_cast<float*>(momentum_[i].raw_ptr()), n);
+    } else {
+      float* p = params_[i].data<float>();
+      const float* pg = g.data<float>();
+      float* buf = momentum_[i].data<float>();
+      for (int64_t j = 0; j < n; ++j) sgd_update(s, p[j], pg[j], buf[j]);
     }
     params_[i].bump_version();
   }
@@ -76,17 +78,19 @@ void AdamW::step() {
     // a gradient late starts its bias correction at 1. Corrections in
     // double: 1 - beta^t loses digits in float for large t.
     int64_t t = ++steps_[i].data<int64_t>()[0];
-    float c1 = static_cast<float>(1.0 - std::pow(double(opt_.beta1), double(t)));
-    float sqrt_c2 = static_cast<float>(std::sqrt(1.0 - std::pow(double(opt_.beta2), double(t))));
-    float* p = params_[i].data<float>();
-    const float* pg = g.data<float>();
-    float* m = exp_avg_[i].data<float>();
-    float* v = exp_avg_sq_[i].data<float>();
-    for (int64_t j = 0, n = params_[i].numel(); j < n; ++j) {
-      p[j] -= lr * opt_.weight_decay * p[j];
-      m[j] = opt_.beta1 * m[j] + (1.f - opt_.beta1) * pg[j];
-      v[j] = opt_.beta2 * v[j] + (1.f - opt_.beta2) * pg[j] * pg[j];
-      p[j] -= lr * (m[j] / c1) / (std::sqrt(v[j]) / sqrt_c2 + opt_.eps);
+    AdamWStep s{lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay,
+                static_cast<float>(1.0 - std::pow(double(opt_.beta1), double(t))),
+                static_cast<float>(std::sqrt(1.0 - std::pow(double(opt_.beta2), double(t))))};
+    int64_t n = params_[i].numel();
+    if (DeviceKernels* k = device_of("AdamW::step", {&params_[i], &g, &exp_avg_[i], &exp_avg_sq_[i]})) {
+      k->adamw_step(s, static_cast<float*>(params_[i].raw_ptr()), static_cast<const float*>(g.raw_ptr()),
+                    static_cast<float*>(exp_avg_[i].raw_ptr()), static_cast<float*>(exp_avg_sq_[i].raw_ptr()), n);
+    } else {
+      float* p = params_[i].data<float>();
+      const float* pg = g.data<float>();
+      float* m = exp_avg_[i].data<float>();
+      float* v = exp_avg_sq_[i].data<float>();
+      for (int64_t j = 0; j < n; ++j) adamw_update(s, p[j], pg[j], m[j], v[j]);
     }
     params_[i].bump_version();
   }
@@ -102,12 +106,19 @@ NamedTensors AdamW::state() {
 }
 
 float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
+  // One double accumulator in parameter order on the host; a device
+  // gradient adds its own sum of squares (a fixed tree on the device), so a
+  // GPU norm may differ from the CPU's in the last bits, reproducibly.
   double total = 0.0;
   for (const Tensor& p : params) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    const float* pg = g.data<float>();
-    for (int64_t j = 0, n = g.numel(); j < n; ++j) total += double(pg[j]) * pg[j];
+    if (DeviceKernels* k = device_of("clip_grad_norm", {&g})) {
+      total += k->sum_squares(static_cast<const float*>(g.raw_ptr()), g.numel());
+    } else {
+      const float* pg = g.data<float>();
+      for (int64_t j = 0, n = g.numel(); j < n; ++j) total += double(pg[j]) * pg[j];
+    }
   }
   double norm = std::sqrt(total);
   // Same epsilon as torch.nn.utils.clip_grad_norm_, so runs compare.
@@ -116,8 +127,12 @@ float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
     for (const Tensor& p : params) {
       Tensor g = p.grad();
       if (!g.defined()) continue;
-      float* pg = g.data<float>();
-      for (int64_t j = 0, n = g.numel(); j < n; ++j) pg[j] = static_cast<float>(pg[j] * scale);
+      if (DeviceKernels* k = device_of("clip_grad_norm", {&g})) {
+        k->scale_f64(static_cast<float*>(g.raw_ptr()), g.numel(), scale);
+      } else {
+        float* pg = g.data<float>();
+        for (int64_t j = 0, n = g.numel(); j < n; ++j) pg[j] = scale_f64(pg[j], scale);
+      }
       g.bump_version();
     }
   }

@@ -5,6 +5,10 @@
 // checkpoint writer's list) sees the new values. Parameters whose .grad is
 // undefined are skipped, as in PyTorch. Optimizer state is exposed as named
 // tensors so a checkpoint can store and restore it exactly.
+//
+// Parameters may live on any device: each one's state is created next to
+// it (step counters stay on the host), and a device runs the CPU's update
+// formula (kernel_math.h) with the same rounding, so it gets the same bits.
 #pragma once
 
 #include <vector>
@@ -72,7 +76,8 @@ class AdamW : public Optimizer {
 };
 
 // Scales all gradients so their joint L2 norm is at most max_norm; returns
-// the norm before clipping (computed in double over every element).
+// the norm before clipping (computed in double over every element; on a
+// GPU in another order, so it may differ from the CPU's in the last bits).
 float clip_grad_norm(const std::vector<Tensor>& params, float max_norm);
 
 }  // namespace vqddp

@@ -330,6 +330,29 @@ class CudaKernels final : public DeviceKernels {
     cuda::index_copy_rows(src, index, m, d, scale, dst, stream());
   }
 
+  void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) override {
+    DeviceGuard guard(device_);
+    cuda::sgd_step(step, p, g, buf, n, stream());
+  }
+  void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n) override {
+    DeviceGuard guard(device_);
+    cuda::adamw_step(step, p, g, m, v, n, stream());
+  }
+  double sum_squares(const float* x, int64_t n) override {
+    DeviceGuard guard(device_);
+    int64_t doubles = cuda::sum_squares_scratch(n);
+    Scratch scratch(alloc_, static_cast<size_t>(doubles) * sizeof(double));
+    auto* r = static_cast<double*>(scratch.get());
+    cuda::sum_squares(x, n, r, stream());
+    double host = 0.0;
+    copy(&host, true, r, false, sizeof host);
+    return host;
+  }
+  void scale_f64(float* x, int64_t n, double factor) override {
+    DeviceGuard guard(device_);
+    cuda::scale_f64(x, n, factor, stream());
+  }
+
  private:
   cudaStream_t stream() const { return current_stream(device_); }
 

@@ -82,6 +82,18 @@ __global__ void index_copy_rows_kernel(const float* src, const int64_t* index, i
   }
 }
 
+__global__ void sgd_step_kernel(SgdStep step, float* p, const float* g, float* buf, int64_t n) {
+  VQDDP_GRID_LOOP(i, n) sgd_update(step, p[i], g[i], buf[i]);
+}
+
+__global__ void adamw_step_kernel(AdamWStep step, float* p, const float* g, float* m, float* v, int64_t n) {
+  VQDDP_GRID_LOOP(i, n) adamw_update(step, p[i], g[i], m[i], v[i]);
+}
+
+__global__ void scale_f64_kernel(float* x, int64_t n, double factor) {
+  VQDDP_GRID_LOOP(i, n) x[i] = vqddp::scale_f64(x[i], factor);
+}
+
 int64_t plan_numel(const int64_t* shape, int ndim) {
   int64_t n = 1;
   for (int d = 0; d < ndim; ++d) n *= shape[d];
@@ -155,6 +167,24 @@ void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t 
                      cudaStream_t s) {
   if (m <= 0 || d <= 0) return;
   index_copy_rows_kernel<<<grid_for(m * d), kThreads, 0, s>>>(src, index, m, d, scale, dst);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  sgd_step_kernel<<<grid_for(n), kThreads, 0, s>>>(step, p, g, buf, n);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  adamw_step_kernel<<<grid_for(n), kThreads, 0, s>>>(step, p, g, m, v, n);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void scale_f64(float* x, int64_t n, double factor, cudaStream_t s) {
+  if (n <= 0) return;
+  scale_f64_kernel<<<grid_for(n), kThreads, 0, s>>>(x, n, factor);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

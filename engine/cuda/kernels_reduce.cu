@@ -95,7 +95,61 @@ __global__ void min_max_kernel(const int64_t* x, int64_t n, long long* result) {
   }
 }
 
+// sum_squares, pass 1: block b sums its grid-stride share of x in double,
+// then a shared-memory tree in fixed order, into partial[b].
+__global__ void sum_squares_blocks_kernel(const float* x, int64_t n, double* partial) {
+  __shared__ double part[kThreads];
+  double acc = 0.0;
+  VQDDP_GRID_LOOP(i, n) {
+    double v = x[i];
+    acc += v * v;
+  }
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int step = kThreads / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) part[threadIdx.x] += part[threadIdx.x + step];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = part[0];
+}
+
+// Pass 2, one block: the partials in the same fixed tree, into *result.
+__global__ void sum_partials_kernel(const double* partial, int64_t blocks, double* result) {
+  __shared__ double part[kThreads];
+  double acc = 0.0;
+  for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) acc += partial[b];
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int step = kThreads / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) part[threadIdx.x] += part[threadIdx.x + step];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *result = part[0];
+}
+
+// Blocks of sum_squares' first pass: a function of n alone, so the
+// summation tree (and the result's bits) is the same on every run.
+int64_t sum_squares_blocks(int64_t n) {
+  constexpr int64_t kMaxBlocks = 1024;
+  int64_t blocks = grid_for(n);
+  return blocks < 1 ? 1 : blocks < kMaxBlocks ? blocks : kMaxBlocks;
+}
+
 }  // namespace
+
+int64_t sum_squares_scratch(int64_t n) { return 1 + sum_squares_blocks(n); }
+
+void sum_squares(const float* x, int64_t n, double* scratch, cudaStream_t s) {
+  if (n <= 0) {
+    VQDDP_CUDA_CHECK(cudaMemsetAsync(scratch, 0, sizeof(double), s));  // all-zero bits are 0.0
+    return;
+  }
+  int64_t blocks = sum_squares_blocks(n);
+  sum_squares_blocks_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(x, n, scratch + 1);
+  VQDDP_CUDA_CHECK_LAUNCH();
+  sum_partials_kernel<<<1, kThreads, 0, s>>>(scratch + 1, blocks, scratch);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
 
 void reduce_sum(const float* x, float* out, const ReducePlan& plan, cudaStream_t s) {
   int64_t outputs = 1, reduced = 1;

@@ -23,6 +23,9 @@ void arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max, c
 void first_nonfinite(const float* x, int64_t n, unsigned long long* result, cudaStream_t s);
 // result: two device long longs, {min, max}.
 void min_max_i64(const int64_t* x, int64_t n, long long* result, cudaStream_t s);
+// Doubles of scratch sum_squares needs for n; the sum lands in scratch[0].
+int64_t sum_squares_scratch(int64_t n);
+void sum_squares(const float* x, int64_t n, double* scratch, cudaStream_t s);
 
 void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan, cudaStream_t s);
 void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out, cudaStream_t s);
@@ -32,5 +35,9 @@ void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t 
 size_t index_add_rows_scratch(int64_t n, int64_t d, int64_t k);
 void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
                     double* sums, void* scratch, size_t scratch_bytes, cudaStream_t s);
+
+void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n, cudaStream_t s);
+void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n, cudaStream_t s);
+void scale_f64(float* x, int64_t n, double factor, cudaStream_t s);
 
 }  // namespace vqddp::cuda
