@@ -178,8 +178,10 @@ void safetensors_save(const std::string& path, const NamedTensors& tensors,
   std::memcpy(bytes.data(), &len, 8);
   bytes += text;
   bytes.reserve(bytes.size() + offset);
-  for (const auto& [_, t] : tensors)
-    bytes.append(static_cast<const char*>(t.raw_data()), t.nbytes());
+  for (const auto& [_, t] : tensors) {
+    Tensor host = t.device().is_cpu() ? t : t.detach().to(Device::cpu());
+    bytes.append(static_cast<const char*>(host.raw_data()), host.nbytes());
+  }
   write_file_atomic(path, bytes);
 }
 

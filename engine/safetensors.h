@@ -31,6 +31,8 @@ struct SafetensorsFile {
 
 // Supported dtypes: F32, F64 and I64 (the engine's). Others known to the
 // format (F16, BF16, I32, ...) are refused with a message saying so.
+// Loading gives host tensors; saving takes tensors on any device (device
+// ones are copied to the host one at a time).
 SafetensorsFile safetensors_load(const std::string& path);
 void safetensors_save(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
