@@ -1,6 +1,7 @@
 // The `vqddp` executable: one program, one subcommand per job.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <nlohmann/json.hpp>
@@ -26,7 +27,7 @@ void usage() {
   fmt::print(
       "usage: vqddp <command> [options]\n"
       "commands:\n"
-      "  train [CONFIG] [--resume CKPT] [--world N] [--backend B] [--steps S] [--dir RUN_DIR]\n"
+      "  train [CONFIG] [--resume CKPT] [--world N] [--backend B] [--device cpu|cuda] [--steps S] [--dir RUN_DIR]\n"
       "        train from a JSON config (without one: the built-in speech codec run, examples/speech_codec.json)\n"
       "  check-ddp CONFIG --world N [--steps S] [--rtol R] [--atol A]\n"
       "        run 1 rank and N thread ranks on the same batches and compare every tensor after every step\n"
@@ -49,12 +50,16 @@ Config config_from(const CliArgs& args, bool allow_default) {
   cfg.distributed.backend = args.get("backend", cfg.distributed.backend);
   cfg.schedule.steps = args.get_int("steps", cfg.schedule.steps);
   cfg.run.dir = args.get("dir", cfg.run.dir);
+  cfg.run.device = args.get("device", cfg.run.device);
   VQDDP_CHECK(cfg.distributed.world_size >= 1, "--world must be at least 1");
+  const std::vector<std::string>& devices = run_device_names();
+  VQDDP_CHECK(std::find(devices.begin(), devices.end(), cfg.run.device) != devices.end(),
+              "--device must be one of {}, got '{}'", fmt::join(devices, ", "), cfg.run.device);
   return cfg;
 }
 
 int run_train(int argc, char** argv) {
-  CliArgs args("train", argc, argv, 2, {"resume", "world", "backend", "steps", "dir"});
+  CliArgs args("train", argc, argv, 2, {"resume", "world", "backend", "device", "steps", "dir"});
   VQDDP_CHECK(args.positional().size() <= 1, "train: expected at most one config file, got {}", args.positional().size());
   Config cfg = config_from(args, true);
   Dataset data = load_dataset(cfg.data);

@@ -122,6 +122,7 @@ void read_run(ConfigSection s, RunConfig& r) {
   int64_t seed = s.integer("seed", 0);
   if (seed < 0) s.fail("seed", "must not be negative");
   r.seed = static_cast<uint64_t>(seed);
+  r.device = s.choice("device", r.device, run_device_names());
   s.finish();
 }
 
@@ -160,6 +161,11 @@ Config load_config(const std::string& path) {
     VQDDP_THROW("{}: cannot open config file ({})", path, e.what());
   }
   return parse_config_text(text, path);
+}
+
+const std::vector<std::string>& run_device_names() {
+  static const std::vector<std::string> names{"cpu", "cuda"};
+  return names;
 }
 
 const char* default_config_json() { return kDefaultConfigJson; }

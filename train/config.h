@@ -85,6 +85,9 @@ struct DistributedConfig {
 struct RunConfig {
   std::string dir = "runs/default";
   uint64_t seed = 0;
+  // Where the "single" and "thread" ranks train: "cpu", or "cuda" (every
+  // thread rank on cuda:0). An nccl rank trains on its own GPU regardless.
+  std::string device = "cpu";
 };
 
 struct Config {
@@ -103,6 +106,9 @@ Config parse_config(const nlohmann::json& j, const std::string& file);
 // JSON text (comments allowed) -> Config; `origin` names it in errors.
 Config parse_config_text(const std::string& text, const std::string& origin);
 Config load_config(const std::string& path);
+// The values run.device (and `vqddp train --device`) accepts.
+const std::vector<std::string>& run_device_names();
+
 // The built-in default run (the README's main job): examples/speech_codec.json.
 const char* default_config_json();
 

@@ -12,6 +12,7 @@
 
 #include "comm/launch.h"
 #include "engine/autograd.h"
+#include "engine/device.h"
 #include "engine/ops.h"
 #include "engine/optim.h"
 #include "train/checkpoint.h"
@@ -41,13 +42,14 @@ Tensor gather_rows(const Dataset& data, const std::vector<std::pair<int, int64_t
   return x;
 }
 
-// Per-layer code histograms of indices (M, Q), appended to `out`
-// (sizes[l] floats per layer; -1 entries are skipped).
+// Per-layer code histograms of indices (M, Q) on any device, appended to
+// `out` (sizes[l] floats per layer; -1 entries are skipped).
 void append_histograms(const Tensor& indices, const std::vector<int64_t>& sizes, std::vector<float>& out) {
   int64_t m = indices.size(0), q = indices.size(1);
   size_t base = out.size();
   for (int64_t k : sizes) out.resize(out.size() + k, 0.f);
-  const int64_t* pi = indices.data<int64_t>();
+  Tensor host = indices.to(Device::cpu());
+  const int64_t* pi = host.data<int64_t>();
   for (int64_t i = 0; i < m; ++i) {
     size_t at = base;
     for (int64_t l = 0; l < q; ++l) {
@@ -84,7 +86,7 @@ struct Validation {
 };
 
 // Eval mode, no grad: no module issues a collective; one all-reduce at the end.
-Validation validate(CodecModel& model, const Dataset& data, Communicator& comm) {
+Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, Device device) {
   NoGradGuard no_grad;
   model.eval();
   std::vector<int64_t> shards = even_shards(data.validation.size(0), comm.world_size());
@@ -95,9 +97,10 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm) 
   std::vector<float> hist;
   constexpr int64_t kChunk = 4096;
   for (int64_t at = begin; at < begin + shards[comm.rank()]; at += kChunk) {
-    Tensor x = data.validation.slice_rows(at, std::min(at + kChunk, begin + shards[comm.rank()]));
-    ModelOutput out = model.forward(x, comm);
-    const float *px = x.data<float>(), *py = out.reconstruction.data<float>();
+    Tensor x = data.validation.slice_rows(at, std::min(at + kChunk, begin + shards[comm.rank()]));  // (n, F)
+    ModelOutput out = model.forward(x.to(device), comm);
+    Tensor y = out.reconstruction.to(Device::cpu());  // (n, F)
+    const float *px = x.data<float>(), *py = y.data<float>();
     for (int64_t i = 0; i < x.numel(); ++i) {
       signal += double(px[i]) * px[i];
       error += (double(px[i]) - py[i]) * (double(px[i]) - py[i]);
@@ -123,12 +126,36 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm) 
   return v;
 }
 
+// The device a rank trains on: the communicator's GPU when it has one (an
+// nccl rank's own GPU, whatever run.device says); else cuda:0 for
+// run.device "cuda" (all thread ranks share it; the thread backend stages
+// their collectives through the host); else the CPU.
+Device rank_device(const Communicator& comm, const RunConfig& run) {
+  if (!comm.device().is_cpu()) return comm.device();
+  return run.device == "cuda" ? Device::cuda(0) : Device::cpu();
+}
+
+// Refuses, before anything is trained or written, a device this run cannot
+// use, with a message that says why.
+void check_device(const Config& cfg, Device device) {
+  if (device.is_cpu()) return;
+  int gpus = cuda_device_count();
+  VQDDP_CHECK(gpus > device.index, "run.device is cuda but {}",
+              !cuda_built() ? "this vqddp was built without CUDA (meson -Dcuda=enabled needs the CUDA toolkit)"
+              : gpus == 0   ? "this machine has no CUDA device"
+                            : fmt::format("this machine has no {} ({} CUDA devices)", device.str(), gpus));
+  const std::string& q = cfg.quantizer.type;
+  VQDDP_CHECK(q != "fsq" && q != "residual_fsq",
+              "quantizer type \"{}\" runs on the CPU only: train it with run.device \"cpu\" on the thread backend", q);
+}
+
 }  // namespace
 
 TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& opt) {
   TrainResult result;
   std::mutex result_mu;
   auto start = Clock::now();
+  if (cfg.run.device == "cuda") check_device(cfg, Device::cuda(0));
   std::filesystem::path dir(cfg.run.dir);
   if (opt.checkpoints || opt.print) std::filesystem::create_directories(dir);
   std::vector<int64_t> sizes;
@@ -138,7 +165,12 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
                        std::chrono::milliseconds(static_cast<int64_t>(cfg.distributed.timeout_s * 1000))};
   launch_ranks(launch, [&](Communicator& comm) {
     const bool lead = comm.rank() == 0;
+    const Device device = rank_device(comm, cfg.run);
+    check_device(cfg, device);
     CodecModel model(cfg.model, cfg.quantizer, data.example_dim, cfg.run.seed);
+    // On the device before anything keeps state next to the parameters: the
+    // optimizer's moments and DDP's gradient buckets are allocated there.
+    model.to(device);
     const std::vector<Tensor> params = model.parameters();  // listed once: the names are built per call
     std::unique_ptr<Optimizer> optim = make_optimizer(cfg.optimizer, params);
     DistributedDataParallel ddp(model, comm);
@@ -150,9 +182,9 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
     std::ofstream metrics;
     if (lead && opt.print) {
       metrics.open(dir / "metrics.jsonl", std::ios::app);
-      fmt::print("train: {} | {} ranks ({}) | {} steps of {} examples ({} per epoch) | {:.0f} bits per example{}\n",
-                 data.description, comm.world_size(), comm.backend(), schedule.total_steps, schedule.batch_size,
-                 schedule.steps_per_epoch, model.bits_per_example(),
+      fmt::print("train: {} | {} ranks ({}, {}) | {} steps of {} examples ({} per epoch) | {:.0f} bits per example{}\n",
+                 data.description, comm.world_size(), comm.backend(), device.str(), schedule.total_steps,
+                 schedule.batch_size, schedule.steps_per_epoch, model.bits_per_example(),
                  data.examples_per_second > 0
                      ? fmt::format(" = {:.2f} kbit/s", model.bits_per_example() * data.examples_per_second / 1000)
                      : "");
@@ -163,7 +195,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
     Validation val;
     model.train();
     for (; step < last; ++step) {
-      Tensor x = gather_rows(data, sampler.rank_batch(step));  // (n_r, F)
+      Tensor x = gather_rows(data, sampler.rank_batch(step)).to(device);  // (n_r, F), gathered on the host
       ModelOutput out = model.forward(x, comm);
       Tensor loss = add(out.reconstruction_loss, out.quantizer_loss);
       mul(loss, DistributedDataParallel::loss_scale(x.size(0), schedule.batch_size)).backward();
@@ -205,7 +237,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
         }
       }
       if (opt.validate && schedule.validate_after(done)) {
-        val = validate(model, data, comm);
+        val = validate(model, data, comm, device);
         if (lead && opt.print) {
           fmt::print("validation at step {}: mse {:.6f}  snr {:.2f} dB\n", done, val.mse, val.snr_db);
           metrics << nlohmann::json{{"step", done}, {"validation_mse", val.mse}, {"validation_snr_db", val.snr_db}}.dump()

@@ -8,6 +8,11 @@
 // the schedule that rank 0 broadcast at start, never a clock or a per-rank
 // float. Validation runs in eval mode under no-grad: the modules issue no
 // collective there; one all-reduce of the summed metrics ends it.
+//
+// Device: an nccl rank trains on its own GPU; "single" and "thread" ranks
+// on run.device (cuda: all of them on cuda:0). Batches are gathered on the
+// host and copied over; metrics, validation sums and checkpoints read host
+// copies, so the loop's decisions never depend on where it computes.
 #pragma once
 
 #include <functional>

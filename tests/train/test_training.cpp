@@ -1,6 +1,6 @@
 // The training layer: schedule agreement, global-batch gradients, bit-exact
 // resume, atomic checkpoints, check-ddp on the shipped examples and on a
-// broken variant, and config errors.
+// broken variant, config errors, and the choice of device (run.device).
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -11,9 +11,11 @@
 #include <fstream>
 
 #include "comm/thread_group.h"
+#include "engine/device.h"
 #include "engine/ops.h"
 #include "engine/safetensors.h"
 #include "tests/engine/tmpdir.h"
+#include "tests/train/small_run.h"
 #include "tests/vq/harness.h"
 #include "train/check_ddp.h"
 #include "train/checkpoint.h"
@@ -24,45 +26,11 @@
 
 using namespace vqddp;
 using vqddp::test::TempDir;
+using vqddp::test::quiet;
+using vqddp::test::small_config;
+using vqddp::test::synthetic_data;
 
 namespace {
-
-// A small run on synthetic frames: residual VQ with k-means, revival and
-// dropout, so every kind of state is exercised.
-Config small_config(const std::string& dir, const std::string& quantizer_type = "residual_vq") {
-  nlohmann::json j = {
-      {"model", {{"hidden", 32}, {"hidden_layers", 1}, {"latent_dim", 4}}},
-      {"quantizer",
-       {{"type", quantizer_type}, {"num_quantizers", 3}, {"codebook_size", 16}, {"decay", 0.9},
-        {"threshold_ema_dead_code", 1.0}, {"kmeans_iters", 3}, {"quantize_dropout", true},
-        {"quantize_dropout_cutoff_index", 0}}},
-      {"data", {{"type", "wav_frames"}, {"sources", {{{"path", "unused"}}}}}},
-      {"optimizer", {{"lr", 0.003}}},
-      {"schedule", {{"batch_size", 30}, {"epochs", 2}, {"log_every", 1000}}},
-      {"distributed", {{"world_size", 3}, {"timeout_s", 5}}},
-      {"run", {{"dir", dir}, {"seed", 7}}}};
-  if (quantizer_type == "fsq") {
-    j["quantizer"] = {{"type", "fsq"}, {"levels", {5, 4, 3, 3}}};
-  }
-  return parse_config(j, "test");
-}
-
-Dataset synthetic_data(int64_t f = 16) {
-  Generator g(3, 0);
-  Dataset d;
-  d.sources = {rand_normal({70, f}, g), mul(rand_normal({35, f}, g), 0.5f)};
-  d.weights = {2.0, 1.0};
-  d.validation = rand_normal({20, f}, g);
-  d.example_dim = f;
-  d.description = "synthetic";
-  return d;
-}
-
-TrainOptions quiet() {
-  TrainOptions o;
-  o.print = false;
-  return o;
-}
 
 NamedTensors file_tensors(const std::string& path) { return safetensors_load(path).tensors; }
 
@@ -352,4 +320,26 @@ TEST_CASE("the built-in default run is examples/speech_codec.json and every ship
   std::ifstream in(root + "/examples/speech_codec.json");
   CHECK(nlohmann::json::parse(in) == nlohmann::json::parse(default_config_json()));
   for (const char* name : {"speech_codec", "fashion_vq", "fashion_fsq"}) load_config(root + "/examples/" + name + ".json");
+}
+
+TEST_CASE("run.device is cpu by default, cuda when asked, and any other value an error naming the key") {
+  nlohmann::json j = {{"data", {{"sources", {{{"path", "x"}}}}}}};
+  CHECK(parse_config(j, "run.json").run.device == "cpu");
+  j["run"] = {{"device", "cuda"}};
+  CHECK(parse_config(j, "run.json").run.device == "cuda");
+  j["run"] = {{"device", "gpu"}};
+  CHECK_THROWS_WITH_AS(parse_config(j, "run.json"),
+                       doctest::Contains("run.json: 'run.device' must be one of \"cpu\", \"cuda\", got \"gpu\""),
+                       Error);
+}
+
+TEST_CASE("training on cuda without a CUDA device fails before the first step and writes nothing") {
+  if (cuda_device_count() > 0) return;  // the GPU suite trains there (tests/cuda/test_train.cpp)
+  TempDir dir;
+  Config cfg = small_config((dir.path() / "run").string());
+  cfg.run.device = "cuda";
+  TrainOptions opt;  // progress and checkpoints on: they would create the run directory
+  CHECK_THROWS_WITH_AS(train(cfg, synthetic_data(), opt), doctest::Contains("run.device is cuda but this "),
+                       Error);
+  CHECK_FALSE(std::filesystem::exists(dir.path() / "run"));
 }
