@@ -68,6 +68,12 @@ NamedTensors Module::state_copy() const {
   return out;
 }
 
+NamedTensors Module::state_copy(Device device) const {
+  NamedTensors out = state_copy();
+  for (auto& [_, t] : out) t = t.to(device);  // no second copy where a tensor is there already
+  return out;
+}
+
 void Module::train(bool on) {
   training_ = on;
   for (auto& [_, child] : children_) child->train(on);

@@ -28,8 +28,10 @@ class Module {
   NamedTensors named_buffers() const;
   std::vector<Tensor> parameters() const;
   // Copies (new storage) of every parameter, then every buffer, by name: a
-  // snapshot that later steps cannot change.
+  // snapshot that later steps cannot change. Each copy stays on its
+  // tensor's device, or goes to `device` (the host, to read a GPU model).
   NamedTensors state_copy() const;
+  NamedTensors state_copy(Device device) const;
 
   // Train/eval mode, applied to every submodule.
   void train(bool on = true);

@@ -46,7 +46,7 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
     c.distributed.world_size = 1;
     TrainOptions opt = quiet();
     opt.after_step = [&](int64_t step, int, const CodecModel& model, Optimizer& optim) {
-      one.push_back(model.state_copy());
+      one.push_back(model.state_copy(Device::cpu()));  // compared on the host, also for a GPU run
       save_checkpoint(state_file(step), model, optim, step, cfg.source);
     };
     train(c, data, opt);
@@ -61,7 +61,9 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
     opt.resume = step == 1 ? "" : state_file(step - 1);
     opt.stop_at_step = step;
     std::vector<NamedTensors> ranks(o.world);
-    opt.after_step = [&](int64_t, int rank, const CodecModel& model, Optimizer&) { ranks[rank] = model.state_copy(); };
+    opt.after_step = [&](int64_t, int rank, const CodecModel& model, Optimizer&) {
+      ranks[rank] = model.state_copy(Device::cpu());
+    };
     try {
       train(c, data, opt);
     } catch (const Error& e) {

@@ -46,10 +46,6 @@ inline void check_matches(const Tensor& gpu, const Tensor& cpu, double rtol, dou
 }
 
 // A module's state on the host, by name (for bitwise comparisons).
-inline NamedTensors host_state(const Module& m) {
-  NamedTensors s = m.state_copy();
-  for (auto& [_, t] : s) t = t.to(kCpu);
-  return s;
-}
+inline NamedTensors host_state(const Module& m) { return m.state_copy(kCpu); }
 
 }  // namespace vqddp::test

@@ -1,5 +1,5 @@
 // `train` on cuda:0 with thread ranks (all of them share the GPU) against
-// the same run on the CPU.
+// the same run on the CPU, resume and check-ddp on the GPU.
 //
 // cuBLAS and OpenBLAS round matmuls differently and nearest-code choices
 // can amplify that over the steps, so GPU and CPU runs are compared by
@@ -13,6 +13,7 @@
 #include "tests/engine/tmpdir.h"
 #include "tests/train/small_run.h"
 #include "tests/vq/harness.h"
+#include "train/check_ddp.h"
 
 using namespace vqddp;
 using namespace vqddp::test;
@@ -65,6 +66,14 @@ TEST_CASE("bit-exact resume on the GPU: 2S steps straight equal S steps, stop, r
   second.resume = b.file("checkpoint.safetensors");
   CHECK(train(halves, data, second).steps == 8);
   CHECK(bitwise_equal(checkpoint(a), checkpoint(b)));
+}
+
+TEST_CASE("check-ddp on the GPU: 2 thread ranks on cuda:0 step like 1, ranks bitwise identical") {
+  TempDir dir;
+  Config cfg = gpu_config(dir, 1, "cuda");
+  CheckDdpResult r = check_ddp(cfg, synthetic_data(), {.world = 2, .steps = 3, .print = false});
+  CHECK_MESSAGE(r.passed, r.first_failure);
+  CHECK(r.ranks_identical);
 }
 
 TEST_CASE("an FSQ run on cuda is refused before training, naming the quantizer type") {
