@@ -102,7 +102,7 @@ Tensor CodecModel::quantize(const Tensor& z, Communicator& comm, ModelOutput& ou
     out.metrics = o.metrics;
     return o.quantized;
   }
-  out.quantizer_loss = scalar(0.f);
+  out.quantizer_loss = full({}, 0.0, DType::f32, z.device());  // FSQ has no quantizer loss
   if (fsq_) {
     FSQOutput o = fsq_->forward(z);
     out.indices = reshape(o.indices, {-1, 1});

@@ -137,16 +137,13 @@ Device rank_device(const Communicator& comm, const RunConfig& run) {
 
 // Refuses, before anything is trained or written, a device this run cannot
 // use, with a message that says why.
-void check_device(const Config& cfg, Device device) {
+void check_device(Device device) {
   if (device.is_cpu()) return;
   int gpus = cuda_device_count();
   VQDDP_CHECK(gpus > device.index, "run.device is cuda but {}",
               !cuda_built() ? "this vqddp was built without CUDA (meson -Dcuda=enabled needs the CUDA toolkit)"
               : gpus == 0   ? "this machine has no CUDA device"
                             : fmt::format("this machine has no {} ({} CUDA devices)", device.str(), gpus));
-  const std::string& q = cfg.quantizer.type;
-  VQDDP_CHECK(q != "fsq" && q != "residual_fsq",
-              "quantizer type \"{}\" runs on the CPU only: train it with run.device \"cpu\" on the thread backend", q);
 }
 
 }  // namespace
@@ -155,18 +152,19 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
   TrainResult result;
   std::mutex result_mu;
   auto start = Clock::now();
-  if (cfg.run.device == "cuda") check_device(cfg, Device::cuda(0));
+  if (cfg.run.device == "cuda") check_device(Device::cuda(0));
   std::filesystem::path dir(cfg.run.dir);
   if (opt.checkpoints || opt.print) std::filesystem::create_directories(dir);
   std::vector<int64_t> sizes;
   for (const Tensor& s : data.sources) sizes.push_back(s.size(0));
 
   LaunchOptions launch{cfg.distributed.backend, cfg.distributed.world_size,
-                       std::chrono::milliseconds(static_cast<int64_t>(cfg.distributed.timeout_s * 1000))};
+                       std::chrono::milliseconds(static_cast<int64_t>(cfg.distributed.timeout_s * 1000)),
+                       cfg.distributed.check_collectives};
   launch_ranks(launch, [&](Communicator& comm) {
     const bool lead = comm.rank() == 0;
     const Device device = rank_device(comm, cfg.run);
-    check_device(cfg, device);
+    check_device(device);
     CodecModel model(cfg.model, cfg.quantizer, data.example_dim, cfg.run.seed);
     // On the device before anything keeps state next to the parameters: the
     // optimizer's moments and DDP's gradient buckets are allocated there.

@@ -10,15 +10,21 @@ namespace vqddp {
 namespace {
 
 // Rounds half away from zero (std::round), as a straight-through op: the
-// value of round(v), the gradient of v.
+// value of round(v), the gradient of v. On a GPU the rounding runs on a host
+// copy (FSQ's codes are small: M x D with D of 3 to 8), so both devices
+// round with the same std::round.
 Tensor round_straight_through(const Tensor& v) {
-  Tensor r = v.detach().clone();
+  Tensor r = v.detach().to(Device::cpu()).clone();
   float* p = r.data<float>();
   for (int64_t i = 0; i < r.numel(); ++i) p[i] = std::round(p[i]);
-  return straight_through(v, r);
+  return straight_through(v, r.to(v.device()));
 }
 
 }  // namespace
+
+Tensor on(const Tensor& constant, Device device) {
+  return constant.device() == device ? constant : constant.to(device);
+}
 
 int64_t fsq_codebook_size(const std::vector<int>& levels) {
   int64_t n = 1;
@@ -61,11 +67,14 @@ Tensor FSQ::quantize(const Tensor& z) const {
   if (int64_t at = first_nonfinite(z); at >= 0)
     VQDDP_THROW("FSQ: row {} has a non-finite value ({} in column {})", at / code_dim(),
                 z.detach().reshape({-1}).slice_rows(at, at + 1).item<float>(), at % code_dim());
-  Tensor bounded = sub(mul(vqddp::tanh(add(z, shift_)), half_l_), offset_);
-  return div(round_straight_through(bounded), half_width_);
+  Device dev = z.device();
+  Tensor bounded = sub(mul(vqddp::tanh(add(z, on(shift_, dev))), on(half_l_, dev)), on(offset_, dev));
+  return div(round_straight_through(bounded), on(half_width_, dev));
 }
 
-Tensor FSQ::codes_to_indices(const Tensor& codes) const {
+// The index arithmetic runs on the host; indices go back to the codes' device.
+Tensor FSQ::codes_to_indices(const Tensor& codes_any) const {
+  Tensor codes = codes_any.to(Device::cpu());
   int64_t m = codes.size(0), d = code_dim();
   Tensor out = empty({m}, DType::i64);
   const float* pc = codes.data<float>();
@@ -76,10 +85,11 @@ Tensor FSQ::codes_to_indices(const Tensor& codes) const {
     for (int64_t j = 0; j < d; ++j) idx += static_cast<int64_t>(std::lround(pc[i * d + j] * hw[j] + hw[j])) * basis_[j];
     po[i] = idx;
   }
-  return out;
+  return out.to(codes_any.device());
 }
 
-Tensor FSQ::indices_to_codes(const Tensor& indices) const {
+Tensor FSQ::indices_to_codes(const Tensor& indices_any) const {
+  Tensor indices = indices_any.to(Device::cpu());
   int64_t m = indices.numel(), d = code_dim();
   Tensor out = empty({m, d});
   const int64_t* pi = indices.data<int64_t>();
@@ -90,7 +100,7 @@ Tensor FSQ::indices_to_codes(const Tensor& indices) const {
     for (int64_t j = 0; j < d; ++j)
       po[i * d + j] = (static_cast<float>((pi[i] / basis_[j]) % opt_.levels[j]) - hw[j]) / hw[j];
   }
-  return out;
+  return out.to(indices_any.device());
 }
 
 FSQOutput FSQ::forward(const Tensor& x) {

@@ -32,13 +32,15 @@ ResidualFSQOutput ResidualFSQ::forward(const Tensor& x) {
   Tensor z = project_in_ ? project_in_->forward(x) : x;  // (N, D)
   int64_t n = z.size(0);
   int last = last_active_layer(opt_.quantize_dropout, q, updates_state(), opt_.seed, dropout_step_);
-  Tensor residual = z, sum = zeros({n, code_dim_});
-  std::vector<Tensor> idx_columns(q, full({n}, -1, DType::i64));  // -1: layer dropped
+  Device dev = z.device();
+  Tensor residual = z, sum = zeros({n, code_dim_}, DType::f32, dev);
+  std::vector<Tensor> idx_columns(q, full({n}, -1, DType::i64, dev));  // -1: layer dropped
   for (int l = 0; l <= last; ++l) {
-    Tensor scaled = div(residual, scales_[l]);
+    Tensor scale = on(scales_[l], dev);
+    Tensor scaled = div(residual, scale);
     Tensor code = fsq_->quantize(scaled);                // (N, D)
     Tensor layer_idx = fsq_->codes_to_indices(code);
-    Tensor quantized = mul(code, scales_[l]);
+    Tensor quantized = mul(code, scale);
     residual = sub(residual, quantized.detach());
     sum = add(sum, quantized);
     idx_columns[l] = layer_idx;
@@ -52,11 +54,12 @@ Tensor ResidualFSQ::decode(const Tensor& indices) const {
   VQDDP_CHECK(indices.dtype() == DType::i64 && indices.dim() == 2 && indices.size(1) == q,
               "ResidualFSQ: expected int64 indices [N, {}], got {}", q, indices.desc());
   int64_t n = indices.size(0);
-  Tensor sum = zeros({n, code_dim_});
+  Device dev = indices.device();
+  Tensor sum = zeros({n, code_dim_}, DType::f32, dev);
   std::vector<Tensor> layers = split_columns(indices);
   for (int l = 0; l < q; ++l)
     sum = add(sum, codes_or_zero(layers[l], code_dim_,
-                                 [&](const Tensor& i) { return mul(fsq_->indices_to_codes(i), scales_[l]); }));
+                                 [&](const Tensor& i) { return mul(fsq_->indices_to_codes(i), on(scales_[l], dev)); }));
   return project_out_ ? project_out_->forward(sum) : sum;
 }
 
