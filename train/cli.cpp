@@ -48,6 +48,9 @@ Config config_from(const CliArgs& args, bool allow_default) {
                    : load_config(args.positional().at(0));
   cfg.distributed.world_size = static_cast<int>(args.get_int("world", cfg.distributed.world_size));
   cfg.distributed.backend = args.get("backend", cfg.distributed.backend);
+  VQDDP_CHECK(cfg.distributed.backend != "nccl" || !args.has("world"),
+              "--world does not apply to --backend nccl: its world is WORLD_SIZE, one process per GPU (start them with "
+              "`vqddp launch --nproc N -- vqddp train ...`)");
   cfg.schedule.steps = args.get_int("steps", cfg.schedule.steps);
   cfg.run.dir = args.get("dir", cfg.run.dir);
   cfg.run.device = args.get("device", cfg.run.device);

@@ -113,6 +113,7 @@ void read_distributed(ConfigSection s, DistributedConfig& d) {
   d.backend = s.string("backend", d.backend);
   d.world_size = static_cast<int>(s.integer("world_size", d.world_size));
   d.timeout_s = s.number("timeout_s", d.timeout_s);
+  d.check_collectives = s.boolean("check_collectives", d.check_collectives);
   if (d.world_size < 1 || !(d.timeout_s > 0)) s.fail("world_size", "must be positive, and timeout_s too");
   s.finish();
 }

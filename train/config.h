@@ -78,8 +78,11 @@ struct ScheduleConfig {
 
 struct DistributedConfig {
   std::string backend = "thread";
-  int world_size = 4;
+  int world_size = 4;  // thread ranks; nccl takes WORLD_SIZE from its launcher
   double timeout_s = 300;
+  // nccl: compare every collective's fingerprint across ranks before it runs
+  // (a debug setting; the thread backend always does).
+  bool check_collectives = false;
 };
 
 struct RunConfig {
