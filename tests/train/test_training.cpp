@@ -333,6 +333,16 @@ TEST_CASE("run.device is cpu by default, cuda when asked, and any other value an
                        Error);
 }
 
+TEST_CASE("distributed.check_collectives is off by default, on when asked, and must be a boolean") {
+  nlohmann::json j = {{"data", {{"sources", {{{"path", "x"}}}}}}};
+  CHECK_FALSE(parse_config(j, "run.json").distributed.check_collectives);
+  j["distributed"] = {{"backend", "nccl"}, {"check_collectives", true}};
+  CHECK(parse_config(j, "run.json").distributed.check_collectives);
+  j["distributed"] = {{"check_collectives", "yes"}};
+  CHECK_THROWS_WITH_AS(parse_config(j, "run.json"), doctest::Contains("'distributed.check_collectives' must be true or false, got string"),
+                       Error);
+}
+
 TEST_CASE("training on cuda without a CUDA device fails before the first step and writes nothing") {
   if (cuda_device_count() > 0) return;  // the GPU suite trains there (tests/cuda/test_train.cpp)
   TempDir dir;
