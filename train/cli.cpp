@@ -69,6 +69,7 @@ int run_train(int argc, char** argv) {
   TrainOptions opt;
   opt.resume = args.get("resume", "");
   TrainResult r = train(cfg, data, opt);
+  if (!r.lead) return 0;  // another process of an nccl group: rank 0 reports
   fmt::print("done: {} steps in {:.1f} s | validation mse {:.6f}, snr {:.2f} dB | {:.0f} bits per example{}\n", r.steps,
              r.wall_seconds, r.validation_mse, r.validation_snr_db, r.bits_per_example,
              r.bitrate > 0 ? fmt::format(", {:.2f} kbit/s", r.bitrate / 1000) : "");

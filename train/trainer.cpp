@@ -247,6 +247,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
     }
     if (lead) {
       std::lock_guard lock(result_mu);
+      result.lead = true;
       result.steps = step;
       result.validation_mse = val.mse;
       result.validation_snr_db = val.snr_db;

@@ -33,6 +33,9 @@ struct LayerUsage {
 };
 
 struct TrainResult {
+  // True in the process that ran rank 0, the only one whose fields below are
+  // filled (with nccl every other process returns lead = false).
+  bool lead = false;
   int64_t steps = 0;               // steps completed in total (also before a resume)
   double validation_mse = 0;
   double validation_snr_db = 0;    // 10 log10(sum x^2 / sum (x - x_hat)^2) over the validation set
