@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 
 #include "vqddp_config.h"
 
@@ -23,7 +24,7 @@ namespace vqddp {
 
 bool nccl_built() { return false; }
 
-std::unique_ptr<Communicator> make_nccl_communicator(const DistEnv&, std::unique_ptr<Store>, const NcclOptions&) {
+std::unique_ptr<Communicator> make_nccl_communicator(const DistEnv&, std::shared_ptr<Store>, const NcclOptions&) {
   VQDDP_THROW("backend 'nccl' is not in this build of vqddp (it was built without CUDA and NCCL; install the CUDA "
               "toolkit with NCCL and rebuild)");
 }
@@ -45,7 +46,9 @@ std::unique_ptr<Communicator> make_nccl_communicator(const DistEnv&, std::unique
 #include "comm/watchdog.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/runtime.h"
+#include "engine/autograd.h"
 #include "engine/device.h"
+#include "engine/ops.h"
 
 namespace vqddp {
 
@@ -82,13 +85,15 @@ struct Event {
   ~Event() { cudaEventDestroy(e); }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
-  // Complete, or failed for good (a sticky CUDA error surfaces elsewhere).
+  // Complete, or failed for good (see check()).
   bool done() const { return cudaEventQuery(e) != cudaErrorNotReady; }
+  // After a wait: a CUDA error instead of completion is raised here.
+  void check() const { VQDDP_CUDA_CHECK(cudaEventQuery(e)); }
 };
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(const DistEnv& env, std::unique_ptr<Store> store, const NcclOptions& options);
+  NcclCommunicator(const DistEnv& env, std::shared_ptr<Store> store, const NcclOptions& options);
   ~NcclCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -100,10 +105,15 @@ class NcclCommunicator final : public Communicator {
     check_all_reduce(t, op);
     if (staged(t, t, [&](const Tensor&, Tensor& d) { all_reduce(d, op); })) return;
     Fingerprint fp(fmt::format("all_reduce({})", reduce_op_name(op)), t.dtype(), t.numel());
+    // avg is the sum divided by W afterwards, as the thread backend computes
+    // it: NCCL's own ncclAvg multiplies each input by 1/W before summing,
+    // which rounds differently whenever W is not a power of two.
+    ncclRedOp_t reduce = op == ReduceOp::avg ? ncclSum : nccl_op(op);
     run(fp, [&](cudaStream_t s) {
       return t.numel() == 0 ? ncclSuccess
-                            : ncclAllReduce(t.raw_ptr(), t.raw_ptr(), t.numel(), nccl_type(t.dtype()), nccl_op(op), comm_, s);
+                            : ncclAllReduce(t.raw_ptr(), t.raw_ptr(), t.numel(), nccl_type(t.dtype()), reduce, comm_, s);
     });
+    if (op == ReduceOp::avg) divide_by_world(t);
     t.bump_version();
     count(t.nbytes());
   }
@@ -145,8 +155,12 @@ class NcclCommunicator final : public Communicator {
     run(Fingerprint("all_gather_rows", in.dtype(), row, -1, counts), [&](cudaStream_t s) {
       size_t row_bytes = row * dtype_size(in.dtype());
       char* dst = static_cast<char*>(out.raw_ptr());
+      // Inside a group the calls only record work (ncclSuccess, or
+      // ncclInProgress from a non-blocking communicator); ncclGroupEnd
+      // launches it and is always reached, so the group is never left open.
+      auto ok = [](ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; };
       ncclResult_t r = ncclGroupStart();
-      for (int src = 0; src < world_ && r == ncclSuccess; ++src) {
+      for (int src = 0; src < world_ && ok(r); ++src) {
         if (counts[src] > 0 && row > 0) {
           const void* send = src == rank_ ? in.raw_ptr() : dst;
           r = ncclBroadcast(send, dst, counts[src] * row, nccl_type(in.dtype()), src, comm_, s);
@@ -154,7 +168,7 @@ class NcclCommunicator final : public Communicator {
         dst += counts[src] * row_bytes;
       }
       ncclResult_t end = ncclGroupEnd();
-      return r != ncclSuccess ? r : end;
+      return ok(r) ? end : r;
     });
     out.bump_version();
     count(out.nbytes());
@@ -167,10 +181,27 @@ class NcclCommunicator final : public Communicator {
       return ncclAllReduce(token_.raw_ptr(), token_.raw_ptr(), 1, ncclFloat32, ncclSum, comm_, s);
     });
     watchdog_->wait_until([&] { return done->done(); });
+    done->check();
     count(0);
   }
 
  private:
+  // t /= W on the caller's stream, which already waits for the sum. Float64
+  // goes through the host (the engine's device arithmetic is float32; a
+  // float64 average is rare).
+  void divide_by_world(Tensor& t) {
+    if (world_ == 1) return;
+    NoGradGuard no_grad;
+    if (t.dtype() == DType::f32) {
+      t.copy_(div(t, full({}, double(world_), DType::f32, device())));
+      return;
+    }
+    Tensor h = t.to(Device::cpu());
+    double* p = h.data<double>();
+    for (int64_t i = 0; i < h.numel(); ++i) p[i] /= world_;
+    t.copy_(h);
+  }
+
   // Host tensors (counts, metrics) go through this rank's GPU; the call then
   // waits for the result, and a failure found meanwhile is raised here.
   template <class F>
@@ -212,22 +243,33 @@ class NcclCommunicator final : public Communicator {
     VQDDP_CUDA_CHECK(cudaEventRecord(done->e, stream_));
     VQDDP_CUDA_CHECK(cudaStreamWaitEvent(compute, done->e, 0));
     watchdog_->watch(seq, what, options_.timeout, [done] { return done->done(); });
-    if (options_.blocking) watchdog_->wait_until([&] { return done->done(); });
+    if (options_.blocking) {
+      watchdog_->wait_until([&] { return done->done(); });
+      done->check();
+    }
     return done;
   }
 
-  // A non-blocking communicator may answer ncclInProgress while it is still
-  // putting the work on the stream (connecting to peers on first use, for
-  // one): poll its state until it settles, within the deadline. Requires mu_.
+  // A non-blocking communicator answers ncclInProgress while it is still
+  // putting the work on the stream (from a thread of its own): poll its
+  // state until it settles, within the deadline, spinning first (this is on
+  // every collective's path) and giving up at once when the watchdog has
+  // failed the group meanwhile (its abort waits for mu_). Requires mu_.
   void settle(ncclResult_t r, const std::string& what, uint64_t seq) {
-    auto deadline = Clock::now() + options_.timeout;
+    auto start = Clock::now(), deadline = start + options_.timeout;
     while (r == ncclInProgress) {
-      if (Clock::now() > deadline) {
-        fail_locked(CommFailure::timeout, fmt::format("nccl rank {}: {} #{} was not even queued within its deadline of {} ms; "
-                                                      "the communicator was aborted (are all ranks running?)",
-                                                      rank_, what, seq, options_.timeout.count()));
+      if (watchdog_->failed()) {
+        abort_locked();
+        watchdog_->check();
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (Clock::now() > deadline)
+        fail_locked(CommFailure::timeout,
+                    fmt::format("nccl rank {}: {} (it was still being queued)", rank_,
+                                Watchdog::deadline_message(what, seq, options_.timeout)));
+      if (Clock::now() - start < std::chrono::microseconds(200))
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
       if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
     }
     if (r != ncclSuccess)
@@ -271,6 +313,7 @@ class NcclCommunicator final : public Communicator {
       return ncclAllGather(words.raw_ptr(), all.raw_ptr(), kFingerprintWords, ncclInt64, comm_, s);
     });
     watchdog_->wait_until([&] { return done->done(); });
+    done->check();
     std::vector<int64_t> got = all.to_vector<int64_t>();
     std::vector<std::string> each;
     bool same = true;
@@ -290,7 +333,7 @@ class NcclCommunicator final : public Communicator {
 
   int rank_, world_, device_;
   NcclOptions options_;
-  std::unique_ptr<Store> store_;  // kept: rank 0 serves the TCP store for the whole run
+  std::shared_ptr<Store> store_;  // kept: rank 0 serves the TCP store for the whole run
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   Tensor token_;  // the barrier's one float on the GPU
@@ -313,7 +356,7 @@ int gpu_of(const DistEnv& env) {
   return env.local_rank;
 }
 
-NcclCommunicator::NcclCommunicator(const DistEnv& env, std::unique_ptr<Store> store, const NcclOptions& options)
+NcclCommunicator::NcclCommunicator(const DistEnv& env, std::shared_ptr<Store> store, const NcclOptions& options)
     : rank_(env.rank), world_(env.world_size), device_(gpu_of(env)), options_(options), store_(std::move(store)) {
   VQDDP_CHECK(world_ == 1 || store_, "nccl rank {}: a world of {} needs a rendezvous store", rank_, world_);
   cuda::DeviceGuard guard(device_);
@@ -324,11 +367,19 @@ NcclCommunicator::NcclCommunicator(const DistEnv& env, std::unique_ptr<Store> st
     VQDDP_CHECK(r == ncclSuccess, "nccl rank {}: ncclGetUniqueId failed: {}", rank_, ncclGetErrorString(r));
     return std::string(reinterpret_cast<const char*>(&id), sizeof id);
   };
-  std::string blob = world_ == 1 ? make_id() : share_from_rank0(*store_, env, "nccl_unique_id", make_id);
+  std::string blob =
+      world_ == 1 ? make_id() : share_from_rank0(*store_, env, "nccl_unique_id/" + options_.name, make_id);
   VQDDP_CHECK(blob.size() == sizeof id, "nccl rank {}: the shared NCCL id has {} bytes, expected {}", rank_, blob.size(),
               sizeof id);
   std::memcpy(&id, blob.data(), sizeof id);
 
+  // Connections are made during the init (bounded by its deadline, with a
+  // message that says to check that every rank started), not lazily during
+  // the first collective that needs them (NCCL's default since 2.22): a
+  // lazy connect makes that collective's enqueue wait for its peers, so a
+  // late or missing rank would surface inside some later call instead. The
+  // user's own setting wins.
+  ::setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every call returns at once; the deadline is ours to keep
   ncclResult_t r = ncclCommInitRankConfig(&comm_, world_, id, rank_, &config);
@@ -362,31 +413,39 @@ NcclCommunicator::NcclCommunicator(const DistEnv& env, std::unique_ptr<Store> st
 
 NcclCommunicator::~NcclCommunicator() {
   // Healthy: let queued collectives finish and close the communicator
-  // properly (ncclCommFinalize), within the deadline. Failed, or past the
-  // deadline: abort. Never throws.
-  bool healthy = !watchdog_->failed();
+  // properly (ncclCommFinalize), within the deadline. Failed, or unwinding
+  // from an exception (the other ranks may never reach their finalize, and
+  // waiting for them would only delay the launcher's reaction), or past
+  // the deadline: abort. Never throws; the caller's current device is kept.
+  bool healthy = !watchdog_->failed() && std::uncaught_exceptions() == 0;
   watchdog_->stop();
+  int previous = -1;
+  cudaGetDevice(&previous);
   cudaSetDevice(device_);
-  std::lock_guard lock(mu_);
-  if (!aborted_ && healthy) {
-    auto deadline = Clock::now() + options_.timeout;
-    ncclResult_t r = ncclCommFinalize(comm_);
-    while (r == ncclInProgress && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
+  {
+    std::lock_guard lock(mu_);
+    if (!aborted_ && healthy) {
+      auto deadline = Clock::now() + options_.timeout;
+      ncclResult_t r = ncclCommFinalize(comm_);
+      while (r == ncclInProgress && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
+      }
+      if (r == ncclSuccess) {
+        ncclCommDestroy(comm_);
+        aborted_ = true;  // gone either way
+      }
     }
-    if (r == ncclSuccess) {
-      ncclCommDestroy(comm_);
-      aborted_ = true;  // gone either way
-    }
+    abort_locked();
   }
-  abort_locked();
   if (stream_) cudaStreamDestroy(stream_);
+  token_ = Tensor();  // freed while the rank's GPU is current
+  if (previous >= 0) cudaSetDevice(previous);
 }
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_nccl_communicator(const DistEnv& env, std::unique_ptr<Store> store,
+std::unique_ptr<Communicator> make_nccl_communicator(const DistEnv& env, std::shared_ptr<Store> store,
                                                      const NcclOptions& options) {
   return std::make_unique<NcclCommunicator>(env, std::move(store), options);
 }

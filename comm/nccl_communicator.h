@@ -33,6 +33,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 
 #include "comm/communicator.h"
 #include "comm/dist_env.h"
@@ -44,6 +45,9 @@ struct NcclOptions {
   std::chrono::milliseconds timeout = std::chrono::minutes(5);  // per collective, and for the init
   bool check_fingerprints = false;
   bool blocking = false;
+  // Several communicators of one group (same ranks) may share a store:
+  // each rendezvous under its own name.
+  std::string name = "default";
   // Options from VQDDP_NCCL_CHECK / VQDDP_NCCL_BLOCKING ("1" turns on).
   static NcclOptions from_environment(std::chrono::milliseconds timeout);
 };
@@ -52,11 +56,12 @@ struct NcclOptions {
 bool nccl_built();
 
 // This process's rank of the group `env` describes, on cuda:env.local_rank.
-// Rank 0 makes the ncclUniqueId and shares it through `store` (not needed,
-// and may be null, for a world of 1); the communicator keeps the store.
+// Rank 0 makes the ncclUniqueId and shares it through `store` under
+// options.name (not needed, and may be null, for a world of 1); the
+// communicator keeps a reference to the store.
 // Throws naming the rank and the problem: no such GPU, a rendezvous or
 // init that misses the deadline, a build without NCCL.
-std::unique_ptr<Communicator> make_nccl_communicator(const DistEnv& env, std::unique_ptr<Store> store,
+std::unique_ptr<Communicator> make_nccl_communicator(const DistEnv& env, std::shared_ptr<Store> store,
                                                      const NcclOptions& options);
 
 }  // namespace vqddp

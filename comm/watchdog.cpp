@@ -76,13 +76,17 @@ std::string Watchdog::poll(CommFailure& kind) {
     }
     if (now > it->deadline) {
       kind = CommFailure::timeout;
-      return fmt::format("{} #{} did not complete within its deadline of {} ms; the communicator was aborted "
-                         "(a rank is missing, stuck, or called a different collective)",
-                         it->what, it->seq, it->timeout.count());
+      return deadline_message(it->what, it->seq, it->timeout);
     }
     ++it;
   }
   return "";
+}
+
+std::string Watchdog::deadline_message(const std::string& what, uint64_t seq, std::chrono::milliseconds timeout) {
+  return fmt::format("{} #{} did not complete within its deadline of {} ms; the communicator was aborted "
+                     "(a rank is missing, stuck, or called a different collective)",
+                     what, seq, timeout.count());
 }
 
 void Watchdog::loop() {

@@ -68,6 +68,11 @@ class Watchdog {
   // Ends the thread; collectives still watched are retired unchecked.
   void stop();
 
+  // The text of a missed deadline, for the watchdog and for backends that
+  // find one themselves: "<what> #<seq> did not complete within its
+  // deadline of <timeout> ms; the communicator was aborted (...)".
+  static std::string deadline_message(const std::string& what, uint64_t seq, std::chrono::milliseconds timeout);
+
  private:
   struct Entry {
     uint64_t seq;

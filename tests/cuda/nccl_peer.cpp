@@ -22,6 +22,7 @@ using namespace std::chrono_literals;
 
 namespace {
 DistEnv g_env;
+std::shared_ptr<Store> g_store;  // one rendezvous store; each communicator meets under its own name
 std::unique_ptr<Communicator> g_comm;
 }  // namespace
 
@@ -31,13 +32,9 @@ TEST_CASE("nccl, one process per GPU: closed-form collectives on the GPU and on 
 }
 
 TEST_CASE("nccl: ranks that call different collectives get a DesyncError on every rank with the fingerprint check") {
-  // A second communicator (its own id, under another store key), so the
-  // first stays usable for the cases after this one.
-  auto lookup = [](const char* name) -> const char* { return std::getenv(name); };
-  DistEnv env = g_env;
-  env.master_port += 1;  // keys carry the port: a separate rendezvous on the same store directory or server
-  auto store = rendezvous_store(env, lookup, 30s);
-  auto comm = make_nccl_communicator(env, std::move(store), {.timeout = 30s, .check_fingerprints = true});
+  // A second communicator (its own id, under another name in the store), so
+  // the first stays usable for the cases after this one.
+  auto comm = make_nccl_communicator(g_env, g_store, {.timeout = 30s, .check_fingerprints = true, .name = "desync"});
   Tensor t = zeros({8}, DType::f32, comm->device());
   comm->all_reduce(t, ReduceOp::sum);  // agreed: fine
   CHECK_THROWS_WITH_AS(comm->all_reduce(t, comm->rank() == 0 ? ReduceOp::sum : ReduceOp::max),
@@ -46,10 +43,7 @@ TEST_CASE("nccl: ranks that call different collectives get a DesyncError on ever
 }
 
 TEST_CASE("nccl: a rank that skips a collective makes the others fail at the deadline, naming it") {
-  auto lookup = [](const char* name) -> const char* { return std::getenv(name); };
-  DistEnv env = g_env;
-  env.master_port += 2;
-  auto comm = make_nccl_communicator(env, rendezvous_store(env, lookup, 30s), {.timeout = 3s});
+  auto comm = make_nccl_communicator(g_env, g_store, {.timeout = 3s, .name = "skip"});
   Tensor t = zeros({8}, DType::f32, comm->device());
   if (comm->rank() == 0) {
     comm->all_reduce(t, ReduceOp::sum);  // nobody else calls it
@@ -66,12 +60,17 @@ int main(int argc, char** argv) {
   try {
     auto lookup = [](const char* name) -> const char* { return std::getenv(name); };
     g_env = dist_env_from(lookup);
-    if (!nccl_built() || cuda_device_count() < g_env.world_size) {
-      std::printf("nccl_peer skipped: %d GPU(s) for a world of %d%s\n", cuda_device_count(), g_env.world_size,
+    // The processes of this node, one per GPU (vqddp launch and torchrun set
+    // LOCAL_WORLD_SIZE; without it, assume a single node).
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    int per_node = local ? std::atoi(local) : g_env.world_size;
+    if (!nccl_built() || cuda_device_count() < per_node) {
+      std::printf("nccl_peer skipped: %d GPU(s) for %d processes on this node%s\n", cuda_device_count(), per_node,
                   nccl_built() ? "" : " (no NCCL in this build)");
       return 77;
     }
-    g_comm = make_nccl_communicator(g_env, rendezvous_store(g_env, lookup, 60s), {.timeout = 60s});
+    g_store = rendezvous_store(g_env, lookup, 60s);
+    g_comm = make_nccl_communicator(g_env, g_store, {.timeout = 60s});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nccl_peer: %s\n", e.what());
     return 2;
@@ -79,5 +78,6 @@ int main(int argc, char** argv) {
   doctest::Context context(argc, argv);
   int rc = context.run();
   g_comm.reset();
+  g_store.reset();
   return rc;
 }

@@ -40,16 +40,18 @@ TEST_CASE("nccl, world of one: with the fingerprint check and blocking waits on"
 TEST_CASE("nccl: collectives are ordered after the rank's queued work and before its later work" *
           doctest::skip(!nccl_built())) {
   auto comm = alone();
-  // A long chain of kernels on the compute stream, then the collective,
-  // then more kernels reading its result: any missing event shows as a
-  // wrong value (the collective would read x before the chain wrote it).
-  Tensor x = zeros({1 << 22}, DType::f32, kGpu);
-  Tensor y;
-  for (int i = 0; i < 50; ++i) x = add(x, full({1}, 1.0, DType::f32, kGpu));
-  comm->all_reduce(x, ReduceOp::max);
-  y = mul(x, full({1}, 2.0, DType::f32, kGpu));
-  std::vector<float> v = y.to_vector<float>();
-  CHECK(std::all_of(v.begin(), v.end(), [](float f) { return f == 100.f; }));
+  // A long chain of kernels on the compute stream writes x, an out-of-place
+  // all_gather copies it to g, and more kernels read g. Without the event
+  // before the collective it would copy a stale x (zeros or a partial sum);
+  // without the one after it, mul would read g before it is written.
+  for (int round = 0; round < 3; ++round) {
+    Tensor x = zeros({1 << 22}, DType::f32, kGpu);
+    for (int i = 0; i < 50; ++i) x = add(x, full({}, 1.0, DType::f32, kGpu));
+    Tensor g = full({1 << 22}, -7.0, DType::f32, kGpu);
+    comm->all_gather(x, g);
+    std::vector<float> v = mul(g, full({}, 2.0, DType::f32, kGpu)).to_vector<float>();
+    CHECK(std::all_of(v.begin(), v.end(), [](float f) { return f == 100.f; }));
+  }
 }
 
 TEST_CASE("nccl: a tensor on another device is refused naming both devices" * doctest::skip(!nccl_built())) {
