@@ -97,11 +97,11 @@ VQDDP_HD bool arg_better(float v, long long i, float bv, long long bi, bool max)
 // ---- float arithmetic rounded exactly as written ---------------------------
 //
 // nvcc contracts a * b + c into one FMA (one rounding instead of two) by
-// default; g++ for x86-64 has no FMA instruction to contract into. The
-// CUDA _rn intrinsics are never contracted, so a formula written with these
-// helpers rounds after every operation, in the order written, on both
-// sides: the GPU gets the CPU's bits. (A CPU build with -mfma or
-// -march=native would contract the host side and lose that.)
+// default, and so does g++ wherever the target has FMA (aarch64,
+// -march=native); the project builds with -ffp-contract=off (meson.build)
+// so the host never does. The CUDA _rn intrinsics are never contracted, so
+// a formula written with these helpers rounds after every operation, in the
+// order written, on both sides: the GPU gets the CPU's bits.
 #ifdef __CUDA_ARCH__
 VQDDP_HD float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 VQDDP_HD float add_rn(float a, float b) { return __fadd_rn(a, b); }

@@ -14,7 +14,7 @@ namespace {
 // copy (FSQ's codes are small: M x D with D of 3 to 8), so both devices
 // round with the same std::round.
 Tensor round_straight_through(const Tensor& v) {
-  Tensor r = v.detach().to(Device::cpu()).clone();
+  Tensor r = v.device().is_cpu() ? v.detach().clone() : v.detach().to(Device::cpu());  // one copy either way
   float* p = r.data<float>();
   for (int64_t i = 0; i < r.numel(); ++i) p[i] = std::round(p[i]);
   return straight_through(v, r.to(v.device()));
@@ -74,7 +74,7 @@ Tensor FSQ::quantize(const Tensor& z) const {
 
 // The index arithmetic runs on the host; indices go back to the codes' device.
 Tensor FSQ::codes_to_indices(const Tensor& codes_any) const {
-  Tensor codes = codes_any.to(Device::cpu());
+  Tensor codes = codes_any.detach().to(Device::cpu());  // indices carry no gradient
   int64_t m = codes.size(0), d = code_dim();
   Tensor out = empty({m}, DType::i64);
   const float* pc = codes.data<float>();

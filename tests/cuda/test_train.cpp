@@ -27,7 +27,20 @@ Config gpu_config(const TempDir& dir, int world, const std::string& device) {
   cfg.optimizer.lr = 0.01f;
   cfg.schedule.steps = 40;
   cfg.run.device = device;
+  cfg.distributed.timeout_s = 60;  // the first GPU collective may wait for a rank thread's context and cuBLAS setup
   return cfg;
+}
+
+// Quiet, and every step checks that the model and the optimizer state live
+// on `device` (so a run that silently fell back to the CPU fails).
+TrainOptions on_device(Device device) {
+  TrainOptions o = quiet();
+  o.after_step = [device](int64_t, int, const CodecModel& model, Optimizer& optim) {
+    for (const Tensor& p : model.parameters()) REQUIRE(p.device() == device);
+    for (auto& [name, t] : optim.state())
+      if (t.dtype() == DType::f32) REQUIRE(t.device() == device);
+  };
+  return o;
 }
 
 NamedTensors checkpoint(const TempDir& dir) { return safetensors_load(dir.file("checkpoint.safetensors")).tensors; }
@@ -40,7 +53,7 @@ TEST_CASE("a small run trains on the GPU: the CPU's steps and validation SNR, re
     CAPTURE(world);
     TempDir cpu_dir, gpu_a, gpu_b;
     TrainResult c = train(gpu_config(cpu_dir, world, "cpu"), data, quiet());
-    TrainResult a = train(gpu_config(gpu_a, world, "cuda"), data, quiet());
+    TrainResult a = train(gpu_config(gpu_a, world, "cuda"), data, on_device(kGpu));
     TrainResult b = train(gpu_config(gpu_b, world, "cuda"), data, quiet());
     CHECK(a.steps == c.steps);
     CAPTURE(c.validation_snr_db);
@@ -83,11 +96,13 @@ TEST_CASE("FSQ trains on the GPU like on the CPU (its rounding and indices run o
   Config cpu = small_config(cpu_dir.path().string(), "fsq"), gpu = small_config(gpu_dir.path().string(), "fsq");
   cpu.schedule.steps = gpu.schedule.steps = 40;
   gpu.run.device = "cuda";
-  TrainResult c = train(cpu, data, quiet()), g = train(gpu, data, quiet());
+  TrainResult c = train(cpu, data, quiet()), g = train(gpu, data, on_device(kGpu));
   CHECK(g.steps == c.steps);
   CAPTURE(c.validation_snr_db);
   CHECK(std::abs(g.validation_snr_db - c.validation_snr_db) <= 0.05);
-  CHECK(g.usage.at(0).codes_used == c.usage.at(0).codes_used);
+  // Codes in use may differ by a frame or two crossing a rounding boundary
+  // (tanh and the matmuls round differently on the two devices).
+  CHECK(std::abs(g.usage.at(0).codes_used - c.usage.at(0).codes_used) <= 2);
 }
 
 // `train --backend nccl` in a world of one (what one GPU allows) against
@@ -102,7 +117,7 @@ TEST_CASE("train --backend nccl (world of one) equals the thread backend on the 
   Config thread = gpu_config(thread_dir, 1, "cuda"), nccl = gpu_config(nccl_dir, 1, "cuda");
   nccl.distributed.backend = "nccl";
   nccl.distributed.check_collectives = true;  // and the fingerprint check's own collectives leave no trace
-  TrainResult t = train(thread, data, quiet()), n = train(nccl, data, quiet());
+  TrainResult t = train(thread, data, quiet()), n = train(nccl, data, on_device(kGpu));
   CHECK(n.steps == t.steps);
   CHECK(n.validation_snr_db == t.validation_snr_db);
   CHECK(bitwise_equal(checkpoint(thread_dir), checkpoint(nccl_dir)));
