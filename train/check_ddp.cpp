@@ -30,6 +30,16 @@ struct Diff {
 
 }  // namespace
 
+// check-ddp always compares thread ranks of one process, whatever backend
+// the config trains with ("single" runs one rank only; "nccl" one process
+// per GPU).
+static Config thread_ranks(const Config& cfg, int world) {
+  Config c = cfg;
+  c.distributed.backend = "thread";
+  c.distributed.world_size = world;
+  return c;
+}
+
 CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions& o) {
   CheckDdpResult r;
   cfg.schedule.steps = o.steps;
@@ -42,8 +52,7 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
   // W-rank steps can start from it.
   std::vector<NamedTensors> one;
   {
-    Config c = cfg;
-    c.distributed.world_size = 1;
+    Config c = thread_ranks(cfg, 1);
     TrainOptions opt = quiet();
     opt.after_step = [&](int64_t step, int, const CodecModel& model, Optimizer& optim) {
       one.push_back(model.state_copy(Device::cpu()));  // compared on the host, also for a GPU run
@@ -55,8 +64,7 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
   std::vector<std::string> order;
   std::map<std::string, Diff> worst;
   for (int64_t step = 1; step <= o.steps; ++step) {
-    Config c = cfg;
-    c.distributed.world_size = o.world;
+    Config c = thread_ranks(cfg, o.world);
     TrainOptions opt = quiet();
     opt.resume = step == 1 ? "" : state_file(step - 1);
     opt.stop_at_step = step;

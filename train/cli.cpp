@@ -48,9 +48,6 @@ Config config_from(const CliArgs& args, bool allow_default) {
                    : load_config(args.positional().at(0));
   cfg.distributed.world_size = static_cast<int>(args.get_int("world", cfg.distributed.world_size));
   cfg.distributed.backend = args.get("backend", cfg.distributed.backend);
-  VQDDP_CHECK(cfg.distributed.backend != "nccl" || !args.has("world"),
-              "--world does not apply to --backend nccl: its world is WORLD_SIZE, one process per GPU (start them with "
-              "`vqddp launch --nproc N -- vqddp train ...`)");
   cfg.schedule.steps = args.get_int("steps", cfg.schedule.steps);
   cfg.run.dir = args.get("dir", cfg.run.dir);
   cfg.run.device = args.get("device", cfg.run.device);
@@ -65,6 +62,10 @@ int run_train(int argc, char** argv) {
   CliArgs args("train", argc, argv, 2, {"resume", "world", "backend", "device", "steps", "dir"});
   VQDDP_CHECK(args.positional().size() <= 1, "train: expected at most one config file, got {}", args.positional().size());
   Config cfg = config_from(args, true);
+  // (check-ddp takes --world with any config: it always compares thread ranks.)
+  VQDDP_CHECK(cfg.distributed.backend != "nccl" || !args.has("world"),
+              "--world does not apply to --backend nccl: its world is WORLD_SIZE, one process per GPU (start them with "
+              "`vqddp launch --nproc N -- vqddp train ...`)");
   Dataset data = load_dataset(cfg.data);
   TrainOptions opt;
   opt.resume = args.get("resume", "");
