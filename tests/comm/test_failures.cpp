@@ -167,10 +167,9 @@ TEST_CASE("a rank that throws mid-run aborts the group; run_ranks rethrows that 
   for (int r = 0; r < 3; ++r) CHECK(seen[r].find("rank 3 failed: boom on rank 3") != std::string::npos);
 }
 
-TEST_CASE("a failure in the completion phase is also bounded by the deadline") {
-  // Rank 0 finishes its share and waits for the others to complete; rank 1
-  // stalls between arrival and completion by sleeping inside a nested call
-  // of the next collective that the others never make.
+TEST_CASE("a rank that stalls after a completed collective: the others time out at the next one, naming it") {
+  // The all_reduce completes on both ranks; rank 1 then stalls, so rank 0
+  // waits at the arrival of barrier #1 until its deadline.
   Outcome o = run_and_record(2, [](Communicator& comm) {
     Tensor t = ones({4});
     comm.all_reduce(t, ReduceOp::sum);
@@ -178,5 +177,5 @@ TEST_CASE("a failure in the completion phase is also bounded by the deadline") {
     comm.barrier();
   });
   CHECK(o.type[0] == "timeout");
-  CHECK(o.what[0].find("barrier #1") != std::string::npos);
+  CHECK(o.what[0].find("barrier #1 (arrival): ranks 1 did not arrive") != std::string::npos);
 }

@@ -66,20 +66,8 @@ TEST_CASE("a small run trains on the GPU: the CPU's steps and validation SNR, re
 }
 
 TEST_CASE("bit-exact resume on the GPU: 2S steps straight equal S steps, stop, resume, S steps") {
-  Dataset data = synthetic_data();
   TempDir a, b;
-  Config straight = gpu_config(a, 2, "cuda");
-  straight.schedule.steps = 8;
-  train(straight, data, quiet());
-  Config halves = gpu_config(b, 2, "cuda");
-  halves.schedule.steps = 8;
-  TrainOptions first = quiet();
-  first.stop_at_step = 4;
-  train(halves, data, first);
-  TrainOptions second = quiet();
-  second.resume = b.file("checkpoint.safetensors");
-  CHECK(train(halves, data, second).steps == 8);
-  CHECK(bitwise_equal(checkpoint(a), checkpoint(b)));
+  check_bit_exact_resume(gpu_config(a, 2, "cuda"), synthetic_data(), a.path().string(), b.path().string(), 8);
 }
 
 TEST_CASE("check-ddp on the GPU: 2 thread ranks on cuda:0 step like 1, ranks bitwise identical") {

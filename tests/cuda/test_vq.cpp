@@ -104,6 +104,12 @@ TEST_CASE("assign on the GPU picks the CPU's codes except at stated near-ties") 
   }
 }
 
+TEST_CASE("assign on the GPU breaks exact ties to the lowest index across warp lanes, like the CPU") {
+  Tensor x = from_vector({1, 0, 1.1f, 0.1f, 0.9f, -0.1f}, {3, 2});
+  CHECK(assign_codes(x.to(kGpu), tied_codebook().to(kGpu), false).to_vector<int64_t>() ==
+        std::vector<int64_t>{35, 35, 35});
+}
+
 TEST_CASE("code statistics on the GPU: exact counts, float64 sums, reproducible bitwise") {
   Tensor x = randn({3000, 24}, 3);
   std::vector<int64_t> idx(3000);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/file_io.h"
 #include "engine/safetensors.h"
 #include "tests/engine/tmpdir.h"
 
@@ -19,11 +20,6 @@ void write_raw(const std::string& path, const std::string& header, const std::st
   uint64_t n = header.size();
   out.write(reinterpret_cast<const char*>(&n), 8);
   out << header << data;
-}
-
-std::string bytes_of(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 }  // namespace
@@ -52,7 +48,7 @@ TEST_CASE("safetensors round trip keeps names, order, shapes, dtypes, values and
   CHECK_THROWS_WITH_AS(f.at("nope"), doctest::Contains("no tensor 'nope' (the file holds: embed"), Error);
   // Header length is a multiple of 8 so the data is aligned.
   uint64_t n;
-  std::memcpy(&n, bytes_of(path).data(), 8);
+  std::memcpy(&n, read_file(path).data(), 8);
   CHECK(n % 8 == 0);
   // No temporary file is left next to the target.
   int files = 0;
@@ -78,7 +74,7 @@ TEST_CASE("malformed safetensors files give errors naming the file and the probl
   }
   SUBCASE("header length beyond the end") {
     write_raw(p, "{}", "");
-    std::string b = bytes_of(p);
+    std::string b = read_file(p);
     b.resize(b.size() - 1);
     std::ofstream(p, std::ios::binary) << b;
     expect("exceeds the file");
@@ -143,10 +139,10 @@ TEST_CASE("a save replaces the file by rename: a hard link to the old file keeps
   std::string path = dir.file("ckpt.safetensors"), link = dir.file("old.safetensors");
   safetensors_save(path, {{"w", ones({3})}});
   std::filesystem::create_hard_link(path, link);
-  std::string before = bytes_of(link);
+  std::string before = read_file(link);
   safetensors_save(path, {{"w", zeros({5})}});
   // An in-place rewrite (truncate + write) would have changed the linked inode.
-  CHECK(bytes_of(link) == before);
+  CHECK(read_file(link) == before);
   CHECK(safetensors_load(path).at("w").numel() == 5);
 }
 
@@ -165,13 +161,13 @@ TEST_CASE("a failed save leaves the previous file intact") {
   TempDir dir;
   std::string path = dir.file("ckpt.safetensors");
   safetensors_save(path, {{"w", ones({3})}});
-  std::string before = bytes_of(path);
+  std::string before = read_file(path);
   // An undefined tensor is refused before anything is written.
   CHECK_THROWS_WITH_AS(safetensors_save(path, {{"w", zeros({3})}, {"bad", Tensor()}}),
                        doctest::Contains("tensor 'bad' is undefined"), Error);
-  CHECK(bytes_of(path) == before);
+  CHECK(read_file(path) == before);
   // A target directory that does not exist fails at the temporary file.
   CHECK_THROWS_WITH_AS(safetensors_save(dir.file("no/such/dir.safetensors"), {{"w", ones({1})}}),
                        doctest::Contains("cannot create temporary file"), Error);
-  CHECK(bytes_of(path) == before);
+  CHECK(read_file(path) == before);
 }

@@ -6,6 +6,8 @@
 #include <string>
 
 #include "engine/ops.h"
+#include "engine/safetensors.h"
+#include "tests/vq/harness.h"
 #include "engine/random.h"
 #include "train/config.h"
 #include "train/dataset.h"
@@ -48,6 +50,38 @@ inline TrainOptions quiet() {
   TrainOptions o;
   o.print = false;
   return o;
+}
+
+// Bit-exact resume: `cfg` trained for `steps` straight (in dir_a) must end
+// bitwise equal to the same run stopped at steps / 2 and resumed (in
+// dir_b), and the resumed run must take exactly the remaining steps (a
+// resume that ignored its checkpoint would retrain from step 0 and end in
+// the same bits). Returns the resumed run's result.
+inline TrainResult check_bit_exact_resume(Config cfg, const Dataset& data, const std::string& dir_a,
+                                          const std::string& dir_b, int64_t steps) {
+  cfg.schedule.steps = steps;
+  cfg.run.dir = dir_a;
+  train(cfg, data, quiet());
+  cfg.run.dir = dir_b;
+  TrainOptions first = quiet();
+  first.stop_at_step = steps / 2;
+  train(cfg, data, first);
+  std::string ckpt = dir_b + "/checkpoint.safetensors";
+  CHECK(safetensors_load(ckpt).at("train.step").item<int64_t>() == steps / 2);
+  TrainOptions second = quiet();
+  second.resume = ckpt;
+  std::vector<int64_t> done_steps;  // rank 0's
+  second.after_step = [&](int64_t done, int rank, const CodecModel&, Optimizer&) {
+    if (rank == 0) done_steps.push_back(done);
+  };
+  TrainResult r = train(cfg, data, second);
+  CHECK(r.steps == steps);
+  REQUIRE(done_steps.size() == static_cast<size_t>(steps - steps / 2));
+  CHECK(done_steps.front() == steps / 2 + 1);
+  NamedTensors a = safetensors_load(dir_a + "/checkpoint.safetensors").tensors, b = safetensors_load(ckpt).tensors;
+  REQUIRE(a.size() > 10);
+  CHECK(bitwise_equal(a, b));
+  return r;
 }
 
 }  // namespace vqddp::test

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/file_io.h"
 #include "engine/error.h"
 #include "tests/engine/tmpdir.h"
 #include "train/idx.h"
@@ -30,11 +31,6 @@ std::string be32(uint32_t v) {
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
-}
-
-std::string bytes_of(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 // One RIFF chunk: id, little-endian size, body, pad byte when the size is odd.
@@ -237,7 +233,7 @@ TEST_CASE("malformed IDX files give errors naming the file and the problem") {
   }
   SUBCASE("gzip trailer CRC does not match") {
     write_gzip(p, good);
-    std::string gz = bytes_of(p);
+    std::string gz = read_file(p);
     gz[gz.size() - 8] = static_cast<char>(gz[gz.size() - 8] ^ 0xFF);  // first CRC-32 byte
     write_bytes(p, gz);
     expect("corrupt gzip data: incorrect data check");
@@ -246,7 +242,7 @@ TEST_CASE("malformed IDX files give errors naming the file and the problem") {
     std::string big = idx_header(0x08, {4096});
     for (int i = 0; i < 4096; ++i) big += static_cast<char>(i * i % 251);
     write_gzip(p, big);
-    std::string gz = bytes_of(p);
+    std::string gz = read_file(p);
     write_bytes(p, gz.substr(0, gz.size() / 2));
     expect("data truncated: shape [4096] needs 4096 bytes");
     expect("(its gzip stream is cut off)");

@@ -96,4 +96,16 @@ inline void check_close(const NamedTensors& a, const NamedTensors& b, double rto
   }
 }
 
+// 100 codes of dimension 2: (9, 9) except three identical nearest codes
+// (1, 0) at 35, 50 and 97, placed so every lane-merge shortcut picks wrong
+// (see test_assign.cpp); the right answer for rows near (1, 0) is 35.
+inline Tensor tied_codebook() {
+  std::vector<float> e(200, 9.f);
+  for (int j : {35, 50, 97}) {
+    e[2 * j] = 1.f;
+    e[2 * j + 1] = 0.f;
+  }
+  return from_vector(e, {100, 2});
+}
+
 }  // namespace vqddp::test

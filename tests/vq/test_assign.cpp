@@ -51,6 +51,17 @@ TEST_CASE("assign_codes breaks ties to the lowest code index") {
   CHECK(assign_codes(from_vector({1, 0}, {1, 2}), u, true).to_vector<int64_t>() == std::vector<int64_t>{2});
 }
 
+// K = 100 codes, all far except three identical nearest ones at 35, 50 and
+// 97: in the CPU's 16 running minima they sit in lanes 3, 2 and 1, in a
+// 32-lane GPU warp in lanes 3, 18 and 1, so a merge that preferred the
+// lower lane (or the later block) would pick 97 or 50. Shared with the GPU
+// suite (tests/cuda/test_vq.cpp).
+TEST_CASE("assign_codes breaks ties to the lowest index also across the vectorised lanes and the tail") {
+  Tensor e = test::tied_codebook();
+  Tensor x = from_vector({1, 0, 1.1f, 0.1f, 0.9f, -0.1f}, {3, 2});
+  CHECK(assign_codes(x, e, false).to_vector<int64_t>() == std::vector<int64_t>{35, 35, 35});
+}
+
 TEST_CASE("assign_codes handles empty batches and rejects mismatched shapes") {
   Tensor e = ones({4, 3});
   CHECK(assign_codes(zeros({0, 3}), e, false).shape() == Shape{0});
