@@ -91,9 +91,33 @@ inline void closed_form_collectives(Communicator& comm, Device device) {
     for (int q = 0; q < w; ++q) v.push_back(q + 10);
     return v;
   }());
+  // Invariant 5 for the other collectives: outputs that are row views of a
+  // bigger buffer (staged or not) are written in place, rows around them
+  // untouched, and their version bumped.
+  Tensor frame = full({4 * w + 2, 2}, -1.0, DType::f32, device);
+  Tensor into = frame.slice_rows(1, 1 + 2 * w);
+  uint64_t version = into.version();
+  comm.all_gather(full({2, 2}, r + 1.0, DType::f32, device), into);
+  CHECK(into.version() > version);
+  Tensor rows_into = frame.slice_rows(1 + 2 * w, 1 + 2 * w + total);
+  comm.all_gather_rows(full({counts[r], 2}, r + 1.0, DType::f32, device), counts, rows_into);
+  Tensor root_view = frame.slice_rows(4 * w + 1, 4 * w + 2);
+  if (r == 0) root_view.fill_(7.0);
+  comm.broadcast(root_view, 0);
+  std::vector<double> gf = as_doubles(frame);
+  CHECK(gf[0] == -1.0);
+  CHECK(gf[1] == -1.0);
+  for (int q = 0; q < w; ++q)
+    for (int64_t i = 0; i < 4; ++i) CHECK(gf[2 + q * 4 + i] == q + 1.0);
+  at = 2 + 4 * w;
+  for (int q = 0; q < w; ++q)
+    for (int64_t i = 0; i < counts[q] * 2; ++i) CHECK(gf[at++] == q + 1.0);
+  for (size_t i = at; i < gf.size() - 2; ++i) CHECK(gf[i] == -1.0);  // rows no collective wrote
+  CHECK(gf[gf.size() - 2] == 7.0);
+  CHECK(gf[gf.size() - 1] == 7.0);
   comm.barrier();
-  // 3 dtypes x (3 + avg for floats) + view + W broadcasts + gather + rows + counts + barrier.
-  CHECK(comm.counters().collectives - before.collectives == uint64_t(3 * 3 + 2 + 1 + w + 1 + 1 + 1 + 1));
+  // 3 dtypes x (3 + avg for floats) + view + W broadcasts + gather + rows + counts + 3 into views + barrier.
+  CHECK(comm.counters().collectives - before.collectives == uint64_t(3 * 3 + 2 + 1 + w + 1 + 1 + 1 + 3 + 1));
 }
 
 }  // namespace vqddp::test

@@ -24,7 +24,7 @@ inline Config small_config(const std::string& dir, const std::string& quantizer_
         {"quantize_dropout_cutoff_index", 0}}},
       {"data", {{"type", "wav_frames"}, {"sources", {{{"path", "unused"}}}}}},
       {"optimizer", {{"lr", 0.003}}},
-      {"schedule", {{"batch_size", 30}, {"epochs", 2}, {"log_every", 1000}}},
+      {"schedule", {{"batch_size", 30}, {"epochs", 2}, {"log_every", 3}, {"validate_every", 4}}},  // mid-run log and validation collectives run too
       {"distributed", {{"world_size", 3}, {"timeout_s", 5}}},
       {"run", {{"dir", dir}, {"seed", 7}}}};
   if (quantizer_type == "fsq") {

@@ -138,22 +138,24 @@ TEST_CASE("ResidualVQ codebook state is identical on every rank after steps with
         one.push_back(snapshot(rvq));
       }
     }, kFast);
-    for (int w : {2, 3, 4}) {
-      CAPTURE(w);
-      std::vector<std::vector<NamedTensors>> states(w);
-      run_ranks(w, [&](Communicator& comm) {
-        Generator init(0, 0);
-        ResidualVQ rvq(o, init);
-        for (auto& x : batches) {
-          rvq.forward(shard(x, split_sizes(30, w, "uneven"), comm.rank()), comm);
-          states[comm.rank()].push_back(snapshot(rvq));
+    for (int w : {2, 3, 4})
+      for (const char* split : {"uneven", "empty"}) {  // empty ranks: the shared codebook's concat of no rows
+        CAPTURE(w);
+        CAPTURE(split);
+        std::vector<std::vector<NamedTensors>> states(w);
+        run_ranks(w, [&](Communicator& comm) {
+          Generator init(0, 0);
+          ResidualVQ rvq(o, init);
+          for (auto& x : batches) {
+            rvq.forward(shard(x, split_sizes(30, w, split), comm.rank()), comm);
+            states[comm.rank()].push_back(snapshot(rvq));
+          }
+        }, kFast);
+        for (size_t s = 0; s < batches.size(); ++s) {
+          for (int r = 1; r < w; ++r) CHECK(bitwise_equal(states[r][s], states[0][s]));
+          check_close(states[0][s], one[s], 1e-4, 1e-5);
         }
-      }, kFast);
-      for (size_t s = 0; s < batches.size(); ++s) {
-        for (int r = 1; r < w; ++r) CHECK(bitwise_equal(states[r][s], states[0][s]));
-        check_close(states[0][s], one[s], 1e-4, 1e-5);
       }
-    }
   }
 }
 

@@ -98,6 +98,46 @@ TEST_CASE("heads: a shared codebook sees every head's rows; separate codebooks o
   }
 }
 
+TEST_CASE("invariants 1, 2, 4 for VectorQuantize with heads: ranks bitwise equal, W ranks (uneven, empty) equal 1 "
+          "rank, eval issues no collective") {
+  std::vector<Tensor> batches;
+  Generator data(12, 0);
+  for (int s = 0; s < 4; ++s) batches.push_back(rand_normal({21, 8}, data));
+  for (bool separate : {false, true}) {
+    CAPTURE(separate);
+    VectorQuantizeOptions o = base(8, 2);
+    o.separate_codebook_per_head = separate;
+    o.codebook.threshold_ema_dead_code = 1.5f;  // revival (all_gather_rows) takes part
+    auto run = [&](int w, const std::string& split) {
+      std::vector<std::vector<NamedTensors>> states(w);
+      run_ranks(w, [&](Communicator& comm) {
+        Generator init(0, 0);
+        VectorQuantize vq(o, init);
+        for (const Tensor& x : batches) {
+          vq.forward(shard(x, split_sizes(21, w, split), comm.rank()), comm);
+          states[comm.rank()].push_back(snapshot(vq));
+        }
+        vq.eval();
+        uint64_t before = comm.counters().collectives;
+        vq.forward(shard(batches[0], split_sizes(21, w, split), comm.rank()), comm);
+        CHECK(comm.counters().collectives == before);
+      }, kFast);
+      return states;
+    };
+    std::vector<NamedTensors> one = run(1, "even")[0];
+    for (int w : {2, 3, 4})
+      for (const char* split : {"uneven", "empty"}) {
+        CAPTURE(w);
+        CAPTURE(split);
+        auto states = run(w, split);
+        for (size_t s = 0; s < batches.size(); ++s) {
+          for (int r = 1; r < w; ++r) CHECK(bitwise_equal(states[r][s], states[0][s]));
+          check_close(states[0][s], one[s], 1e-4, 1e-5);
+        }
+      }
+  }
+}
+
 TEST_CASE("masked rows change nothing and get index -1; W ranks with masks equal 1 rank without the masked rows") {
   Generator data(4, 0);
   Tensor x = rand_normal({24, 4}, data);
