@@ -7,6 +7,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/error.h"
+#include "engine/parse_number.h"
+
 namespace vqddp {
 
 namespace {
@@ -28,7 +31,9 @@ struct Cache {
 
   Cache() {
     const char* env = std::getenv("VQDDP_CPU_CACHE_MB");
-    limit = (env ? std::stoull(env) : 2048) << 20;
+    std::optional<int64_t> mb = env ? parse_int(env) : std::optional<int64_t>(2048);
+    VQDDP_CHECK(mb && *mb >= 0 && *mb < (int64_t{1} << 40), "VQDDP_CPU_CACHE_MB={} is not a size in MiB", env);
+    limit = static_cast<size_t>(*mb) << 20;
   }
 };
 

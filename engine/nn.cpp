@@ -69,8 +69,12 @@ NamedTensors Module::state_copy() const {
 }
 
 NamedTensors Module::state_copy(Device device) const {
-  NamedTensors out = state_copy();
-  for (auto& [_, t] : out) t = t.to(device);  // no second copy where a tensor is there already
+  // One copy per tensor: a clone where it already is on `device`, else the
+  // transfer itself.
+  auto copy = [&](const Tensor& t) { return t.device() == device ? t.clone() : t.detach().to(device); };
+  NamedTensors out;
+  for (auto& [n, t] : named_parameters()) out.emplace_back(n, copy(t));
+  for (auto& [n, t] : named_buffers()) out.emplace_back(n, copy(t));
   return out;
 }
 

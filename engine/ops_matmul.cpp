@@ -15,8 +15,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   VQDDP_CHECK(k == kb, "matmul: inner dimensions differ: op(a) is [{}, {}], op(b) is [{}, {}] (a {}, b {}{}{})", m, k,
               kb, n, shape_str(a.shape()), shape_str(b.shape()), ta ? ", a transposed" : "", tb ? ", b transposed" : "");
   DeviceKernels* dk = device_of("matmul", {&a, &b});
-  Tensor out = zeros({m, n}, DType::f32, a.device());
+  // GEMM with beta = 0 writes every element without reading it: no fill.
+  Tensor out = empty({m, n}, DType::f32, a.device());
   // Empty operands: the result is zeros (BLAS rejects zero leading dims).
+  if (k == 0) out.fill_(0);
   if (m > 0 && n > 0 && k > 0) {
     if (dk)  // GPU: cuBLAS
       dk->gemm(ta, tb, m, n, k, 1.f, static_cast<const float*>(a.raw_ptr()), a.size(1),

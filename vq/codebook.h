@@ -49,6 +49,10 @@ struct CodebookOptions {
   bool sync_stats = true;
 };
 
+// The seed of a module's i-th codebook (head or layer): distinct streams per
+// codebook, the same on every rank.
+inline uint64_t codebook_seed(uint64_t module_seed, int i) { return module_seed * 1000003 + static_cast<uint64_t>(i); }
+
 struct CodebookMetrics {
   // The metrics of a step in which no rank had rows.
   static CodebookMetrics empty_world() { return {1.0, 0, 0, 0}; }

@@ -22,10 +22,6 @@ Tensor round_straight_through(const Tensor& v) {
 
 }  // namespace
 
-Tensor on(const Tensor& constant, Device device) {
-  return constant.device() == device ? constant : constant.to(device);
-}
-
 int64_t fsq_codebook_size(const std::vector<int>& levels) {
   int64_t n = 1;
   for (int l : levels) n *= l;
@@ -37,7 +33,6 @@ FSQ::FSQ(const FSQOptions& o, Generator& init_gen) : opt_(o) {
   std::vector<float> half_l, offset, shift, half_width;
   for (int l : o.levels) {
     VQDDP_CHECK(l >= 2, "FSQ: every level must be at least 2, got {}", l);
-    codebook_size_ *= l;
     float h = (l - 1) * (1.f + 1e-3f) / 2.f;
     float off = l % 2 == 0 ? 0.5f : 0.f;
     half_l.push_back(h);
@@ -45,6 +40,7 @@ FSQ::FSQ(const FSQOptions& o, Generator& init_gen) : opt_(o) {
     shift.push_back(std::atanh(off / h));
     half_width.push_back(static_cast<float>(l / 2));
   }
+  codebook_size_ = fsq_codebook_size(o.levels);
   int64_t d = code_dim();
   half_l_ = from_vector(half_l, {d});
   offset_ = from_vector(offset, {d});
@@ -67,9 +63,11 @@ Tensor FSQ::quantize(const Tensor& z) const {
   if (int64_t at = first_nonfinite(z); at >= 0)
     VQDDP_THROW("FSQ: row {} has a non-finite value ({} in column {})", at / code_dim(),
                 z.detach().reshape({-1}).slice_rows(at, at + 1).item<float>(), at % code_dim());
+  // The constants live on the host (they are not state, so Module::to does
+  // not move them); to() is free where z is on the host too.
   Device dev = z.device();
-  Tensor bounded = sub(mul(vqddp::tanh(add(z, on(shift_, dev))), on(half_l_, dev)), on(offset_, dev));
-  return div(round_straight_through(bounded), on(half_width_, dev));
+  Tensor bounded = sub(mul(vqddp::tanh(add(z, shift_.to(dev))), half_l_.to(dev)), offset_.to(dev));
+  return div(round_straight_through(bounded), half_width_.to(dev));
 }
 
 // The index arithmetic runs on the host; indices go back to the codes' device.

@@ -57,10 +57,4 @@ class FSQ : public Module {
 // The codebook size of a level list: the product of the levels.
 int64_t fsq_codebook_size(const std::vector<int>& levels);
 
-// `constant` (a small host tensor of fixed values: FSQ's levels and scales)
-// on `device`, copied there when it is not already: FSQ keeps its constants
-// on the host (they are not state, so Module::to does not move them) and
-// meets the input's device where it is used.
-Tensor on(const Tensor& constant, Device device);
-
 }  // namespace vqddp

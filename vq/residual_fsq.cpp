@@ -36,7 +36,7 @@ ResidualFSQOutput ResidualFSQ::forward(const Tensor& x) {
   Tensor residual = z, sum = zeros({n, code_dim_}, DType::f32, dev);
   std::vector<Tensor> idx_columns(q, full({n}, -1, DType::i64, dev));  // -1: layer dropped
   for (int l = 0; l <= last; ++l) {
-    Tensor scale = on(scales_[l], dev);
+    Tensor scale = scales_[l].to(dev);
     Tensor scaled = div(residual, scale);
     Tensor code = fsq_->quantize(scaled);                // (N, D)
     Tensor layer_idx = fsq_->codes_to_indices(code);
@@ -59,7 +59,7 @@ Tensor ResidualFSQ::decode(const Tensor& indices) const {
   std::vector<Tensor> layers = split_columns(indices);
   for (int l = 0; l < q; ++l)
     sum = add(sum, codes_or_zero(layers[l], code_dim_,
-                                 [&](const Tensor& i) { return mul(fsq_->indices_to_codes(i), on(scales_[l], dev)); }));
+                                 [&](const Tensor& i) { return mul(fsq_->indices_to_codes(i), scales_[l].to(dev)); }));
   return project_out_ ? project_out_->forward(sum) : sum;
 }
 

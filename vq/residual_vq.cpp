@@ -25,7 +25,7 @@ ResidualVQ::ResidualVQ(const ResidualVQOptions& o, Generator& init_gen) : opt_(o
     CodebookOptions c = o.codebook;
     c.codebook_size = o.codebook_sizes.empty() ? o.codebook_size : o.codebook_sizes[l];
     c.dim = codebook_dim_;
-    c.seed = o.seed * 1000003 + static_cast<uint64_t>(l);
+    c.seed = codebook_seed(o.seed, l);
     books_.push_back(register_module(o.shared_codebook ? "codebook" : "layer" + std::to_string(l),
                                      std::make_shared<Codebook>(c, init_gen)));
   }

@@ -22,7 +22,7 @@ VectorQuantize::VectorQuantize(const VectorQuantizeOptions& o, Generator& init_g
     CodebookOptions c = o.codebook;
     c.codebook_size = o.codebook_size;
     c.dim = codebook_dim_;
-    c.seed = o.seed * 1000003 + static_cast<uint64_t>(h);
+    c.seed = codebook_seed(o.seed, h);
     codebooks_.push_back(register_module(books == 1 ? "codebook" : "codebook" + std::to_string(h),
                                          std::make_shared<Codebook>(c, init_gen)));
   }
