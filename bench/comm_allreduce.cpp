@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bench/timing.h"
 #include "comm/thread_group.h"
 #include "engine/blas.h"
 
@@ -20,11 +21,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -42,7 +38,7 @@ int main(int, char** argv) {
     std::memcpy(dst.data(), src.data(), kBytes);
     copy_times.push_back(seconds_since(t));
   }
-  double copy_bw = kBytes / median(copy_times);
+  double copy_bw = kBytes / bench::median(copy_times);
 
   std::vector<double> reduce_times;
   double per_call_latency = 0;
@@ -63,7 +59,7 @@ int main(int, char** argv) {
     for (int i = 0; i < kCalls; ++i) comm.all_reduce(one, ReduceOp::sum);
     if (comm.rank() == 0) per_call_latency = seconds_since(start) / kCalls;
   });
-  double reduce_bw = kBytes / median(reduce_times);
+  double reduce_bw = kBytes / bench::median(reduce_times);
 
   fmt::print("thread backend, {} ranks on {} cores\n", kWorld, std::thread::hardware_concurrency());
   fmt::print("memcpy 64 MiB:               {:8.2f} ms  {:6.2f} GB/s\n", kBytes / copy_bw * 1e3, copy_bw / 1e9);

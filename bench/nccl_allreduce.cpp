@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench/timing.h"
 #include "comm/dist_env.h"
 #include "comm/nccl_communicator.h"
 #include "comm/rendezvous.h"
@@ -27,23 +28,14 @@ using namespace std::chrono_literals;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 // Median seconds of fn() over reps, each ended by a device synchronize.
 template <class F>
 double timed(DeviceKernels& k, int reps, F fn) {
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    k.synchronize();
-    auto start = Clock::now();
+  k.synchronize();
+  return bench::median_ms([&] {
     fn();
     k.synchronize();
-    t.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return median(t);
+  }, reps) / 1e3;
 }
 
 }  // namespace
@@ -53,13 +45,7 @@ int main() {
     fmt::print("bench_nccl_allreduce: needs a GPU and a build with NCCL\n");
     return 0;
   }
-  auto lookup = [](const char* name) -> const char* { return std::getenv(name); };
-  DistEnv env;
-  std::shared_ptr<Store> store;
-  if (dist_env_present(lookup)) {
-    env = dist_env_from(lookup);
-    if (env.world_size > 1) store = rendezvous_store(env, lookup, 60s);
-  }
+  auto [env, store] = process_group(60s);
   auto comm = make_nccl_communicator(env, store, {.timeout = 60s});
   Device dev = comm->device();
   DeviceKernels& k = device_kernels(dev);
@@ -70,7 +56,7 @@ int main() {
 
   Tensor src = full({kFloats}, 1.0, DType::f32, dev), dst = empty({kFloats}, DType::f32, dev);
   double copy_s = timed(k, kReps, [&] { dst.copy_(src); });
-  comm->all_reduce(src, ReduceOp::sum);  // warm-up: connections are made on first use
+  comm->all_reduce(src, ReduceOp::sum);  // warm-up
   double reduce_s = timed(k, kReps, [&] {
     comm->barrier();
     comm->all_reduce(src, ReduceOp::sum);

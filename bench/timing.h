@@ -7,6 +7,12 @@
 
 namespace vqddp::bench {
 
+// The median of timings taken elsewhere (e.g. on one rank of several).
+inline double median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 // Runs f `reps` times and returns the median wall time in milliseconds.
 template <class F>
 double median_ms(F f, int reps) {
@@ -16,8 +22,7 @@ double median_ms(F f, int reps) {
     f();
     t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count());
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median(t);
 }
 
 }  // namespace vqddp::bench

@@ -18,7 +18,8 @@ struct DistEnv {
   int master_port = 0;
 };
 
-// `lookup` returns a variable's value or nullptr (std::getenv by default).
+// `lookup` returns a variable's value or nullptr (dist_env_from_process:
+// std::getenv).
 DistEnv dist_env_from(const std::function<const char*(const char*)>& lookup);
 DistEnv dist_env_from_process();
 // True when any of the five variables is set: a launcher meant this process

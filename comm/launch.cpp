@@ -1,7 +1,5 @@
 #include "comm/launch.h"
 
-#include <cstdlib>
-
 #include "comm/nccl_communicator.h"
 #include "comm/rendezvous.h"
 #include "comm/single.h"
@@ -33,16 +31,10 @@ void launch_thread(const LaunchOptions& o, const std::function<void(Communicator
 // variables it is a world of one, so `vqddp train --backend nccl` runs on
 // one GPU as is. The world size comes from WORLD_SIZE, not from options.
 void launch_nccl(const LaunchOptions& o, const std::function<void(Communicator&)>& fn) {
-  auto lookup = [](const char* name) -> const char* { return std::getenv(name); };
-  DistEnv env;
-  std::unique_ptr<Store> store;
-  if (dist_env_present(lookup)) {
-    env = dist_env_from(lookup);
-    if (env.world_size > 1) store = rendezvous_store(env, lookup, o.timeout);
-  }
+  ProcessGroup group = process_group(o.timeout);
   NcclOptions nccl = NcclOptions::from_environment(o.timeout);
   nccl.check_fingerprints |= o.check_collectives;
-  std::unique_ptr<Communicator> comm = make_nccl_communicator(env, std::move(store), nccl);
+  std::unique_ptr<Communicator> comm = make_nccl_communicator(group.env, group.store, nccl);
   fn(*comm);
 }
 

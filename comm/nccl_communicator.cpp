@@ -44,9 +44,9 @@ std::unique_ptr<Communicator> make_nccl_communicator(const DistEnv&, std::shared
 #include "comm/rendezvous.h"
 #include "comm/staging.h"
 #include "comm/watchdog.h"
+#include "engine/autograd.h"
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/runtime.h"
-#include "engine/autograd.h"
 #include "engine/device.h"
 #include "engine/ops.h"
 
@@ -70,7 +70,7 @@ ncclDataType_t nccl_type(DType t) {
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum: return ncclSum;
-    case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::avg: return ncclSum;  // then / W (see all_reduce)
     case ReduceOp::max: return ncclMax;
     case ReduceOp::min: return ncclMin;
   }
@@ -91,6 +91,24 @@ struct Event {
   void check() const { VQDDP_CUDA_CHECK(cudaEventQuery(e)); }
 };
 
+// Polls a non-blocking communicator while `r` is ncclInProgress (work being
+// queued from NCCL's own thread, an init or finalize under way): returns the
+// settled result, or ncclInProgress when `deadline` passed or give_up() said
+// so. Spins for the first 200 us (a collective usually settles that fast;
+// this is on every call's path), then sleeps 50 us between polls.
+template <class GiveUp>
+ncclResult_t await_settled(ncclComm_t comm, ncclResult_t r, Clock::time_point deadline, GiveUp give_up) {
+  auto start = Clock::now();
+  while (r == ncclInProgress && Clock::now() < deadline && !give_up()) {
+    if (Clock::now() - start < std::chrono::microseconds(200))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) r = ncclInternalError;
+  }
+  return r;
+}
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(const DistEnv& env, std::shared_ptr<Store> store, const NcclOptions& options);
@@ -108,10 +126,9 @@ class NcclCommunicator final : public Communicator {
     // avg is the sum divided by W afterwards, as the thread backend computes
     // it: NCCL's own ncclAvg multiplies each input by 1/W before summing,
     // which rounds differently whenever W is not a power of two.
-    ncclRedOp_t reduce = op == ReduceOp::avg ? ncclSum : nccl_op(op);
     run(fp, [&](cudaStream_t s) {
       return t.numel() == 0 ? ncclSuccess
-                            : ncclAllReduce(t.raw_ptr(), t.raw_ptr(), t.numel(), nccl_type(t.dtype()), reduce, comm_, s);
+                            : ncclAllReduce(t.raw_ptr(), t.raw_ptr(), t.numel(), nccl_type(t.dtype()), nccl_op(op), comm_, s);
     });
     if (op == ReduceOp::avg) divide_by_world(t);
     t.bump_version();
@@ -193,7 +210,7 @@ class NcclCommunicator final : public Communicator {
     if (world_ == 1) return;
     NoGradGuard no_grad;
     if (t.dtype() == DType::f32) {
-      t.copy_(div(t, full({}, double(world_), DType::f32, device())));
+      t.copy_(div(t, static_cast<float>(world_)));
       return;
     }
     Tensor h = t.to(Device::cpu());
@@ -231,10 +248,11 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Event> enqueue(const std::string& what, uint64_t seq, Issue issue) {
     cuda::DeviceGuard guard(device_);
     cudaStream_t compute = cuda::current_stream(device_);
-    Event ready;
     auto done = std::make_shared<Event>();
-    VQDDP_CUDA_CHECK(cudaEventRecord(ready.e, compute));
-    VQDDP_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready.e, 0));
+    // One `ready` event for every call: the wait captures its state when
+    // queued, so re-recording it for the next call is safe.
+    VQDDP_CUDA_CHECK(cudaEventRecord(ready_->e, compute));
+    VQDDP_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_->e, 0));
     {
       std::lock_guard lock(mu_);
       if (aborted_) watchdog_->check();
@@ -256,21 +274,14 @@ class NcclCommunicator final : public Communicator {
   // every collective's path) and giving up at once when the watchdog has
   // failed the group meanwhile (its abort waits for mu_). Requires mu_.
   void settle(ncclResult_t r, const std::string& what, uint64_t seq) {
-    auto start = Clock::now(), deadline = start + options_.timeout;
-    while (r == ncclInProgress) {
+    r = await_settled(comm_, r, Clock::now() + options_.timeout, [&] { return watchdog_->failed(); });
+    if (r == ncclInProgress) {
       if (watchdog_->failed()) {
         abort_locked();
         watchdog_->check();
       }
-      if (Clock::now() > deadline)
-        fail_locked(CommFailure::timeout,
-                    fmt::format("nccl rank {}: {} (it was still being queued)", rank_,
-                                Watchdog::deadline_message(what, seq, options_.timeout)));
-      if (Clock::now() - start < std::chrono::microseconds(200))
-        std::this_thread::yield();
-      else
-        std::this_thread::sleep_for(std::chrono::microseconds(50));
-      if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
+      fail_locked(CommFailure::timeout, fmt::format("nccl rank {}: {} (it was still being queued)", rank_,
+                                                    Watchdog::deadline_message(what, seq, options_.timeout)));
     }
     if (r != ncclSuccess)
       fail_locked(CommFailure::aborted, fmt::format("nccl rank {}: {} #{} failed: {} ({}); the communicator was aborted",
@@ -337,6 +348,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   Tensor token_;  // the barrier's one float on the GPU
+  std::unique_ptr<Event> ready_;  // made on the rank's GPU, in the constructor
   std::mutex mu_;  // NCCL calls of the caller vs the watchdog's abort
   bool aborted_ = false;
   uint64_t seq_ = 0;
@@ -383,11 +395,7 @@ NcclCommunicator::NcclCommunicator(const DistEnv& env, std::shared_ptr<Store> st
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every call returns at once; the deadline is ours to keep
   ncclResult_t r = ncclCommInitRankConfig(&comm_, world_, id, rank_, &config);
-  auto deadline = Clock::now() + options_.timeout;
-  while (r == ncclInProgress && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
-  }
+  r = await_settled(comm_, r, Clock::now() + options_.timeout, [] { return false; });
   if (r != ncclSuccess) {
     std::string why = r == ncclInProgress
                           ? fmt::format("did not complete within {} ms (are all {} ranks started, with the same "
@@ -400,6 +408,7 @@ NcclCommunicator::NcclCommunicator(const DistEnv& env, std::shared_ptr<Store> st
     throw Error(message);
   }
   VQDDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  ready_ = std::make_unique<Event>();
   token_ = zeros({1}, DType::f32, device());
   Watchdog::Hooks hooks;
   hooks.async_error = [this] { return async_error(); };
@@ -425,12 +434,7 @@ NcclCommunicator::~NcclCommunicator() {
   {
     std::lock_guard lock(mu_);
     if (!aborted_ && healthy) {
-      auto deadline = Clock::now() + options_.timeout;
-      ncclResult_t r = ncclCommFinalize(comm_);
-      while (r == ncclInProgress && Clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
-      }
+      ncclResult_t r = await_settled(comm_, ncclCommFinalize(comm_), Clock::now() + options_.timeout, [] { return false; });
       if (r == ncclSuccess) {
         ncclCommDestroy(comm_);
         aborted_ = true;  // gone either way
@@ -440,6 +444,7 @@ NcclCommunicator::~NcclCommunicator() {
   }
   if (stream_) cudaStreamDestroy(stream_);
   token_ = Tensor();  // freed while the rank's GPU is current
+  ready_.reset();
   if (previous >= 0) cudaSetDevice(previous);
 }
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "engine/error.h"
 #include "engine/parse_number.h"
 
@@ -11,6 +13,15 @@ std::unique_ptr<Store> rendezvous_store(const DistEnv& env, const std::function<
                                         std::chrono::milliseconds timeout) {
   if (const char* dir = lookup("VQDDP_STORE_DIR"); dir && *dir) return std::make_unique<FileStore>(dir, timeout);
   return std::make_unique<TcpStore>(env.master_addr, env.master_port, env.rank == 0, timeout);
+}
+
+ProcessGroup process_group(std::chrono::milliseconds timeout) {
+  auto lookup = [](const char* name) -> const char* { return std::getenv(name); };
+  ProcessGroup g;
+  if (!dist_env_present(lookup)) return g;
+  g.env = dist_env_from(lookup);
+  if (g.env.world_size > 1) g.store = rendezvous_store(g.env, lookup, timeout);
+  return g;
 }
 
 std::string share_from_rank0(Store& store, const DistEnv& env, const std::string& name,

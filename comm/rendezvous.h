@@ -19,6 +19,15 @@ namespace vqddp {
 std::unique_ptr<Store> rendezvous_store(const DistEnv& env, const std::function<const char*(const char*)>& lookup,
                                         std::chrono::milliseconds timeout);
 
+// This process's place in the group its launcher described (`vqddp launch`,
+// torchrun, srun), with the group's store; a world of one without a store
+// when none of the variables is set.
+struct ProcessGroup {
+  DistEnv env;
+  std::shared_ptr<Store> store;  // null for a world of one
+};
+ProcessGroup process_group(std::chrono::milliseconds timeout);
+
 // Rank 0 returns make() after publishing it under `name`; every other rank
 // returns what rank 0 published. The blob travels with rank 0's WORLD_SIZE,
 // and a rank whose WORLD_SIZE differs fails at once naming both values (an

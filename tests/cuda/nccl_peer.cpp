@@ -58,8 +58,8 @@ TEST_CASE("nccl: a rank that skips a collective makes the others fail at the dea
 
 int main(int argc, char** argv) {
   try {
-    auto lookup = [](const char* name) -> const char* { return std::getenv(name); };
-    g_env = dist_env_from(lookup);
+    ProcessGroup group = process_group(60s);
+    g_env = group.env;
     // The processes of this node, one per GPU (vqddp launch and torchrun set
     // LOCAL_WORLD_SIZE; without it, assume a single node).
     const char* local = std::getenv("LOCAL_WORLD_SIZE");
@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
                   nccl_built() ? "" : " (no NCCL in this build)");
       return 77;
     }
-    g_store = rendezvous_store(g_env, lookup, 60s);
+    g_store = group.store;
     g_comm = make_nccl_communicator(g_env, g_store, {.timeout = 60s});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nccl_peer: %s\n", e.what());
