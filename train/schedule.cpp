@@ -84,6 +84,15 @@ Schedule agree_schedule(const std::vector<int64_t>& sizes, const std::vector<dou
   return s;
 }
 
+int64_t agree_start_step(int64_t step, Communicator& comm) {
+  Tensor range = from_vector(std::vector<int64_t>{step, -step}, {2});  // max of both: the largest and the smallest
+  comm.all_reduce(range, ReduceOp::max);
+  int64_t high = range.data<int64_t>()[0], low = -range.data<int64_t>()[1];
+  VQDDP_CHECK(low == high, "rank {}: ranks start at different steps ({} to {}; this rank {}): every rank must resume "
+              "from the same checkpoint", comm.rank(), low, high, step);
+  return step;
+}
+
 int64_t shard_begin(const std::vector<int64_t>& shards, int rank) {
   return std::accumulate(shards.begin(), shards.begin() + rank, int64_t{0});
 }

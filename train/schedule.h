@@ -50,6 +50,13 @@ Schedule plan_schedule(const std::vector<int64_t>& source_sizes, const std::vect
 Schedule agree_schedule(const std::vector<int64_t>& source_sizes, const std::vector<double>& weights,
                         const ScheduleConfig& config, Communicator& comm);
 
+// The step a run starts at (0, or a resumed checkpoint's), which decides how
+// many steps every rank runs: one all_reduce (every rank calls it, resumed
+// or not) checks that all ranks start alike, and throws on EVERY rank, naming
+// the steps, when they do not (e.g. ranks that read different checkpoints),
+// instead of letting one rank run a step more and hang the others.
+int64_t agree_start_step(int64_t step, Communicator& comm);
+
 // Rows of `rows` split into `world` contiguous shards, as even as possible
 // (the first rows % world ranks get one more).
 std::vector<int64_t> even_shards(int64_t rows, int world);

@@ -171,10 +171,13 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
     model.to(device);
     const std::vector<Tensor> params = model.parameters();  // listed once: the names are built per call
     std::unique_ptr<Optimizer> optim = make_optimizer(cfg.optimizer, params);
+    // Loaded before DDP's start-up broadcast, which then makes every rank's
+    // state rank 0's (a resumed one included).
+    int64_t step = opt.resume.empty() ? 0 : load_checkpoint(opt.resume, model, *optim, &cfg.source);
+    step = agree_start_step(step, comm);
     DistributedDataParallel ddp(model, comm);
     Schedule schedule = agree_schedule(sizes, data.weights, cfg.schedule, comm);
     ShardedSampler sampler(schedule, sizes, cfg.run.seed, comm.rank(), comm.world_size());
-    int64_t step = opt.resume.empty() ? 0 : load_checkpoint(opt.resume, model, *optim, &cfg.source);
     int64_t last = opt.stop_at_step > 0 ? std::min(opt.stop_at_step, schedule.total_steps) : schedule.total_steps;
     std::vector<int64_t> layer_sizes = model.layer_sizes();
     std::ofstream metrics;

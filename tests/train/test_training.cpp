@@ -65,6 +65,21 @@ TEST_CASE("invariant 7: a rank that runs one step more gets a clear error, not a
                        doctest::Contains("returned without calling all_reduce(sum)"), DesyncError);
 }
 
+TEST_CASE("invariant 7 on resume: ranks that would start at different steps all fail, naming the steps") {
+  std::vector<std::string> errors(3);
+  std::vector<int64_t> agreed(3, -1);
+  run_ranks(3, [&](Communicator& comm) {
+    agreed[comm.rank()] = agree_start_step(40, comm);  // alike: fine
+    try {
+      agree_start_step(comm.rank() == 2 ? 50 : 40, comm);
+    } catch (const Error& e) {
+      errors[comm.rank()] = e.what();
+    }
+  }, vqddp::test::kFast);
+  CHECK(agreed == std::vector<int64_t>(3, 40));
+  for (const std::string& e : errors) CHECK(e.find("ranks start at different steps (40 to 50") != std::string::npos);
+}
+
 TEST_CASE("sharded sampler: ranks take disjoint contiguous shares of the same global batch, per epoch a new order") {
   std::vector<int64_t> sizes{10, 6};
   ScheduleConfig c;
