@@ -13,13 +13,16 @@ namespace vqddp {
 // When `in` and `out` are both on `home`, returns false and does nothing.
 // Otherwise runs collective(in_home, out_home) on copies on `home` and
 // copies the result back into `out`, returning true. `in` may be `out`
-// (then the collective gets the same copy twice, and works in place on it).
+// itself (all_reduce, broadcast: the collective gets the same copy twice and
+// works in place on it) or a part of it (an in-place all_gather's rows: it
+// is copied on its own, as the copy of `out` holds it elsewhere).
 template <class F>
 bool staged_on(Device home, const Tensor& in, Tensor& out, F collective) {
   if (in.device() == home && out.device() == home) return false;
   auto at_home = [&](const Tensor& t) { return t.device() == home ? t : empty(t.shape(), t.dtype(), home).copy_(t); };
+  bool same = in.shares_storage(out) && in.raw_ptr() == out.raw_ptr() && in.shape() == out.shape();
   Tensor h = at_home(out);
-  collective(in.shares_storage(out) ? h : at_home(in), h);
+  collective(same ? h : at_home(in), h);
   if (!out.shares_storage(h)) out.copy_(h);
   return true;
 }

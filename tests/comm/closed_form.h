@@ -115,9 +115,17 @@ inline void closed_form_collectives(Communicator& comm, Device device) {
   for (size_t i = at; i < gf.size() - 2; ++i) CHECK(gf[i] == -1.0);  // rows no collective wrote
   CHECK(gf[gf.size() - 2] == 7.0);
   CHECK(gf[gf.size() - 1] == 7.0);
+  // An in-place all_gather: this rank's input is its own block of the output.
+  Tensor whole = full({2 * w, 3}, -1.0, DType::f32, device);
+  whole.slice_rows(2 * r, 2 * r + 2).fill_(r + 5.0);
+  comm.all_gather(whole.slice_rows(2 * r, 2 * r + 2), whole);
+  std::vector<double> gw = as_doubles(whole);
+  for (int q = 0; q < w; ++q)
+    for (int64_t i = 0; i < 6; ++i) CHECK(gw[q * 6 + i] == q + 5.0);
   comm.barrier();
-  // 3 dtypes x (3 + avg for floats) + view + W broadcasts + gather + rows + counts + 3 into views + barrier.
-  CHECK(comm.counters().collectives - before.collectives == uint64_t(3 * 3 + 2 + 1 + w + 1 + 1 + 1 + 3 + 1));
+  // 3 dtypes x (3 + avg for floats) + view + W broadcasts + gather + rows + counts + 3 into views + in-place
+  // gather + barrier.
+  CHECK(comm.counters().collectives - before.collectives == uint64_t(3 * 3 + 2 + 1 + w + 1 + 1 + 1 + 3 + 1 + 1));
 }
 
 }  // namespace vqddp::test

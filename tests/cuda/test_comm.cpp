@@ -2,6 +2,7 @@
 // CPU's result bitwise, in the caller's storage (invariant 5, also for a
 // row view), with the same counters.
 #include "comm/thread_group.h"
+#include "tests/comm/closed_form.h"
 #include "tests/cuda/gpu.h"
 #include "tests/vq/harness.h"
 
@@ -68,5 +69,12 @@ TEST_CASE("thread-backend collectives on GPU tensors equal the CPU's bitwise, in
       CHECK(gpu[r].counters.collectives == cpu[r].counters.collectives);
       CHECK(gpu[r].counters.bytes == cpu[r].counters.bytes);
     }
+  }
+}
+
+TEST_CASE("the closed-form checks every backend runs pass on GPU tensors with thread ranks (staged through the host)") {
+  for (int w = 1; w <= 4; ++w) {
+    CAPTURE(w);
+    run_ranks(w, [&](Communicator& comm) { closed_form_collectives(comm, kGpu); }, kFast);
   }
 }
