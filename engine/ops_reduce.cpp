@@ -185,7 +185,11 @@ Tensor mse_loss(const Tensor& a, const Tensor& b) {
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   return record_op("mse_loss", out, {a, b}, {a, b}, [=](const Tensor& g) -> std::vector<Tensor> {
     // d/da mean((a-b)^2) = 2 (a - b) / n; the gradient for b is its negation.
-    Tensor diff = mul(sub(da, db), 2.f * g.item<float>() / static_cast<float>(n));
+    // The factor 2 g / n in the same float order on both devices; on a GPU
+    // g stays there (reading it back would wait for the device in every
+    // backward of every VQ loss).
+    Tensor diff = g.device().is_cpu() ? mul(sub(da, db), 2.f * g.item<float>() / static_cast<float>(n))
+                                      : mul(sub(da, db), div(mul(g, 2.f), static_cast<float>(n)));
     return {need_a ? diff : Tensor(), need_b ? neg(diff) : Tensor()};
   });
 }
