@@ -13,6 +13,14 @@ DeviceKernels* device_of(const char* op, std::initializer_list<const Tensor*> op
   return first && !first->device().is_cpu() ? &device_kernels(first->device()) : nullptr;
 }
 
+void check_device_indices(DeviceKernels& k, const char* op, const Tensor& index, int64_t rows, const char* what) {
+  int64_t m = index.numel();
+  if (m == 0) return;
+  int64_t lo = 0, hi = 0;
+  k.min_max_i64(static_cast<const int64_t*>(index.raw_ptr()), m, &lo, &hi);
+  VQDDP_CHECK(lo >= 0 && hi < rows, "{}: index values span [{}, {}], out of range for {} {}", op, lo, hi, rows, what);
+}
+
 static void check_rank(const Shape& s) {
   VQDDP_CHECK(s.size() <= static_cast<size_t>(kMaxDims), "device ops support at most {} dimensions, got shape {}",
               kMaxDims, shape_str(s));

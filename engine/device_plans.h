@@ -13,6 +13,11 @@ namespace vqddp {
 // CPU. Throws naming the op and both devices when they differ.
 DeviceKernels* device_of(const char* op, std::initializer_list<const Tensor*> operands);
 
+// Checks that the m device indices lie in [0, rows) with one min/max read-
+// back, so a bad index is an error naming `op` and `what` ("rows", "codes"),
+// not a wild read by a kernel.
+void check_device_indices(DeviceKernels& k, const char* op, const Tensor& index, int64_t rows, const char* what);
+
 // Output `out` of a broadcasting binary op on operands of shapes a and b.
 BroadcastPlan broadcast_plan(const Shape& a, const Shape& b, const Shape& out);
 // Sum of a tensor of shape `in` down to `out` (out broadcasts to in).

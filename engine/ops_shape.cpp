@@ -194,12 +194,7 @@ Tensor index_select(const Tensor& x, const Tensor& index) {
   size_t es = dtype_size(x.dtype());
   DeviceKernels* k = device_of("index_select", {&x, &index});
   if (k) {
-    if (m > 0) {
-      int64_t lo = 0, hi = 0;  // one small read-back: a bad index must be an error, not a wild read
-      k->min_max_i64(static_cast<const int64_t*>(index.raw_ptr()), m, &lo, &hi);
-      VQDDP_CHECK(lo >= 0 && hi < rows, "index_select: index values span [{}, {}], out of range for {} rows", lo, hi,
-                  rows);
-    }
+    check_device_indices(*k, "index_select", index, rows, "rows");
     k->gather_rows(x.raw_ptr(), static_cast<const int64_t*>(index.raw_ptr()), m, row * es, out.raw_ptr());
   } else {
     const int64_t* pi = index.data<int64_t>();
@@ -239,12 +234,7 @@ void index_copy_(Tensor& dst, const Tensor& index, const Tensor& src, float scal
               "index_copy_: destination {}, index {} and source {} do not fit", dst.desc(), index.desc(), src.desc());
   int64_t m = index.numel(), rows = dst.size(0), row = row_size(dst);
   if (DeviceKernels* k = device_of("index_copy_", {&dst, &index, &src})) {
-    if (m > 0) {
-      int64_t lo = 0, hi = 0;
-      k->min_max_i64(static_cast<const int64_t*>(index.raw_ptr()), m, &lo, &hi);
-      VQDDP_CHECK(lo >= 0 && hi < rows, "index_copy_: index values span [{}, {}], out of range for {} rows", lo, hi,
-                  rows);
-    }
+    check_device_indices(*k, "index_copy_", index, rows, "rows");
     k->index_copy_rows(static_cast<const float*>(src.raw_ptr()), static_cast<const int64_t*>(index.raw_ptr()), m, row,
                        scale, static_cast<float*>(dst.raw_ptr()));
   } else {

@@ -1,6 +1,7 @@
 #include "vq/code_stats.h"
 
 #include "engine/device.h"
+#include "engine/device_plans.h"
 
 namespace vqddp {
 
@@ -12,11 +13,7 @@ Tensor code_stats(const Tensor& x, const Tensor& indices, int64_t k) {
     VQDDP_CHECK(indices.device() == x.device(), "code_stats: x on {}, indices on {}", x.device().str(),
                 indices.device().str());
     DeviceKernels& kernels = device_kernels(x.device());
-    if (n > 0) {
-      int64_t lo = 0, hi = 0;
-      kernels.min_max_i64(static_cast<const int64_t*>(indices.raw_ptr()), n, &lo, &hi);
-      VQDDP_CHECK(lo >= 0 && hi < k, "code_stats: indices span [{}, {}], outside codebook of {}", lo, hi, k);
-    }
+    check_device_indices(kernels, "code_stats", indices, k, "codes");
     // Counts then sums, sorted by code and summed in a fixed order: the
     // same numbers on every run, no floating-point atomics.
     Tensor stats = empty({k + k * d}, DType::f64, x.device());

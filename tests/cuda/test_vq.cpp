@@ -122,7 +122,7 @@ TEST_CASE("code statistics on the GPU: exact counts, float64 sums, reproducible 
   for (size_t i = 50; i < c.size(); ++i) CHECK(std::abs(g[i] - c[i]) <= 1e-12 * std::max(1.0, std::abs(c[i])));
   CHECK(gpu1.to_vector<double>() == gpu2.to_vector<double>());
   Tensor bad = from_vector(std::vector<int64_t>{0, 50}, {2}).to(kGpu);
-  CHECK_THROWS_WITH_AS(code_stats(x.slice_rows(0, 2).to(kGpu), bad, 50), doctest::Contains("outside codebook"), Error);
+  CHECK_THROWS_WITH_AS(code_stats(x.slice_rows(0, 2).to(kGpu), bad, 50), doctest::Contains("out of range for 50 codes"), Error);
 }
 
 TEST_CASE("invariants 1 and 2 on one GPU: W = 1..4 rank threads, every split, Euclidean and cosine, with revival") {
