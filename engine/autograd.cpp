@@ -96,7 +96,7 @@ void Tensor::backward() const {
   VQDDP_CHECK(requires_grad(), "backward() on a tensor that does not require grad");
   NoGradGuard no_grad;  // the backward pass itself is not recorded
   AutogradMeta& root = autograd_meta();
-  Tensor seed = ones(shape());
+  Tensor seed = ones(shape(), DType::f32, device());  // on the loss's device: a CPU seed fails the first device op
   if (!root.grad_fn) {
     accumulate(root.grad, seed);
     return;

@@ -51,7 +51,8 @@ TEST_CASE("tensors move between host and device unchanged") {
   Tensor i = from_vector(std::vector<int64_t>{3, -1, 7}, {3}).to(kGpu);
   CHECK(i.to_vector<int64_t>() == std::vector<int64_t>{3, -1, 7});
   CHECK(zeros({4}, DType::f64, kGpu).to_vector<double>() == std::vector<double>(4, 0.0));
-  CHECK(full({3}, 2.5, DType::f32, kGpu).item<float>() == doctest::Approx(2.5).epsilon(0));
+  CHECK(full({1}, 2.5, DType::f32, kGpu).item<float>() == 2.5f);
+  CHECK(full({3}, 2.5, DType::f32, kGpu).to_vector<float>() == std::vector<float>(3, 2.5f));
   // copy_ in every direction writes into the existing storage.
   Tensor dst = zeros({5, 7}, DType::f32, kGpu);
   dst.copy_(x);
