@@ -12,6 +12,7 @@
 #include "bench/timing.h"
 #include "comm/single.h"
 #include "engine/blas.h"
+#include "engine/parallel.h"
 #include "engine/ops.h"
 #include "vq/fsq.h"
 #include "vq/residual_vq.h"
@@ -21,7 +22,7 @@ using namespace vqddp;
 
 int main(int, char** argv) {
   blas_prefer_fast_core(argv);
-  fmt::print("single rank, OpenBLAS core {}, {} BLAS threads\n", blas_core_name(), blas_threads());
+  fmt::print("single rank, OpenBLAS core {}, {} BLAS threads\n", blas_core_name(), cpu_threads());
   const int64_t n = 16384, d = 256, k = 1024;
   Generator g(1, 0);
   Tensor x = rand_normal({n, d}, g);

@@ -7,6 +7,7 @@
 
 #include "comm/staging.h"
 #include "engine/blas.h"
+#include "engine/parallel.h"
 
 namespace vqddp {
 
@@ -250,10 +251,10 @@ void ThreadGroup::rendezvous(int rank, const Call* call, const char* phase) {
 
 void run_ranks(int world_size, const std::function<void(Communicator&)>& fn, ThreadGroupOptions options) {
   ThreadGroup group(world_size, options);
-  int saved_blas = blas_threads();
+  int saved_threads = cpu_threads();
   unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  // Never more than the BLAS had before (OPENBLAS_NUM_THREADS is respected).
-  blas_set_threads(std::max(1, std::min(saved_blas, static_cast<int>(cores) / world_size)));
+  // Never more than before (OPENBLAS_NUM_THREADS is respected).
+  cpu_set_threads(std::max(1, std::min(saved_threads, static_cast<int>(cores) / world_size)));
 
   std::mutex first_mu;
   std::exception_ptr first;
@@ -278,7 +279,7 @@ void run_ranks(int world_size, const std::function<void(Communicator&)>& fn, Thr
       }
     });
   for (auto& t : threads) t.join();
-  blas_set_threads(saved_blas);
+  cpu_set_threads(saved_threads);
   if (first) std::rethrow_exception(first);
 }
 

@@ -89,6 +89,11 @@ class DeviceKernels {
   // Row-major C[m, n] = alpha op(A) op(B) + beta C, like blas_sgemm.
   virtual void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                     const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = 0;
+  // C[m, n] = op(A) op(B) with fixed_gemm's rule (fixed_gemm.h): each element
+  // one fma chain over k ascending from +0, so the bits of the CPU's
+  // fixed_gemm whatever the shape (fixed tiles, never split-K). k > 0.
+  virtual void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                          const float* b, int64_t ldb, float* c, int64_t ldc) = 0;
 
   // ---- data movement ---------------------------------------------------------------
   virtual void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) = 0;

@@ -65,7 +65,9 @@ Tensor argmax(const Tensor& x);
 
 // ---- linear algebra ------------------------------------------------------------
 // op(a) @ op(b) for 2-D a, b, where op transposes when the flag is set.
-// CPU: one cblas_sgemm; GPU: one cublasSgemm; no transposed copy is ever made.
+// Forward: batch-invariant, the same bits for a row whatever the batch, the
+// split or the device (fixed_gemm.h); backward: OpenBLAS / cuBLAS. No
+// transposed copy is ever made.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
 // ---- shape -----------------------------------------------------------------------

@@ -1,12 +1,22 @@
 // matmul with transpose flags: the only GEMM entry point of the engine.
+//
+// The forward product is batch-invariant (fixed_gemm.h: one fma chain per
+// element, on the CPU and in the CUDA kernel alike); the backward products
+// go to OpenBLAS/cuBLAS, whose speed they keep: a gradient is a sum over
+// the batch, so its bits depend on the split over ranks whatever we do.
 #include "engine/autograd.h"
 #include "engine/blas.h"
 #include "engine/device_plans.h"
+#include "engine/fixed_gemm.h"
 #include "engine/ops.h"
 
 namespace vqddp {
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+namespace {
+
+enum class Gemm { fixed_order, library };
+
+Tensor matmul_with(Gemm kind, const Tensor& a, const Tensor& b, bool ta, bool tb) {
   VQDDP_CHECK(a.dtype() == DType::f32 && b.dtype() == DType::f32, "matmul: expected float32, got {} and {}",
               a.desc(), b.desc());
   VQDDP_CHECK(a.dim() == 2 && b.dim() == 2, "matmul: expected 2-D operands, got {} and {}", a.desc(), b.desc());
@@ -20,22 +30,33 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   // Empty operands: the result is zeros (BLAS rejects zero leading dims).
   if (k == 0) out.fill_(0);
   if (m > 0 && n > 0 && k > 0) {
-    if (dk)  // GPU: cuBLAS
-      dk->gemm(ta, tb, m, n, k, 1.f, static_cast<const float*>(a.raw_ptr()), a.size(1),
-               static_cast<const float*>(b.raw_ptr()), b.size(1), 0.f, static_cast<float*>(out.raw_ptr()), n);
+    auto* pa = static_cast<const float*>(a.raw_ptr());
+    auto* pb = static_cast<const float*>(b.raw_ptr());
+    auto* pc = static_cast<float*>(out.raw_ptr());
+    bool fixed = kind == Gemm::fixed_order;
+    if (dk && fixed)
+      dk->gemm_fixed(ta, tb, m, n, k, pa, a.size(1), pb, b.size(1), pc, n);
+    else if (dk)
+      dk->gemm(ta, tb, m, n, k, 1.f, pa, a.size(1), pb, b.size(1), 0.f, pc, n);
+    else if (fixed)
+      fixed_gemm(ta, tb, m, n, k, pa, a.size(1), pb, b.size(1), pc, n);
     else
-      blas_sgemm(ta, tb, m, n, k, 1.f, a.data<float>(), a.size(1), b.data<float>(), b.size(1), 0.f,
-                 out.data<float>(), n);
+      blas_sgemm(ta, tb, m, n, k, 1.f, pa, a.size(1), pb, b.size(1), 0.f, pc, n);
   }
   Tensor da = a.detach(), db = b.detach();
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   return record_op("matmul", out, {a, b}, {a, b}, [=](const Tensor& g) -> std::vector<Tensor> {
     // C = op(A) op(B):  dA = g op(B)^T (or its transpose), dB = op(A)^T g (or its transpose).
     Tensor ga, gb;
-    if (need_a) ga = ta ? matmul(db, g, tb, true) : matmul(g, db, false, !tb);
-    if (need_b) gb = tb ? matmul(g, da, true, ta) : matmul(da, g, !ta, false);
+    const Gemm lib = Gemm::library;
+    if (need_a) ga = ta ? matmul_with(lib, db, g, tb, true) : matmul_with(lib, g, db, false, !tb);
+    if (need_b) gb = tb ? matmul_with(lib, g, da, true, ta) : matmul_with(lib, da, g, !ta, false);
     return {ga, gb};
   });
 }
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) { return matmul_with(Gemm::fixed_order, a, b, ta, tb); }
 
 }  // namespace vqddp

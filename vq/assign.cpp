@@ -1,56 +1,12 @@
 #include "vq/assign.h"
 
-#include <algorithm>
-#include <cmath>
 #include <vector>
 
-#include "engine/blas.h"
+#include "engine/fixed_gemm.h"
 #include "engine/ops.h"
 #include "vq/device_vq.h"
 
 namespace vqddp {
-
-namespace {
-
-// argmin_j bias[j] - factor * dot[j], ties to the lowest j. kLanes
-// independent running minima (lane l sees j = l mod kLanes, strict <, so
-// each keeps its first minimum) let the compiler vectorise the scan; the
-// lanes are then merged by value and, on equal values, by lower index.
-int64_t argmin_score(const float* bias, const float* dot, float factor, int64_t k) {
-  constexpr int kLanes = 16;
-  float best[kLanes];
-  int64_t at[kLanes];
-  for (int l = 0; l < kLanes; ++l) {
-    best[l] = INFINITY;
-    at[l] = -1;
-  }
-  int64_t j = 0;
-  for (; j + kLanes <= k; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      float s = bias[j + l] - factor * dot[j + l];
-      bool better = s < best[l];
-      best[l] = better ? s : best[l];
-      at[l] = better ? j + l : at[l];
-    }
-  int64_t result = -1;
-  float result_score = INFINITY;
-  for (int l = 0; l < kLanes; ++l)
-    if (at[l] >= 0 && (best[l] < result_score || (best[l] == result_score && at[l] < result))) {
-      result_score = best[l];
-      result = at[l];
-    }
-  for (; j < k; ++j) {
-    float s = bias[j] - factor * dot[j];
-    if (s < result_score) {  // the tail has higher indices: strict keeps the lower
-      result_score = s;
-      result = j;
-    }
-  }
-  // Only NaN scores (a NaN codebook): fall back to code 0, as argmin does.
-  return result < 0 ? 0 : result;
-}
-
-}  // namespace
 
 Tensor assign_codes(const Tensor& x, const Tensor& embed, bool cosine) {
   VQDDP_CHECK(x.dim() == 2 && embed.dim() == 2 && x.size(1) == embed.size(1),
@@ -73,13 +29,7 @@ Tensor assign_codes(const Tensor& x, const Tensor& embed, bool cosine) {
       for (int64_t c = 0; c < d; ++c) s += double(pe[j * d + c]) * pe[j * d + c];
       bias[j] = static_cast<float>(s);
     }
-  float factor = cosine ? 1.f : 2.f;
-  std::vector<float> dots(kAssignBlockRows * k);  // (block rows, K)
-  for (int64_t r0 = 0; r0 < n; r0 += kAssignBlockRows) {
-    int64_t rows = std::min(kAssignBlockRows, n - r0);
-    blas_sgemm(false, true, rows, k, d, 1.f, px + r0 * d, d, pe, d, 0.f, dots.data(), k);
-    for (int64_t r = 0; r < rows; ++r) pi[r0 + r] = argmin_score(bias.data(), dots.data() + r * k, factor, k);
-  }
+  fixed_gemm_argmin(n, d, k, px, pe, bias.data(), cosine ? 1.f : 2.f, pi);
   return indices;
 }
 

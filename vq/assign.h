@@ -5,17 +5,19 @@
 // comparison. For cosine codebooks (rows already l2-normalised) index_n =
 // argmax_k x_n.e_k. Ties go to the LOWEST k in both cases.
 //
-// The N x K score matrix is never materialised: rows are processed in
-// blocks of kAssignBlockRows, each one sgemm into a block-sized buffer
-// followed by a row-wise argmin, so peak extra memory is
-// kAssignBlockRows * K floats whatever N is.
+// Batch-invariant (fixed_gemm.h): x_n.e_k is the fixed fma chain over D, the
+// score bias_k - factor * dot is rounded as written, and the argmin is a
+// total order (score, then k), so a row's code never depends on the batch,
+// the split over ranks, the threads or the CPU; k-means and every quantizer
+// that assigns codes go through here. On the CPU the distance and the argmin
+// are fused (the N x K scores are never stored); on a GPU the scores of a
+// block of rows come from the same fixed-order GEMM, then a warp per row
+// takes the argmin (vq/cuda/vq_kernels.cu).
 #pragma once
 
 #include "engine/tensor.h"
 
 namespace vqddp {
-
-constexpr int64_t kAssignBlockRows = 512;
 
 // x (N, D), embed (K, D) -> indices (N) int64. No autograd.
 Tensor assign_codes(const Tensor& x, const Tensor& embed, bool cosine);

@@ -32,14 +32,15 @@ Tensor assign_codes_device(const Tensor& x, const Tensor& embed, bool cosine) {
   Tensor bias = empty({k}, DType::f32, x.device());
   cuda::code_bias(f32(embed), k, d, cosine, f32w(bias), s);
   // Rows per block: at most 2^24 scores (64 MiB), at least 256 rows, so a
-  // GEMM is always large enough to run near peak.
+  // GEMM is always large enough to fill the GPU. The block changes no bit
+  // (gemm_fixed computes each score alone).
   int64_t block = std::min(n, std::max<int64_t>(256, (int64_t{1} << 24) / k));
   Tensor dots = empty({block, k}, DType::f32, x.device());
   float factor = cosine ? 1.f : 2.f;
   auto* out = static_cast<int64_t*>(indices.raw_ptr());
   for (int64_t r0 = 0; r0 < n; r0 += block) {
     int64_t rows = std::min(block, n - r0);
-    kernels.gemm(false, true, rows, k, d, 1.f, f32(x) + r0 * d, d, f32(embed), d, 0.f, f32w(dots), k);
+    kernels.gemm_fixed(false, true, rows, k, d, f32(x) + r0 * d, d, f32(embed), d, f32w(dots), k);
     cuda::argmin_scores(f32(bias), f32(dots), rows, k, factor, out + r0, s);
   }
   return indices;

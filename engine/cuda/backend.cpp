@@ -307,6 +307,14 @@ class CudaKernels final : public DeviceKernels {
                                    static_cast<int>(ldb), a, static_cast<int>(lda), &beta, c, static_cast<int>(ldc)));
   }
 
+  void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                  int64_t ldb, float* c, int64_t ldc) override {
+    VQDDP_CHECK(n <= cuda::kGemmFixedMaxColumns, "matmul on {}: {} columns exceed the kernel's grid ({} at most)",
+                Device::cuda(device_).str(), n, cuda::kGemmFixedMaxColumns);
+    DeviceGuard guard(device_);
+    cuda::gemm_fixed(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, stream());
+  }
+
   void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) override {
     DeviceGuard guard(device_);
     cuda::strided_copy(src, dst, elem_size, plan, stream());

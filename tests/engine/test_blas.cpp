@@ -4,14 +4,15 @@
 #include <thread>
 
 #include "engine/blas.h"
+#include "engine/parallel.h"
 #include "engine/ops.h"
 #include "engine/random.h"
 
 using namespace vqddp;
 
 TEST_CASE("concurrent sgemm from 4 threads with one BLAS thread each matches the serial results bitwise") {
-  int saved = blas_threads();
-  blas_set_threads(1);
+  int saved = cpu_threads();
+  cpu_set_threads(1);
   std::vector<Tensor> a, b, expect(4), got(4);
   for (int r = 0; r < 4; ++r) {
     Generator g(11, r);
@@ -25,7 +26,7 @@ TEST_CASE("concurrent sgemm from 4 threads with one BLAS thread each matches the
     for (auto& t : threads) t.join();
     for (int r = 0; r < 4; ++r) CHECK(got[r].to_vector<float>() == expect[r].to_vector<float>());
   }
-  blas_set_threads(saved);
-  CHECK(blas_threads() == saved);
+  cpu_set_threads(saved);
+  CHECK(cpu_threads() == saved);
   MESSAGE("OpenBLAS core: ", blas_core_name());
 }

@@ -31,7 +31,7 @@ Tensor brute_force(const Tensor& x, const Tensor& e, bool cosine) {
 TEST_CASE("assign_codes equals the brute-force argmin over several row blocks") {
   Generator g(1, 0);
   for (bool cosine : {false, true}) {
-    Tensor x = rand_normal({3 * kAssignBlockRows + 17, 12}, g);
+    Tensor x = rand_normal({3 * 512 + 17, 12}, g);
     Tensor e = rand_normal({37, 12}, g);
     if (cosine) {
       x = l2_normalize_rows(x);

@@ -1,0 +1,6 @@
+// The fixed-order GEMM for avx512 (compiled with its own flags, engine/meson.build).
+#include "engine/cpu/gemm_kernel.h"
+
+namespace vqddp::cpu {
+VQDDP_GEMM_ISA_TABLE(avx512)
+}  // namespace vqddp::cpu

@@ -1,0 +1,56 @@
+// The instruction sets the fixed-order GEMM is compiled for, as a table of
+// entry points per set (engine/cpu/gemm_<isa>.cpp, each compiled with its
+// own -m flags from engine/cpu/gemm_kernel.h). engine/fixed_gemm.cpp picks
+// one at run time and spreads the work over threads.
+//
+// Every entry computes each output element as the same chain of fused
+// multiply-adds over k ascending, starting from +0 (fixed_gemm.h), so all
+// sets give the same bits; they differ in speed only.
+#pragma once
+
+#include <cstdint>
+
+namespace vqddp::cpu {
+
+// C[m, n] = op(A) op(B), row-major; A(i, p) = ta ? a[p * lda + i] : a[i * lda + p],
+// B(p, j) = tb ? b[j * ldb + p] : b[p * ldb + j]. m, n, k > 0.
+struct GemmArgs {
+  bool ta = false, tb = false;
+  int64_t m = 0, n = 0, k = 0;
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const float* b = nullptr;
+  int64_t ldb = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+};
+
+// For rows x[r, :] (row-major, d floats each) of one task:
+//   out[r] = argmin_j bias[j] - factor * dot(x_r, e_j), ties to the lowest j,
+// over codes whose score is a number below +inf (none: 0). `packed` is the
+// codebook as pack_codes() laid it out; `bias` has panels * nr entries, the
+// padding NaN so it is never chosen.
+struct ArgminArgs {
+  int64_t rows = 0, d = 0, panels = 0;
+  const float* x = nullptr;
+  const float* packed = nullptr;
+  const float* bias = nullptr;
+  float factor = 1.f;
+  int64_t* out = nullptr;
+};
+
+struct GemmIsa {
+  const char* name;
+  int mr, nr;  // register tile: rows of A, columns of B
+  void (*gemm)(const GemmArgs& args);
+  // embed (k, d) row-major -> panels of nr codes, each (d, nr); `out` holds
+  // ceil(k / nr) * nr * d floats, codes past k are zero.
+  void (*pack_codes)(const float* embed, int64_t k, int64_t d, float* out);
+  void (*argmin)(const ArgminArgs& args);
+};
+
+extern const GemmIsa gemm_isa_avx512;  // AVX-512F + FMA: 8 x 32 tile
+extern const GemmIsa gemm_isa_avx2;    // AVX2 + FMA: 6 x 16 tile
+extern const GemmIsa gemm_isa_scalar;  // std::fma: any CPU
+
+}  // namespace vqddp::cpu

@@ -1,0 +1,230 @@
+// The fixed-order GEMM and the fused distance + argmin, written once for
+// every instruction set. Included by exactly one .cpp per set, which is
+// compiled with that set's -m flags; everything here is in an anonymous
+// namespace on purpose, so the AVX-512 instantiations can never be merged
+// by the linker into the AVX2 or scalar ones (same names, other code).
+//
+// Layout (BLIS-style, simplified): B is packed into panels of NR columns
+// (k-major), A into panels of MR rows (k-major), and an MR x NR register
+// tile accumulates over a block of KC values of k. The next block continues
+// from the tile as stored in C: storing a float and loading it back changes
+// no bit, so every element is one fma chain over k ascending whatever KC,
+// MC or NC are, and whatever tile or thread computed it.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "engine/cpu/gemm_isa.h"
+
+namespace vqddp::cpu {
+namespace {
+
+#if defined(__AVX512F__) && defined(__FMA__)
+struct Isa {
+  using V = __m512;
+  static constexpr int W = 16, MR = 8;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V bcast(const float* p) { return _mm512_set1_ps(*p); }
+  static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+};
+#elif defined(__AVX2__) && defined(__FMA__)
+struct Isa {
+  using V = __m256;
+  static constexpr int W = 8, MR = 6;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V bcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+};
+#else
+struct Isa {
+  using V = float;
+  static constexpr int W = 1, MR = 4;
+  static V zero() { return 0.f; }
+  static V load(const float* p) { return *p; }
+  static void store(float* p, V v) { *p = v; }
+  static V bcast(const float* p) { return *p; }
+  static V fma(V a, V b, V c) { return std::fma(a, b, c); }
+};
+#endif
+
+constexpr int MR = Isa::MR, W = Isa::W, NR = 2 * W;
+// KC: a B micro-panel (KC x NR floats) stays in L1 while the A panels of an
+// MC block stream from L2; NC x KC of packed B stays in L2/L3.
+constexpr int64_t KC = 256, MC = 96, NC = 1536;
+static_assert(MC % MR == 0 && NC % NR == 0, "blocks hold whole tiles");
+
+// C tile (MR x NR, row stride ldc) = (first ? 0 : C tile) + A panel * B panel
+// over kc, one fma per (row, column, p) in ascending p.
+inline void micro_tile(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, bool first) {
+  typename Isa::V acc[MR][2];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    acc[r][0] = first ? Isa::zero() : Isa::load(c + r * ldc);
+    acc[r][1] = first ? Isa::zero() : Isa::load(c + r * ldc + W);
+  }
+  for (int64_t p = 0; p < kc; ++p) {
+    typename Isa::V b0 = Isa::load(bp + p * NR), b1 = Isa::load(bp + p * NR + W);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      typename Isa::V a = Isa::bcast(ap + p * MR + r);
+      acc[r][0] = Isa::fma(a, b0, acc[r][0]);
+      acc[r][1] = Isa::fma(a, b1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    Isa::store(c + r * ldc, acc[r][0]);
+    Isa::store(c + r * ldc + W, acc[r][1]);
+  }
+}
+
+// A rows [i0, i0 + mc) x k [p0, p0 + kc) -> panels of MR rows:
+// out[(panel * kc + p) * MR + r]; rows past mc are zero.
+void pack_a(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* out) {
+  for (int64_t ip = 0; ip < mc; ip += MR) {
+    float* dst = out + ip * kc;
+    int64_t rows = std::min<int64_t>(MR, mc - ip);
+    for (int64_t p = 0; p < kc; ++p)
+      for (int r = 0; r < MR; ++r) {
+        int64_t i = i0 + ip + r, q = p0 + p;
+        dst[p * MR + r] = r < rows ? (g.ta ? g.a[q * g.lda + i] : g.a[i * g.lda + q]) : 0.f;
+      }
+  }
+}
+
+// B k [p0, p0 + kc) x columns [j0, j0 + nc) -> panels of NR columns:
+// out[(panel * kc + p) * NR + l]; columns past nc are zero.
+void pack_b(bool tb, const float* b, int64_t ldb, int64_t p0, int64_t kc, int64_t j0, int64_t nc, float* out) {
+  for (int64_t jp = 0; jp < nc; jp += NR) {
+    float* dst = out + jp * kc;
+    int64_t cols = std::min<int64_t>(NR, nc - jp);
+    if (!tb && cols == NR) {
+      for (int64_t p = 0; p < kc; ++p) std::copy_n(b + (p0 + p) * ldb + j0 + jp, NR, dst + p * NR);
+      continue;
+    }
+    for (int64_t p = 0; p < kc; ++p)
+      for (int l = 0; l < NR; ++l) {
+        int64_t j = j0 + jp + l, q = p0 + p;
+        dst[p * NR + l] = l < cols ? (tb ? b[j * ldb + q] : b[q * ldb + j]) : 0.f;
+      }
+  }
+}
+
+// Grow-only scratch, one per thread and use.
+float* scratch(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  return v.data();
+}
+
+void gemm_blocked(const GemmArgs& g) {
+  thread_local std::vector<float> apack_v, bpack_v;
+  float* apack = scratch(apack_v, MC * KC);
+  float* bpack = scratch(bpack_v, KC * NC);
+  for (int64_t jc = 0; jc < g.n; jc += NC) {
+    int64_t nc = std::min(NC, g.n - jc);
+    for (int64_t pc = 0; pc < g.k; pc += KC) {
+      int64_t kc = std::min(KC, g.k - pc);
+      bool first = pc == 0;
+      pack_b(g.tb, g.b, g.ldb, pc, kc, jc, nc, bpack);
+      for (int64_t ic = 0; ic < g.m; ic += MC) {
+        int64_t mc = std::min(MC, g.m - ic);
+        pack_a(g, ic, mc, pc, kc, apack);
+        for (int64_t jr = 0; jr < nc; jr += NR)
+          for (int64_t ir = 0; ir < mc; ir += MR) {
+            const float* ap = apack + ir * kc;
+            const float* bp = bpack + jr * kc;
+            float* c = g.c + (ic + ir) * g.ldc + jc + jr;
+            int64_t rows = std::min<int64_t>(MR, mc - ir), cols = std::min<int64_t>(NR, nc - jr);
+            if (rows == MR && cols == NR) {
+              micro_tile(kc, ap, bp, c, g.ldc, first);
+              continue;
+            }
+            // Edge tile: through a full-size buffer; only the valid part of C is read or written.
+            float tile[MR * NR] = {};
+            if (!first)
+              for (int64_t r = 0; r < rows; ++r) std::copy_n(c + r * g.ldc, cols, tile + r * NR);
+            micro_tile(kc, ap, bp, tile, NR, first);
+            for (int64_t r = 0; r < rows; ++r) std::copy_n(tile + r * NR, cols, c + r * g.ldc);
+          }
+      }
+    }
+  }
+}
+
+void pack_codes(const float* embed, int64_t k, int64_t d, float* out) { pack_b(true, embed, d, 0, d, 0, k, out); }
+
+// Rows are taken in blocks of AM; for each panel of NR codes, every MR-row
+// tile of the block is computed over the whole d (one fma chain per dot, as
+// in gemm_blocked) and scanned at once: lane l of a row keeps the first
+// minimum among codes j = l mod NR (strict <, codes ascending), then the
+// lanes merge by score and, on equal scores, lower code. That total order
+// makes the result independent of tiles, blocks and threads.
+void argmin_blocked(const ArgminArgs& g) {
+  constexpr int64_t AM = 64;
+  thread_local std::vector<float> apack_v, best_v;
+  thread_local std::vector<int32_t> at_v;
+  int64_t am = (AM + MR - 1) / MR * MR;
+  float* apack = scratch(apack_v, am * g.d);
+  float* best = scratch(best_v, am * NR);
+  if (static_cast<int64_t>(at_v.size()) < am * NR) at_v.resize(am * NR);
+  int32_t* at = at_v.data();
+  GemmArgs x;
+  x.a = g.x;
+  x.lda = g.d;
+  for (int64_t ic = 0; ic < g.rows; ic += am) {
+    int64_t mc = std::min(am, g.rows - ic);
+    pack_a(x, ic, mc, 0, g.d, apack);
+    std::fill_n(best, am * NR, std::numeric_limits<float>::infinity());
+    std::fill_n(at, am * NR, -1);
+    for (int64_t jp = 0; jp < g.panels; ++jp) {
+      const float* bp = g.packed + jp * g.d * NR;
+      const float* bias = g.bias + jp * NR;
+      int32_t j0 = static_cast<int32_t>(jp * NR);
+      for (int64_t ir = 0; ir < mc; ir += MR) {
+        alignas(64) float tile[MR * NR];
+        micro_tile(g.d, apack + ir * g.d, bp, tile, NR, true);
+        int64_t rows = std::min<int64_t>(MR, mc - ir);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* b = best + (ir + r) * NR;
+          int32_t* a = at + (ir + r) * NR;
+          const float* t = tile + r * NR;
+          for (int l = 0; l < NR; ++l) {
+            float s = bias[l] - g.factor * t[l];
+            bool better = s < b[l];
+            b[l] = better ? s : b[l];
+            a[l] = better ? j0 + l : a[l];
+          }
+        }
+      }
+    }
+    for (int64_t r = 0; r < mc; ++r) {
+      const float* b = best + r * NR;
+      const int32_t* a = at + r * NR;
+      int64_t result = -1;
+      float score = 0.f;
+      for (int l = 0; l < NR; ++l)
+        if (a[l] >= 0 && (result < 0 || b[l] < score || (b[l] == score && a[l] < result))) {
+          score = b[l];
+          result = a[l];
+        }
+      g.out[ic + r] = result < 0 ? 0 : result;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace vqddp::cpu
+
+// The table for the including file's instruction set.
+#define VQDDP_GEMM_ISA_TABLE(NAME) \
+  const GemmIsa gemm_isa_##NAME = {#NAME, MR, NR, gemm_blocked, pack_codes, argmin_blocked};

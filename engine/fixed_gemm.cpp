@@ -1,0 +1,121 @@
+#include "engine/fixed_gemm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <vector>
+
+#include "engine/cpu/gemm_isa.h"
+#include "engine/error.h"
+#include "engine/parallel.h"
+
+namespace vqddp {
+
+namespace {
+
+bool cpu_has(const cpu::GemmIsa& isa) {
+  __builtin_cpu_init();
+  std::string n = isa.name;
+  if (n == "avx512") return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+  if (n == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return true;
+}
+
+const cpu::GemmIsa* find_isa(const std::string& name) {
+  for (const cpu::GemmIsa* isa : {&cpu::gemm_isa_avx512, &cpu::gemm_isa_avx2, &cpu::gemm_isa_scalar})
+    if (name == isa->name) {
+      VQDDP_CHECK(cpu_has(*isa), "CPU instruction set '{}' requested, but this CPU does not have it", name);
+      return isa;
+    }
+  VQDDP_THROW("unknown CPU instruction set '{}' (expected avx512, avx2 or scalar)", name);
+}
+
+const cpu::GemmIsa* default_isa() {
+  if (const char* env = std::getenv("VQDDP_CPU_ISA"); env && *env) return find_isa(env);
+  for (const cpu::GemmIsa* isa : {&cpu::gemm_isa_avx512, &cpu::gemm_isa_avx2})
+    if (cpu_has(*isa)) return isa;
+  return &cpu::gemm_isa_scalar;
+}
+
+std::atomic<const cpu::GemmIsa*>& chosen() {
+  static std::atomic<const cpu::GemmIsa*> isa{default_isa()};
+  return isa;
+}
+
+const cpu::GemmIsa& isa() { return *chosen().load(); }
+
+// Rows per task below which a product is split over columns instead.
+constexpr int64_t kMinRowsPerTask = 64;
+
+}  // namespace
+
+std::string fixed_gemm_isa() { return isa().name; }
+
+void fixed_gemm_use_isa(const std::string& name) { chosen().store(name.empty() ? default_isa() : find_isa(name)); }
+
+void fixed_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                int64_t ldb, float* c, int64_t ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.f);
+    return;
+  }
+  const cpu::GemmIsa& kernels = isa();
+  cpu::GemmArgs whole{ta, tb, m, n, k, a, lda, b, ldb, c, ldc};
+  int64_t threads = cpu_threads();
+  // One task per thread, each a contiguous share of whole register tiles:
+  // rows when there are enough of them, else columns. Each task packs its
+  // own operands, so the tasks share nothing but the inputs.
+  bool by_rows = m >= threads * kMinRowsPerTask || n < threads * kernels.nr * 4;
+  int64_t unit = by_rows ? kernels.mr : kernels.nr, extent = by_rows ? m : n;
+  int64_t units = (extent + unit - 1) / unit;
+  int64_t tasks = std::max<int64_t>(1, std::min(threads, units));
+  parallel_for(tasks, [&](int64_t t) {
+    int64_t lo = units * t / tasks * unit, hi = std::min(extent, units * (t + 1) / tasks * unit);
+    if (lo >= hi) return;
+    cpu::GemmArgs part = whole;
+    if (by_rows) {
+      part.m = hi - lo;
+      part.a = ta ? a + lo : a + lo * lda;
+      part.c = c + lo * ldc;
+    } else {
+      part.n = hi - lo;
+      part.b = tb ? b + lo * ldb : b + lo;
+      part.c = c + lo;
+    }
+    kernels.gemm(part);
+  });
+}
+
+void fixed_gemm_reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                          const float* b, int64_t ldb, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0.f;
+      for (int64_t p = 0; p < k; ++p) acc = std::fma(ta ? a[p * lda + i] : a[i * lda + p], tb ? b[j * ldb + p] : b[p * ldb + j], acc);
+      c[i * ldc + j] = acc;
+    }
+}
+
+void fixed_gemm_argmin(int64_t n, int64_t d, int64_t k, const float* x, const float* embed, const float* bias,
+                       float factor, int64_t* out) {
+  VQDDP_CHECK(k > 0 && k < (int64_t{1} << 31), "fixed_gemm_argmin: codebook size {} outside [1, 2^31)", k);
+  if (n <= 0) return;
+  const cpu::GemmIsa& kernels = isa();
+  int64_t panels = (k + kernels.nr - 1) / kernels.nr;
+  // The codebook is packed once and shared by every task (read-only).
+  std::vector<float> packed(panels * kernels.nr * d);  // (panels, d, nr)
+  std::vector<float> padded(panels * kernels.nr, std::numeric_limits<float>::quiet_NaN());
+  if (d > 0) kernels.pack_codes(embed, k, d, packed.data());
+  std::copy_n(bias, k, padded.data());
+  constexpr int64_t kRowsPerTask = 256;
+  int64_t tasks = (n + kRowsPerTask - 1) / kRowsPerTask;
+  parallel_for(tasks, [&](int64_t t) {
+    int64_t lo = t * kRowsPerTask, rows = std::min(kRowsPerTask, n - lo);
+    kernels.argmin({rows, d, panels, x + lo * d, packed.data(), padded.data(), factor, out + lo});
+  });
+}
+
+}  // namespace vqddp

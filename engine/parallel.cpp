@@ -1,0 +1,121 @@
+#include "engine/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "engine/blas.h"
+
+namespace vqddp {
+
+namespace {
+
+// Workers wait for a job, take task numbers from a shared counter and
+// report when the job's last task is done. One job at a time: `busy` is
+// taken with try_lock by the caller, so a second caller never waits for
+// the first, it computes alone.
+class Pool {
+ public:
+  ~Pool() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+  void run(int threads, int64_t tasks, const std::function<void(int64_t)>& fn) {
+    std::unique_lock busy(busy_, std::try_to_lock);
+    if (!busy.owns_lock() || threads <= 1 || tasks <= 1) {
+      for (int64_t t = 0; t < tasks; ++t) fn(t);
+      return;
+    }
+    int helpers = static_cast<int>(std::min<int64_t>(threads, tasks)) - 1;
+    {
+      std::lock_guard lock(mu_);
+      while (static_cast<int>(workers_.size()) < helpers) workers_.emplace_back([this] { work(); });
+      fn_ = &fn;
+      tasks_ = tasks;
+      next_.store(0);
+      active_ = helpers;
+      wanted_ = helpers;
+      error_ = nullptr;
+      ++job_;
+    }
+    wake_.notify_all();
+    take_tasks();
+    std::unique_lock lock(mu_);
+    done_.wait(lock, [&] { return active_ == 0; });
+    fn_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  void take_tasks() {
+    for (int64_t t; (t = next_.fetch_add(1)) < tasks_;) {
+      try {
+        (*fn_)(t);
+      } catch (...) {
+        std::lock_guard lock(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+    }
+  }
+
+  void work() {
+    uint64_t seen = 0;
+    std::unique_lock lock(mu_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stop_ || (job_ != seen && wanted_ > 0); });
+      if (stop_) return;
+      seen = job_;
+      --wanted_;
+      lock.unlock();
+      take_tasks();
+      lock.lock();
+      if (--active_ == 0) done_.notify_one();
+    }
+  }
+
+  std::mutex busy_;
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int64_t)>* fn_ = nullptr;
+  int64_t tasks_ = 0;
+  std::atomic<int64_t> next_{0};
+  int active_ = 0, wanted_ = 0;
+  uint64_t job_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+};
+
+Pool& pool() {
+  static Pool p;
+  return p;
+}
+
+// Starts as OpenBLAS's own count (OPENBLAS_NUM_THREADS, or the cores).
+std::atomic<int>& thread_count() {
+  static std::atomic<int> n{std::max(1, blas_threads())};
+  return n;
+}
+
+}  // namespace
+
+void cpu_set_threads(int n) {
+  n = std::max(1, n);
+  blas_set_threads(n);
+  thread_count().store(n);
+}
+
+int cpu_threads() { return thread_count().load(); }
+
+void parallel_for(int64_t tasks, const std::function<void(int64_t)>& fn) { pool().run(cpu_threads(), tasks, fn); }
+
+}  // namespace vqddp
