@@ -105,7 +105,24 @@ TEST_CASE("argmin and argmax match the CPU, ties to the lowest index, NaN never 
   CHECK(argmax(r.to(kGpu)).to_vector<int64_t>() == argmax(r).to_vector<int64_t>());
 }
 
-TEST_CASE("matmul through cuBLAS matches OpenBLAS within 1e-4, every transpose combination") {
+TEST_CASE("forward matmul on the GPU has the CPU's bits, every transpose combination and edge shape") {
+  // Both compute each element as one fma chain over k ascending
+  // (fixed_gemm.h), so equal bits are the contract, not a tolerance. Shapes
+  // cross the GPU's 128-wide tiles and 8-deep k steps and the CPU's blocks.
+  for (auto [m, n, k] : {std::array<int64_t, 3>{45, 33, 70}, {1, 257, 13}, {300, 129, 301}, {129, 1, 7}})
+    for (int ta = 0; ta < 2; ++ta)
+      for (int tb = 0; tb < 2; ++tb) {
+        CAPTURE(m);
+        CAPTURE(n);
+        CAPTURE(k);
+        CAPTURE(ta);
+        CAPTURE(tb);
+        Tensor a = randn(ta ? Shape{k, m} : Shape{m, k}, 11), b = randn(tb ? Shape{n, k} : Shape{k, n}, 12);
+        CHECK(matmul(a.to(kGpu), b.to(kGpu), ta, tb).to_vector<float>() == matmul(a, b, ta, tb).to_vector<float>());
+      }
+}
+
+TEST_CASE("matmul's backward on the GPU (cuBLAS) matches the CPU's (OpenBLAS) within 1e-4") {
   using V = std::vector<Tensor>;
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb) {

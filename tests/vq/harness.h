@@ -4,14 +4,19 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "comm/thread_group.h"
 #include "engine/nn.h"
 #include "engine/ops.h"
+#include "engine/random.h"
 
 namespace vqddp::test {
 
@@ -19,9 +24,23 @@ inline constexpr ThreadGroupOptions kFast{.timeout = std::chrono::milliseconds(3
 
 // Row counts of W shards of N rows: "even" (as even as possible),
 // "uneven" (rank r gets weight r+1), "empty" (rank 0 and the last rank
-// get nothing when W > 2, else rank 0 does).
+// get nothing when W > 2, else rank 0 does), "one" (the last rank gets
+// every row), "random" (W - 1 cut points drawn from a generator keyed by
+// n and W: any split, empty ranks included).
 inline std::vector<int64_t> split_sizes(int64_t n, int w, const std::string& kind) {
   std::vector<int64_t> s(w, 0);
+  if (kind == "one") {
+    s[w - 1] = n;
+    return s;
+  }
+  if (kind == "random") {
+    Generator g(static_cast<uint64_t>(n), static_cast<uint64_t>(w));
+    std::vector<int64_t> cuts{0, n};
+    for (int r = 1; r < w; ++r) cuts.push_back(static_cast<int64_t>(g.uniform_int(static_cast<uint64_t>(n + 1))));
+    std::sort(cuts.begin(), cuts.end());
+    for (int r = 0; r < w; ++r) s[r] = cuts[r + 1] - cuts[r];
+    return s;
+  }
   std::vector<int64_t> weight(w, 1);
   if (kind == "uneven")
     for (int r = 0; r < w; ++r) weight[r] = r + 1;
@@ -40,6 +59,31 @@ inline std::vector<int64_t> split_sizes(int64_t n, int w, const std::string& kin
       ++given;
     }
   return s;
+}
+
+// The split kinds every invariant-2 test runs, and a check that they really
+// split N rows over W ranks differently: the sizes add up to N, each kind
+// is what its name says, and for W > 1 no two kinds give the same split
+// (so a test that passes on all of them has seen the rows regrouped).
+inline const std::vector<std::string> kSplitKinds = {"even", "uneven", "empty", "one", "random"};
+
+inline void check_splits_differ(int64_t n, int w) {
+  CAPTURE(n);
+  CAPTURE(w);
+  std::set<std::vector<int64_t>> seen;
+  for (const std::string& kind : kSplitKinds) {
+    CAPTURE(kind);
+    std::vector<int64_t> s = split_sizes(n, w, kind);
+    REQUIRE(static_cast<int>(s.size()) == w);
+    REQUIRE(std::accumulate(s.begin(), s.end(), int64_t{0}) == n);
+    int64_t empty = std::count(s.begin(), s.end(), int64_t{0});
+    if (kind == "one") CHECK(empty == w - 1);
+    if (kind == "empty" && w > 1) CHECK(empty >= 1);
+    if (kind == "uneven" && w > 1) CHECK(s.front() < s.back());
+    if (kind == "even" && n >= w) CHECK(empty == 0);
+    seen.insert(s);
+  }
+  if (w > 1 && n >= 2 * w) CHECK(seen.size() == kSplitKinds.size());
 }
 
 inline Tensor shard(const Tensor& x, const std::vector<int64_t>& sizes, int rank) {
@@ -69,6 +113,38 @@ inline bool bitwise_equal(const NamedTensors& a, const NamedTensors& b) {
     if (std::memcmp(x.raw_data(), y.raw_data(), x.numel() * dtype_size(x.dtype())) != 0) return false;
   }
   return true;
+}
+
+// "" when a and b are bitwise equal, else where they first differ: the
+// tensor's name and, for equal shapes, the element and both values (as
+// numbers and as bits), so a failing CHECK(first_difference(a, b) == "")
+// says what broke.
+inline std::string first_difference(const NamedTensors& a, const NamedTensors& b) {
+  if (a.size() != b.size()) return "different tensor counts " + std::to_string(a.size()) + " and " + std::to_string(b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const Tensor &x = a[i].second, &y = b[i].second;
+    const std::string& name = a[i].first;
+    if (name != b[i].first) return "tensor " + std::to_string(i) + " is '" + name + "' and '" + b[i].first + "'";
+    if (x.shape() != y.shape() || x.dtype() != y.dtype()) return "'" + name + "': " + x.desc() + " and " + y.desc();
+    size_t width = dtype_size(x.dtype());
+    const auto *px = static_cast<const unsigned char*>(x.raw_data()), *py = static_cast<const unsigned char*>(y.raw_data());
+    for (int64_t j = 0; j < x.numel(); ++j) {
+      if (std::memcmp(px + j * width, py + j * width, width) == 0) continue;
+      std::string at = "'" + name + "'[" + std::to_string(j) + "]: ";
+      if (x.dtype() == DType::f32) {
+        float u = x.data<float>()[j], v = y.data<float>()[j];
+        uint32_t bu, bv;
+        std::memcpy(&bu, &u, 4);
+        std::memcpy(&bv, &v, 4);
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%.9g (0x%08x) vs %.9g (0x%08x)", u, bu, v, bv);
+        return at + buf;
+      }
+      if (x.dtype() == DType::i64) return at + std::to_string(x.data<int64_t>()[j]) + " vs " + std::to_string(y.data<int64_t>()[j]);
+      return at + "bytes differ";
+    }
+  }
+  return "";
 }
 
 // Checks |a - b| <= atol + rtol * |b| element-wise for every float tensor

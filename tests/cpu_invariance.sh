@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The batch-invariance checks and check-ddp on every shipped example, under
+# every OpenBLAS core this CPU can execute, with 1 and 2 threads, and with
+# each of our instruction sets: none of these may change a forward bit
+# (engine/fixed_gemm.h), so every run must pass. OpenBLAS picks its core
+# when it loads, so each setting is its own process.
+# usage: cpu_invariance.sh TEST_ENGINE TEST_VQ VQDDP EXAMPLES_DIR
+set -euo pipefail
+test_engine=$1 test_vq=$2 vqddp=$3 examples=$4
+
+flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+has() { [[ " $flags " == *" $1 "* ]]; }
+cores=(Prescott)
+has avx && cores+=(Sandybridge)
+has avx2 && has fma && cores+=(Haswell Zen)
+has avx512f && cores+=(SkylakeX)
+isas=(scalar)
+has avx2 && has fma && isas+=(avx2)
+has avx512f && has fma && isas+=(avx512)
+
+runs=0
+for core in "${cores[@]}"; do
+  for threads in 1 2; do
+    for isa in "${isas[@]}"; do
+      echo "== OPENBLAS_CORETYPE=$core threads=$threads VQDDP_CPU_ISA=$isa"
+      export OPENBLAS_CORETYPE=$core OPENBLAS_NUM_THREADS=$threads VQDDP_CPU_ISA=$isa VQDDP_NO_REEXEC=1
+      "$test_engine" -tc='*fixed_gemm*,*forward matmul*,*encoder*' -nv >/dev/null ||
+        { echo "FAILED: engine invariance under $core/$threads/$isa"; "$test_engine" -tc='*forward matmul*,*encoder*' | tail -20; exit 1; }
+      "$test_vq" -tc='*assign*,*bitwise*' >/dev/null ||
+        { echo "FAILED: vq under $core/$threads/$isa"; "$test_vq" -tc='*assign*,*bitwise*' | tail -20; exit 1; }
+      runs=$((runs + 1))
+    done
+    # check-ddp once per core and thread count (the instruction set changes no bit, proven above).
+    for ex in "$examples"/*.json; do
+      "$vqddp" check-ddp "$ex" --world 4 --steps 1 >/tmp/cpu_invariance.$$.log 2>&1 ||
+        { echo "FAILED: check-ddp $ex under $core/$threads"; tail -30 /tmp/cpu_invariance.$$.log; rm -f /tmp/cpu_invariance.$$.log; exit 1; }
+    done
+    rm -f /tmp/cpu_invariance.$$.log
+  done
+done
+echo "cpu invariance: ${#cores[@]} OpenBLAS cores (${cores[*]}) x 2 thread counts x ${#isas[@]} instruction sets: $runs runs passed"

@@ -1,0 +1,153 @@
+// The batch-invariant forward (engine/fixed_gemm.h): every element is the
+// one fma chain of the reference, so a row's bits never depend on the batch,
+// its position, the split over ranks, the threads or the instruction set.
+// tests/cpu_invariance.sh runs the same checks under every OpenBLAS core.
+#include <doctest/doctest.h>
+
+#include <array>
+#include <cstring>
+
+#include "engine/fixed_gemm.h"
+#include "engine/nn.h"
+#include "engine/ops.h"
+#include "engine/parallel.h"
+#include "engine/random.h"
+
+using namespace vqddp;
+
+namespace {
+
+// The instruction sets this CPU can run; the default first.
+std::vector<std::string> usable_isas() {
+  std::vector<std::string> out{fixed_gemm_isa()};
+  for (std::string name : {"avx512", "avx2", "scalar"}) {
+    if (name == out[0]) continue;
+    try {
+      fixed_gemm_use_isa(name);
+      out.push_back(name);
+    } catch (const std::exception&) {
+    }
+  }
+  fixed_gemm_use_isa("");
+  return out;
+}
+
+std::vector<float> normal(int64_t n, uint64_t stream) {
+  Generator g(5, stream);
+  return rand_normal({n}, g).to_vector<float>();
+}
+
+bool same_bits(const float* a, const float* b, int64_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+// Restores the thread count and the instruction set at scope exit.
+struct KernelSettings {
+  int threads = cpu_threads();
+  ~KernelSettings() {
+    cpu_set_threads(threads);
+    fixed_gemm_use_isa("");
+  }
+};
+
+}  // namespace
+
+TEST_CASE("fixed_gemm equals the one-chain reference bit for bit: every transpose mode, instruction set and thread count") {
+  KernelSettings restore;
+  // Shapes cross every block edge: k beyond one k block (256), n beyond one
+  // column block (1536), m not a multiple of any tile height; m = 1 and n = 1.
+  for (auto [m, n, k] : {std::array<int64_t, 3>{1, 1, 1}, {7, 33, 5}, {97, 1, 300}, {1, 1601, 40}, {131, 67, 513}, {200, 40, 256}})
+    for (const std::string& isa : usable_isas())
+      for (int threads : {1, 2, 3})
+        for (int ta = 0; ta < 2; ++ta)
+          for (int tb = 0; tb < 2; ++tb) {
+            CAPTURE(m);
+            CAPTURE(n);
+            CAPTURE(k);
+            CAPTURE(isa);
+            CAPTURE(threads);
+            CAPTURE(ta);
+            CAPTURE(tb);
+            fixed_gemm_use_isa(isa);
+            cpu_set_threads(threads);
+            std::vector<float> a = normal(m * k, 1), b = normal(k * n, 2), want(m * n), got(m * n, -1.f);
+            int64_t lda = ta ? m : k, ldb = tb ? k : n;
+            fixed_gemm_reference(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, want.data(), n);
+            fixed_gemm(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, got.data(), n);
+            CHECK(same_bits(got.data(), want.data(), m * n));
+          }
+}
+
+TEST_CASE("fixed_gemm keeps the sign of zero chains and propagates NaN like the reference") {
+  // A chain whose every product underflows to a negative zero stays -0 (no
+  // padding step may add +0), and a NaN in row 0 stays in row 0.
+  std::vector<float> a{-1e-30f, -1e-30f, 1.f, NAN}, b{1e-30f, 1e-30f};  // A (2, 2), B (2, 1)
+  std::vector<float> got(2, 7.f), want(2);
+  fixed_gemm_reference(false, false, 2, 1, 2, a.data(), 2, b.data(), 1, want.data(), 1);
+  for (const std::string& isa : usable_isas()) {
+    CAPTURE(isa);
+    fixed_gemm_use_isa(isa);
+    fixed_gemm(false, false, 2, 1, 2, a.data(), 2, b.data(), 1, got.data(), 1);
+    CHECK(std::signbit(got[0]));
+    CHECK(got[0] == 0.f);
+    CHECK(std::isnan(got[1]));
+    CHECK(std::signbit(want[0]));
+  }
+  fixed_gemm_use_isa("");
+}
+
+TEST_CASE("a row's forward matmul has the same bits in batches of 1 to 4099 rows, at any position, every transpose mode") {
+  KernelSettings restore;
+  const int64_t total = 4099, k = 40, n = 256;
+  Generator g(3, 0);
+  Tensor x = rand_normal({total, k}, g), w = rand_normal({n, k}, g);
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb) {
+      CAPTURE(ta);
+      CAPTURE(tb);
+      Tensor xa = ta ? transpose(x, 0, 1) : x, wb = tb ? w : transpose(w, 0, 1);
+      std::vector<float> whole = matmul(xa, wb, ta, tb).to_vector<float>();  // (total, n)
+      for (int threads : {1, 2}) {
+        cpu_set_threads(threads);
+        for (int64_t batch : {1, 7, 511, 512, 513, 1500, 4099})
+          for (int64_t at : {int64_t{0}, (total - batch) / 3, total - batch}) {
+            CAPTURE(threads);
+            CAPTURE(batch);
+            CAPTURE(at);
+            Tensor part = slice_rows(x, at, at + batch).clone();
+            if (ta) part = transpose(part, 0, 1);
+            std::vector<float> got = matmul(part, wb, ta, tb).to_vector<float>();
+            CHECK(same_bits(got.data(), whole.data() + at * n, batch * n));
+          }
+      }
+    }
+}
+
+TEST_CASE("an MLP encoder's output rows are the same bits on W = 1..8 ranks' uneven splits, empty ranks included") {
+  // Linear -> gelu -> Linear -> tanh -> Linear: every forward op on the
+  // codec's path to the quantizer.
+  Generator g(9, 0);
+  Sequential net;
+  net.add(std::make_shared<Linear>(40, 96, g))
+      .add(std::make_shared<Activation>([](const Tensor& t) { return gelu(t); }))
+      .add(std::make_shared<Linear>(96, 64, g))
+      .add(std::make_shared<Activation>([](const Tensor& t) { return vqddp::tanh(t); }))
+      .add(std::make_shared<Linear>(64, 16, g));
+  const int64_t total = 1500;
+  Tensor x = rand_normal({total, 40}, g);
+  std::vector<float> whole = net.forward(x).to_vector<float>();
+  for (int world = 1; world <= 8; ++world) {
+    // Rank r ends at total (r+1)^2 / W^2: shares grow with r; rank 1 takes none.
+    std::vector<int64_t> ends;
+    for (int r = 0; r < world; ++r) ends.push_back(total * (r + 1) * (r + 1) / (world * world));
+    if (world > 1) ends[1] = ends[0];
+    int64_t start = 0;
+    for (int r = 0; r < world; ++r) {
+      CAPTURE(world);
+      CAPTURE(r);
+      int64_t rows = ends[r] - start;
+      if (world > 1 && r == 1) CHECK(rows == 0);
+      std::vector<float> got = net.forward(slice_rows(x, start, ends[r]).clone()).to_vector<float>();
+      CHECK(same_bits(got.data(), whole.data() + start * 16, rows * 16));
+      start = ends[r];
+    }
+  }
+}
