@@ -14,6 +14,7 @@
 #include "bench/timing.h"
 #include "comm/single.h"
 #include "engine/blas.h"
+#include "engine/fixed_gemm.h"
 #include "engine/parallel.h"
 #include "engine/ops.h"
 #include "vq/codebook.h"
@@ -63,8 +64,11 @@ void run_sizes(int64_t n, int64_t d, int64_t k) {
 
 int main(int, char** argv) {
   blas_prefer_fast_core(argv);
-  fmt::print("single rank, OpenBLAS core {}, {} BLAS threads\n", blas_core_name(), cpu_threads());
-  run_sizes(16384, 256, 1024);
-  run_sizes(65536, 64, 4096);
+  for (int threads : {1, 2}) {
+    cpu_set_threads(threads);
+    fmt::print("single rank, OpenBLAS core {}, fixed_gemm {}, {} thread(s)\n", blas_core_name(), fixed_gemm_isa(), threads);
+    run_sizes(16384, 256, 1024);
+    run_sizes(65536, 64, 4096);
+  }
   return 0;
 }

@@ -48,6 +48,18 @@ const cpu::GemmIsa& isa() { return *chosen().load(); }
 
 // Rows per task below which a product is split over columns instead.
 constexpr int64_t kMinRowsPerTask = 64;
+// Multiply-adds per task below which waking another thread costs more
+// than it saves (measured: bench/fixed_gemm, the codec's 128-row calls).
+constexpr int64_t kMinFmasPerTask = int64_t{1} << 21;
+
+// Every set gives the same bits, so each call may take the fastest: the
+// AVX-512 tile is 32 columns wide, and for 16 or fewer columns half of it
+// would be padding; AVX2's 16-wide tile wastes none.
+const cpu::GemmIsa& isa_for_columns(int64_t n) {
+  const cpu::GemmIsa& chosen_isa = isa();
+  if (n <= cpu::gemm_isa_avx2.nr && &chosen_isa == &cpu::gemm_isa_avx512) return cpu::gemm_isa_avx2;
+  return chosen_isa;
+}
 
 }  // namespace
 
@@ -62,7 +74,7 @@ void fixed_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* 
     for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.f);
     return;
   }
-  const cpu::GemmIsa& kernels = isa();
+  const cpu::GemmIsa& kernels = isa_for_columns(n);
   cpu::GemmArgs whole{ta, tb, m, n, k, a, lda, b, ldb, c, ldc};
   int64_t threads = cpu_threads();
   // One task per thread, each a contiguous share of whole register tiles:
@@ -71,7 +83,7 @@ void fixed_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* 
   bool by_rows = m >= threads * kMinRowsPerTask || n < threads * kernels.nr * 4;
   int64_t unit = by_rows ? kernels.mr : kernels.nr, extent = by_rows ? m : n;
   int64_t units = (extent + unit - 1) / unit;
-  int64_t tasks = std::max<int64_t>(1, std::min(threads, units));
+  int64_t tasks = std::max<int64_t>(1, std::min({threads, units, m * n * k / kMinFmasPerTask}));
   parallel_for(tasks, [&](int64_t t) {
     int64_t lo = units * t / tasks * unit, hi = std::min(extent, units * (t + 1) / tasks * unit);
     if (lo >= hi) return;

@@ -63,9 +63,11 @@ constexpr int MR = Isa::MR, W = Isa::W, NR = 2 * W;
 constexpr int64_t KC = 256, MC = 96, NC = 1536;
 static_assert(MC % MR == 0 && NC % NR == 0, "blocks hold whole tiles");
 
-// C tile (MR x NR, row stride ldc) = (first ? 0 : C tile) + A panel * B panel
-// over kc, one fma per (row, column, p) in ascending p.
-inline void micro_tile(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc, bool first) {
+// C tile (MR x NR, row stride ldc) = (first ? 0 : C tile) + A * B panel over
+// kc, one fma per (row, column, p) in ascending p. A(r, p) = ap[r * ars + p * aks]:
+// a packed panel (1, MR) or A in place (lda, 1) or (1, lda) when transposed.
+inline void micro_tile(int64_t kc, const float* ap, int64_t ars, int64_t aks, const float* bp, float* c, int64_t ldc,
+                       bool first) {
   typename Isa::V acc[MR][2];
 #pragma GCC unroll 16
   for (int r = 0; r < MR; ++r) {
@@ -76,7 +78,7 @@ inline void micro_tile(int64_t kc, const float* ap, const float* bp, float* c, i
     typename Isa::V b0 = Isa::load(bp + p * NR), b1 = Isa::load(bp + p * NR + W);
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      typename Isa::V a = Isa::bcast(ap + p * MR + r);
+      typename Isa::V a = Isa::bcast(ap + r * ars + p * aks);
       acc[r][0] = Isa::fma(a, b0, acc[r][0]);
       acc[r][1] = Isa::fma(a, b1, acc[r][1]);
     }
@@ -126,6 +128,11 @@ float* scratch(std::vector<float>& v, int64_t n) {
   return v.data();
 }
 
+// With at most this many column panels in a block, A is read in place
+// rather than packed: packing would copy A once per use, about the cost of
+// the products themselves (the codec's 16- and 40-column layers).
+constexpr int64_t kPackAFromPanels = 3;
+
 void gemm_blocked(const GemmArgs& g) {
   thread_local std::vector<float> apack_v, bpack_v;
   float* apack = scratch(apack_v, MC * KC);
@@ -138,22 +145,25 @@ void gemm_blocked(const GemmArgs& g) {
       pack_b(g.tb, g.b, g.ldb, pc, kc, jc, nc, bpack);
       for (int64_t ic = 0; ic < g.m; ic += MC) {
         int64_t mc = std::min(MC, g.m - ic);
-        pack_a(g, ic, mc, pc, kc, apack);
+        bool packed = (nc + NR - 1) / NR >= kPackAFromPanels || mc % MR != 0;
+        if (packed) pack_a(g, ic, mc, pc, kc, apack);
         for (int64_t jr = 0; jr < nc; jr += NR)
           for (int64_t ir = 0; ir < mc; ir += MR) {
-            const float* ap = apack + ir * kc;
+            int64_t i = ic + ir;
+            const float* ap = packed ? apack + ir * kc : g.ta ? g.a + pc * g.lda + i : g.a + i * g.lda + pc;
+            int64_t ars = packed ? 1 : g.ta ? 1 : g.lda, aks = packed ? MR : g.ta ? g.lda : 1;
             const float* bp = bpack + jr * kc;
-            float* c = g.c + (ic + ir) * g.ldc + jc + jr;
+            float* c = g.c + i * g.ldc + jc + jr;
             int64_t rows = std::min<int64_t>(MR, mc - ir), cols = std::min<int64_t>(NR, nc - jr);
             if (rows == MR && cols == NR) {
-              micro_tile(kc, ap, bp, c, g.ldc, first);
+              micro_tile(kc, ap, ars, aks, bp, c, g.ldc, first);
               continue;
             }
             // Edge tile: through a full-size buffer; only the valid part of C is read or written.
             float tile[MR * NR] = {};
             if (!first)
               for (int64_t r = 0; r < rows; ++r) std::copy_n(c + r * g.ldc, cols, tile + r * NR);
-            micro_tile(kc, ap, bp, tile, NR, first);
+            micro_tile(kc, ap, ars, aks, bp, tile, NR, first);
             for (int64_t r = 0; r < rows; ++r) std::copy_n(tile + r * NR, cols, c + r * g.ldc);
           }
       }
@@ -192,7 +202,7 @@ void argmin_blocked(const ArgminArgs& g) {
       int32_t j0 = static_cast<int32_t>(jp * NR);
       for (int64_t ir = 0; ir < mc; ir += MR) {
         alignas(64) float tile[MR * NR];
-        micro_tile(g.d, apack + ir * g.d, bp, tile, NR, true);
+        micro_tile(g.d, apack + ir * g.d, 1, MR, bp, tile, NR, true);
         int64_t rows = std::min<int64_t>(MR, mc - ir);
         for (int64_t r = 0; r < rows; ++r) {
           float* b = best + (ir + r) * NR;
