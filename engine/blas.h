@@ -9,7 +9,10 @@
 //    re-executes the program once with that variable set when needed.
 //  - Its thread count is process-wide. Rank threads that call sgemm
 //    concurrently each want one BLAS thread, so run_ranks sets the count
-//    with blas_set_threads() and restores it afterwards.
+//    (with ours, engine/parallel.h's cpu_set_threads) and restores it.
+//  - Its kernels are not batch-invariant (a row's bits depend on the call's
+//    shape), so only backward products use it; forward products go through
+//    engine/fixed_gemm.h.
 #pragma once
 
 #include <string>
