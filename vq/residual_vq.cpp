@@ -83,9 +83,18 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
     sum = add(sum, quantized);
     idx_columns[l] = idx;
   }
-  if (opt_.shared_codebook && !shared_rows.empty())
-    out.metrics.push_back(update ? books_[0]->update(concat(shared_rows, 0), concat(shared_idx, 0), comm)
-                                 : CodebookMetrics{});
+  if (opt_.shared_codebook && !shared_rows.empty()) {
+    // Rows example-major (row n's layers together), not layer-major: the
+    // sampler numbers the global batch rank by rank, so only this order
+    // gives the rows the same global numbers on any split, and revival the
+    // same rows as 1 rank on the whole batch (invariant 2). Layer-major, 1
+    // rank numbers all of layer 0 first, W ranks rank 0's layers first.
+    int64_t layers = static_cast<int64_t>(shared_rows.size());
+    Tensor rows = reshape(transpose(reshape(concat(shared_rows, 0), {layers, m, codebook_dim_}), 0, 1),
+                          {m * layers, codebook_dim_});
+    Tensor idx = reshape(transpose(reshape(concat(shared_idx, 0), {layers, m}), 0, 1), {m * layers});
+    out.metrics.push_back(update ? books_[0]->update(rows, idx, comm) : CodebookMetrics{});
+  }
   out.loss = zero;
   for (const Tensor& l : out.layer_losses) out.loss = add(out.loss, l);
   Tensor y = project_out_ ? project_out_->forward(sum) : sum;  // (M, dim)

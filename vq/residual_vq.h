@@ -13,7 +13,9 @@
 // With shared_codebook, ONE codebook serves every layer: all layers are
 // quantized with the codebook as it was at the start of the step, and the
 // codebook is updated once, with every layer's residuals and indices, in a
-// single all-reduce.
+// single all-reduce. Those rows go in example-major (row n's layers
+// together), the one order whose global row numbers, and so the rows
+// revival samples, do not depend on how the batch is split.
 #pragma once
 
 #include <memory>
