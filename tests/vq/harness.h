@@ -24,13 +24,13 @@ inline constexpr ThreadGroupOptions kFast{.timeout = std::chrono::milliseconds(3
 
 // Row counts of W shards of N rows: "even" (as even as possible),
 // "uneven" (rank r gets weight r+1), "empty" (rank 0 and the last rank
-// get nothing when W > 2, else rank 0 does), "one" (the last rank gets
-// every row), "random" (W - 1 cut points drawn from a generator keyed by
+// get nothing when W > 2, else rank 0 does), "one" (rank 0 gets every
+// row), "random" (W - 1 cut points drawn from a generator keyed by
 // n and W: any split, empty ranks included).
 inline std::vector<int64_t> split_sizes(int64_t n, int w, const std::string& kind) {
   std::vector<int64_t> s(w, 0);
   if (kind == "one") {
-    s[w - 1] = n;
+    s[0] = n;
     return s;
   }
   if (kind == "random") {

@@ -121,42 +121,69 @@ TEST_CASE("the users' hang: a no-grad validation pass on only some ranks of a tr
   }, kFast);
 }
 
-TEST_CASE("ResidualVQ codebook state is identical on every rank after steps with dropout, and W ranks equal 1 rank "
-          "on the whole batch (separate and shared codebooks)") {
-  for (bool shared : {false, true}) {
-    CAPTURE(shared);
-    ResidualVQOptions o = rvq_options(true, shared);
-    std::vector<Tensor> batches;
-    Generator data(8, 0);
-    for (int s = 0; s < 5; ++s) batches.push_back(rand_normal({30, 6}, data));
-    std::vector<NamedTensors> one;
-    run_ranks(1, [&](Communicator& comm) {
-      Generator init(0, 0);
-      ResidualVQ rvq(o, init);
-      for (auto& x : batches) {
-        rvq.forward(x, comm);
-        one.push_back(snapshot(rvq));
-      }
-    }, kFast);
-    for (int w : {2, 3, 4})
-      for (const char* split : {"uneven", "empty"}) {  // empty ranks: the shared codebook's concat of no rows
-        CAPTURE(w);
-        CAPTURE(split);
-        std::vector<std::vector<NamedTensors>> states(w);
+TEST_CASE("ResidualVQ bitwise: after steps with k-means init, revival and dropout every rank's state is == 1 rank's "
+          "on the whole batch (separate and shared codebooks, with and without project_in; W = 2..5, every split "
+          "kind)") {
+  for (bool shared : {false, true})
+    for (int64_t codebook_dim : {0, 4}) {  // 4: project_in 6 -> 4 before the first layer
+      CAPTURE(shared);
+      CAPTURE(codebook_dim);
+      ResidualVQOptions o = rvq_options(true, shared);
+      o.codebook_dim = codebook_dim;
+      // Near the mean rows per code (30 rows, or up to 4 x 30 shared, for 8
+      // codes), so revival fires.
+      o.codebook.threshold_ema_dead_code = shared ? 8.f : 2.5f;
+      std::vector<Tensor> batches;
+      Generator data(8, 0);
+      for (int s = 0; s < 5; ++s) batches.push_back(rand_normal({30, 6}, data));
+      struct Run {
+        std::vector<NamedTensors> states;                  // after each step
+        std::vector<std::vector<CodebookMetrics>> metrics;  // per step, per layer that ran
+        std::vector<int> active;                            // per step
+      };
+      auto run = [&](int w, const std::string& split) {
+        std::vector<Run> runs(w);
         run_ranks(w, [&](Communicator& comm) {
           Generator init(0, 0);
           ResidualVQ rvq(o, init);
+          for (int l = 0; l < o.num_quantizers; ++l) CHECK_FALSE(rvq.codebook(l).initted());
+          Run& mine = runs[comm.rank()];
           for (auto& x : batches) {
-            rvq.forward(shard(x, split_sizes(30, w, split), comm.rank()), comm);
-            states[comm.rank()].push_back(snapshot(rvq));
+            ResidualVQOutput out = rvq.forward(shard(x, split_sizes(30, w, split), comm.rank()), comm);
+            mine.states.push_back(snapshot(rvq));
+            mine.metrics.push_back(out.metrics);
+            mine.active.push_back(out.active_layers);
           }
+          for (int l = 0; l < o.num_quantizers; ++l) CHECK(rvq.codebook(l).initted());  // k-means in step 0
         }, kFast);
-        for (size_t s = 0; s < batches.size(); ++s) {
-          for (int r = 1; r < w; ++r) CHECK(bitwise_equal(states[r][s], states[0][s]));
-          check_close(states[0][s], one[s], 1e-4, 1e-5);
+        return runs;
+      };
+      Run one = run(1, "even")[0];
+      int64_t revived_first = 0, revived_later = 0;
+      for (size_t s = 0; s < batches.size(); ++s)
+        for (const CodebookMetrics& m : one.metrics[s]) (s == 0 ? revived_first : revived_later) += m.codes_revived;
+      CHECK(revived_first > 0);  // init and revival in the same step
+      CHECK(revived_later > 0);
+      CHECK(std::set<int>(one.active.begin(), one.active.end()).size() > 1);  // dropout varies the layers
+      for (int w : {2, 3, 4, 5}) {
+        check_splits_differ(30, w);
+        for (const std::string& split : kSplitKinds) {  // empty ranks: the shared codebook's concat of no rows
+          CAPTURE(w);
+          CAPTURE(split);
+          std::vector<Run> runs = run(w, split);
+          for (size_t s = 0; s < batches.size(); ++s) {
+            CAPTURE(s);
+            for (int r = 0; r < w; ++r) CHECK(first_difference(runs[r].states[s], one.states[s]) == "");
+            CHECK(runs[0].active[s] == one.active[s]);
+            REQUIRE(runs[0].metrics[s].size() == one.metrics[s].size());
+            for (size_t l = 0; l < one.metrics[s].size(); ++l) {
+              CHECK(runs[0].metrics[s][l].codes_revived == one.metrics[s][l].codes_revived);
+              CHECK(runs[0].metrics[s][l].perplexity == one.metrics[s][l].perplexity);
+            }
+          }
         }
       }
-  }
+    }
 }
 
 TEST_CASE("ResidualVQ: residuals shrink layer by layer; losses and indices have the stated shapes") {

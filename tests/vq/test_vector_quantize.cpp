@@ -98,47 +98,76 @@ TEST_CASE("heads: a shared codebook sees every head's rows; separate codebooks o
   }
 }
 
-TEST_CASE("invariants 1, 2, 4 for VectorQuantize with heads: ranks bitwise equal, W ranks (uneven, empty) equal 1 "
-          "rank, eval issues no collective") {
+TEST_CASE("invariants 1, 2, 4 for VectorQuantize with heads, bitwise: every rank's state is == 1 rank's on the whole "
+          "batch after k-means init, EMA and revival (shared and separate codebooks, with and without project_in; "
+          "W = 2..5, every split kind), eval issues no collective") {
   std::vector<Tensor> batches;
   Generator data(12, 0);
   for (int s = 0; s < 4; ++s) batches.push_back(rand_normal({21, 8}, data));
-  for (bool separate : {false, true}) {
-    CAPTURE(separate);
-    VectorQuantizeOptions o = base(8, 2);
-    o.separate_codebook_per_head = separate;
-    o.codebook.threshold_ema_dead_code = 1.5f;  // revival (all_gather_rows) takes part
-    auto run = [&](int w, const std::string& split) {
-      std::vector<std::vector<NamedTensors>> states(w);
-      run_ranks(w, [&](Communicator& comm) {
-        Generator init(0, 0);
-        VectorQuantize vq(o, init);
-        for (const Tensor& x : batches) {
-          vq.forward(shard(x, split_sizes(21, w, split), comm.rank()), comm);
-          states[comm.rank()].push_back(snapshot(vq));
-        }
-        vq.eval();
-        uint64_t before = comm.counters().collectives;
-        vq.forward(shard(batches[0], split_sizes(21, w, split), comm.rank()), comm);
-        CHECK(comm.counters().collectives == before);
-      }, kFast);
-      return states;
-    };
-    std::vector<NamedTensors> one = run(1, "even")[0];
-    for (int w : {2, 3, 4})
-      for (const char* split : {"uneven", "empty"}) {
-        CAPTURE(w);
-        CAPTURE(split);
-        auto states = run(w, split);
-        for (size_t s = 0; s < batches.size(); ++s) {
-          for (int r = 1; r < w; ++r) CHECK(bitwise_equal(states[r][s], states[0][s]));
-          check_close(states[0][s], one[s], 1e-4, 1e-5);
+  for (bool separate : {false, true})
+    for (int64_t codebook_dim : {0, 3}) {  // 3: project_in 8 -> 6, the batch-invariant forward matmul before the codebooks
+      CAPTURE(separate);
+      CAPTURE(codebook_dim);
+      VectorQuantizeOptions o = base(8, 2);
+      o.separate_codebook_per_head = separate;
+      o.codebook_dim = codebook_dim;
+      // Revival (all_gather_rows) takes part: thresholds near the mean rows
+      // per code (21 or 42 rows for 8 codes), so some codes die each step.
+      o.codebook.threshold_ema_dead_code = separate ? 1.5f : 3.f;
+      struct Run {
+        std::vector<NamedTensors> states;                  // after each step
+        std::vector<std::vector<CodebookMetrics>> metrics;  // per step, per codebook
+        bool initted_before = true;                         // any codebook initialised before step 0
+      };
+      auto run = [&](int w, const std::string& split) {
+        std::vector<Run> runs(w);
+        run_ranks(w, [&](Communicator& comm) {
+          Generator init(0, 0);
+          VectorQuantize vq(o, init);
+          Run& mine = runs[comm.rank()];
+          mine.initted_before = false;
+          for (auto& book : vq.codebooks()) mine.initted_before |= book->initted();
+          for (const Tensor& x : batches) {
+            VectorQuantizeOutput out = vq.forward(shard(x, split_sizes(21, w, split), comm.rank()), comm);
+            mine.states.push_back(snapshot(vq));
+            mine.metrics.push_back(out.metrics);
+          }
+          for (auto& book : vq.codebooks()) CHECK(book->initted());
+          vq.eval();
+          uint64_t before = comm.counters().collectives;
+          vq.forward(shard(batches[0], split_sizes(21, w, split), comm.rank()), comm);
+          CHECK(comm.counters().collectives == before);
+        }, kFast);
+        return runs;
+      };
+      Run one = run(1, "even")[0];
+      CHECK_FALSE(one.initted_before);  // step 0 runs k-means init
+      int64_t revived_first = 0, revived_later = 0;
+      for (size_t s = 0; s < batches.size(); ++s)
+        for (const CodebookMetrics& m : one.metrics[s]) (s == 0 ? revived_first : revived_later) += m.codes_revived;
+      CHECK(revived_first > 0);  // init and revival in the same step
+      CHECK(revived_later > 0);
+      for (int w : {2, 3, 4, 5}) {
+        check_splits_differ(21, w);
+        for (const std::string& split : kSplitKinds) {
+          CAPTURE(w);
+          CAPTURE(split);
+          std::vector<Run> runs = run(w, split);
+          for (size_t s = 0; s < batches.size(); ++s) {
+            CAPTURE(s);
+            for (int r = 0; r < w; ++r) CHECK(first_difference(runs[r].states[s], one.states[s]) == "");
+            for (size_t b = 0; b < one.metrics[s].size(); ++b) {
+              CHECK(runs[0].metrics[s][b].codes_revived == one.metrics[s][b].codes_revived);
+              CHECK(runs[0].metrics[s][b].perplexity == one.metrics[s][b].perplexity);
+            }
+          }
         }
       }
-  }
+    }
 }
 
-TEST_CASE("masked rows change nothing and get index -1; W ranks with masks equal 1 rank without the masked rows") {
+TEST_CASE("masked rows change nothing and get index -1; W ranks with masks equal 1 rank without the masked rows, "
+          "bitwise") {
   Generator data(4, 0);
   Tensor x = rand_normal({24, 4}, data);
   std::vector<int64_t> keep(24);
@@ -166,7 +195,7 @@ TEST_CASE("masked rows change nothing and get index -1; W ranks with masks equal
     Tensor ms = mask.slice_rows(comm.rank() * 8, comm.rank() * 8 + 8);
     VectorQuantizeOutput out = vq.forward(xs, comm, ms);
     out = vq.forward(xs, comm, ms);
-    check_close(snapshot(vq), reference, 1e-5, 1e-6);
+    CHECK(first_difference(snapshot(vq), reference) == "");  // invariant 2: bitwise
     for (int i = 0; i < 8; ++i) {
       bool kept = ms.data<int64_t>()[i] != 0;
       CHECK((out.indices.data<int64_t>()[i] == -1) == !kept);
