@@ -40,7 +40,7 @@ inline void closed_form_collectives(Communicator& comm, Device device) {
   const int64_t n = 37;  // not a multiple of any block size
   CommCounters before = comm.counters();
   for (DType dt : {DType::f32, DType::f64, DType::i64}) {
-    CAPTURE(dtype_name(dt));
+    CAPTURE(std::string(dtype_name(dt)));  // a const char* would log its address
     Tensor s = rank_filled(r, n, dt, device), mx = s.clone(), mn = s.clone();
     comm.all_reduce(s, ReduceOp::sum);
     comm.all_reduce(mx, ReduceOp::max);

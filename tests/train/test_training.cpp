@@ -106,9 +106,9 @@ TEST_CASE("global-batch gradient: W ranks with uneven shards equal 1 rank on the
   // losses weighted per rank) and learnable residual VQ (its codebooks are
   // parameters, kept equal across ranks only by this reduction): the first
   // step's gradients of every parameter.
-  for (const char* type : {"fsq", "residual_vq", "learnable"}) {
+  for (const std::string type : {"fsq", "residual_vq", "learnable"}) {
   CAPTURE(type);
-  bool learnable = std::string(type) == "learnable";
+  bool learnable = type == "learnable";
   Config cfg = small_config("unused", learnable ? "residual_vq" : type);
   cfg.quantizer.codebook.learnable = learnable;
   cfg.quantizer.quantize_dropout = false;
@@ -235,14 +235,14 @@ TEST_CASE("atomic checkpoint: a write that fails midway leaves the previous chec
 TEST_CASE("check-ddp passes on every shipped example and fails on a deliberately broken variant") {
   const char* src = std::getenv("VQDDP_SOURCE_DIR");
   std::string root = src ? src : ".";
-  for (const char* name : {"speech_codec", "fashion_vq", "fashion_fsq"}) {
+  for (const std::string name : {"speech_codec", "fashion_vq", "fashion_fsq"}) {
     CAPTURE(name);
     Config cfg = load_config(root + "/examples/" + name + ".json");
     cfg.data.max_examples = 2000;  // keeps the test quick; semantics do not depend on it
     cfg.data.max_files = 40;
     // Whatever backend the config trains with, check-ddp compares thread
     // ranks ("single" alone would refuse a world of 4).
-    cfg.distributed.backend = std::string(name) == "fashion_vq" ? "single" : cfg.distributed.backend;
+    cfg.distributed.backend = name == "fashion_vq" ? "single" : cfg.distributed.backend;
     Dataset data = load_dataset(cfg.data);
     CheckDdpResult r = check_ddp(cfg, data, {.world = 4, .steps = 3, .print = false});
     CHECK_MESSAGE(r.passed, r.first_failure);

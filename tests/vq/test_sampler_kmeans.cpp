@@ -41,7 +41,7 @@ TEST_CASE("sample_rows: the same block on every rank and for every split, W = 1.
     }, kFast);
     REQUIRE(reference.shape() == Shape{m, 5});
     for (int w = 2; w <= 4; ++w)  // w = 1 is the reference
-      for (const char* kind : {"even", "uneven", "empty"}) {
+      for (const std::string kind : {"even", "uneven", "empty"}) {
         CAPTURE(w);
         CAPTURE(kind);
         std::vector<int64_t> sizes = split_sizes(41, w, kind);
@@ -64,7 +64,7 @@ TEST_CASE("sample_rows returns the drawn rows in draw order: x[draw_row_numbers(
     Generator g0(4, 7);
     Tensor want = index_select(x, from_vector(draw_row_numbers(13, m, g0), {m}));
     for (int w : {1, 3})
-      for (const char* kind : {"uneven", "empty"}) {
+      for (const std::string kind : {"uneven", "empty"}) {
         CAPTURE(m);
         CAPTURE(w);
         CAPTURE(kind);
