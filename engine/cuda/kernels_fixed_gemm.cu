@@ -22,8 +22,8 @@ template <bool TA, bool TB>
 __global__ void __launch_bounds__(kGemmThreads)
     gemm_fixed_kernel(int64_t m, int64_t n, int64_t k, const float* __restrict__ a, int64_t lda,
                       const float* __restrict__ b, int64_t ldb, float* __restrict__ c, int64_t ldc) {
-  __shared__ float as[BK][BM];  // A tile, k-major
-  __shared__ float bs[BK][BN];
+  __shared__ __align__(16) float as[BK][BM];  // A tile, k-major
+  __shared__ __align__(16) float bs[BK][BN];
   const int tid = threadIdx.x, tx = tid % (BN / TN), ty = tid / (BN / TN);
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * BM, col0 = static_cast<int64_t>(blockIdx.y) * BN;
   float acc[TM][TN];
@@ -53,12 +53,16 @@ __global__ void __launch_bounds__(kGemmThreads)
     int steps = k - k0 < BK ? static_cast<int>(k - k0) : BK;
     for (int kk = 0; kk < steps; ++kk) {
       float av[TM], bv[TN];
-      // Thread (ty, tx) owns rows ty + 16 i and columns tx + 16 j: neighbouring
-      // threads read neighbouring shared-memory words (no bank conflicts).
+      // Thread (ty, tx) owns rows 4 ty + {0..3} and 64 + 4 ty + {0..3}, and the
+      // same pattern of columns: four 16-byte shared-memory reads per step,
+      // which a half-warp serves without bank conflicts.
 #pragma unroll
-      for (int i = 0; i < TM; ++i) av[i] = as[kk][ty + i * (BM / TM)];
-#pragma unroll
-      for (int j = 0; j < TN; ++j) bv[j] = bs[kk][tx + j * (BN / TN)];
+      for (int h = 0; h < 2; ++h) {
+        float4 a4 = *reinterpret_cast<const float4*>(&as[kk][h * (BM / 2) + 4 * ty]);
+        float4 b4 = *reinterpret_cast<const float4*>(&bs[kk][h * (BN / 2) + 4 * tx]);
+        av[4 * h] = a4.x, av[4 * h + 1] = a4.y, av[4 * h + 2] = a4.z, av[4 * h + 3] = a4.w;
+        bv[4 * h] = b4.x, bv[4 * h + 1] = b4.y, bv[4 * h + 2] = b4.z, bv[4 * h + 3] = b4.w;
+      }
 #pragma unroll
       for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -68,11 +72,11 @@ __global__ void __launch_bounds__(kGemmThreads)
   }
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
-    int64_t gi = row0 + ty + i * (BM / TM);
+    int64_t gi = row0 + (i / 4) * (BM / 2) + 4 * ty + i % 4;
     if (gi >= m) continue;
 #pragma unroll
     for (int j = 0; j < TN; ++j) {
-      int64_t gj = col0 + tx + j * (BN / TN);
+      int64_t gj = col0 + (j / 4) * (BN / 2) + 4 * tx + j % 4;
       if (gj < n) c[gi * ldc + gj] = acc[i][j];
     }
   }

@@ -22,9 +22,12 @@ namespace {
 // gradient (of sum(w * f)) compared within rtol/atol.
 void compare(const char* name, const std::function<Tensor(const std::vector<Tensor>&)>& f, std::vector<Tensor> cpu,
              double rtol, double atol = 0.0) {
-  CAPTURE(name);
+  std::string op = name;  // CAPTURE of a const char* would log the pointer
+  CAPTURE(op);
   std::vector<Tensor> gpu;
   for (Tensor& t : cpu) {
+    // Fresh leaves: the caller's tensors may carry a gradient of an earlier compare.
+    t = t.detach();
     t.set_requires_grad(true);
     gpu.push_back(t.detach().to(kGpu).set_requires_grad(true));
   }
