@@ -23,10 +23,45 @@ TrainOptions quiet() {
   return o;
 }
 
+// What one rank holds after a step, on the host.
+struct Snapshot {
+  NamedTensors state;   // buffers: quantizer state, compared bit for bit
+  NamedTensors grads;   // the all-reduced gradient of every parameter, before the optimizer step
+  NamedTensors params;  // parameters after the step
+};
+
+NamedTensors host_copies(const NamedTensors& tensors) {
+  NamedTensors out;
+  for (const auto& [name, t] : tensors) out.emplace_back(name, t.detach().to(Device::cpu()).clone());
+  return out;
+}
+
+NamedTensors host_gradients(const CodecModel& model) {
+  NamedTensors out;
+  for (const auto& [name, p] : model.named_parameters()) {
+    Tensor g = p.grad();  // DDP's all-reduce defines every gradient; zeros if one ever is not
+    out.emplace_back(name, g.defined() ? g.detach().to(Device::cpu()).clone() : zeros(p.shape()));
+  }
+  return out;
+}
+
+// The three kinds of tensors, in the order they are reported.
+enum Kind { kState, kGrad, kParam };
+constexpr Kind kKinds[] = {kState, kGrad, kParam};
+
+const NamedTensors& of(const Snapshot& s, Kind k) { return k == kState ? s.state : k == kGrad ? s.grads : s.params; }
+
+// The worst W-rank vs 1-rank difference of one tensor over all steps.
 struct Diff {
   double abs = 0, rel = 0;
-  int64_t first_bad_step = 0;
+  double scale = 0;            // largest |1-rank value|: how large the tensor is, next to atol
+  int64_t differing = 0;       // elements not bitwise equal, summed over steps
+  int64_t first_bad_step = 0;  // 0: never failed
 };
+
+double element(const Tensor& t, int64_t j) {
+  return t.dtype() == DType::f32 ? double(t.data<float>()[j]) : double(t.data<int64_t>()[j]);
+}
 
 }  // namespace
 
@@ -50,27 +85,31 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
 
   // 1 rank, whole batches: its state after every step, saved to disk so the
   // W-rank steps can start from it.
-  std::vector<NamedTensors> one;
+  std::vector<Snapshot> one(o.steps);
   {
     Config c = thread_ranks(cfg, 1);
     TrainOptions opt = quiet();
+    opt.after_gradients = [&](int64_t step, int, const CodecModel& model) { one[step - 1].grads = host_gradients(model); };
     opt.after_step = [&](int64_t step, int, const CodecModel& model, Optimizer& optim) {
-      one.push_back(model.state_copy(Device::cpu()));  // compared on the host, also for a GPU run
+      one[step - 1].state = host_copies(model.named_buffers());
+      one[step - 1].params = host_copies(model.named_parameters());
       save_checkpoint(state_file(step), model, optim, step, cfg.source);
     };
     train(c, data, opt);
   }
 
-  std::vector<std::string> order;
-  std::map<std::string, Diff> worst;
+  std::map<std::pair<Kind, std::string>, Diff> worst;
+  std::vector<std::string> order[3];  // names per kind, in the model's order
   for (int64_t step = 1; step <= o.steps; ++step) {
     Config c = thread_ranks(cfg, o.world);
     TrainOptions opt = quiet();
     opt.resume = step == 1 ? "" : state_file(step - 1);
     opt.stop_at_step = step;
-    std::vector<NamedTensors> ranks(o.world);
+    std::vector<Snapshot> ranks(o.world);
+    opt.after_gradients = [&](int64_t, int rank, const CodecModel& model) { ranks[rank].grads = host_gradients(model); };
     opt.after_step = [&](int64_t, int rank, const CodecModel& model, Optimizer&) {
-      ranks[rank] = model.state_copy(Device::cpu());
+      ranks[rank].state = host_copies(model.named_buffers());
+      ranks[rank].params = host_copies(model.named_parameters());
     };
     try {
       train(c, data, opt);
@@ -81,46 +120,73 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
       r.first_failure = fmt::format("step {}: the {} ranks failed: {}", step, o.world, e.what());
       break;
     }
-    const NamedTensors& ref = one[step - 1];
-    for (size_t i = 0; i < ref.size(); ++i) {
-      const auto& [name, want] = ref[i];
-      if (!worst.count(name)) order.push_back(name);
-      Diff& d = worst[name];
-      auto fail = [&](const std::string& why) {
-        if (!d.first_bad_step) d.first_bad_step = step;
-        if (r.first_failure.empty()) r.first_failure = fmt::format("step {}: {}", step, why);
-      };
-      for (int rank = 1; rank < o.world; ++rank) {
-        const Tensor& other = ranks[rank][i].second;
-        if (std::memcmp(other.raw_data(), ranks[0][i].second.raw_data(), other.nbytes())) {
-          r.ranks_identical = false;
-          fail(fmt::format("'{}' differs between rank 0 and rank {}", name, rank));
+    for (Kind kind : kKinds) {
+      const NamedTensors& ref = of(one[step - 1], kind);
+      const char* what = kind == kGrad ? " gradient" : "";
+      for (size_t i = 0; i < ref.size(); ++i) {
+        const auto& [name, want] = ref[i];
+        auto key = std::make_pair(kind, name);
+        if (!worst.count(key)) order[kind].push_back(name);
+        Diff& d = worst[key];
+        auto fail = [&](const std::string& why) {
+          if (!d.first_bad_step) d.first_bad_step = step;
+          if (r.first_failure.empty()) r.first_failure = fmt::format("step {}: {}", step, why);
+        };
+        const Tensor& got = of(ranks[0], kind)[i].second;
+        for (int rank = 1; rank < o.world; ++rank) {
+          const Tensor& other = of(ranks[rank], kind)[i].second;
+          if (std::memcmp(other.raw_data(), got.raw_data(), other.nbytes())) {
+            r.ranks_identical = false;
+            fail(fmt::format("'{}'{} differs between rank 0 and rank {}", name, what, rank));
+          }
         }
+        const size_t width = dtype_size(got.dtype());
+        const auto* pg = static_cast<const unsigned char*>(got.raw_data());
+        const auto* pw = static_cast<const unsigned char*>(want.raw_data());
+        for (int64_t j = 0; j < want.numel(); ++j) d.scale = std::max(d.scale, std::abs(element(want, j)));
+        for (int64_t j = 0; j < want.numel(); ++j) {
+          if (std::memcmp(pg + j * width, pw + j * width, width) == 0) continue;  // bitwise equal
+          ++d.differing;
+          double a = element(got, j), b = element(want, j), diff = std::abs(a - b);
+          if (!std::isnan(d.abs) && !(diff <= d.abs)) d.abs = diff;  // a NaN sticks
+          if (diff > 0) d.rel = std::max(d.rel, diff / std::max(std::abs(b), 1e-30));
+          if (kind == kState) {
+            r.state_bitwise = false;
+            fail(fmt::format("'{}'[{}] is {} on {} ranks, {} on 1 rank: quantizer state must be bitwise equal", name, j,
+                             a, o.world, b));
+          } else if (!(diff <= o.atol + o.rtol * std::abs(b))) {
+            fail(fmt::format("'{}'{}[{}] is {} on {} ranks, {} on 1 rank", name, what, j, a, o.world, b));
+          }
+        }
+        if (kind == kParam) r.worst_abs = std::max(r.worst_abs, d.abs);
+        if (kind == kGrad) r.worst_grad_abs = std::max(r.worst_grad_abs, d.abs);
       }
-      const Tensor& got = ranks[0][i].second;
-      for (int64_t j = 0; j < want.numel(); ++j) {
-        double a = got.dtype() == DType::f32 ? got.data<float>()[j] : double(got.data<int64_t>()[j]);
-        double b = want.dtype() == DType::f32 ? want.data<float>()[j] : double(want.data<int64_t>()[j]);
-        double diff = std::abs(a - b);
-        d.abs = std::max(d.abs, diff);
-        if (diff > 0) d.rel = std::max(d.rel, diff / std::max(std::abs(b), 1e-30));
-        if (!(diff <= o.atol + o.rtol * std::abs(b)))
-          fail(fmt::format("'{}'[{}] is {} on {} ranks, {} on 1 rank", name, j, a, o.world, b));
-      }
-      r.worst_abs = std::max(r.worst_abs, d.abs);
     }
   }
   std::filesystem::remove_all(tmp);
 
   r.passed = r.first_failure.empty();
   if (o.print) {
-    fmt::print("check-ddp: {} steps, each from the same state: 1 rank vs {} ranks, |a - b| <= {} + {} |b|\n", o.steps,
-               o.world, o.atol, o.rtol);
-    fmt::print("{:<44} {:>12} {:>12}  {}\n", "tensor", "max abs", "max rel", "");
-    for (const std::string& name : order) {
-      const Diff& d = worst[name];
-      fmt::print("{:<44} {:>12.3e} {:>12.3e}  {}\n", name, d.abs, d.rel,
-                 d.first_bad_step ? fmt::format("FAIL (step {})", d.first_bad_step) : "ok");
+    fmt::print("check-ddp: {} step{}, each from the same state and batch: 1 rank vs {} thread ranks\n", o.steps,
+               o.steps == 1 ? "" : "s", o.world);
+    fmt::print("{:<44} {:>10} {:>10} {:>10}\n", "tensor", "max |x|", "max abs", "max rel");
+    const std::string tolerance = fmt::format("|a - b| <= {} + {} |b|", o.atol, o.rtol);
+    const std::string heading[3] = {
+        "quantizer state (buffers): bit for bit",
+        "gradients, all-reduced, before the optimizer step: " + tolerance,
+        "parameters after the optimizer step: " + tolerance,
+    };
+    for (Kind kind : kKinds) {
+      if (order[kind].empty()) continue;
+      fmt::print("-- {}\n", heading[kind]);
+      for (const std::string& name : order[kind]) {
+        const Diff& d = worst[{kind, name}];
+        std::string result = d.first_bad_step ? fmt::format("FAIL (step {})", d.first_bad_step) : "ok";
+        if (d.differing == 0)
+          fmt::print("{:<44} {:>10.3e} {:>21}  {}\n", name, d.scale, "bitwise", result);
+        else
+          fmt::print("{:<44} {:>10.3e} {:>10.3e} {:>10.3e}  {}\n", name, d.scale, d.abs, d.rel, result);
+      }
     }
     fmt::print("ranks bitwise identical after every step: {}\n", r.ranks_identical ? "yes" : "NO");
     fmt::print("check-ddp: {}{}\n", r.passed ? "PASSED" : "FAILED", r.passed ? "" : " (" + r.first_failure + ")");

@@ -4,19 +4,31 @@
 // The run goes once on 1 rank over whole global batches, saving its full
 // state (parameters, buffers, optimizer) before every step. Then, for every
 // step, W thread ranks start from that same state and take the same step on
-// shards of the same batch. After each step, every parameter and buffer is
-// compared: the W ranks must agree with each other bit for bit, and with
-// the 1-rank step within |a - b| <= atol + rtol * |b|.
+// shards of the same batch. Compared, per step:
+//   - quantizer state (every buffer: EMA embed, embed_avg, cluster_size,
+//     initted, the shared random-stream counters, dropout steps): W ranks
+//     must equal 1 rank BIT FOR BIT (invariant 2: the forward is
+//     batch-invariant and the statistics are float64 sums, so k-means init,
+//     the EMA step and revival are exact on any split);
+//   - the global-batch gradient, after its all-reduce and before clipping
+//     and the optimizer step, and the parameters after the step: within
+//     |a - b| <= atol + rtol * |b| (gradients are sums whose order depends
+//     on the split). The gradient is checked on its own because AdamW's
+//     first steps divide by the gradient's own magnitude: a tiny gradient
+//     difference becomes a full-size difference in the update, which the
+//     parameters alone would blame on the optimizer.
+// And the W ranks must agree with each other bit for bit on all of it.
 //
 // Why from a common state, step by step: the only legitimate difference
-// between 1 and W ranks is float rounding (gradients summed per rank, then
-// across ranks). Run freely, k-means and nearest-code assignment amplify
-// such 1e-7 differences into different but equally valid codebooks after a
-// few steps (a near-tie row picks the other code), which would hide real
-// bugs in noise or fail correct configs. Restarting each step from the same
-// state keeps the comparison at rounding level, while every real DDP bug
-// (unreduced codebook statistics, missing gradient reduction, ranks taking
-// different dropout or schedule decisions) shows up in the step it breaks.
+// between 1 and W ranks is the rounding of gradient sums. Run freely, it
+// moves the network, so the codebooks see other inputs; k-means and
+// nearest-code assignment then turn 1e-7 into different but equally valid
+// codebooks after a few steps (a near-tie row picks the other code), which
+// would hide real bugs in noise or fail correct configs. Restarting each
+// step from the same state keeps the comparison exact where it can be,
+// while every real DDP bug (unreduced codebook statistics, missing gradient
+// reduction, ranks taking different dropout or schedule decisions, a
+// split-dependent op before the quantizer) shows up in the step it breaks.
 #pragma once
 
 #include <string>
@@ -36,9 +48,11 @@ struct CheckDdpOptions {
 
 struct CheckDdpResult {
   bool passed = false;
-  bool ranks_identical = true;
-  double worst_abs = 0;       // largest |W-rank - 1-rank| over every tensor and step
-  std::string first_failure;  // "step 3: 'quantizer.layer0.embed'[12] ..." when failed
+  bool ranks_identical = true;   // W ranks bitwise equal to each other (state, parameters, gradients)
+  bool state_bitwise = true;     // quantizer state (buffers) bitwise equal to 1 rank after every step
+  double worst_abs = 0;          // largest |W-rank - 1-rank| over every parameter and step
+  double worst_grad_abs = 0;     // the same for the all-reduced gradients
+  std::string first_failure;     // "step 3: 'quantizer.layer0.embed'[12] ..." when failed
 };
 
 CheckDdpResult check_ddp(Config config, const Dataset& data, const CheckDdpOptions& options);

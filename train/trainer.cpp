@@ -201,6 +201,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
       Tensor loss = add(out.reconstruction_loss, out.quantizer_loss);
       mul(loss, DistributedDataParallel::loss_scale(x.size(0), schedule.batch_size)).backward();
       ddp.all_reduce_gradients();
+      if (opt.after_gradients) opt.after_gradients(step + 1, comm.rank(), model);
       if (cfg.optimizer.grad_clip > 0) clip_grad_norm(params, cfg.optimizer.grad_clip);
       optim->step();
       optim->zero_grad();

@@ -54,6 +54,10 @@ struct TrainOptions {
   // Called on every rank after every step (step = steps done), e.g. to
   // snapshot or checkpoint the state.
   std::function<void(int64_t step, int rank, const CodecModel& model, Optimizer& optim)> after_step;
+  // Called on every rank once the gradients are the global batch's (after
+  // their all-reduce), before clipping and the optimizer step; step = the
+  // number of the step being taken, counted from 1 as after_step counts.
+  std::function<void(int64_t step, int rank, const CodecModel& model)> after_gradients;
 };
 
 TrainResult train(const Config& config, const Dataset& data, const TrainOptions& options);

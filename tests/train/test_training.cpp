@@ -247,6 +247,8 @@ TEST_CASE("check-ddp passes on every shipped example and fails on a deliberately
     CheckDdpResult r = check_ddp(cfg, data, {.world = 4, .steps = 3, .print = false});
     CHECK_MESSAGE(r.passed, r.first_failure);
     CHECK(r.ranks_identical);
+    CHECK(r.state_bitwise);
+    CHECK(r.worst_grad_abs > 0);  // the gradients were compared (and differ by rounding)
   }
   // EMA statistics not reduced across ranks: each rank's codebook drifts.
   Config broken = load_config(root + "/examples/fashion_vq.json");
@@ -263,7 +265,30 @@ TEST_CASE("check-ddp passes on every shipped example and fails on a deliberately
   broken.quantizer.codebook.threshold_ema_dead_code = 0;
   r = check_ddp(broken, data, {.world = 4, .steps = 2, .print = false});
   CHECK_FALSE(r.passed);
+  CHECK_FALSE(r.state_bitwise);
   CHECK(r.first_failure.find("'quantizer.codebook.") != std::string::npos);
+}
+
+TEST_CASE("check-ddp holds quantizer state to bitwise equality whatever the tolerance, and compares the all-reduced "
+          "gradients before the optimizer step within it") {
+  const char* src = std::getenv("VQDDP_SOURCE_DIR");
+  Config cfg = load_config(std::string(src ? src : ".") + "/examples/fashion_vq.json");
+  cfg.data.max_examples = 2000;
+  Dataset data = load_dataset(cfg.data);
+  // Tolerance 0: the gradients (split-dependent sums) must fail, the
+  // quantizer state (k-means init, EMA, revival) still passes bit for bit.
+  CheckDdpResult r = check_ddp(cfg, data, {.world = 3, .steps = 2, .rtol = 0, .atol = 0, .print = false});
+  CHECK_FALSE(r.passed);
+  CHECK(r.ranks_identical);
+  CHECK(r.state_bitwise);
+  CHECK(r.worst_grad_abs > 0);
+  // Gradients are compared before the parameters, so they are the first failure.
+  CHECK_MESSAGE(r.first_failure.find("step 1: '") == 0, r.first_failure);
+  CHECK_MESSAGE(r.first_failure.find("' gradient[") != std::string::npos, r.first_failure);
+  // The shipped tolerance passes the same run.
+  r = check_ddp(cfg, data, {.world = 3, .steps = 2, .print = false});
+  CHECK_MESSAGE(r.passed, r.first_failure);
+  CHECK(r.worst_grad_abs <= 1e-6);
 }
 
 TEST_CASE("config errors name the key path and the expected type") {
