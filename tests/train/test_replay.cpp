@@ -35,7 +35,8 @@ void write_input(const std::string& path, const SafetensorsFile& g, std::map<std
 
 }  // namespace
 
-TEST_CASE("replay reproduces the golden EMA steps on 1 rank, 3 even ranks and an explicit shard list") {
+TEST_CASE("replay reproduces the golden EMA steps on 1 rank, 3 even ranks and an explicit shard list, and the W-rank "
+          "codebooks are == the 1-rank one (bitwise)") {
   SafetensorsFile g = golden();
   TempDir dir;
   write_input(dir.file("in.safetensors"), g);
@@ -43,12 +44,20 @@ TEST_CASE("replay reproduces the golden EMA steps on 1 rank, 3 even ranks and an
     int world;
     std::string shards;
   };
+  NamedTensors one_rank;  // the codebook the 1-rank run ends with (it runs first)
   for (const Run& run : {Run{1, ""}, Run{3, ""}, Run{3, "0,10,30;33,0,0;0,0,0;5,5,40;17,0,0;1,62,1"}}) {
     CAPTURE(run.world);
     CAPTURE(run.shards);
     std::string out = dir.file("out.safetensors");
     CHECK(run_replay({dir.file("in.safetensors"), out, run.world, run.shards}) == 6);
     SafetensorsFile r = safetensors_load(out);
+    // Against the numpy golden (another implementation): a tolerance;
+    // against this program on 1 rank (invariant 2): bit for bit.
+    NamedTensors book{{"embed", r.at("embed")}, {"embed_avg", r.at("embed_avg")}, {"cluster_size", r.at("cluster_size")}};
+    if (run.world == 1)
+      one_rank = book;
+    else
+      CHECK(vqddp::test::first_difference(book, one_rank) == "");
     vqddp::test::check_close({{"embed", r.at("embed")}, {"embed_avg", r.at("embed_avg")}, {"cs", r.at("cluster_size")}},
                              {{"embed", g.at("embed.5")}, {"embed_avg", g.at("embed_avg.5")}, {"cs", g.at("cluster_size.5")}},
                              1e-5, 1e-6);
