@@ -26,23 +26,23 @@ Tensor assign_codes_device(const Tensor& x, const Tensor& embed, bool cosine) {
   Tensor indices = empty({n}, DType::i64, x.device());
   if (n == 0) return indices;
   int dev = x.device().index;
-  DeviceKernels& kernels = device_kernels(x.device());
   cuda::DeviceGuard guard(dev);
   cudaStream_t s = cuda::current_stream(dev);
   Tensor bias = empty({k}, DType::f32, x.device());
   cuda::code_bias(f32(embed), k, d, cosine, f32w(bias), s);
-  // Rows per block: at most 2^24 scores (64 MiB), at least 256 rows, so a
-  // GEMM is always large enough to fill the GPU. The block changes no bit
-  // (gemm_fixed computes each score alone).
-  int64_t block = std::min(n, std::max<int64_t>(256, (int64_t{1} << 24) / k));
-  Tensor dots = empty({block, k}, DType::f32, x.device());
+  int64_t tiles = cuda::assign_code_tiles(k);
+  VQDDP_CHECK(k < (int64_t{1} << 31) && tiles < 65536, "assign_codes: codebook {} has more codes than the GPU kernel takes",
+              embed.desc());
+  // Rows per launch: whole 128-row tiles, at most 2^24 partial results
+  // (128 MiB of scratch) whatever N and K are.
+  int64_t block = std::min(n, std::max<int64_t>(128, (int64_t{1} << 24) / tiles / 128 * 128));
+  Tensor part_score = empty({block, tiles}, DType::f32, x.device());
+  Tensor part_code = empty({block, tiles}, DType::i64, x.device());
   float factor = cosine ? 1.f : 2.f;
   auto* out = static_cast<int64_t*>(indices.raw_ptr());
-  for (int64_t r0 = 0; r0 < n; r0 += block) {
-    int64_t rows = std::min(block, n - r0);
-    kernels.gemm_fixed(false, true, rows, k, d, f32(x) + r0 * d, d, f32(embed), d, f32w(dots), k);
-    cuda::argmin_scores(f32(bias), f32(dots), rows, k, factor, out + r0, s);
-  }
+  for (int64_t r0 = 0; r0 < n; r0 += block)
+    cuda::assign_fused(f32(x) + r0 * d, f32(embed), f32(bias), std::min(block, n - r0), k, d, factor,
+                       f32w(part_score), static_cast<int64_t*>(part_code.raw_ptr()), out + r0, s);
   return indices;
 }
 

@@ -103,6 +103,27 @@ TEST_CASE("assign on the GPU breaks exact ties to the lowest index across warp l
         std::vector<int64_t>{35, 35, 35});
 }
 
+TEST_CASE("assign on the GPU: ties across 128-code tiles go to the lowest code, NaN codes are never chosen") {
+  // Codes 35, 160 and 300 (three tiles of the fused kernel) are equally
+  // near; code 10 is NaN and code 0 far. 300 rows cross the 128-row tiles.
+  std::vector<float> e(400 * 2, 9.f);
+  for (int j : {300, 160, 35}) {
+    e[2 * j] = 1.f;
+    e[2 * j + 1] = 0.f;
+  }
+  e[2 * 10] = NAN;
+  Tensor book = from_vector(e, {400, 2});
+  std::vector<float> xs;
+  for (int r = 0; r < 300; ++r) {
+    xs.push_back(1.f + 0.001f * (r % 7));
+    xs.push_back(0.f);
+  }
+  Tensor x = from_vector(xs, {300, 2});
+  std::vector<int64_t> cpu = assign_codes(x, book, false).to_vector<int64_t>();
+  CHECK(cpu == std::vector<int64_t>(300, 35));
+  CHECK(assign_codes(x.to(kGpu), book.to(kGpu), false).to_vector<int64_t>() == cpu);
+}
+
 TEST_CASE("code statistics on the GPU: exact counts, float64 sums, reproducible bitwise") {
   Tensor x = randn({3000, 24}, 3);
   std::vector<int64_t> idx(3000);

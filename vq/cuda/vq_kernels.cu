@@ -1,6 +1,7 @@
-// The VQ hot path on the GPU: per-code bias, the fused argmin that follows
-// each cuBLAS block of dot products, and the EMA update.
+// The VQ hot path on the GPU: per-code bias, the fused distance + argmin
+// (on the batch-invariant GEMM's tile), and the EMA update.
 #include "engine/cuda/cuda_check.h"
+#include "engine/cuda/fixed_gemm_tile.cuh"
 #include "engine/cuda/grid.cuh"
 #include "vq/cuda/vq_launch.h"
 
@@ -21,35 +22,69 @@ __global__ void code_bias_kernel(const float* embed, int64_t k, int64_t d, float
   }
 }
 
-// One warp per row. Each lane keeps its first minimum over j = lane mod 32
-// (strict <), and the shuffle tree merges (score, index) pairs by score,
-// then lower index: the CPU's 16-lane scan under the same total order.
-__global__ void argmin_scores_kernel(const float* bias, const float* dots, int64_t rows, int64_t k, float factor,
-                                     int64_t* out) {
-  int lane = threadIdx.x % 32;
-  int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
-  for (int64_t r = warp; r < rows; r += warps) {
-    const float* row = dots + r * k;
+// (score, code) pairs merge by score, then lower code: the total order of
+// the CPU's fused argmin, so any merge tree gives its answer. at < 0: none.
+__device__ __forceinline__ bool takes(float best, int at, float other, int other_at) {
+  return other_at >= 0 && (at < 0 || other < best || (other == best && other_at < at));
+}
+
+// The fused assignment, step 1: one 128-row x 128-code tile of dot
+// products per block (the fixed GEMM's tile, so the CPU's chains), scored
+// as bias - factor * dot with explicit rounding, and reduced per row to its
+// best (score, code): each thread scans its 8 codes in ascending order
+// (strict <), then the 16 threads that share a row merge by shuffles. The
+// n x k scores never reach global memory.
+__global__ void __launch_bounds__(gemm::kGemmThreads, 2)
+    assign_tiles_kernel(int64_t n, int64_t k, int64_t d, const float* __restrict__ x, const float* __restrict__ embed,
+                        const float* __restrict__ bias, float factor, float* part_score, int64_t* part_code) {
+  using namespace gemm;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * BM, col0 = static_cast<int64_t>(blockIdx.y) * BN;
+  float acc[TM][TN];
+  gemm_tile<false, true>(n, k, d, x, d, embed, d, row0, col0, acc);
+  const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
     float best = INFINITY;
-    long long at = -1;
-    for (int64_t j = lane; j < k; j += 32) {
-      float s = __fsub_rn(bias[j], __fmul_rn(factor, row[j]));
-      if (s < best) {
-        best = s;
-        at = j;
+    int at = -1;
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      int64_t c = col0 + tile_col(j, tx);
+      if (c >= k) continue;
+      float score = __fsub_rn(bias[c], __fmul_rn(factor, acc[i][j]));
+      if (score < best) {
+        best = score;
+        at = static_cast<int>(c);
       }
     }
-    for (int off = 16; off > 0; off /= 2) {
-      float ob = __shfl_xor_sync(0xffffffffu, best, off);
-      long long oa = __shfl_xor_sync(0xffffffffu, at, off);
-      bool take = oa >= 0 && (at < 0 || ob < best || (ob == best && oa < at));
-      if (take) {
-        best = ob;
-        at = oa;
+    // The 16 threads of a row are one half-warp (tid = 16 ty + tx).
+    for (int off = 8; off > 0; off /= 2) {
+      float other = __shfl_xor_sync(0xffffffffu, best, off);
+      int other_at = __shfl_xor_sync(0xffffffffu, at, off);
+      if (takes(best, at, other, other_at)) {
+        best = other;
+        at = other_at;
       }
     }
-    if (lane == 0) out[r] = at < 0 ? 0 : at;
+    int64_t r = row0 + tile_row(i, ty);
+    if (tx == 0 && r < n) {
+      part_score[r * gridDim.y + blockIdx.y] = best;
+      part_code[r * gridDim.y + blockIdx.y] = at;
+    }
+  }
+}
+
+// Step 2: each row's per-tile bests, in ascending code order, merged.
+__global__ void assign_merge_kernel(int64_t n, int64_t tiles, const float* part_score, const int64_t* part_code,
+                                    int64_t* out) {
+  VQDDP_GRID_LOOP(r, n) {
+    float best = INFINITY;
+    int at = -1;
+    for (int64_t t = 0; t < tiles; ++t)
+      if (takes(best, at, part_score[r * tiles + t], static_cast<int>(part_code[r * tiles + t]))) {
+        best = part_score[r * tiles + t];
+        at = static_cast<int>(part_code[r * tiles + t]);
+      }
+    out[r] = at < 0 ? 0 : at;  // only NaN or +inf scores: code 0, as on the CPU
   }
 }
 
@@ -97,10 +132,15 @@ void code_bias(const float* embed, int64_t k, int64_t d, bool cosine, float* bia
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 
-void argmin_scores(const float* bias, const float* dots, int64_t rows, int64_t k, float factor, int64_t* out,
-                   cudaStream_t s) {
-  if (rows <= 0) return;
-  argmin_scores_kernel<<<grid_for(rows * 32), kThreads, 0, s>>>(bias, dots, rows, k, factor, out);
+int64_t assign_code_tiles(int64_t k) { return (k + gemm::BN - 1) / gemm::BN; }
+
+void assign_fused(const float* x, const float* embed, const float* bias, int64_t n, int64_t k, int64_t d, float factor,
+                  float* part_score, int64_t* part_code, int64_t* out, cudaStream_t s) {
+  if (n <= 0) return;
+  dim3 grid(static_cast<unsigned>((n + gemm::BM - 1) / gemm::BM), static_cast<unsigned>(assign_code_tiles(k)));
+  assign_tiles_kernel<<<grid, gemm::kGemmThreads, 0, s>>>(n, k, d, x, embed, bias, factor, part_score, part_code);
+  VQDDP_CUDA_CHECK_LAUNCH();
+  assign_merge_kernel<<<grid_for(n), kThreads, 0, s>>>(n, assign_code_tiles(k), part_score, part_code, out);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

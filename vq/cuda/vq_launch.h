@@ -13,10 +13,14 @@ namespace vqddp::cuda {
 
 // bias[c] = |embed[c]|^2 (Euclidean) or 0 (cosine), summed in double.
 void code_bias(const float* embed, int64_t k, int64_t d, bool cosine, float* bias, cudaStream_t s);
-// out[r] = argmin_j bias[j] - factor * dots[r, j], ties to the lowest j;
-// a row of only NaN scores gives 0 (as the CPU's assign does).
-void argmin_scores(const float* bias, const float* dots, int64_t rows, int64_t k, float factor, int64_t* out,
-                   cudaStream_t s);
+// out[r] = argmin_j bias[j] - factor * dot(x_r, e_j) for the rows of x (n, d)
+// and codes of embed (k, d), with the CPU's fixed-order dot (fixed_gemm.h),
+// ties to the lowest j, NaN or +inf scores never chosen (no number: 0).
+// part_score / part_code: n * assign_code_tiles(k) entries of scratch.
+// k < 2^31 and at most 65535 tiles of 128 codes.
+int64_t assign_code_tiles(int64_t k);
+void assign_fused(const float* x, const float* embed, const float* bias, int64_t n, int64_t k, int64_t d, float factor,
+                  float* part_score, int64_t* part_code, int64_t* out, cudaStream_t s);
 // The EMA step of VQ_SEMANTICS.md section 1 on a [K + K*D] float64 stats
 // buffer: cluster_size and embed_avg decay towards the batch statistics,
 // then embed = embed_avg / Laplace-smoothed sizes (kept as is while the
