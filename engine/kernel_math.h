@@ -154,6 +154,22 @@ VQDDP_HD void adamw_update(const AdamWStep& s, float& p, float g, float& m, floa
   p = sub_rn(p, div_rn(mul_rn(s.lr, div_rn(m, s.c1)), add_rn(div_rn(sqrt_rn(v), s.sqrt_c2), s.eps)));
 }
 
+// ---- the VQ assignment (vq/assign.h, engine/fixed_gemm.h) ------------------------
+//
+// A code's score for a row: bias - factor * dot (|e|^2 - 2 x.e for
+// Euclidean codebooks, 0 - x.e for cosine), a product then a difference.
+VQDDP_HD float code_score(float bias, float factor, float dot) { return sub_rn(bias, mul_rn(factor, dot)); }
+
+// The assignment's candidate order: (score, code) beats the current best
+// (best, best_code) when it is a candidate at all (code >= 0) and the best
+// is none yet (best_code < 0), or its score is smaller, or equal with a
+// lower code. Candidates come from scans that keep a score only if it is
+// below +inf (strict <), so NaN and +inf are never chosen. A total order:
+// any merge of partial bests (lanes, threads, tiles) picks the same code.
+VQDDP_HD bool code_better(float score, long long code, float best, long long best_code) {
+  return code >= 0 && (best_code < 0 || score < best || (score == best && code < best_code));
+}
+
 // clip_grad_norm's rescaling: the product in double, rounded once.
 VQDDP_HD float scale_f64(float x, double factor) { return static_cast<float>(x * factor); }
 

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/cpu/gemm_isa.h"
+#include "engine/kernel_math.h"
 
 namespace vqddp::cpu {
 namespace {
@@ -209,7 +210,7 @@ void argmin_blocked(const ArgminArgs& g) {
           int32_t* a = at + (ir + r) * NR;
           const float* t = tile + r * NR;
           for (int l = 0; l < NR; ++l) {
-            float s = bias[l] - g.factor * t[l];
+            float s = code_score(bias[l], g.factor, t[l]);
             bool better = s < b[l];
             b[l] = better ? s : b[l];
             a[l] = better ? j0 + l : a[l];
@@ -223,7 +224,7 @@ void argmin_blocked(const ArgminArgs& g) {
       int64_t result = -1;
       float score = 0.f;
       for (int l = 0; l < NR; ++l)
-        if (a[l] >= 0 && (result < 0 || b[l] < score || (b[l] == score && a[l] < result))) {
+        if (code_better(b[l], a[l], score, result)) {
           score = b[l];
           result = a[l];
         }

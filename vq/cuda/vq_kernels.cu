@@ -3,6 +3,7 @@
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/fixed_gemm_tile.cuh"
 #include "engine/cuda/grid.cuh"
+#include "engine/kernel_math.h"
 #include "vq/cuda/vq_launch.h"
 
 namespace vqddp::cuda {
@@ -20,12 +21,6 @@ __global__ void code_bias_kernel(const float* embed, int64_t k, int64_t d, float
     }
     bias[c] = static_cast<float>(acc);
   }
-}
-
-// (score, code) pairs merge by score, then lower code: the total order of
-// the CPU's fused argmin, so any merge tree gives its answer. at < 0: none.
-__device__ __forceinline__ bool takes(float best, int at, float other, int other_at) {
-  return other_at >= 0 && (at < 0 || other < best || (other == best && other_at < at));
 }
 
 // The fused assignment, step 1: one 128-row x 128-code tile of dot
@@ -50,7 +45,7 @@ __global__ void __launch_bounds__(gemm::kGemmThreads, 2)
     for (int j = 0; j < TN; ++j) {
       int64_t c = col0 + tile_col(j, tx);
       if (c >= k) continue;
-      float score = __fsub_rn(bias[c], __fmul_rn(factor, acc[i][j]));
+      float score = code_score(bias[c], factor, acc[i][j]);
       if (score < best) {
         best = score;
         at = static_cast<int>(c);
@@ -60,7 +55,7 @@ __global__ void __launch_bounds__(gemm::kGemmThreads, 2)
     for (int off = 8; off > 0; off /= 2) {
       float other = __shfl_xor_sync(0xffffffffu, best, off);
       int other_at = __shfl_xor_sync(0xffffffffu, at, off);
-      if (takes(best, at, other, other_at)) {
+      if (code_better(other, other_at, best, at)) {
         best = other;
         at = other_at;
       }
@@ -80,7 +75,7 @@ __global__ void assign_merge_kernel(int64_t n, int64_t tiles, const float* part_
     float best = INFINITY;
     int at = -1;
     for (int64_t t = 0; t < tiles; ++t)
-      if (takes(best, at, part_score[r * tiles + t], static_cast<int>(part_code[r * tiles + t]))) {
+      if (code_better(part_score[r * tiles + t], part_code[r * tiles + t], best, at)) {
         best = part_score[r * tiles + t];
         at = static_cast<int>(part_code[r * tiles + t]);
       }
