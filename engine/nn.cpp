@@ -68,13 +68,15 @@ NamedTensors Module::state_copy() const {
   return out;
 }
 
-NamedTensors Module::state_copy(Device device) const {
-  // One copy per tensor: a clone where it already is on `device`, else the
-  // transfer itself.
-  auto copy = [&](const Tensor& t) { return t.device() == device ? t.clone() : t.detach().to(device); };
+NamedTensors copies_on(const NamedTensors& tensors, Device device) {
   NamedTensors out;
-  for (auto& [n, t] : named_parameters()) out.emplace_back(n, copy(t));
-  for (auto& [n, t] : named_buffers()) out.emplace_back(n, copy(t));
+  for (const auto& [n, t] : tensors) out.emplace_back(n, t.device() == device ? t.clone() : t.detach().to(device));
+  return out;
+}
+
+NamedTensors Module::state_copy(Device device) const {
+  NamedTensors out = copies_on(named_parameters(), device);
+  for (auto& named : copies_on(named_buffers(), device)) out.push_back(std::move(named));
   return out;
 }
 

@@ -20,6 +20,10 @@ namespace vqddp {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+// One copy (new storage) of each tensor on `device`: a clone where it
+// already is there, else the transfer itself (never a transfer and a clone).
+NamedTensors copies_on(const NamedTensors& tensors, Device device);
+
 class Module {
  public:
   virtual ~Module() = default;

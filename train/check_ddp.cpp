@@ -30,19 +30,14 @@ struct Snapshot {
   NamedTensors params;  // parameters after the step
 };
 
-NamedTensors host_copies(const NamedTensors& tensors) {
-  NamedTensors out;
-  for (const auto& [name, t] : tensors) out.emplace_back(name, t.detach().to(Device::cpu()).clone());
-  return out;
-}
+NamedTensors host_copies(const NamedTensors& tensors) { return copies_on(tensors, Device::cpu()); }
 
 NamedTensors host_gradients(const CodecModel& model) {
-  NamedTensors out;
-  for (const auto& [name, p] : model.named_parameters()) {
-    Tensor g = p.grad();  // DDP's all-reduce defines every gradient; zeros if one ever is not
-    out.emplace_back(name, g.defined() ? g.detach().to(Device::cpu()).clone() : zeros(p.shape()));
-  }
-  return out;
+  NamedTensors grads;
+  for (const auto& [name, p] : model.named_parameters())
+    // DDP's all-reduce defines every gradient; zeros if one ever is not.
+    grads.emplace_back(name, p.grad().defined() ? p.grad() : zeros(p.shape(), DType::f32, p.device()));
+  return host_copies(grads);
 }
 
 // The three kinds of tensors, in the order they are reported.
