@@ -105,16 +105,6 @@ inline double code_score(const Tensor& x, int64_t i, const Tensor& e, int64_t j,
 // Clones of every parameter and buffer, by name.
 inline NamedTensors snapshot(const Module& m) { return m.state_copy(); }
 
-inline bool bitwise_equal(const NamedTensors& a, const NamedTensors& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const Tensor &x = a[i].second, &y = b[i].second;
-    if (a[i].first != b[i].first || x.shape() != y.shape() || x.dtype() != y.dtype()) return false;
-    if (std::memcmp(x.raw_data(), y.raw_data(), x.numel() * dtype_size(x.dtype())) != 0) return false;
-  }
-  return true;
-}
-
 // "" when a and b are bitwise equal, else where they first differ: the
 // tensor's name and, for equal shapes, the element and both values (as
 // numbers and as bits), so a failing CHECK(first_difference(a, b) == "")
@@ -146,6 +136,8 @@ inline std::string first_difference(const NamedTensors& a, const NamedTensors& b
   }
   return "";
 }
+
+inline bool bitwise_equal(const NamedTensors& a, const NamedTensors& b) { return first_difference(a, b).empty(); }
 
 // Checks |a - b| <= atol + rtol * |b| element-wise for every float tensor
 // (a NaN on either side fails), exact equality for int64 tensors.
