@@ -18,16 +18,23 @@ isas=(scalar)
 has avx2 && has fma && isas+=(avx2)
 has avx512f && has fma && isas+=(avx512)
 
+engine_cases='*fixed_gemm*,*forward matmul*,*encoder*'
+vq_cases='*assign*,*bitwise*'
+# doctest passes a filter that matches nothing: insist on the cases we mean.
+selected() { "$1" -tc="$2" --count | sed -n 's/.*passing the current filters: //p'; }
+[ "$(selected "$test_engine" "$engine_cases")" -ge 5 ] || { echo "FAILED: '$engine_cases' selects too few engine cases"; exit 1; }
+[ "$(selected "$test_vq" "$vq_cases")" -ge 10 ] || { echo "FAILED: '$vq_cases' selects too few vq cases"; exit 1; }
+
 runs=0
 for core in "${cores[@]}"; do
   for threads in 1 2; do
     for isa in "${isas[@]}"; do
       echo "== OPENBLAS_CORETYPE=$core threads=$threads VQDDP_CPU_ISA=$isa"
       export OPENBLAS_CORETYPE=$core OPENBLAS_NUM_THREADS=$threads VQDDP_CPU_ISA=$isa VQDDP_NO_REEXEC=1
-      "$test_engine" -tc='*fixed_gemm*,*forward matmul*,*encoder*' -nv >/dev/null ||
-        { echo "FAILED: engine invariance under $core/$threads/$isa"; "$test_engine" -tc='*forward matmul*,*encoder*' | tail -20; exit 1; }
-      "$test_vq" -tc='*assign*,*bitwise*' >/dev/null ||
-        { echo "FAILED: vq under $core/$threads/$isa"; "$test_vq" -tc='*assign*,*bitwise*' | tail -20; exit 1; }
+      "$test_engine" -tc="$engine_cases" >/dev/null ||
+        { echo "FAILED: engine invariance under $core/$threads/$isa"; "$test_engine" -tc="$engine_cases" | tail -20; exit 1; }
+      "$test_vq" -tc="$vq_cases" >/dev/null ||
+        { echo "FAILED: vq under $core/$threads/$isa"; "$test_vq" -tc="$vq_cases" | tail -20; exit 1; }
       runs=$((runs + 1))
     done
     # check-ddp once per core and thread count (the instruction set changes no bit, proven above).
