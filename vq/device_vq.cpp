@@ -5,6 +5,7 @@
 #include "vqddp_config.h"
 
 #if VQDDP_HAVE_CUDA
+#include "engine/cuda/launch.h"
 #include "engine/cuda/runtime.h"
 #include "engine/device.h"
 #include "vq/cuda/vq_launch.h"
@@ -30,9 +31,9 @@ Tensor assign_codes_device(const Tensor& x, const Tensor& embed, bool cosine) {
   cudaStream_t s = cuda::current_stream(dev);
   Tensor bias = empty({k}, DType::f32, x.device());
   cuda::code_bias(f32(embed), k, d, cosine, f32w(bias), s);
+  VQDDP_CHECK(k <= cuda::kGemmFixedMaxColumns, "assign_codes: codebook {} has more codes than the GPU kernel takes ({})",
+              embed.desc(), cuda::kGemmFixedMaxColumns);
   int64_t tiles = cuda::assign_code_tiles(k);
-  VQDDP_CHECK(k < (int64_t{1} << 31) && tiles < 65536, "assign_codes: codebook {} has more codes than the GPU kernel takes",
-              embed.desc());
   // Rows per launch: whole 128-row tiles, at most 2^24 partial results
   // (128 MiB of scratch) whatever N and K are.
   int64_t block = std::min(n, std::max<int64_t>(128, (int64_t{1} << 24) / tiles / 128 * 128));

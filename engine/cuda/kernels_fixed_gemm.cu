@@ -13,6 +13,7 @@ namespace vqddp::cuda {
 namespace {
 
 using namespace gemm;
+static_assert(BM == kGemmFixedTile && BN == kGemmFixedTile, "launch.h states the tile for host-side limits");
 
 template <bool TA, bool TB>
 __global__ void __launch_bounds__(kGemmThreads, 2)

@@ -27,11 +27,14 @@ void min_max_i64(const int64_t* x, int64_t n, long long* result, cudaStream_t s)
 int64_t sum_squares_scratch(int64_t n);
 void sum_squares(const float* x, int64_t n, double* scratch, cudaStream_t s);
 
-// fixed_gemm.h's rule (DeviceKernels::gemm_fixed); m < 2^31 * 128 rows,
-// n < 65536 * 128 columns (checked by the caller).
+// fixed_gemm.h's rule (DeviceKernels::gemm_fixed), in square tiles of
+// kGemmFixedTile (fixed_gemm_tile.cuh): the grid's second dimension, at most
+// 65535 tiles, bounds the columns (checked by the callers: the GEMM and the
+// fused assignment, whose columns are codes).
 void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                 int64_t ldb, float* c, int64_t ldc, cudaStream_t s);
-constexpr int64_t kGemmFixedMaxColumns = int64_t{65535} * 128;
+constexpr int64_t kGemmFixedTile = 128;
+constexpr int64_t kGemmFixedMaxColumns = int64_t{65535} * kGemmFixedTile;
 
 void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan, cudaStream_t s);
 void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out, cudaStream_t s);
