@@ -98,7 +98,7 @@ class ThreadCommunicator final : public Communicator {
     size_t bytes = in.nbytes();
     run(Fingerprint("all_gather", in.dtype(), in.numel()), in.raw_data(), out.raw_data(), [&] {
       for (int r = 0; r < world_size(); ++r)
-        std::memcpy(static_cast<char*>(out.raw_data()) + r * bytes, group_.call_of(r).in, bytes);
+        copy_gathered(static_cast<char*>(out.raw_data()) + r * bytes, group_.call_of(r).in, bytes);
     });
     out.bump_version();
     count(out.nbytes());
@@ -112,7 +112,7 @@ class ThreadCommunicator final : public Communicator {
       size_t row_bytes = row * dtype_size(in.dtype());
       char* dst = static_cast<char*>(out.raw_data());
       for (int r = 0; r < world_size(); ++r) {
-        std::memcpy(dst, group_.call_of(r).in, counts[r] * row_bytes);
+        copy_gathered(dst, group_.call_of(r).in, counts[r] * row_bytes);
         dst += counts[r] * row_bytes;
       }
     });
@@ -143,6 +143,14 @@ class ThreadCommunicator final : public Communicator {
     group_.rendezvous(rank_, &call, "arrival");
     work();
     group_.rendezvous(rank_, nullptr, "completion");
+  }
+
+  // A gather in place (a rank's input is its own slice of the output) must
+  // not copy that slice onto itself: the other ranks are reading those bytes
+  // at the same moment, and memcpy with source == destination is undefined
+  // anyway. The bytes are already where they belong.
+  static void copy_gathered(void* dst, const void* src, size_t bytes) {
+    if (dst != src) std::memcpy(dst, src, bytes);
   }
 
   template <class T>
