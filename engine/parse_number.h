@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace vqddp {
@@ -24,5 +25,17 @@ inline std::optional<double> parse_double(std::string_view text) {
   if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
   return v;
 }
+
+// The allowed values of a count (a world size, a number of steps, a codebook
+// size), inclusive. Every count a user gives is read as 64 bits and checked
+// against its range before it is narrowed or used, so 4294967298 ranks is an
+// error instead of 2 ranks.
+struct CountRange {
+  int64_t lo, hi;
+  bool contains(int64_t v) const { return v >= lo && v <= hi; }
+  // "must be in [1, 1024], got 4294967298" (or "must be at least 1, ..."
+  // when there is no upper limit worth naming).
+  std::string violation(std::string_view got) const;
+};
 
 }  // namespace vqddp

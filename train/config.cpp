@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "engine/error.h"
 #include "engine/file_io.h"
+#include "engine/json_strict.h"
 #include "train/config_reader.h"
+#include "train/count_limits.h"
 #include "vqddp_default_config.h"
 
 namespace vqddp {
@@ -12,22 +16,20 @@ namespace vqddp {
 namespace {
 
 void read_model(ConfigSection s, ModelConfig& m) {
-  m.hidden = s.integer("hidden", m.hidden);
-  m.hidden_layers = static_cast<int>(s.integer("hidden_layers", m.hidden_layers));
-  m.latent_dim = s.integer("latent_dim", m.latent_dim);
-  m.tokens = s.integer("tokens", m.tokens);
+  m.hidden = s.integer("hidden", m.hidden, limits::width);
+  m.hidden_layers = static_cast<int>(s.integer("hidden_layers", m.hidden_layers, limits::layers));
+  m.latent_dim = s.integer("latent_dim", m.latent_dim, limits::width);
+  m.tokens = s.integer("tokens", m.tokens, limits::width);
   m.activation = s.choice("activation", m.activation, {"gelu", "relu", "tanh"});
   m.sigmoid_output = s.boolean("sigmoid_output", m.sigmoid_output);
-  if (m.hidden < 1 || m.hidden_layers < 1 || m.latent_dim < 1 || m.tokens < 1)
-    s.fail("hidden", "and hidden_layers, latent_dim, tokens must all be positive");
   s.finish();
 }
 
 void read_quantizer(ConfigSection s, QuantizerConfig& q) {
   q.type = s.choice("type", q.type, {"vq", "residual_vq", "fsq", "residual_fsq"});
-  q.codebook_size = s.integer("codebook_size", q.codebook_size);
-  q.num_quantizers = static_cast<int>(s.integer("num_quantizers", q.num_quantizers));
-  q.codebook_dim = s.integer("codebook_dim", q.codebook_dim);
+  q.codebook_size = s.integer("codebook_size", q.codebook_size, limits::codebook_size);
+  q.num_quantizers = static_cast<int>(s.integer("num_quantizers", q.num_quantizers, limits::layers));
+  q.codebook_dim = s.integer("codebook_dim", q.codebook_dim, limits::codebook_dim);
   q.shared_codebook = s.boolean("shared_codebook", q.shared_codebook);
   q.commitment_weight = static_cast<float>(s.number("commitment_weight", q.commitment_weight));
   CodebookOptions& c = q.codebook;
@@ -35,28 +37,22 @@ void read_quantizer(ConfigSection s, QuantizerConfig& q) {
   c.eps = static_cast<float>(s.number("eps", c.eps));
   c.threshold_ema_dead_code = static_cast<float>(s.number("threshold_ema_dead_code", c.threshold_ema_dead_code));
   c.kmeans_init = s.boolean("kmeans_init", c.kmeans_init);
-  c.kmeans_iters = static_cast<int>(s.integer("kmeans_iters", c.kmeans_iters));
+  c.kmeans_iters = static_cast<int>(s.integer("kmeans_iters", c.kmeans_iters, limits::kmeans_iters));
   c.cosine = s.boolean("use_cosine_sim", c.cosine);
   c.learnable = s.boolean("learnable_codebook", c.learnable);
   c.cluster_size_init_ones = s.choice("cluster_size_init", "ones", {"ones", "zeros"}) == "ones";
   c.sync_stats = s.boolean("sync_codebook", c.sync_stats);
   q.quantize_dropout = s.boolean("quantize_dropout", q.quantize_dropout);
-  q.quantize_dropout_cutoff_index = static_cast<int>(s.integer("quantize_dropout_cutoff_index", 0));
-  q.quantize_dropout_multiple_of = static_cast<int>(s.integer("quantize_dropout_multiple_of", 1));
-  for (int64_t l : s.integers("levels", {})) q.levels.push_back(static_cast<int>(l));
+  q.quantize_dropout_cutoff_index = static_cast<int>(
+      s.integer("quantize_dropout_cutoff_index", 0, {0, q.num_quantizers - 1}));
+  q.quantize_dropout_multiple_of = static_cast<int>(s.integer("quantize_dropout_multiple_of", 1, limits::layers));
+  for (int64_t l : s.integers("levels", {}, limits::fsq_level)) q.levels.push_back(static_cast<int>(l));
   if (!(c.decay >= 0 && c.decay <= 1)) s.fail("decay", "must be in [0, 1]");
   if (!(c.eps > 0)) s.fail("eps", "must be positive");
   if (!(c.threshold_ema_dead_code >= 0)) s.fail("threshold_ema_dead_code", "must not be negative");
-  if (c.kmeans_init && c.kmeans_iters < 1) s.fail("kmeans_iters", "must be at least 1 with kmeans_init");
-  for (int l : q.levels)
-    if (l < 2) s.fail("levels", fmt::format("must all be at least 2, got {}", l));
-  if (q.quantize_dropout_cutoff_index < 0 || q.quantize_dropout_cutoff_index >= q.num_quantizers)
-    s.fail("quantize_dropout_cutoff_index", fmt::format("must be in [0, num_quantizers = {})", q.num_quantizers));
-  if (q.quantize_dropout_multiple_of < 1) s.fail("quantize_dropout_multiple_of", "must be at least 1");
   bool fsq = q.type == "fsq" || q.type == "residual_fsq";
   if (fsq && q.levels.empty()) s.fail("levels", "is required for type \"" + q.type + "\"");
   if (!fsq && !q.levels.empty()) s.fail("levels", "applies to fsq and residual_fsq only");
-  if (q.codebook_size < 2 || q.num_quantizers < 1) s.fail("codebook_size", "must be >= 2 and num_quantizers >= 1");
   s.finish();
 }
 
@@ -72,12 +68,11 @@ void read_data(ConfigSection s, DataConfig& d) {
     d.sources.push_back(c);
   }
   if (d.sources.empty()) s.fail("sources", "needs at least one {\"path\": ...} entry");
-  d.frame = s.integer("frame", d.frame);
-  d.max_files = s.integer("max_files", d.max_files);
-  d.holdout_every = s.integer("holdout_every", d.holdout_every);
+  d.frame = s.integer("frame", d.frame, limits::frame);
+  d.max_files = s.integer("max_files", d.max_files, limits::optional_count);
+  d.holdout_every = s.integer("holdout_every", d.holdout_every, limits::holdout_every);
   d.validation_path = s.string("validation_path", d.validation_path);
-  d.max_examples = s.integer("max_examples", d.max_examples);
-  if (d.frame < 1 || d.holdout_every < 2) s.fail("frame", "must be positive and holdout_every at least 2");
+  d.max_examples = s.integer("max_examples", d.max_examples, limits::optional_count);
   s.finish();
 }
 
@@ -95,36 +90,72 @@ void read_optimizer(ConfigSection s, OptimizerConfig& o) {
 }
 
 void read_schedule(ConfigSection s, ScheduleConfig& c) {
-  c.batch_size = s.integer("batch_size", c.batch_size);
-  c.epochs = s.integer("epochs", c.epochs);
-  c.steps = s.integer("steps", c.steps);
-  c.validate_every = s.integer("validate_every", c.validate_every);
-  c.checkpoint_every = s.integer("checkpoint_every", c.checkpoint_every);
-  c.log_every = s.integer("log_every", c.log_every);
+  c.batch_size = s.integer("batch_size", c.batch_size, limits::batch_size);
+  c.epochs = s.integer("epochs", c.epochs, limits::epochs);
+  c.steps = s.integer("steps", c.steps, limits::config_steps);
+  c.validate_every = s.integer("validate_every", c.validate_every, limits::every);
+  c.checkpoint_every = s.integer("checkpoint_every", c.checkpoint_every, limits::every);
+  c.log_every = s.integer("log_every", c.log_every, limits::log_every);
   c.drop_last = s.boolean("drop_last", c.drop_last);
-  if (c.batch_size < 1) s.fail("batch_size", "must be positive");
   if (c.epochs < 1 && c.steps < 1) s.fail("epochs", "or steps must be positive");
-  if (c.validate_every < 0 || c.checkpoint_every < 0 || c.log_every < 1)
-    s.fail("validate_every", "and checkpoint_every must be >= 0, log_every >= 1");
   s.finish();
 }
 
 void read_distributed(ConfigSection s, DistributedConfig& d) {
   d.backend = s.string("backend", d.backend);
-  d.world_size = static_cast<int>(s.integer("world_size", d.world_size));
+  d.world_size = static_cast<int>(s.integer("world_size", d.world_size, limits::world));
   d.timeout_s = s.number("timeout_s", d.timeout_s);
   d.check_collectives = s.boolean("check_collectives", d.check_collectives);
-  if (d.world_size < 1 || !(d.timeout_s > 0)) s.fail("world_size", "must be positive, and timeout_s too");
+  // Milliseconds of it must fit the deadline arithmetic: a year is plenty.
+  if (!(d.timeout_s > 0 && d.timeout_s <= 365 * 86400.0))
+    s.fail("timeout_s", fmt::format("must be in (0, 31536000] seconds, got {}", d.timeout_s));
   s.finish();
 }
 
 void read_run(ConfigSection s, RunConfig& r) {
   r.dir = s.string("dir", r.dir);
-  int64_t seed = s.integer("seed", 0);
-  if (seed < 0) s.fail("seed", "must not be negative");
-  r.seed = static_cast<uint64_t>(seed);
+  if (r.dir.empty()) s.fail("dir", "must name a directory, got \"\"");
+  r.seed = s.unsigned_integer("seed", r.seed);
   r.device = s.choice("device", r.device, run_device_names());
   s.finish();
+}
+
+// A product of sizes, or nullopt when it overflows int64.
+std::optional<int64_t> product(const std::vector<int64_t>& factors) {
+  int64_t n = 1;
+  for (int64_t f : factors)
+    if (__builtin_mul_overflow(n, f, &n)) return std::nullopt;
+  return n;
+}
+
+std::string shown(std::optional<int64_t> n) { return n ? fmt::format("{}", *n) : std::string("more than 2^63"); }
+
+// Sizes whose product a tensor must hold are refused by key before anything
+// is allocated: the allocator would otherwise say only std::bad_alloc.
+void check_elements(const ConfigSection& root, const std::string& key, const std::string& formula,
+                    const std::vector<int64_t>& factors) {
+  std::optional<int64_t> n = product(factors);
+  if (!n || *n > limits::kMaxTensorElements)
+    root.fail(key, fmt::format("gives {} = {} elements, more than the {} one tensor may hold", formula, shown(n),
+                               limits::kMaxTensorElements));
+}
+
+void check_sizes(const ConfigSection& root, const Config& c) {
+  const ModelConfig& m = c.model;
+  const QuantizerConfig& q = c.quantizer;
+  check_elements(root, "model.hidden", "hidden x hidden", {m.hidden, m.hidden});
+  check_elements(root, "model.latent_dim", "hidden x latent_dim x tokens", {m.hidden, m.latent_dim, m.tokens});
+  if (c.data.type == "wav_frames") check_elements(root, "data.frame", "frame x model.hidden", {c.data.frame, m.hidden});
+  if (!q.levels.empty()) {
+    std::optional<int64_t> n = product(std::vector<int64_t>(q.levels.begin(), q.levels.end()));
+    if (!n || *n > limits::codebook_size.hi)
+      root.fail("quantizer.levels", fmt::format("give an implicit codebook of {} codes (their product), more than the "
+                                                "{} codebook_size allows", shown(n), limits::codebook_size.hi));
+  } else {
+    int64_t dim = q.codebook_dim > 0 ? q.codebook_dim : m.latent_dim;
+    check_elements(root, "quantizer.codebook_size", "codebook_size x codebook_dim x num_quantizers",
+                   {q.codebook_size, dim, q.shared_codebook ? 1 : int64_t{q.num_quantizers}});
+  }
 }
 
 }  // namespace
@@ -140,18 +171,13 @@ Config parse_config(const nlohmann::json& j, const std::string& file) {
   read_distributed(root.section("distributed"), c.distributed);
   read_run(root.section("run"), c.run);
   root.finish();
+  check_sizes(root, c);
   c.source = j;
   return c;
 }
 
 Config parse_config_text(const std::string& text, const std::string& origin) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const nlohmann::json::exception& e) {
-    VQDDP_THROW("{}: not valid JSON: {}", origin, e.what());
-  }
-  return parse_config(j, origin);
+  return parse_config(parse_json_strict(text, origin), origin);
 }
 
 Config load_config(const std::string& path) {

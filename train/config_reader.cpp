@@ -46,11 +46,27 @@ double ConfigSection::number(const std::string& key, double fallback) {
   return v->get<double>();
 }
 
-int64_t ConfigSection::integer(const std::string& key, int64_t fallback) {
+int64_t ConfigSection::checked_integer(const std::string& key, const nlohmann::json& v, CountRange range,
+                                       const char* what) const {
+  if (!v.is_number_integer()) fail(key, fmt::format("must be {}, got {}", what, type_of(v)));
+  bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(range.hi);
+  if (too_big || !range.contains(v.get<int64_t>())) fail(key, range.violation(v.dump()));
+  return v.get<int64_t>();
+}
+
+int64_t ConfigSection::integer(const std::string& key, int64_t fallback, CountRange range) {
+  const nlohmann::json* v = get(key);
+  return v ? checked_integer(key, *v, range, "an integer") : fallback;
+}
+
+uint64_t ConfigSection::unsigned_integer(const std::string& key, uint64_t fallback) {
   const nlohmann::json* v = get(key);
   if (!v) return fallback;
-  if (!v->is_number_integer()) fail(key, "must be an integer, got " + type_of(*v));
-  return v->get<int64_t>();
+  // (Parsed text holds a non-negative integer as unsigned, a json built in
+  // code as signed.)
+  if (!v->is_number_integer() || (!v->is_number_unsigned() && v->get<int64_t>() < 0))
+    fail(key, "must be an integer in [0, 2^64 - 1], got " + type_of(*v));
+  return v->get<uint64_t>();
 }
 
 bool ConfigSection::boolean(const std::string& key, bool fallback) {
@@ -75,15 +91,14 @@ std::string ConfigSection::choice(const std::string& key, const std::string& fal
   fail(key, fmt::format("must be one of \"{}\", got \"{}\"", fmt::join(choices, "\", \""), v));
 }
 
-std::vector<int64_t> ConfigSection::integers(const std::string& key, const std::vector<int64_t>& fallback) {
+std::vector<int64_t> ConfigSection::integers(const std::string& key, const std::vector<int64_t>& fallback,
+                                             CountRange range) {
   const nlohmann::json* v = get(key);
   if (!v) return fallback;
   if (!v->is_array()) fail(key, "must be an array of integers, got " + type_of(*v));
   std::vector<int64_t> out;
-  for (const auto& e : *v) {
-    if (!e.is_number_integer()) fail(key, "must be an array of integers, holds " + type_of(e));
-    out.push_back(e.get<int64_t>());
-  }
+  for (size_t i = 0; i < v->size(); ++i)
+    out.push_back(checked_integer(fmt::format("{}[{}]", key, i), (*v)[i], range, "an integer"));
   return out;
 }
 

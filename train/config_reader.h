@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/parse_number.h"
+
 namespace vqddp {
 
 class ConfigSection {
@@ -20,12 +22,17 @@ class ConfigSection {
   ConfigSection(const nlohmann::json& obj, std::string path, std::string file);
 
   double number(const std::string& key, double fallback);
-  int64_t integer(const std::string& key, int64_t fallback);
+  // An integer within `range` (train/limits.h), else an error naming the key
+  // and the range; values beyond int64 (JSON allows them) are refused the
+  // same way instead of wrapping around.
+  int64_t integer(const std::string& key, int64_t fallback, CountRange range);
+  // The full 64-bit unsigned range (seeds).
+  uint64_t unsigned_integer(const std::string& key, uint64_t fallback);
   bool boolean(const std::string& key, bool fallback);
   std::string string(const std::string& key, const std::string& fallback);
   // One of `choices`, else an error listing them.
   std::string choice(const std::string& key, const std::string& fallback, const std::vector<std::string>& choices);
-  std::vector<int64_t> integers(const std::string& key, const std::vector<int64_t>& fallback);
+  std::vector<int64_t> integers(const std::string& key, const std::vector<int64_t>& fallback, CountRange range);
   // A sub-object; an absent key gives an empty section.
   ConfigSection section(const std::string& key);
   // Elements of an array of objects.
@@ -38,6 +45,7 @@ class ConfigSection {
 
  private:
   const nlohmann::json* get(const std::string& key);
+  int64_t checked_integer(const std::string& key, const nlohmann::json& v, CountRange range, const char* what) const;
 
   const nlohmann::json& obj_;
   std::string path_, file_;
