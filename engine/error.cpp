@@ -4,7 +4,7 @@
 
 namespace vqddp {
 
-void throw_error(const char* file, int line, const std::string& message) {
+std::string error_text(const char* file, int line, const std::string& message) {
   // Keep only the path below the source root so messages are stable across
   // build directories.
   const char* shown = file;
@@ -14,7 +14,11 @@ void throw_error(const char* file, int line, const std::string& message) {
       break;
     }
   }
-  throw Error(fmt::format("{}:{}: {}", shown, line, message));
+  return fmt::format("{}:{}: {}", shown, line, message);
+}
+
+void throw_error(const char* file, int line, const std::string& message) {
+  throw Error(error_text(file, line, message));
 }
 
 }  // namespace vqddp

@@ -34,10 +34,17 @@ Codebook::Codebook(const CodebookOptions& o, Generator& init_gen) : opt_(o) {
   } else {
     embed = register_buffer("embed", init);
     embed_avg = register_buffer("embed_avg", init.clone());
-    cluster_size = register_buffer("cluster_size", full({k}, o.cluster_size_init_ones ? 1.0 : 0.0));
+    // Counts: a negative one would divide the Laplace smoothing by a
+    // negative total and never count as dead.
+    cluster_size = register_buffer("cluster_size", full({k}, o.cluster_size_init_ones ? 1.0 : 0.0),
+                                   ValueRange::non_negative());
   }
-  initted_ = register_buffer("initted", full({1}, o.kmeans_init ? 0 : 1, DType::i64));
-  draws_ = register_buffer("draws", zeros({1}, DType::i64));
+  // A flag; without k-means init the codebook is initialised from the start,
+  // and a 0 would run k-means over the trained codes.
+  initted_ = register_buffer("initted", full({1}, o.kmeans_init ? 0 : 1, DType::i64),
+                             o.kmeans_init ? ValueRange{0, 1} : ValueRange::exactly(1));
+  // A stream id: negative ids would replay streams of other purposes.
+  draws_ = register_buffer("draws", zeros({1}, DType::i64), ValueRange::non_negative());
 }
 
 Generator Codebook::next_shared_generator() {
@@ -53,7 +60,7 @@ void Codebook::check_input(const Tensor& x, const Communicator& comm, bool train
   // Refuse non-finite input before any state changes: one NaN row would
   // otherwise poison every rank's codebook through the all-reduce.
   if (int64_t at = first_nonfinite(x); at >= 0)
-    VQDDP_THROW("rank {}: row {} of the training batch has a non-finite value ({} in column {})", comm.rank(),
+    VQDDP_THROW_NONFINITE("rank {}: row {} of the codebook's input has a non-finite value ({} in column {})", comm.rank(),
                 at / opt_.dim, x.detach().reshape({-1}).slice_rows(at, at + 1).item<float>(), at % opt_.dim);
 }
 

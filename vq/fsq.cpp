@@ -24,7 +24,9 @@ Tensor round_straight_through(const Tensor& v) {
 
 int64_t fsq_codebook_size(const std::vector<int>& levels) {
   int64_t n = 1;
-  for (int l : levels) n *= l;
+  for (int l : levels)
+    VQDDP_CHECK(!__builtin_mul_overflow(n, int64_t{l}, &n), "FSQ: the product of levels [{}] overflows int64",
+                fmt::join(levels, ", "));
   return n;
 }
 
@@ -61,7 +63,7 @@ Tensor FSQ::quantize(const Tensor& z) const {
               code_dim(), z.desc());
   // A diverging encoder must stop here: round(NaN) has no index.
   if (int64_t at = first_nonfinite(z); at >= 0)
-    VQDDP_THROW("FSQ: row {} has a non-finite value ({} in column {})", at / code_dim(),
+    VQDDP_THROW_NONFINITE("FSQ: row {} has a non-finite value ({} in column {})", at / code_dim(),
                 z.detach().reshape({-1}).slice_rows(at, at + 1).item<float>(), at % code_dim());
   // The constants live on the host (they are not state, so Module::to does
   // not move them); to() is free where z is on the host too.

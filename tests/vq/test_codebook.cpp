@@ -350,9 +350,9 @@ TEST_CASE("bad input: wrong trailing dimension, and non-finite rows refused befo
   NamedTensors before = snapshot(book);
   Tensor bad = rand_normal({10, 6}, data);
   bad.data<float>()[3 * 6 + 2] = std::nanf("");
-  CHECK_THROWS_WITH_AS(book.forward(bad, comm), doctest::Contains("rank 0: row 3 of the training batch has a non-finite "
+  CHECK_THROWS_WITH_AS(book.forward(bad, comm), doctest::Contains("rank 0: row 3 of the codebook's input has a non-finite "
                                                                    "value (nan in column 2)"),
-                       Error);
+                       NonFiniteError);
   CHECK(bitwise_equal(snapshot(book), before));
   // In a group, the failing rank is named and the others do not hang.
   CHECK_THROWS_WITH_AS(run_ranks(2, [&](Communicator& c) {
