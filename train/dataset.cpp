@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include "engine/ops.h"
@@ -26,6 +27,26 @@ Tensor rows_of(std::vector<float>& values, int64_t dim, int64_t limit) {
   return from_vector(values, {rows, dim});
 }
 
+// The WAV files of a source directory, sorted. The extension is matched in
+// any case (recorders write .WAV); an entry named like a WAV file that is
+// not one (a dangling symbolic link, a directory) is an error rather than a
+// clip silently missing from the data.
+std::vector<std::string> wav_files_in(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::string ext = e.path().extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (ext != ".wav") continue;
+    std::error_code ec;
+    VQDDP_CHECK(e.is_regular_file(ec), "data source '{}': {} is {}", dir, e.path().filename().string(),
+                e.is_symlink() && !std::filesystem::exists(e.path(), ec) ? "a symbolic link to a missing file"
+                                                                         : "not a regular file");
+    files.push_back(e.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 Dataset load_wav_frames(const DataConfig& c) {
   Dataset d;
   d.example_dim = c.frame;
@@ -34,9 +55,7 @@ Dataset load_wav_frames(const DataConfig& c) {
   int64_t clips = 0, held = 0;
   for (const DataSourceConfig& src : c.sources) {
     VQDDP_CHECK(std::filesystem::is_directory(src.path), "data source '{}' is not a directory of WAV files", src.path);
-    std::vector<std::string> files;
-    for (const auto& e : std::filesystem::directory_iterator(src.path))
-      if (e.is_regular_file() && e.path().extension() == ".wav") files.push_back(e.path().string());
+    std::vector<std::string> files = wav_files_in(src.path);
     std::sort(files.begin(), files.end());
     if (c.max_files > 0 && static_cast<int64_t>(files.size()) > c.max_files) files.resize(c.max_files);
     VQDDP_CHECK(!files.empty(), "data source '{}' holds no .wav files", src.path);

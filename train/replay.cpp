@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <numeric>
 #include <sstream>
@@ -11,6 +12,7 @@
 #include "engine/ops.h"
 #include "engine/parse_number.h"
 #include "engine/safetensors.h"
+#include "train/count_limits.h"
 #include "train/schedule.h"
 #include "vq/codebook.h"
 #include "vq/losses.h"
@@ -28,6 +30,14 @@ bool parse_bool(const std::string& file, const std::string& key, const std::stri
 double parse_number(const std::string& file, const std::string& key, const std::string& v) {
   if (auto d = parse_double(v)) return *d;
   VQDDP_THROW("{}: metadata '{}' must be a number, got \"{}\"", file, key, v);
+}
+
+// A whole number in `range`: a seed read as a double would lose its low bits.
+int64_t parse_count(const std::string& file, const std::string& key, const std::string& v, CountRange range) {
+  std::optional<int64_t> n = parse_int(v);
+  VQDDP_CHECK(n, "{}: metadata '{}' must be an integer, got \"{}\"", file, key, v);
+  VQDDP_CHECK(range.contains(*n), "{}: metadata '{}' {}", file, key, range.violation(v));
+  return *n;
 }
 
 // Codebook settings from the header metadata; absent keys keep the defaults
@@ -49,9 +59,9 @@ CodebookOptions read_settings(const SafetensorsFile& f, const std::string& file,
     else if (key == "kmeans_init")
       o.kmeans_init = parse_bool(file, key, v);
     else if (key == "kmeans_iters")
-      o.kmeans_iters = static_cast<int>(parse_number(file, key, v));
+      o.kmeans_iters = static_cast<int>(parse_count(file, key, v, limits::kmeans_iters));
     else if (key == "seed")
-      o.seed = static_cast<uint64_t>(parse_number(file, key, v));
+      o.seed = static_cast<uint64_t>(parse_count(file, key, v, limits::optional_count));
     else
       VQDDP_THROW("{}: unknown metadata key '{}' (known: decay, eps, threshold_ema_dead_code, cosine, "
                   "commitment_weight, kmeans_init, kmeans_iters, seed)",
@@ -100,7 +110,10 @@ std::vector<std::vector<int64_t>> parse_shards(const std::string& spec, const st
 }  // namespace
 
 int run_replay(const ReplayOptions& opt) {
-  VQDDP_CHECK(opt.world >= 1, "replay: --world must be at least 1, got {}", opt.world);
+  VQDDP_CHECK(limits::world.contains(opt.world), "replay: --world {}", limits::world.violation(std::to_string(opt.world)));
+  std::error_code ec;
+  VQDDP_CHECK(!std::filesystem::equivalent(opt.input, opt.output, ec),
+              "replay: the output {} is the input file: it would be overwritten (give another output path)", opt.output);
   SafetensorsFile f = safetensors_load(opt.input);
   float weight = 1.f;
   CodebookOptions o = read_settings(f, opt.input, weight);
@@ -151,7 +164,13 @@ int run_replay(const ReplayOptions& opt) {
     }
     for (size_t s = 0; s < steps; ++s) {
       int64_t begin = shard_begin(shards[s], comm.rank());
-      CodebookOutput out = book.forward(batches[s].slice_rows(begin, begin + shards[s][comm.rank()]), comm);
+      CodebookOutput out;
+      try {
+        out = book.forward(batches[s].slice_rows(begin, begin + shards[s][comm.rank()]), comm);
+      } catch (const NonFiniteError& e) {
+        throw NonFiniteError(fmt::format("{}: batch x.{} (rows {} to {} on rank {}): {}", opt.input, s, begin,
+                                         begin + shards[s][comm.rank()], comm.rank(), e.what()));
+      }
       quantized[s][comm.rank()] = out.quantize;
       indices[s][comm.rank()] = out.indices;
       if (comm.rank() == 0) metrics[s] = out.metrics;

@@ -14,6 +14,7 @@ namespace {
 
 constexpr uint16_t kFormatPcm = 1;
 constexpr uint16_t kFormatExtensible = 0xFFFE;
+constexpr uint32_t kSizeUnknown = 0xFFFFFFFF;
 
 // Byte-wise little-endian loads: correct on any host, and `p` need not be aligned.
 uint16_t le16(const unsigned char* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
@@ -68,8 +69,14 @@ WavAudio read_wav(const std::string& path) {
     size_t left = n - body;
     if (id == "data") {
       VQDDP_CHECK(have_fmt, "{}: data chunk comes before the fmt chunk", path);
+      // A writer that streams does not know the size: 0xFFFFFFFF means "to
+      // the end of the file". Any other size must be there in full: a file
+      // cut short (an interrupted copy) is refused rather than read in part.
+      if (size == kSizeUnknown) size = static_cast<uint32_t>(std::min<size_t>(left - left % 2, kSizeUnknown - 1));
       VQDDP_CHECK(size % 2 == 0, "{}: data chunk of {} bytes is not a whole number of 16-bit samples", path, size);
-      size_t count = std::min<size_t>(size, left) / 2;
+      VQDDP_CHECK(size <= left, "{}: the data chunk declares {} bytes but only {} remain: file truncated", path, size,
+                  left);
+      size_t count = size / 2;
       out.samples.resize(count);
       for (size_t i = 0; i < count; ++i)
         out.samples[i] = static_cast<float>(static_cast<int16_t>(le16(b + body + 2 * i))) / 32768.f;

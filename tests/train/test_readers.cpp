@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -15,6 +16,7 @@
 #include "engine/error.h"
 #include "tests/engine/tmpdir.h"
 #include "train/idx.h"
+#include "train/dataset.h"
 #include "train/wav.h"
 
 using namespace vqddp;
@@ -94,12 +96,36 @@ TEST_CASE("extensible WAV reads like plain PCM when its subformat is PCM") {
   CHECK(w.samples == std::vector<float>{7.f / 32768, -7.f / 32768});
 }
 
-TEST_CASE("a data chunk running past the end of the file is cut to the whole samples present") {
+TEST_CASE("a WAV file cut short in its data chunk is refused naming the file; a streamed size reads to the end") {
   TempDir dir;
   std::string p = dir.file("cut.wav");
   std::string full = riff_wave(chunk("fmt ", fmt_body(1, 1, 8000, 16)) + chunk("data", pcm16({1, 2, 3, 4, 5, 6})));
   write_bytes(p, full.substr(0, full.size() - 5));  // 3.5 samples left of 6
+  CHECK_THROWS_WITH_AS(read_wav(p), doctest::Contains((p + ": the data chunk declares 12 bytes but only 7 remain: file "
+                                                           "truncated").c_str()),
+                       Error);
+  // 0xFFFFFFFF: a writer that streamed did not know the size; the whole samples present are the clip.
+  std::string streamed = riff_wave(chunk("fmt ", fmt_body(1, 1, 8000, 16))) + "data" + le32(0xFFFFFFFF) + pcm16({1, 2, 3});
+  write_bytes(p, streamed + "\x01");
   CHECK(read_wav(p).samples == std::vector<float>{1.f / 32768, 2.f / 32768, 3.f / 32768});
+}
+
+TEST_CASE("a data directory: .WAV files count, a dangling symbolic link named .wav is an error naming it") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("clips"));
+  std::vector<int16_t> tone(800, 100);
+  write_bytes(dir.file("clips/a.wav"), riff_wave(chunk("fmt ", fmt_body(1, 1, 8000, 16)) + chunk("data", pcm16(tone))));
+  write_bytes(dir.file("clips/B.WAV"), riff_wave(chunk("fmt ", fmt_body(1, 1, 8000, 16)) + chunk("data", pcm16(tone))));
+  write_bytes(dir.file("clips/notes.txt"), "not audio");
+  DataConfig c;
+  c.sources = {{dir.file("clips"), 1.0}};
+  c.holdout_every = 2;
+  Dataset d = load_dataset(c);
+  CHECK(d.sources[0].size(0) + d.validation.size(0) == 2 * 800 / c.frame);
+  std::filesystem::create_symlink(dir.file("clips/gone.wav"), dir.file("clips/c.wav"));
+  CHECK_THROWS_WITH_AS(load_dataset(c), doctest::Contains(fmt::format("data source '{}': c.wav is a symbolic link to a "
+                                                                      "missing file", dir.file("clips")).c_str()),
+                       Error);
 }
 
 TEST_CASE("unsupported or malformed WAV files give errors naming the file and the problem") {

@@ -2,8 +2,11 @@
 // and 3 ranks, and each malformed input named in its error.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include <filesystem>
 
+#include "engine/file_io.h"
 #include "engine/safetensors.h"
 #include "tests/engine/tmpdir.h"
 #include "tests/vq/harness.h"
@@ -96,4 +99,21 @@ TEST_CASE("replay errors name the file and the key or tensor, and write nothing"
   safetensors_save(in, {{"embed", ones({4, 2})}, {"embed_avg", ones({4, 2})}, {"cluster_size", ones({4})},
                         {"x.0", ones({3, 5})}});
   fails_with("'x.0' must be float32 [N, 2]");
+  write_input(in, g, {{"seed", "-1"}});
+  fails_with("in.safetensors: metadata 'seed' must be at least 0, got -1");
+  write_input(in, g, {{"kmeans_iters", "2.5"}});
+  fails_with("metadata 'kmeans_iters' must be an integer, got \"2.5\"");
+  // A non-finite row names the file, the batch, its rows and the rank.
+  Tensor x1 = g.at("x.1").clone();
+  x1.data<float>()[3 * x1.size(1)] = std::nanf("");
+  safetensors_save(in, {{"embed", g.at("embed0")}, {"embed_avg", g.at("embed0")}, {"cluster_size", ones({16})},
+                        {"x.0", g.at("x.0")}, {"x.1", x1}});
+  fails_with(fmt::format("{}: batch x.1 (rows 0 to {} on rank 0): ", in, x1.size(0)));
+  fails_with("row 3 of the codebook's input has a non-finite value (nan in column 0)");
+  // replay IN IN would overwrite its input.
+  write_input(in, g);
+  std::string before = read_file(in);
+  CHECK_THROWS_WITH_AS(run_replay({in, in, 1, ""}),
+                       doctest::Contains(fmt::format("replay: the output {} is the input file", in).c_str()), Error);
+  CHECK(read_file(in) == before);
 }
