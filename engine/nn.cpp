@@ -25,9 +25,10 @@ Tensor& Module::register_parameter(const std::string& name, Tensor t) {
   return *params_.back().second;
 }
 
-Tensor& Module::register_buffer(const std::string& name, Tensor t) {
+Tensor& Module::register_buffer(const std::string& name, Tensor t, ValueRange range) {
   check_new_name(name);
   buffers_.emplace_back(name, std::make_unique<Tensor>(std::move(t)));
+  buffer_ranges_.push_back(range);
   return *buffers_.back().second;
 }
 
@@ -41,6 +42,43 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
 void Module::collect(const std::string& prefix, bool params, NamedTensors& out) const {
   for (const auto& [name, t] : params ? params_ : buffers_) out.emplace_back(prefix + name, *t);
   for (const auto& [name, child] : children_) child->collect(prefix + name + ".", params, out);
+}
+
+void Module::collect_ranges(const std::string& prefix, NamedRanges& out) const {
+  for (size_t i = 0; i < buffers_.size(); ++i) out.emplace_back(prefix + buffers_[i].first, buffer_ranges_[i]);
+  for (const auto& [name, child] : children_) child->collect_ranges(prefix + name + ".", out);
+}
+
+NamedRanges Module::named_buffer_ranges() const {
+  NamedRanges out;
+  collect_ranges("", out);
+  return out;
+}
+
+namespace {
+
+// The first element of `p[0..n)` outside `range`. Compared as doubles: exact
+// for every int64 near the small bounds ranges use (0, 1), and a value far
+// from them stays far from them after rounding.
+template <class T>
+std::string first_violation(const T* p, int64_t n, const ValueRange& range) {
+  for (int64_t i = 0; i < n; ++i) {
+    double v = static_cast<double>(p[i]);
+    if (!std::isfinite(v)) return fmt::format("{} at index {}, not finite", p[i], i);
+    if (v < range.min || v > range.max) return fmt::format("{} at index {}, outside [{}, {}]", p[i], i, range.min, range.max);
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string value_range_violation(const Tensor& t, const ValueRange& range) {
+  switch (t.dtype()) {
+    case DType::f32: return first_violation(t.data<float>(), t.numel(), range);
+    case DType::f64: return first_violation(t.data<double>(), t.numel(), range);
+    case DType::i64: return first_violation(t.data<int64_t>(), t.numel(), range);
+  }
+  return "";
 }
 
 NamedTensors Module::named_parameters() const {

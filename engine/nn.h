@@ -7,6 +7,7 @@
 // depend on anything but the code that built the model.
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
@@ -20,6 +21,25 @@ namespace vqddp {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+// The values a parameter or buffer may hold, inclusive; float values must
+// also be finite. Checked on state that comes from outside the process (a
+// checkpoint) before it replaces anything: a negative count or a NaN weight
+// resumed silently would poison every later step. A buffer's range is given
+// where the module that owns it registers it, so the rule sits next to the
+// code that relies on it.
+struct ValueRange {
+  double min = -INFINITY, max = INFINITY;
+
+  static ValueRange non_negative() { return {0, INFINITY}; }
+  static ValueRange exactly(double v) { return {v, v}; }
+};
+using NamedRanges = std::vector<std::pair<std::string, ValueRange>>;
+
+// The first value of host tensor `t` that `range` forbids, described as
+// "-1 at index 3, outside [0, inf]" or "nan at index 0, not finite"; "" if
+// every value is allowed.
+std::string value_range_violation(const Tensor& t, const ValueRange& range);
+
 // One copy (new storage) of each tensor on `device`: a clone where it
 // already is there, else the transfer itself (never a transfer and a clone).
 NamedTensors copies_on(const NamedTensors& tensors, Device device);
@@ -30,6 +50,9 @@ class Module {
 
   NamedTensors named_parameters() const;
   NamedTensors named_buffers() const;
+  // Each buffer's allowed values, by the names and in the order of
+  // named_buffers(). (Parameters may hold any finite value.)
+  NamedRanges named_buffer_ranges() const;
   std::vector<Tensor> parameters() const;
   // Copies (new storage) of every parameter, then every buffer, by name: a
   // snapshot that later steps cannot change. Each copy stays on its
@@ -58,7 +81,7 @@ class Module {
  protected:
   // Registration returns the tensor handle so members can keep it.
   Tensor& register_parameter(const std::string& name, Tensor t);
-  Tensor& register_buffer(const std::string& name, Tensor t);
+  Tensor& register_buffer(const std::string& name, Tensor t, ValueRange range = {});
   template <class M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
     add_child(name, m);
@@ -68,11 +91,13 @@ class Module {
  private:
   void add_child(const std::string& name, std::shared_ptr<Module> m);
   void collect(const std::string& prefix, bool params, NamedTensors& out) const;
+  void collect_ranges(const std::string& prefix, NamedRanges& out) const;
   void check_new_name(const std::string& name) const;
 
   // std::vector (not map) keeps registration order; unique_ptr keeps the
   // handles' addresses stable when more are registered.
   std::vector<std::pair<std::string, std::unique_ptr<Tensor>>> params_, buffers_;
+  std::vector<ValueRange> buffer_ranges_;  // one per buffers_ entry
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };

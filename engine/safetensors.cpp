@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,8 @@ namespace vqddp {
 namespace {
 
 using json = nlohmann::json;
+
+constexpr const char* kChecksumKey = "vqddp.crc32c";
 
 // Byte order: the format is little-endian; so is every machine we build for.
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
@@ -78,10 +81,43 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
     bad(fmt::format("data_offsets [{}, {}] pass the end of the data ({} bytes): file truncated?", e.begin, e.end,
                     data_size));
   uint64_t want = 0;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(e.dtype), &want) || e.end - e.begin != want)
+  if (__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(e.dtype), &want))
+    bad(fmt::format("shape {} of {} needs more bytes than 64 bits count", shape_str(e.shape), dtype_name(e.dtype)));
+  if (e.end - e.begin != want)
     bad(fmt::format("shape {} of {} needs {} bytes, data_offsets give {}", shape_str(e.shape), dtype_name(e.dtype),
                     want, e.end - e.begin));
   return e;
+}
+
+// Checks every tensor's bytes against the checksum stored for it. Each
+// tensor must have one and each checksum must name a tensor: a file whose
+// entry lost a name would otherwise pass with that tensor unchecked.
+void verify_checksums(const std::string& path, const std::string& stored, const std::vector<Entry>& entries,
+                      const char* data) {
+  json sums;
+  try {
+    sums = json::parse(stored);
+  } catch (const json::exception& e) {
+    VQDDP_THROW("{}: __metadata__ '{}' is not JSON: {}", path, kChecksumKey, e.what());
+  }
+  VQDDP_CHECK(sums.is_object(), "{}: __metadata__ '{}' is not a JSON object of tensor name -> checksum", path,
+              kChecksumKey);
+  for (const Entry& e : entries)
+    VQDDP_CHECK(sums.contains(e.name), "{}: tensor '{}' has no checksum in __metadata__ '{}'", path, e.name,
+                kChecksumKey);
+  VQDDP_CHECK(sums.size() == entries.size(), "{}: __metadata__ '{}' holds {} checksums for {} tensors", path,
+              kChecksumKey, sums.size(), entries.size());
+  for (const Entry& e : entries) {
+    const json& want = sums.at(e.name);
+    uint32_t parsed = 0;
+    const std::string text = want.is_string() ? want.get<std::string>() : want.dump();
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), parsed, 16);
+    VQDDP_CHECK(want.is_string() && text.size() == 8 && ec == std::errc() && end == text.data() + text.size(),
+                "{}: the checksum of tensor '{}' in __metadata__ '{}' is {}, not 8 hex digits", path, e.name,
+                kChecksumKey, want.dump());
+    uint32_t actual = crc32c(data + e.begin, e.end - e.begin);
+    VQDDP_CHECK(actual == parsed, "{}: tensor '{}' is damaged (checksum {:08x}, stored {})", path, e.name, actual, text);
+  }
 }
 
 }  // namespace
@@ -91,7 +127,7 @@ const Tensor& SafetensorsFile::at(const std::string& name) const {
     if (n == name) return t;
   std::vector<std::string> names;
   for (const auto& [n, _] : tensors) names.push_back(n);
-  VQDDP_THROW("no tensor '{}' (the file holds: {})", name, fmt::join(names, ", "));
+  VQDDP_THROW("{}: no tensor '{}' (the file holds: {})", path, name, fmt::join(names, ", "));
 }
 
 bool SafetensorsFile::contains(const std::string& name) const {
@@ -115,6 +151,7 @@ SafetensorsFile safetensors_load(const std::string& path) {
   uint64_t data_size = bytes.size() - 8 - header_len;
 
   SafetensorsFile out;
+  out.path = path;
   std::vector<Entry> entries;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
@@ -142,9 +179,14 @@ SafetensorsFile safetensors_load(const std::string& path) {
     covered = e.end;
   }
   VQDDP_CHECK(covered == data_size, "{}: {} bytes after the last tensor belong to no tensor", path, data_size - covered);
+  const char* data = bytes.data() + 8 + header_len;
+  if (auto sums = out.metadata.find(kChecksumKey); sums != out.metadata.end()) {
+    verify_checksums(path, sums->second, entries, data);
+    out.metadata.erase(sums);
+    out.checksummed = true;
+  }
 
   // Everything is valid: only now build tensors.
-  const char* data = bytes.data() + 8 + header_len;
   for (const Entry& e : entries) {
     Tensor t = empty(e.shape, e.dtype);
     std::memcpy(t.raw_data(), data + e.begin, e.end - e.begin);
@@ -155,18 +197,25 @@ SafetensorsFile safetensors_load(const std::string& path) {
 
 void safetensors_save(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  json header = json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
+  VQDDP_CHECK(!metadata.count(kChecksumKey), "{}: metadata key '{}' is reserved for the tensors' checksums", path,
+              kChecksumKey);
+  json header = json::object(), sums = json::object();
+  std::vector<Tensor> host;  // the bytes written, on the host
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     VQDDP_CHECK(name != "__metadata__" && !header.contains(name), "{}: tensor name '{}' is reserved or repeated", path, name);
     VQDDP_CHECK(t.defined(), "{}: tensor '{}' is undefined", path, name);
-    uint64_t n = t.nbytes();
+    host.push_back(t.device().is_cpu() ? t : t.detach().to(Device::cpu()));
+    uint64_t n = host.back().nbytes();
     header[name] = {{"dtype", st_dtype(t.dtype())}, {"shape", t.shape()}, {"data_offsets", {offset, offset + n}}};
+    sums[name] = fmt::format("{:08x}", crc32c(host.back().raw_data(), n));
     offset += n;
   }
   std::string text;
   try {
+    json meta = metadata;
+    meta[kChecksumKey] = sums.dump();
+    header["__metadata__"] = meta;
     text = header.dump();
   } catch (const json::exception& e) {
     VQDDP_THROW("{}: cannot encode the header (tensor names and metadata must be UTF-8): {}", path, e.what());
@@ -178,10 +227,7 @@ void safetensors_save(const std::string& path, const NamedTensors& tensors,
   std::memcpy(bytes.data(), &len, 8);
   bytes += text;
   bytes.reserve(bytes.size() + offset);
-  for (const auto& [_, t] : tensors) {
-    Tensor host = t.device().is_cpu() ? t : t.detach().to(Device::cpu());
-    bytes.append(static_cast<const char*>(host.raw_data()), host.nbytes());
-  }
+  for (const Tensor& h : host) bytes.append(static_cast<const char*>(h.raw_data()), h.nbytes());
   write_file_atomic(path, bytes);
 }
 

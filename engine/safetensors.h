@@ -11,6 +11,14 @@
 // of range or overlapping each give an Error naming the file and the problem.
 // Writing goes to a temporary file in the same directory, is flushed to disk
 // and renamed over the target: a crash leaves either the old file or the new.
+//
+// Checksums: every file vqddp writes carries the CRC32C of each tensor's
+// bytes in ONE metadata entry, "vqddp.crc32c", whose value (metadata values
+// are strings) is a JSON object {"tensor name": "8 hex digits"}, so any
+// safetensors reader still reads the file. Reading verifies them, naming
+// the file and the damaged tensor. Files without the entry (other tools',
+// vqddp's own from before) load unverified; SafetensorsFile::checksummed
+// says which it was, for formats that require checksums.
 #pragma once
 
 #include <map>
@@ -21,10 +29,12 @@
 namespace vqddp {
 
 struct SafetensorsFile {
+  std::string path;      // as given to safetensors_load, for error messages
   NamedTensors tensors;  // in file order of data offsets
-  std::map<std::string, std::string> metadata;
+  std::map<std::string, std::string> metadata;  // without "vqddp.crc32c"
+  bool checksummed = false;  // every tensor's checksum was present and verified
 
-  // The tensor called `name`; throws naming the file's tensors if absent.
+  // The tensor called `name`; throws naming the file and its tensors if absent.
   const Tensor& at(const std::string& name) const;
   bool contains(const std::string& name) const;
 };
@@ -32,7 +42,9 @@ struct SafetensorsFile {
 // Supported dtypes: F32, F64 and I64 (the engine's). Others known to the
 // format (F16, BF16, I32, ...) are refused with a message saying so.
 // Loading gives host tensors; saving takes tensors on any device (device
-// ones are copied to the host one at a time).
+// ones are copied to the host, all of them before anything is written: the
+// checksums go in the header, which precedes the data). The metadata key
+// "vqddp.crc32c" is reserved for the checksums.
 SafetensorsFile safetensors_load(const std::string& path);
 void safetensors_save(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});

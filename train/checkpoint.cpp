@@ -1,12 +1,13 @@
 #include "train/checkpoint.h"
 
-#include "engine/safetensors.h"
+#include <map>
 
 namespace vqddp {
 
 namespace {
-constexpr const char* kFormat = "vqddp-checkpoint/1";
-}
+constexpr const char* kFormat = "vqddp-checkpoint/2";           // what save_checkpoint writes: checksummed
+constexpr const char* kFormatUnchecked = "vqddp-checkpoint/1";  // before checksums: loads unverified
+}  // namespace
 
 NamedTensors checkpoint_tensors(const Module& model, Optimizer& optim) {
   NamedTensors out;
@@ -56,13 +57,45 @@ nlohmann::json continuation_keys(const nlohmann::json& c) {
 
 }  // namespace
 
-int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim, const nlohmann::json* config) {
+SafetensorsFile read_checkpoint(const std::string& path) {
   SafetensorsFile f = safetensors_load(path);
-  auto fmt_it = f.metadata.find("format");
-  VQDDP_CHECK(fmt_it != f.metadata.end() && fmt_it->second == kFormat, "{}: not a vqddp checkpoint (format '{}')", path,
-              fmt_it == f.metadata.end() ? "" : fmt_it->second);
+  auto format = f.metadata.find("format");
+  std::string name = format == f.metadata.end() ? "" : format->second;
+  VQDDP_CHECK(name == kFormat || name == kFormatUnchecked, "{}: not a vqddp checkpoint (format '{}')", path, name);
+  // Format 2 without checksums is a damaged header (a lost metadata key),
+  // not an old file: it must not pass as one that need not be checked.
+  VQDDP_CHECK(name != kFormat || f.checksummed,
+              "{}: a {} file must carry checksums but its __metadata__ has none: the header is damaged", path, kFormat);
+  return f;
+}
+
+int64_t checkpoint_step(const SafetensorsFile& f) {
+  const Tensor& t = f.at("train.step");
+  VQDDP_CHECK(t.dtype() == DType::i64 && t.shape() == Shape{1}, "{}: tensor 'train.step' is {}{}, expected int64[1]",
+              f.path, dtype_name(t.dtype()), shape_str(t.shape()));
+  int64_t step = t.item<int64_t>();
+  VQDDP_CHECK(step >= 0, "{}: tensor 'train.step' holds {}: a step count cannot be negative", f.path, step);
+  return step;
+}
+
+nlohmann::json checkpoint_config(const SafetensorsFile& f) {
+  auto text = f.metadata.find("config");
+  VQDDP_CHECK(text != f.metadata.end(), "{}: __metadata__ has no 'config'", f.path);
+  try {
+    return nlohmann::json::parse(text->second);
+  } catch (const nlohmann::json::exception& e) {
+    VQDDP_THROW("{}: __metadata__ 'config' is not JSON: {}", f.path, e.what());
+  }
+}
+
+int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim, int64_t total_steps,
+                        const nlohmann::json* config) {
+  SafetensorsFile f = read_checkpoint(path);
+  int64_t step = checkpoint_step(f);
+  VQDDP_CHECK(step <= total_steps, "{}: tensor 'train.step' holds {}, past the {} steps of this run's schedule", path,
+              step, total_steps);
+  nlohmann::json stored = checkpoint_config(f);
   if (config) {
-    nlohmann::json stored = nlohmann::json::parse(f.metadata.count("config") ? f.metadata.at("config") : "{}");
     std::string diff = first_difference(continuation_keys(stored), continuation_keys(*config), "");
     VQDDP_CHECK(diff.empty(), "{}: the run's config differs from the checkpoint's at '{}': resuming would not continue "
                 "the same run", path, diff);
@@ -71,19 +104,27 @@ int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim
   // Check everything first, so a mismatch changes nothing.
   for (const auto& [name, t] : live) {
     VQDDP_CHECK(f.contains(name), "{}: does not match the model: tensor '{}' is missing from the checkpoint", path, name);
-    const Tensor& stored = f.at(name);
-    VQDDP_CHECK(stored.shape() == t.shape() && stored.dtype() == t.dtype(),
+    const Tensor& stored_t = f.at(name);
+    VQDDP_CHECK(stored_t.shape() == t.shape() && stored_t.dtype() == t.dtype(),
                 "{}: does not match the model: tensor '{}' is {} in the checkpoint, {} in the model", path, name,
-                stored.desc(), t.desc());
+                stored_t.desc(), t.desc());
   }
   for (const auto& [name, t] : f.tensors) {
     bool known = name == "train.step";
     for (const auto& [n, _] : live) known |= n == name;
     VQDDP_CHECK(known, "{}: does not match the model: the checkpoint has tensor '{}', the model does not", path, name);
   }
-  VQDDP_CHECK(f.contains("train.step"), "{}: missing tensor 'train.step'", path);
+  // Parameters and optimizer state may hold any finite value; buffers what
+  // their module registered.
+  std::map<std::string, ValueRange> ranges;
+  for (auto& [n, r] : model.named_buffer_ranges()) ranges["buffer." + n] = r;
+  for (const auto& [name, _] : live) {
+    auto rule = ranges.find(name);
+    std::string bad = value_range_violation(f.at(name), rule == ranges.end() ? ValueRange{} : rule->second);
+    VQDDP_CHECK(bad.empty(), "{}: tensor '{}' holds {}", path, name, bad);
+  }
   for (auto& [name, t] : live) t.copy_(f.at(name));
-  return f.at("train.step").item<int64_t>();
+  return step;
 }
 
 }  // namespace vqddp

@@ -4,6 +4,15 @@
 // ("train.step"), and the config JSON in the metadata. The data order needs
 // no state of its own: it is a function of (seed, epoch) (train/schedule.h).
 // Written atomically (temp file + rename) by rank 0; read by every rank.
+//
+// A checkpoint defends itself: format vqddp-checkpoint/2 carries a CRC32C
+// of every tensor (engine/safetensors.h) and a load refuses one without
+// them; format 1, written before checksums existed, still loads, unverified,
+// so runs checkpointed then can resume. Every value is range-checked before
+// anything changes: the step against the schedule, parameters and float
+// state finite, each buffer against the range its module registered with it
+// (engine/nn.h ValueRange), so a counter's rule lives next to the code that
+// relies on it.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -11,6 +20,7 @@
 #include <string>
 
 #include "engine/optim.h"
+#include "engine/safetensors.h"
 
 namespace vqddp {
 
@@ -18,13 +28,27 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
                      const nlohmann::json& config);
 
 // Loads into the live tensors of `model` and `optim` and returns the step.
-// Any tensor that is missing, extra, or of another shape or dtype than the
-// model's is an error naming the first one, before anything is changed.
+// Checks everything before anything is changed, so a refused file leaves
+// model and optimizer as they were; each error names the file and the
+// tensor or metadata key:
+//   - the file's structure and checksums (read_checkpoint);
+//   - 'train.step' int64[1] in [0, total_steps] (the schedule's);
+//   - any tensor missing, extra, or of another shape or dtype than the
+//     model's (the first one is named);
+//   - values: see the top of this file.
 // With `config`, the settings a bit-exact continuation depends on (model,
 // quantizer, data, optimizer, batch size, drop_last, seed) must match the
 // checkpoint's; the first differing key is named.
-int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim,
+int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim, int64_t total_steps,
                         const nlohmann::json* config = nullptr);
+
+// The checkpoint file at `path`, structure and checksums verified, its
+// format one this vqddp reads. What load_checkpoint and `vqddp inspect` read.
+SafetensorsFile read_checkpoint(const std::string& path);
+// Its 'train.step': int64[1], not negative.
+int64_t checkpoint_step(const SafetensorsFile& checkpoint);
+// Its config: the metadata 'config', which must be JSON.
+nlohmann::json checkpoint_config(const SafetensorsFile& checkpoint);
 
 // The tensors a checkpoint of `model` + `optim` holds, by name.
 NamedTensors checkpoint_tensors(const Module& model, Optimizer& optim);

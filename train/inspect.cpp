@@ -5,7 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "engine/safetensors.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
 #include "vq/perplexity.h"
 
@@ -13,15 +13,14 @@ namespace vqddp {
 
 std::string inspect_checkpoint(const std::string& path) {
   std::string out;
-  SafetensorsFile f = safetensors_load(path);
-  VQDDP_CHECK(f.metadata.count("config") && f.contains("train.step"), "{}: not a vqddp checkpoint", path);
-  nlohmann::json source = nlohmann::json::parse(f.metadata.at("config"));
+  SafetensorsFile f = read_checkpoint(path);
+  nlohmann::json source = checkpoint_config(f);
   Config cfg = parse_config(source, path + " (config)");
   int64_t params = 0;
   for (const auto& [name, t] : f.tensors)
     if (name.rfind("param.", 0) == 0) params += t.numel();
-  out += fmt::format("{}: step {}, {} parameters, quantizer {}\n", path, f.at("train.step").item<int64_t>(), params,
-             cfg.quantizer.type);
+  out += fmt::format("{}: step {}, {} parameters, quantizer {}, {}\n", path, checkpoint_step(f), params,
+                     cfg.quantizer.type, f.checksummed ? "checksums verified" : "no checksums (written before vqddp kept them)");
   out += fmt::format("config: {}\n", source.dump());
   float threshold = cfg.quantizer.codebook.threshold_ema_dead_code;
   bool any = false;

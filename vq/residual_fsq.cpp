@@ -22,7 +22,8 @@ ResidualFSQ::ResidualFSQ(const ResidualFSQOptions& o, Generator& init_gen) : opt
     for (int l : o.levels) s.push_back(static_cast<float>(std::pow(double(l), -double(i))));
     scales_.push_back(from_vector(s, {code_dim_}));
   }
-  dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64));
+  // Offsets the dropout stream id (engine/streams.h): never negative.
+  dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64), ValueRange::non_negative());
 }
 
 ResidualFSQOutput ResidualFSQ::forward(const Tensor& x) {

@@ -29,7 +29,8 @@ ResidualVQ::ResidualVQ(const ResidualVQOptions& o, Generator& init_gen) : opt_(o
     books_.push_back(register_module(o.shared_codebook ? "codebook" : "layer" + std::to_string(l),
                                      std::make_shared<Codebook>(c, init_gen)));
   }
-  dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64));
+  // Offsets the dropout stream id (engine/streams.h): never negative.
+  dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64), ValueRange::non_negative());
 }
 
 ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const Tensor& mask) {
