@@ -23,15 +23,16 @@ int integer_var(const std::function<const char*(const char*)>& lookup, const cha
 
 DistEnv dist_env_from(const std::function<const char*(const char*)>& lookup) {
   DistEnv e;
-  e.world_size = integer_var(lookup, "WORLD_SIZE", 1, 1 << 20);
-  e.rank = integer_var(lookup, "RANK", 0, 1 << 20);
+  e.world_size = integer_var(lookup, "WORLD_SIZE", 1, kMaxWorldSize);
+  e.rank = integer_var(lookup, "RANK", 0, kMaxWorldSize);
   VQDDP_CHECK(e.rank < e.world_size, "RANK={} is not below WORLD_SIZE={}", e.rank, e.world_size);
-  e.local_rank = integer_var(lookup, "LOCAL_RANK", 0, 1 << 20);
+  e.local_rank = integer_var(lookup, "LOCAL_RANK", 0, kMaxWorldSize);
   VQDDP_CHECK(e.local_rank <= e.rank, "LOCAL_RANK={} exceeds RANK={}", e.local_rank, e.rank);
   const char* addr = lookup("MASTER_ADDR");
   VQDDP_CHECK(addr && *addr, "environment variable MASTER_ADDR is not set (the host of rank 0)");
   e.master_addr = addr;
   e.master_port = integer_var(lookup, "MASTER_PORT", 1, 65535);
+  if (const char* token = lookup("VQDDP_STORE_TOKEN")) e.store_token = token;
   return e;
 }
 

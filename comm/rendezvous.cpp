@@ -12,7 +12,9 @@ namespace vqddp {
 std::unique_ptr<Store> rendezvous_store(const DistEnv& env, const std::function<const char*(const char*)>& lookup,
                                         std::chrono::milliseconds timeout) {
   if (const char* dir = lookup("VQDDP_STORE_DIR"); dir && *dir) return std::make_unique<FileStore>(dir, timeout);
-  return std::make_unique<TcpStore>(env.master_addr, env.master_port, env.rank == 0, timeout);
+  const char* bind = lookup("VQDDP_STORE_BIND");
+  return std::make_unique<TcpStore>(env.master_addr, env.master_port, env.rank == 0, timeout,
+                                    TcpStoreOptions{.token = env.store_token, .bind_addr = bind ? bind : ""});
 }
 
 ProcessGroup process_group(std::chrono::milliseconds timeout) {

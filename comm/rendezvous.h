@@ -15,7 +15,9 @@ namespace vqddp {
 
 // The store of a group: a FileStore in $VQDDP_STORE_DIR when that is set (a
 // directory every node sees on a shared file system; use a fresh one per
-// run), else the TCP store on MASTER_ADDR:MASTER_PORT, served by rank 0.
+// run), else the TCP store on MASTER_ADDR:MASTER_PORT, served by rank 0 on
+// the address MASTER_ADDR names, or on $VQDDP_STORE_BIND when that is set
+// (VQDDP_STORE_BIND=0.0.0.0: every interface), with env.store_token.
 std::unique_ptr<Store> rendezvous_store(const DistEnv& env, const std::function<const char*(const char*)>& lookup,
                                         std::chrono::milliseconds timeout);
 

@@ -1,7 +1,8 @@
 // A process of a multi-process rendezvous test, started by `vqddp launch`:
-// reads RANK/WORLD_SIZE/MASTER_* from the environment, rank 0 publishes an
-// id through the TCP store, every rank reads it back and reports what it
-// saw, and rank 0 checks that all agree. Exit 0 on agreement.
+// reads RANK/WORLD_SIZE/MASTER_* and VQDDP_STORE_TOKEN from the environment
+// (rendezvous_store, as a real run does), rank 0 publishes an id through
+// the TCP store, every rank reads it back and reports what it saw, and
+// rank 0 checks that all agree. Exit 0 on agreement.
 //   store_peer [--pretend-world N] [--timeout-ms T]
 // --pretend-world makes rank 0 wait for N ranks (more than were launched),
 // to show that a missing rank ends in a deadline error, not a hang.
@@ -12,7 +13,7 @@
 #include <exception>
 
 #include "comm/dist_env.h"
-#include "comm/store.h"
+#include "comm/rendezvous.h"
 
 int main(int argc, char** argv) {
   int pretend = 0;
@@ -23,7 +24,10 @@ int main(int argc, char** argv) {
   }
   try {
     vqddp::DistEnv env = vqddp::dist_env_from_process();
-    vqddp::TcpStore store(env.master_addr, env.master_port, env.rank == 0, std::chrono::milliseconds(timeout_ms));
+    std::unique_ptr<vqddp::Store> owned =
+        vqddp::rendezvous_store(env, [](const char* name) { return std::getenv(name); },
+                                std::chrono::milliseconds(timeout_ms));
+    vqddp::Store& store = *owned;
     int world = pretend > 0 ? pretend : env.world_size;
     if (env.rank == 0) store.set("run_id", fmt::format("id-{}-{}", ::getpid(), env.master_port));
     std::string id = store.get("run_id");

@@ -1,9 +1,19 @@
 // Multi-process plumbing that needs no GPU: the environment contract, the
-// TCP and file stores, their deadlines, and the launcher.
+// TCP and file stores, their deadlines, the TCP store against broken and
+// hostile clients, and the launcher.
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -25,6 +35,80 @@ DistEnv env_of(std::map<std::string, std::string> vars) {
 }
 const std::map<std::string, std::string> kGood{
     {"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29500"}};
+
+const std::string kToken = "0123456789abcdef0123456789abcdef";
+
+std::string le32(uint32_t n) {
+  std::string s;
+  for (int i = 0; i < 4; ++i) s += static_cast<char>(n >> (8 * i) & 0xff);
+  return s;
+}
+
+// A bare TCP connection to a store, to play a broken or hostile client.
+class RawClient {
+ public:
+  RawClient(int port, const std::string& addr = "127.0.0.1") {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    ::inet_pton(AF_INET, addr.c_str(), &a.sin_addr);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  ~RawClient() { ::close(fd_); }
+  bool connected() const { return connected_; }
+  void send(const std::string& bytes) {
+    CHECK(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+  }
+  // True when the server closes the connection within `wait`, having sent
+  // nothing on it.
+  bool closed_within(std::chrono::milliseconds wait) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(wait.count())) != 1) return false;
+    char c;
+    return ::recv(fd_, &c, 1, 0) <= 0;
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+// An IPv4 address of this machine other than loopback, if it has one.
+std::optional<std::string> other_local_address() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return std::nullopt;
+  std::optional<std::string> found;
+  for (ifaddrs* i = list; i && !found; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    in_addr a = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr;
+    char text[INET_ADDRSTRLEN];
+    if (ntohl(a.s_addr) >> 24 != 127 && ::inet_ntop(AF_INET, &a, text, sizeof text)) found = text;
+  }
+  ::freeifaddrs(list);
+  return found;
+}
+
+// Sets (or, with nullptr, unsets) an environment variable for a scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    value ? ::setenv(name, value, 1) : ::unsetenv(name);
+  }
+  ~ScopedEnv() { old_ ? ::setenv(name_, old_->c_str(), 1) : ::unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
 }  // namespace
 
 TEST_CASE("the environment contract: torchrun's variables, and an error naming each bad one") {
@@ -51,6 +135,8 @@ TEST_CASE("the environment contract: torchrun's variables, and an error naming e
   CHECK_THROWS_WITH_AS(env_of(with("MASTER_PORT", "70000")), doctest::Contains("MASTER_PORT=70000 is not an integer in"),
                        Error);
   CHECK_THROWS_WITH_AS(env_of(with("LOCAL_RANK", "5")), doctest::Contains("LOCAL_RANK=5 exceeds RANK=3"), Error);
+  CHECK(e.store_token.empty());  // optional: torchrun sets none
+  CHECK(env_of(with("VQDDP_STORE_TOKEN", "s3cret")).store_token == "s3cret");
 }
 
 TEST_CASE("TCP store: several clients on 127.0.0.1 exchange values; get waits for a later set") {
@@ -107,4 +193,183 @@ TEST_CASE("launcher: every process gets its rank; a failing rank stops the other
   CHECK(std::chrono::steady_clock::now() - start < 30s);  // not a hang: the sleepers were stopped
   spec.command = {};
   CHECK_THROWS_WITH_AS(launch_processes(spec), doctest::Contains("no command to run"), Error);
+}
+
+TEST_CASE("TCP store: a client stalled mid-message delays no rank and is dropped at the message deadline" *
+          doctest::timeout(30)) {
+  TcpStore server("127.0.0.1", 0, true, 2s, {.token = kToken});
+  std::string message = tcp_store_request(kToken, 'S', "run_id", std::string(64, 'x'));
+  RawClient stalled(server.port()), silent(server.port());
+  stalled.send(message.substr(0, message.size() - 32));  // token and key sent, half the value
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> got(3);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r)
+    ranks.emplace_back([&, r] {
+      try {
+        TcpStore c("127.0.0.1", server.port(), false, 2s, {.token = kToken});
+        c.set(fmt::format("seen/{}", r), std::to_string(r));
+        got[r] = c.get(fmt::format("seen/{}", (r + 1) % 3));
+      } catch (const std::exception& e) {
+        got[r] = e.what();
+      }
+    });
+  for (auto& t : ranks) t.join();
+  CHECK(std::chrono::steady_clock::now() - start < 2s);  // within the deadline, though two clients hold sockets
+  CHECK(got == std::vector<std::string>{"1", "2", "0"});
+  // The message deadline is the store's 2 s here: both are dropped after it.
+  CHECK(stalled.closed_within(5s));
+  CHECK(silent.closed_within(5s));
+  CHECK_THROWS_AS(server.get("run_id"), TimeoutError);  // the half-sent set never happened
+}
+
+TEST_CASE("TCP store: a client without the right token can neither write a key nor stall the store" *
+          doctest::timeout(30)) {
+  TcpStore server("127.0.0.1", 0, true, 5s, {.token = kToken});
+  server.set("run_id", "good");
+  std::string near_miss = kToken;
+  near_miss.back() = 'e';
+  for (const std::string& token : {std::string(), std::string("wrong"), near_miss}) {
+    RawClient hostile(server.port());
+    hostile.send(tcp_store_request(token, 'S', "run_id", "evil"));
+    CHECK(hostile.closed_within(1s));  // refused at once, not at the 5 s message deadline
+  }
+  RawClient holding(server.port());  // connected, says nothing
+  auto start = std::chrono::steady_clock::now();
+  TcpStore rank1("127.0.0.1", server.port(), false, 5s, {.token = kToken});
+  CHECK(rank1.get("run_id") == "good");
+  rank1.set("seen/1", "good");
+  CHECK(std::chrono::steady_clock::now() - start < 1s);
+  CHECK(server.get("run_id") == "good");
+  // Through the class: refused at construction, naming the token.
+  CHECK_THROWS_WITH_AS(TcpStore("127.0.0.1", server.port(), false, 5s, {.token = "wrong"}),
+                       doctest::Contains("closed the connection while checking its token (did rank 0 exit, or does "
+                                         "this process's VQDDP_STORE_TOKEN differ from rank 0's?)"),
+                       Error);
+}
+
+TEST_CASE("TCP store: an oversized length is refused before its bytes are read, and an unknown operation is refused" *
+          doctest::timeout(30)) {
+  TcpStore server("127.0.0.1", 0, true, 5s, {.token = kToken});
+  server.set("run_id", "good");
+  std::string head = tcp_store_request(kToken, 'S', "run_id", "");  // ends with the value's length
+  head.resize(head.size() - 4);
+  std::string key_head = le32(kToken.size()) + kToken + "S";
+  for (const std::string& prefix : {le32(0xfffffff0u),                                   // token length
+                                    key_head + le32(kStoreMaxKey + 1),                     // key length
+                                    head + le32(kStoreMaxValue + 1), head + le32(60u << 20)}) {  // value length
+    RawClient c(server.port());
+    c.send(prefix);  // no body follows: a server waiting for it would hold the connection for 5 s
+    CHECK(c.closed_within(1s));
+  }
+  RawClient unknown(server.port());
+  unknown.send(tcp_store_request(kToken, 'X', "run_id", "evil"));
+  CHECK(unknown.closed_within(1s));
+  CHECK(server.get("run_id") == "good");
+  // The caps themselves pass; one byte more is refused by the client, naming the size.
+  std::string big(kStoreMaxValue, 'v'), long_key(kStoreMaxKey, 'k');
+  server.set(long_key, big);
+  CHECK(server.get(long_key) == big);
+  CHECK_THROWS_WITH_AS(server.set(long_key + "k", "v"),
+                       doctest::Contains("store: a key has 4097 bytes, more than 4096"), Error);
+  CHECK_THROWS_WITH_AS(server.set("k", big + "v"),
+                       doctest::Contains("store: the value of 'k' has 16777217 bytes, more than 16777216"), Error);
+}
+
+TEST_CASE("TCP store: serves on the address MASTER_ADDR names, and refuses to go without a token beyond loopback" *
+          doctest::timeout(30)) {
+  TcpStore loopback("127.0.0.1", 0, true, 1s);
+  if (std::optional<std::string> other = other_local_address()) {
+    CHECK_FALSE(RawClient(loopback.port(), *other).connected());
+    // Asked for every interface (VQDDP_STORE_BIND=0.0.0.0), it is reachable there.
+    TcpStore wide("127.0.0.1", 0, true, 1s, {.token = kToken, .bind_addr = "0.0.0.0"});
+    CHECK(RawClient(wide.port(), *other).connected());
+  } else {
+    MESSAGE("no address other than loopback on this machine: reachability not checked");
+  }
+  auto no_token = [](const char* addr) {
+    return doctest::Contains(fmt::format("no token is set and {} is not a loopback address, so anyone who can reach it "
+                                         "could write the rendezvous: export the same random VQDDP_STORE_TOKEN on "
+                                         "every node",
+                                         addr)
+                                 .c_str());
+  };
+  CHECK_THROWS_WITH_AS(TcpStore("0.0.0.0", 0, true, 1s), no_token("0.0.0.0"), Error);
+  CHECK_THROWS_WITH_AS(TcpStore("127.0.0.1", 0, true, 1s, {.bind_addr = "0.0.0.0"}),
+                       no_token("0.0.0.0"), Error);
+  CHECK_THROWS_WITH_AS(TcpStore("198.51.100.7", 29500, false, 1s),
+                       no_token("198.51.100.7"), Error);
+  CHECK_THROWS_WITH_AS(TcpStore("198.51.100.7", 0, true, 1s, {.token = kToken}),
+                       doctest::Contains("store: '198.51.100.7' is not an address of this machine, so rank 0 cannot "
+                                         "serve the store on it"),
+                       Error);
+}
+
+TEST_CASE("launcher: a process still running --exit-grace after another exited 0 is stopped, by SIGKILL if it "
+          "ignores SIGTERM" * doctest::timeout(60)) {
+  LaunchSpec spec;
+  spec.nproc = 2;
+  spec.exit_grace_s = 0.5;
+  spec.command = {"/bin/sh", "-c", "if [ $RANK = 1 ]; then trap '' TERM; sleep 60; fi"};
+  auto start = std::chrono::steady_clock::now();
+  CHECK(launch_processes(spec) == kLaunchHungExit);
+  CHECK(std::chrono::steady_clock::now() - start < 20s);  // grace, then 5 s for SIGTERM, then SIGKILL
+}
+
+TEST_CASE("launcher: a run's processes share one random store token; the launcher's own is passed on, and several "
+          "nodes need one" * doctest::timeout(60)) {
+  test::TempDir dir;
+  LaunchSpec spec;
+  spec.nproc = 2;
+  spec.command = {"/bin/sh", "-c", "echo $VQDDP_STORE_TOKEN >> " + dir.file("tokens")};
+  {
+    ScopedEnv unset("VQDDP_STORE_TOKEN", nullptr);
+    CHECK(launch_processes(spec) == 0);
+    CHECK(launch_processes(spec) == 0);
+    std::vector<std::string> t = lines_of(dir.file("tokens"));
+    REQUIRE(t.size() == 4);
+    CHECK(t[0] == t[1]);
+    CHECK(t[2] == t[3]);
+    CHECK(t[0] != t[2]);
+    CHECK(t[0].size() == 32);
+    CHECK(t[0].find_first_not_of("0123456789abcdef") == std::string::npos);
+    LaunchSpec nodes = spec;
+    nodes.nnodes = 2;
+    nodes.master_port = 29500;
+    CHECK_THROWS_WITH_AS(launch_processes(nodes),
+                         doctest::Contains("launch: with --nnodes 2 export the same VQDDP_STORE_TOKEN on every node"),
+                         Error);
+  }
+  ScopedEnv shared("VQDDP_STORE_TOKEN", "shared-by-every-node");
+  std::filesystem::remove(dir.file("tokens"));
+  CHECK(launch_processes(spec) == 0);
+  CHECK(lines_of(dir.file("tokens")) == std::vector<std::string>{"shared-by-every-node", "shared-by-every-node"});
+}
+
+TEST_CASE("launcher: a flag out of range is refused naming the flag, before any process starts") {
+  auto with = [](auto change) {
+    LaunchSpec spec;
+    spec.command = {"/bin/false"};  // would make the launch return 1 if started
+    change(spec);
+    return spec;
+  };
+  CHECK_THROWS_WITH_AS(launch_processes(with([](LaunchSpec& s) { s.master_port = -5; })),
+                       doctest::Contains("launch: --master-port must be in [0, 65535], got -5"), Error);
+  CHECK_THROWS_WITH_AS(launch_processes(with([](LaunchSpec& s) { s.master_port = 65536; })),
+                       doctest::Contains("launch: --master-port must be in [0, 65535], got 65536"), Error);
+  CHECK_THROWS_WITH_AS(launch_processes(with([](LaunchSpec& s) { s.nproc = 0; })),
+                       doctest::Contains("launch: --nproc must be in [1, 4096], got 0"), Error);
+  CHECK_THROWS_WITH_AS(launch_processes(with([](LaunchSpec& s) { s.nproc = 4097; })),
+                       doctest::Contains("launch: --nproc must be in [1, 4096], got 4097"), Error);
+  CHECK_THROWS_WITH_AS(launch_processes(with([](LaunchSpec& s) { s.nnodes = 0; })),
+                       doctest::Contains("launch: --nnodes must be in [1, 1048576], got 0"), Error);
+  CHECK_THROWS_WITH_AS(launch_processes(with([](LaunchSpec& s) { s.nproc = 8, s.nnodes = 131073; })),
+                       doctest::Contains("launch: --nnodes must be in [1, 131072], got 131073"), Error);
+  CHECK_THROWS_WITH_AS(launch_processes(with([](LaunchSpec& s) { s.nnodes = 2, s.node_rank = 2; })),
+                       doctest::Contains("launch: --node-rank must be in [0, 1], got 2"), Error);
+  CHECK_THROWS_WITH_AS(launch_processes(with([](LaunchSpec& s) { s.node_rank = -1; })),
+                       doctest::Contains("launch: --node-rank must be in [0, 0], got -1"), Error);
+  CHECK_THROWS_WITH_AS(launch_processes(with([](LaunchSpec& s) { s.exit_grace_s = -1; })),
+                       doctest::Contains("launch: --exit-grace must be a number of seconds >= 0 (0: no limit), got -1"),
+                       Error);
 }
