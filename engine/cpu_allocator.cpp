@@ -47,6 +47,8 @@ Cache& cache() {
 }  // namespace
 
 void* cpu_alloc(size_t bytes) {
+  // Far beyond any host, and small enough that rounding up cannot wrap.
+  VQDDP_CHECK(bytes <= (size_t{1} << 60), "cannot allocate {} bytes on the host: more than any machine has", bytes);
   size_t size = rounded(bytes);
   if (size >= kCachedFrom) {
     Cache& c = cache();
@@ -60,7 +62,8 @@ void* cpu_alloc(size_t bytes) {
     }
   }
   void* p = std::aligned_alloc(kAlign, size);
-  if (!p) throw std::bad_alloc();
+  // Say how much: a bare std::bad_alloc names neither the size nor the place.
+  VQDDP_CHECK(p, "cannot allocate {} bytes ({:.2f} GiB) on the host: out of memory", size, size / 1073741824.0);
   return p;
 }
 

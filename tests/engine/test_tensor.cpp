@@ -73,6 +73,9 @@ TEST_CASE("transpose of a dimension with itself is a copy") {
 TEST_CASE("shapes whose element count overflows int64 are refused") {
   CHECK_THROWS_WITH_AS(shape_numel({int64_t{1} << 62, 4}), doctest::Contains("more elements than int64 holds"), Error);
   CHECK_THROWS_WITH_AS(zeros({int64_t{1} << 60, 4}), doctest::Contains("too large to allocate"), Error);
+  // Representable, but no host has it: an error that says how much, not a bare std::bad_alloc.
+  CHECK_THROWS_WITH_AS(zeros({int64_t{1} << 59}), doctest::Contains("cannot allocate 2305843009213693952 bytes on the host"),
+                       Error);
 }
 
 TEST_CASE("transpose of a 3-d tensor swaps the named dimensions") {
