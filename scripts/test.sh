@@ -1,31 +1,39 @@
 #!/usr/bin/env bash
-# The whole test suite: install what is missing, then build and test twice,
-# a release build (with CUDA when the toolkit is there; the GPU suite skips
-# without a GPU) and a CPU-only AddressSanitizer+UBSan build (findings are fatal).
-# VQDDP_TEST_QUICK=1 skips the sanitizer build.
+# The whole test suite: install what is missing, then build and test three
+# times: a release build (with CUDA when the toolkit is there; the GPU suite
+# skips without a GPU), a CPU-only AddressSanitizer+UBSan build, and a
+# ThreadSanitizer build of the multi-rank suites (findings are fatal in both).
+# VQDDP_TEST_QUICK=1 skips the sanitizer builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 
 start=$SECONDS
-run_suite() {
-  local dir=$1
-  shift
-  bash scripts/build.sh "$dir" "$@"
-  meson test -C "$dir" --print-errorlogs
-}
+# Sanitizer builds: -O1 with line tables, about 40% faster to build than
+# debugoptimized, same findings. CUDA off: host code is what they check, and
+# nvcc stays out of the slower builds.
+sanitized=(--buildtype=plain -Doptimization=1 -Dcpp_args=-g1 -Dcuda=disabled)
 
-run_suite build --buildtype=release
+bash scripts/build.sh build --buildtype=release
+meson test -C build --print-errorlogs
+logs=(build/meson-logs/testlog.txt)
 if [ "${VQDDP_TEST_QUICK:-0}" != 1 ]; then
-  # -O1 with line tables: about 40% faster to build than debugoptimized, same findings.
-  # CUDA off here: this build is also the CPU-only configuration (a build
-  # without the toolkit must work and pass), host code is what ASan checks,
-  # and nvcc stays out of the slower build.
-  ASAN_OPTIONS=detect_leaks=1 run_suite build-asan --buildtype=plain -Doptimization=1 -Dcpp_args=-g1 \
-    -Db_sanitize=address,undefined -Dcuda=disabled
+  # AddressSanitizer + UBSan, every test but the invariance suite (numerics,
+  # covered above). This build is also the CPU-only configuration: a build
+  # without the toolkit must work and pass.
+  bash scripts/build.sh build-asan "${sanitized[@]}" -Db_sanitize=address,undefined
+  ASAN_OPTIONS=detect_leaks=1 meson test -C build-asan --print-errorlogs --no-suite invariance
+  # ThreadSanitizer on the multi-rank suites (comm, vq, train: every rank a
+  # thread of one process), findings fatal. Only their executables are
+  # built. OpenBLAS runs single-threaded: its own threads are not
+  # instrumented and would be reported as races with themselves.
+  [ -f build-tsan/build.ninja ] || meson setup build-tsan "${sanitized[@]}" -Dtsan=true
+  ninja -C build-tsan tests/test_comm tests/test_vq tests/test_train
+  OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
+    meson test -C build-tsan --no-rebuild --print-errorlogs comm vq train
+  logs+=(build-asan/meson-logs/testlog.txt build-tsan/meson-logs/testlog.txt)
 fi
 # One closing line with the doctest case counts of every suite that ran.
 awk '/\[doctest\] test cases:/ { p += $6; f += $9; s += $12 }
-     END { printf "doctest: %d passed, %d failed, %d skipped\n", p, f, s }' \
-  build/meson-logs/testlog.txt $( [ -f build-asan/meson-logs/testlog.txt ] && [ "${VQDDP_TEST_QUICK:-0}" != 1 ] && echo build-asan/meson-logs/testlog.txt )
+     END { printf "doctest: %d passed, %d failed, %d skipped\n", p, f, s }' "${logs[@]}"
 echo "test suite finished in $((SECONDS - start)) s"

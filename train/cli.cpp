@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <nlohmann/json.hpp>
@@ -16,7 +17,9 @@
 #include "train/dataset.h"
 #include "train/demo_mlp.h"
 #include "train/inspect.h"
+#include "train/count_limits.h"
 #include "train/replay.h"
+#include "train/stop_signal.h"
 #include "train/trainer.h"
 
 namespace {
@@ -36,8 +39,10 @@ void usage() {
       "        step, config, and per codebook: used and dead codes, perplexity\n"
       "  replay IN OUT [--world W] [--shards LIST]\n"
       "        recorded batches through one EMA codebook on W thread ranks (format: README.md)\n"
-      "  launch --nproc N [--nnodes M --node-rank R --master-addr A --master-port P] -- PROGRAM ARGS...\n"
-      "        start N processes with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set\n"
+      "  launch --nproc N [--nnodes M --node-rank R --master-addr A --master-port P] [--exit-grace S]\n"
+      "         -- PROGRAM ARGS...\n"
+      "        start N processes with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set; stop those still\n"
+      "        running S seconds (default 60, 0: no limit) after one exited 0\n"
       "  demo [--steps N] [--seed S]\n"
       "        fit a small MLP with the engine alone\n");
 }
@@ -47,16 +52,56 @@ Config config_from(const CliArgs& args, bool allow_default) {
   Config cfg = args.positional().empty() && allow_default
                    ? parse_config_text(default_config_json(), "built-in default (examples/speech_codec.json)")
                    : load_config(args.positional().at(0));
-  cfg.distributed.world_size = static_cast<int>(args.get_int("world", cfg.distributed.world_size));
+  cfg.distributed.world_size = static_cast<int>(args.get_int("world", cfg.distributed.world_size, limits::world));
   cfg.distributed.backend = args.get("backend", cfg.distributed.backend);
-  cfg.schedule.steps = args.get_int("steps", cfg.schedule.steps);
+  cfg.schedule.steps = args.get_int("steps", cfg.schedule.steps, limits::steps);
   cfg.run.dir = args.get("dir", cfg.run.dir);
   cfg.run.device = args.get("device", cfg.run.device);
-  VQDDP_CHECK(cfg.distributed.world_size >= 1, "--world must be at least 1");
   const std::vector<std::string>& devices = run_device_names();
   VQDDP_CHECK(std::find(devices.begin(), devices.end(), cfg.run.device) != devices.end(),
               "--device must be one of {}, got '{}'", fmt::join(devices, ", "), cfg.run.device);
   return cfg;
+}
+
+std::string checkpoint_path(const Config& cfg) { return cfg.run.dir + "/checkpoint.safetensors"; }
+
+// `word` quoted for a POSIX shell where it needs it.
+std::string shell_quoted(const std::string& word) {
+  if (!word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=./:,@") ==
+                           std::string::npos)
+    return word;
+  std::string out = "'";
+  for (char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// This command line with --resume pointing at the run's checkpoint.
+std::string resume_command(int argc, char** argv, const Config& cfg) {
+  std::vector<std::string> words;
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--resume") {
+      ++i;
+      continue;
+    }
+    if (a.rfind("--resume=", 0) == 0) continue;
+    words.push_back(shell_quoted(a));
+  }
+  words.push_back("--resume");
+  words.push_back(shell_quoted(checkpoint_path(cfg)));
+  return fmt::format("{}", fmt::join(words, " "));
+}
+
+// `vqddp launch -- vqddp train` with thread ranks would start one complete
+// run per process, all writing into one run directory.
+void refuse_thread_ranks_under_launcher(const std::string& backend) {
+  const char* world = std::getenv("WORLD_SIZE");
+  const char* rank = std::getenv("RANK");
+  if (backend == "nccl" || !world || !rank) return;
+  VQDDP_THROW("train: this process was started by a launcher (RANK={}, WORLD_SIZE={}) but the backend is \"{}\", "
+              "which starts its own ranks: every launched process would train a whole run of its own into the same "
+              "run directory. Use --backend nccl (one process per GPU), or run `vqddp train` without a launcher",
+              rank, world, backend);
 }
 
 int run_train(int argc, char** argv) {
@@ -67,10 +112,19 @@ int run_train(int argc, char** argv) {
   VQDDP_CHECK(cfg.distributed.backend != "nccl" || !args.has("world"),
               "--world does not apply to --backend nccl: its world is WORLD_SIZE, one process per GPU (start them with "
               "`vqddp launch --nproc N -- vqddp train ...`)");
+  refuse_thread_ranks_under_launcher(cfg.distributed.backend);
   Dataset data = load_dataset(cfg.data);
   TrainOptions opt;
   opt.resume = args.get("resume", "");
+  StopSignalScope stop_on_signal;
+  opt.stop_requested = stop_signal_received;
   TrainResult r = train(cfg, data, opt);
+  if (r.stopped_by) {
+    if (r.lead)
+      fmt::print(stderr, "vqddp: stopped by {} after step {}; checkpoint in {}\nresume with: {}\n",
+                 stop_signal_name(r.stopped_by), r.steps, checkpoint_path(cfg), resume_command(argc, argv, cfg));
+    return 128 + r.stopped_by;  // what a shell reports for a process the signal ended
+  }
   if (!r.lead) return 0;  // another process of an nccl group: rank 0 reports
   fmt::print("done: {} steps in {:.1f} s | validation mse {:.6f}, snr {:.2f} dB | {:.0f} bits per example{}\n", r.steps,
              r.wall_seconds, r.validation_mse, r.validation_snr_db, r.bits_per_example,
@@ -89,7 +143,7 @@ int run_check_ddp(int argc, char** argv) {
   Config cfg = config_from(args, false);
   CheckDdpOptions o;
   o.world = cfg.distributed.world_size;
-  o.steps = args.get_int("steps", o.steps);
+  o.steps = args.get_int("steps", o.steps, limits::check_steps);
   o.rtol = args.get_double("rtol", o.rtol);
   o.atol = args.get_double("atol", o.atol);
   Dataset data = load_dataset(cfg.data);
@@ -107,8 +161,8 @@ int run_demo(int argc, char** argv) {
   CliArgs args("demo", argc, argv, 2, {"steps", "seed"});
   args.expect_positional(0, "no positional arguments");
   DemoOptions opt;
-  opt.steps = static_cast<int>(args.get_int("steps", opt.steps));
-  opt.seed = static_cast<unsigned long long>(args.get_int("seed", 0));
+  opt.steps = static_cast<int>(args.get_int("steps", opt.steps, limits::demo_steps));
+  opt.seed = static_cast<unsigned long long>(args.get_int("seed", 0, limits::optional_count));
   double val = run_mlp_demo(opt);
   fmt::print("demo: final validation mse {:.5f}\n", val);
   return 0;
@@ -119,14 +173,15 @@ int run_launch(int argc, char** argv) {
   int split = 2;
   while (split < argc && std::strcmp(argv[split], "--") != 0) ++split;
   VQDDP_CHECK(split < argc, "launch: put the command after \"--\" (vqddp launch --nproc N -- PROGRAM ARGS...)");
-  CliArgs args("launch", split, argv, 2, {"nproc", "nnodes", "node-rank", "master-addr", "master-port"});
+  CliArgs args("launch", split, argv, 2, {"nproc", "nnodes", "node-rank", "master-addr", "master-port", "exit-grace"});
   args.expect_positional(0, "no positional arguments before \"--\"");
   LaunchSpec spec;
-  spec.nproc = static_cast<int>(args.get_int("nproc", 1));
-  spec.nnodes = static_cast<int>(args.get_int("nnodes", 1));
-  spec.node_rank = static_cast<int>(args.get_int("node-rank", 0));
+  spec.nproc = args.get_int("nproc", 1, limits::any);
+  spec.nnodes = args.get_int("nnodes", 1, limits::any);
+  spec.node_rank = args.get_int("node-rank", 0, limits::any);
   spec.master_addr = args.get("master-addr", spec.master_addr);
-  spec.master_port = static_cast<int>(args.get_int("master-port", 0));
+  spec.master_port = args.get_int("master-port", 0, limits::any);
+  spec.exit_grace_s = args.get_double("exit-grace", spec.exit_grace_s);
   for (int i = split + 1; i < argc; ++i) spec.command.emplace_back(argv[i]);
   return launch_processes(spec);
 }
@@ -134,7 +189,7 @@ int run_launch(int argc, char** argv) {
 int run_replay(int argc, char** argv) {
   CliArgs args("replay", argc, argv, 2, {"world", "shards"});
   args.expect_positional(2, "an input and an output file");
-  ReplayOptions opt{args.positional()[0], args.positional()[1], static_cast<int>(args.get_int("world", 1)),
+  ReplayOptions opt{args.positional()[0], args.positional()[1], static_cast<int>(args.get_int("world", 1, limits::world)),
                     args.get("shards", "")};
   int steps = vqddp::run_replay(opt);
   fmt::print("replay: {} batches on {} rank{} -> {}\n", steps, opt.world, opt.world == 1 ? "" : "s", opt.output);

@@ -35,9 +35,9 @@ inline constexpr CountRange holdout_every{2, kNoLimit};
 inline constexpr CountRange optional_count{0, kNoLimit};    // max_files, max_examples (0: all)
 inline constexpr CountRange check_steps{1, 100000};         // check-ddp --steps
 inline constexpr CountRange demo_steps{1, 100000000};
-inline constexpr CountRange nproc{1, 4096};                 // launch --nproc, --nnodes
-inline constexpr CountRange node_rank{0, nproc.hi - 1};
-inline constexpr CountRange port{0, 65535};
+// Any 64-bit value: for flags whose range the callee checks (launch's, in
+// comm/launcher.cpp, which knows how they bound each other).
+inline constexpr CountRange any{std::numeric_limits<int64_t>::min(), kNoLimit};
 
 // Elements one allocation may hold: 2^31 float32 values are 8 GiB, beyond
 // any codebook or layer a model of this kind has; a config asking for more

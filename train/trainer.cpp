@@ -6,17 +6,20 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "comm/launch.h"
 #include "engine/autograd.h"
 #include "engine/device.h"
+#include "engine/file_io.h"
 #include "engine/ops.h"
 #include "engine/optim.h"
 #include "train/checkpoint.h"
 #include "train/ddp.h"
+#include "train/metrics_log.h"
+#include "train/run_dir.h"
 #include "train/schedule.h"
 #include "vq/perplexity.h"
 
@@ -72,6 +75,31 @@ std::vector<LayerUsage> usage_of(const float* hist, const std::vector<int64_t>& 
     hist += k;
   }
   return out;
+}
+
+// Room for a checkpoint's header and metadata (the config JSON, checksums)
+// next to its tensors' bytes, when checking a run directory's free space.
+constexpr int64_t kCheckpointHeaderBytes = 1 << 20;
+
+// Where a non-finite value met in the forward pass came from: the batch
+// itself, or the model (the first non-finite parameter, if one is).
+std::string nonfinite_origin(const Tensor& host_batch, const CodecModel& model) {
+  if (int64_t at = first_nonfinite(host_batch); at >= 0)
+    return fmt::format("the data batch itself holds a non-finite value (row {} of this rank's share)",
+                       at / host_batch.size(1));
+  float largest = 0;
+  std::string largest_name;
+  for (const auto& [name, p] : model.named_parameters()) {
+    Tensor h = p.detach().to(Device::cpu());
+    if (first_nonfinite(h) >= 0)
+      return fmt::format("the data batch is finite; parameter '{}' is not (the updates diverged: a smaller "
+                         "optimizer.lr or grad_clip may help)", name);
+    for (int64_t i = 0; i < h.numel(); ++i)
+      if (std::fabs(h.data<float>()[i]) > largest) largest = std::fabs(h.data<float>()[i]), largest_name = name;
+  }
+  return fmt::format("the data batch and every parameter are finite, but the forward pass overflowed float32 "
+                     "(largest parameter value {:.3g} in '{}': the updates diverged, a smaller optimizer.lr or "
+                     "grad_clip may help)", largest, largest_name);
 }
 
 std::string duration(double s) {
@@ -154,7 +182,6 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
   auto start = Clock::now();
   if (cfg.run.device == "cuda") check_device(Device::cuda(0));
   std::filesystem::path dir(cfg.run.dir);
-  if (opt.checkpoints || opt.print) std::filesystem::create_directories(dir);
   std::vector<int64_t> sizes;
   for (const Tensor& s : data.sources) sizes.push_back(s.size(0));
 
@@ -173,16 +200,30 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
     std::unique_ptr<Optimizer> optim = make_optimizer(cfg.optimizer, params);
     // Loaded before DDP's start-up broadcast, which then makes every rank's
     // state rank 0's (a resumed one included).
-    int64_t step = opt.resume.empty() ? 0 : load_checkpoint(opt.resume, model, *optim, &cfg.source);
+    // The schedule's length bounds the resumed step (it depends on no weight:
+    // this rank's plan gives rank 0's number); temporaries of a save killed
+    // midway go before this run writes its first checkpoint.
+    int64_t step = opt.resume.empty() ? 0
+                   : load_checkpoint(opt.resume, model, *optim,
+                                     plan_schedule(sizes, data.weights, cfg.schedule).total_steps, &cfg.source);
+    // The run directory is checked, and the metrics file opened (cut back to
+    // the resumed step), before any step is trained; temporaries of a save
+    // killed midway go before this run writes its first checkpoint.
+    std::optional<MetricsLog> metrics;
+    if (lead && (opt.checkpoints || opt.print)) {
+      int64_t bytes = kCheckpointHeaderBytes;
+      for (const auto& [name, t] : checkpoint_tensors(model, *optim)) bytes += t.nbytes();
+      prepare_run_dir(dir.string(), bytes);
+      if (opt.checkpoints) remove_stale_temporaries((dir / "checkpoint.safetensors").string());
+      if (opt.print) metrics.emplace((dir / "metrics.jsonl").string(), opt.resume.empty() ? -1 : step);
+    }
     step = agree_start_step(step, comm);
     DistributedDataParallel ddp(model, comm);
     Schedule schedule = agree_schedule(sizes, data.weights, cfg.schedule, comm);
     ShardedSampler sampler(schedule, sizes, cfg.run.seed, comm.rank(), comm.world_size());
     int64_t last = opt.stop_at_step > 0 ? std::min(opt.stop_at_step, schedule.total_steps) : schedule.total_steps;
     std::vector<int64_t> layer_sizes = model.layer_sizes();
-    std::ofstream metrics;
     if (lead && opt.print) {
-      metrics.open(dir / "metrics.jsonl", std::ios::app);
       fmt::print("train: {} | {} ranks ({}, {}) | {} steps of {} examples ({} per epoch) | {:.0f} bits per example{}\n",
                  data.description, comm.world_size(), comm.backend(), device.str(), schedule.total_steps,
                  schedule.batch_size, schedule.steps_per_epoch, model.bits_per_example(),
@@ -194,11 +235,20 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
     auto loop_start = Clock::now();
     int64_t first = step;
     Validation val;
+    int stopped_by = 0;
     model.train();
-    for (; step < last; ++step) {
-      Tensor x = gather_rows(data, sampler.rank_batch(step)).to(device);  // (n_r, F), gathered on the host
-      ModelOutput out = model.forward(x, comm);
-      Tensor loss = add(out.reconstruction_loss, out.quantizer_loss);
+    for (; step < last && !stopped_by; ++step) {
+      Tensor host_x = gather_rows(data, sampler.rank_batch(step));  // (n_r, F)
+      Tensor x = host_x.to(device);
+      ModelOutput out;
+      Tensor loss;
+      try {
+        out = model.forward(x, comm);
+        loss = add(out.reconstruction_loss, out.quantizer_loss);
+      } catch (const NonFiniteError& e) {
+        throw NonFiniteError(fmt::format("step {}, rank {}: {}; {}", step + 1, comm.rank(), e.what(),
+                                         nonfinite_origin(host_x, model)));
+      }
       mul(loss, DistributedDataParallel::loss_scale(x.size(0), schedule.batch_size)).backward();
       ddp.all_reduce_gradients();
       if (opt.after_gradients) opt.after_gradients(step + 1, comm.rank(), model);
@@ -207,8 +257,13 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
       optim->zero_grad();
       int64_t done = step + 1;
       if (opt.after_step) opt.after_step(done, comm.rank(), model, *optim);
+      if (opt.stop_requested) {
+        Tensor flag = full({1}, opt.stop_requested(), DType::i64);
+        comm.all_reduce(flag, ReduceOp::max);
+        stopped_by = static_cast<int>(flag.item<int64_t>());
+      }
 
-      if (schedule.log_after(done) || done == last) {
+      if (schedule.log_after(done) || done == last || stopped_by) {
         // One collective: loss sums, row count, revived codes, code histograms.
         int64_t revived = 0;
         for (const CodebookMetrics& m : out.metrics) revived += m.codes_revived;
@@ -235,24 +290,24 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
                               {"revived", revived}, {"steps_per_s", rate}};
           for (const LayerUsage& u : usage)
             line["layers"].push_back({{"perplexity", u.perplexity}, {"codes_used", u.codes_used}});
-          metrics << line.dump() << "\n" << std::flush;
+          metrics->write(line);
         }
       }
-      if (opt.validate && schedule.validate_after(done)) {
+      if (opt.validate && schedule.validate_after(done) && !stopped_by) {
         val = validate(model, data, comm, device);
         if (lead && opt.print) {
           fmt::print("validation at step {}: mse {:.6f}  snr {:.2f} dB\n", done, val.mse, val.snr_db);
-          metrics << nlohmann::json{{"step", done}, {"validation_mse", val.mse}, {"validation_snr_db", val.snr_db}}.dump()
-                  << "\n" << std::flush;
+          metrics->write({{"step", done}, {"validation_mse", val.mse}, {"validation_snr_db", val.snr_db}});
         }
       }
-      if (opt.checkpoints && (schedule.checkpoint_after(done) || done == last) && lead)
+      if (opt.checkpoints && (schedule.checkpoint_after(done) || done == last || stopped_by) && lead)
         save_checkpoint((dir / "checkpoint.safetensors").string(), model, *optim, done, cfg.source);
     }
     if (lead) {
       std::lock_guard lock(result_mu);
       result.lead = true;
       result.steps = step;
+      result.stopped_by = stopped_by;
       result.validation_mse = val.mse;
       result.validation_snr_db = val.snr_db;
       result.usage = val.usage;

@@ -43,6 +43,9 @@ struct TrainResult {
   double bitrate = 0;              // bits per second (audio), 0 for images
   std::vector<LayerUsage> usage;   // per quantizer layer, on the validation set
   double wall_seconds = 0;
+  // The signal that stopped the run early (opt.stop_requested), 0 if none:
+  // `steps` were taken, the checkpoint holds them, no validation ran.
+  int stopped_by = 0;
 };
 
 struct TrainOptions {
@@ -58,6 +61,10 @@ struct TrainOptions {
   // their all-reduce), before clipping and the optimizer step; step = the
   // number of the step being taken, counted from 1 as after_step counts.
   std::function<void(int64_t step, int rank, const CodecModel& model)> after_gradients;
+  // Polled on every rank after every step: non-zero (a signal number) asks
+  // to stop. The ranks agree on it with one all-reduce (max), so all of them
+  // stop after the same step, which is checkpointed. Unset: no collective.
+  std::function<int()> stop_requested;
 };
 
 TrainResult train(const Config& config, const Dataset& data, const TrainOptions& options);

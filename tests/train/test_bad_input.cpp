@@ -1,0 +1,288 @@
+// Bad input refused by name: counts read as 64 bits and range-checked
+// (config keys and command-line flags), duplicate JSON keys, sizes whose
+// product no tensor can hold, run directories that cannot take a run,
+// metrics writes that fail, non-finite values traced to their origin, and a
+// graceful stop on SIGTERM that resumes bit for bit.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "engine/error.h"
+#include "engine/file_io.h"
+#include "engine/json_strict.h"
+#include "engine/safetensors.h"
+#include "tests/engine/tmpdir.h"
+#include "tests/train/small_run.h"
+#include "train/cli_args.h"
+#include "train/count_limits.h"
+#include "train/metrics_log.h"
+#include "train/run_dir.h"
+#include "train/stop_signal.h"
+#include "train/trainer.h"
+
+using namespace vqddp;
+using vqddp::test::TempDir;
+using vqddp::test::quiet;
+using vqddp::test::small_config;
+using vqddp::test::synthetic_data;
+
+namespace {
+
+nlohmann::json base_config() { return {{"data", {{"sources", {{{"path", "x"}}}}}}}; }
+
+void config_fails(const nlohmann::json& j, const std::string& what) {
+  CAPTURE(j.dump());
+  CHECK_THROWS_WITH_AS(parse_config(j, "run.json"), doctest::Contains(what.c_str()), Error);
+}
+
+// The CliArgs of `vqddp train ARGS...`.
+CliArgs train_args(std::vector<std::string> words) {
+  static std::vector<std::string> kept;
+  kept = {"vqddp", "train"};
+  kept.insert(kept.end(), words.begin(), words.end());
+  static std::vector<char*> argv;
+  argv.clear();
+  for (std::string& w : kept) argv.push_back(w.data());
+  return CliArgs("train", static_cast<int>(argv.size()), argv.data(), 2, {"world", "steps"});
+}
+
+}  // namespace
+
+TEST_CASE("counts in a config are 64-bit and range-checked: out of range is an error naming key and range") {
+  nlohmann::json j = base_config();
+  j["distributed"] = {{"world_size", 4294967298LL}};  // 2^32 + 2: was 2 ranks once cut to 32 bits
+  config_fails(j, "run.json: 'distributed.world_size' must be in [1, 1024], got 4294967298");
+  j = base_config();
+  j["quantizer"] = {{"num_quantizers", 4294967297LL}};
+  config_fails(j, "'quantizer.num_quantizers' must be in [1, 256], got 4294967297");
+  j = base_config();
+  j["quantizer"] = {{"codebook_dim", -3}};
+  config_fails(j, "'quantizer.codebook_dim' must be in [0, 65536], got -3");
+  j = base_config();
+  j["quantizer"] = {{"type", "fsq"}, {"levels", {8, 2147483653LL}}};  // 2^31 + 5: was shown as -2147483643
+  config_fails(j, "'quantizer.levels[1]' must be in [2, 65536], got 2147483653");
+  j = base_config();
+  j["schedule"] = {{"steps", -3}};
+  config_fails(j, "'schedule.steps' must be in [0, 1099511627776], got -3");
+  j = base_config();
+  j["data"]["max_files"] = -1;
+  config_fails(j, "'data.max_files' must be at least 0, got -1");
+  j = base_config();
+  j["distributed"] = {{"timeout_s", -1}};  // was blamed on world_size
+  config_fails(j, "'distributed.timeout_s' must be in (0, 31536000] seconds, got -1");
+  j = base_config();
+  j["run"] = {{"dir", ""}};
+  config_fails(j, "'run.dir' must name a directory, got \"\"");
+  // A seed takes the whole unsigned 64-bit range (2^64 - 1 was called negative); below it is refused.
+  j = base_config();
+  j["run"] = {{"seed", std::numeric_limits<uint64_t>::max()}};
+  CHECK(parse_config(j, "run.json").run.seed == std::numeric_limits<uint64_t>::max());
+  j["run"] = {{"seed", -1}};
+  config_fails(j, "'run.seed' must be an integer in [0, 2^64 - 1], got number -1");
+  // An integer past int64 in the JSON text is a range error, not a wrapped value.
+  CHECK_THROWS_WITH_AS(parse_config_text(R"({"data": {"sources": [{"path": "x"}]}, "schedule": {"batch_size": 18446744073709551615}})",
+                                         "run.json"),
+                       doctest::Contains("'schedule.batch_size' must be in [1, 16777216], got 18446744073709551615"),
+                       Error);
+}
+
+TEST_CASE("sizes whose product no tensor can hold are refused by key before anything is allocated") {
+  nlohmann::json j = base_config();
+  j["quantizer"] = {{"codebook_size", 16777216}, {"codebook_dim", 65536}};
+  config_fails(j, "'quantizer.codebook_size' gives codebook_size x codebook_dim x num_quantizers = "
+                  "4398046511104 elements, more than the 2147483648 one tensor may hold");
+  j = base_config();
+  j["model"] = {{"hidden", 65536}};
+  config_fails(j, "'model.hidden' gives hidden x hidden = 4294967296 elements");
+  // FSQ levels whose product overflowed gave -inf bits per example, then a random index error.
+  j = base_config();
+  j["quantizer"] = {{"type", "fsq"}, {"levels", {65536, 65536, 65536, 65536, 65536}}};
+  config_fails(j, "'quantizer.levels' give an implicit codebook of more than 2^63 codes (their product), more than "
+                  "the 16777216 codebook_size allows");
+  j["quantizer"]["levels"] = {4096, 4097};
+  config_fails(j, "implicit codebook of 16781312 codes");
+  j["quantizer"]["levels"] = {4096, 4096};
+  CHECK(parse_config(j, "run.json").quantizer.levels.size() == 2);
+}
+
+TEST_CASE("a key given twice in one JSON object is an error naming the key and its line") {
+  CHECK_THROWS_WITH_AS(parse_config_text("{\n  \"optimizer\": {\"lr\": 0.1,\n  // a note\n  \"lr\": 0.2}\n}", "run.json"),
+                       doctest::Contains("run.json: line 4: key \"lr\" appears twice in one object"), Error);
+  // The same key in different objects is fine; so are comments.
+  nlohmann::json j = parse_json_strict("{\"a\": {\"x\": 1}, /* c */ \"b\": [{\"x\": 2}, {\"x\": 3}]}", "t.json");
+  CHECK(j["b"][1]["x"] == 3);
+  CHECK_THROWS_WITH_AS(parse_json_strict("{\"a\": 1, \"b\": [1, 2], \"a\": 2}", "t.json"),
+                       doctest::Contains("t.json: line 1: key \"a\" appears twice"), Error);
+  CHECK_THROWS_WITH_AS(parse_json_strict("{\"a\": ", "t.json"), doctest::Contains("t.json: not valid JSON"), Error);
+}
+
+TEST_CASE("command-line counts are 64-bit and range-checked: --world 4294967298 and --steps 0 are refused") {
+  CHECK(train_args({"--world", "3"}).get_int("world", 1, limits::world) == 3);
+  CHECK_THROWS_WITH_AS(train_args({"--world", "4294967298"}).get_int("world", 1, limits::world),
+                       doctest::Contains("train: --world must be in [1, 1024], got 4294967298"), Error);
+  CHECK_THROWS_WITH_AS(train_args({"--world=99999999999999999999"}).get_int("world", 1, limits::world),
+                       doctest::Contains("train: --world must be in [1, 1024], got 99999999999999999999"), Error);
+  CHECK_THROWS_WITH_AS(train_args({"--steps", "0"}).get_int("steps", 0, limits::steps),
+                       doctest::Contains("train: --steps must be in [1, 1099511627776], got 0"), Error);
+  CHECK_THROWS_WITH_AS(train_args({"--steps", "-3"}).get_int("steps", 0, limits::steps),
+                       doctest::Contains("train: --steps must be in [1, 1099511627776], got -3"), Error);
+  CHECK_THROWS_WITH_AS(train_args({"--steps", "3x"}).get_int("steps", 0, limits::steps),
+                       doctest::Contains("train: --steps expects an integer, got '3x'"), Error);
+  CHECK(train_args({}).get_int("steps", 7, limits::steps) == 7);  // the fallback is not range-checked: it is ours
+}
+
+TEST_CASE("a run directory that cannot take the run is refused at start, naming it") {
+  TempDir dir;
+  std::ofstream(dir.file("plain")) << "x";
+  CHECK_THROWS_WITH_AS(prepare_run_dir(dir.file("plain") + "/run", 1),
+                       doctest::Contains(fmt::format("run directory {}/run: cannot create it:", dir.file("plain")).c_str()),
+                       Error);
+  CHECK_THROWS_WITH_AS(prepare_run_dir(dir.file("plain"), 1), doctest::Contains("exists and is not a directory"), Error);
+  CHECK_THROWS_WITH_AS(prepare_run_dir(dir.file("run"), int64_t{1} << 62),
+                       doctest::Contains("free, a checkpoint of this run needs 4398046511104.0 MiB"), Error);
+  if (::geteuid() != 0) {  // root writes into a directory without write permission
+    std::filesystem::create_directories(dir.file("ro"));
+    std::filesystem::permissions(dir.file("ro"), std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    CHECK_THROWS_WITH_AS(prepare_run_dir(dir.file("ro"), 1), doctest::Contains("cannot write in it: Permission denied"),
+                         Error);
+    std::filesystem::permissions(dir.file("ro"), std::filesystem::perms::owner_all);
+  }
+  prepare_run_dir(dir.file("run"), 1);
+  CHECK(std::filesystem::is_empty(dir.file("run")));  // the probe file is gone
+  // A training run checks before its first step: nothing trained, nothing written.
+  Config cfg = small_config(dir.file("plain") + "/run");
+  int steps = 0;
+  TrainOptions o = quiet();
+  o.after_step = [&](int64_t, int, const CodecModel&, Optimizer&) { ++steps; };
+  CHECK_THROWS_WITH_AS(train(cfg, synthetic_data(), o), doctest::Contains("cannot create it"), Error);
+  CHECK(steps == 0);
+}
+
+TEST_CASE("a resume cuts metrics.jsonl back to the checkpoint's step, dropping cut-off lines") {
+  TempDir dir;
+  std::string path = dir.file("metrics.jsonl");
+  std::ofstream(path) << "{\"step\":3,\"loss\":1}\n{\"step\":4,\"validation_mse\":1}\n{\"step\":6,\"loss\":1}\n{\"step\":9,\"lo";
+  {
+    MetricsLog log(path, 4);
+    log.write({{"step", 5}});
+  }
+  CHECK(read_file(path) == "{\"step\":3,\"loss\":1}\n{\"step\":4,\"validation_mse\":1}\n{\"step\":5}\n");
+  std::string kept = read_file(path);
+  {
+    MetricsLog log(path, -1);  // a fresh run appends
+    log.write({{"step", 1}});
+  }
+  CHECK(read_file(path) == kept + "{\"step\":1}\n");
+  CHECK_THROWS_WITH_AS(MetricsLog(dir.file("no/such/metrics.jsonl"), -1),
+                       doctest::Contains("no/such/metrics.jsonl: cannot open the metrics file for writing"), Error);
+}
+
+TEST_CASE("a metrics write that fails (full disk) is undone to the last whole line and counted") {
+  TempDir dir;
+  std::string path = dir.file("metrics.jsonl");
+  MetricsLog log(path, -1);
+  log.write({{"step", 1}});
+  std::string before = read_file(path);
+  // The file-size limit makes write() fail halfway through the line, as a full disk does.
+  signal(SIGXFSZ, SIG_IGN);
+  rlimit saved{};
+  getrlimit(RLIMIT_FSIZE, &saved);
+  rlimit small = saved;
+  small.rlim_cur = before.size() + 10;
+  setrlimit(RLIMIT_FSIZE, &small);
+  log.write({{"step", 2}, {"loss", 0.123456789}, {"note", "longer than ten bytes"}});
+  log.write({{"step", 3}, {"loss", 0.123456789}, {"note", "longer than ten bytes"}});
+  setrlimit(RLIMIT_FSIZE, &saved);
+  CHECK(log.lost() == 2);
+  CHECK(read_file(path) == before);
+  log.write({{"step", 4}});
+  CHECK(read_file(path) == before + "{\"step\":4}\n");
+}
+
+TEST_CASE("a non-finite value in training names step and rank, and whether the data or a parameter holds it") {
+  TempDir dir;
+  // A learning rate that blows the weights up: the data are finite, the forward pass overflows.
+  Config cfg = small_config(dir.file("lr"));
+  cfg.optimizer.lr = 1e30f;
+  cfg.optimizer.grad_clip = 0;
+  TrainOptions o = quiet();
+  o.checkpoints = false;
+  CHECK_THROWS_WITH_AS(train(cfg, synthetic_data(), o),
+                       doctest::Contains("the data batch and every parameter are finite, but the forward pass "
+                                         "overflowed float32 (largest parameter value "),
+                       NonFiniteError);
+  // A parameter that became NaN is named.
+  cfg = small_config(dir.file("nan-param"));
+  o.after_step = [](int64_t done, int, const CodecModel& model, Optimizer&) {
+    if (done == 2) model.named_parameters().front().second.fill_(std::nanf(""));
+  };
+  CHECK_THROWS_WITH_AS(
+      train(cfg, synthetic_data(), o),
+      doctest::Contains(fmt::format("; the data batch is finite; parameter '{}' is not",
+                                    CodecModel(cfg.model, cfg.quantizer, 16, 0).named_parameters().front().first)
+                            .c_str()),
+      NonFiniteError);
+  o.after_step = nullptr;
+  // A NaN in the data is called what it is.
+  Dataset data = synthetic_data();
+  data.sources[0].fill_(std::nanf(""));
+  cfg = small_config(dir.file("nan"));
+  cfg.distributed.world_size = 1;
+  CHECK_THROWS_WITH_AS(train(cfg, data, o), doctest::Contains("step 1, rank 0: "), NonFiniteError);
+  CHECK_THROWS_WITH_AS(train(cfg, data, o), doctest::Contains("; the data batch itself holds a non-finite value (row "),
+                       NonFiniteError);
+}
+
+TEST_CASE("SIGTERM mid-run: every rank finishes the same step, it is checkpointed, and the resume equals an "
+          "uninterrupted run") {
+  TempDir dir;
+  Dataset data = synthetic_data();
+  Config cfg = small_config(dir.file("straight"));
+  cfg.schedule.steps = 8;
+  train(cfg, data, quiet());
+  std::string straight = read_file(dir.file("straight") + "/checkpoint.safetensors");
+
+  cfg.run.dir = dir.file("stopped");
+  TrainOptions o = quiet();
+  o.stop_requested = stop_signal_received;
+  o.after_step = [](int64_t done, int rank, const CodecModel&, Optimizer&) {
+    if (done == 3 && rank == 1) ::raise(SIGTERM);  // raise: delivered to this thread before it returns
+  };
+  TrainResult r;
+  {
+    StopSignalScope scope;
+    r = train(cfg, data, o);
+    CHECK(stop_signal_received() == SIGTERM);
+  }
+  CHECK(r.stopped_by == SIGTERM);
+  CHECK(r.steps == 3);
+  std::string ckpt = dir.file("stopped") + "/checkpoint.safetensors";
+  CHECK(safetensors_load(ckpt).at("train.step").item<int64_t>() == 3);
+  TrainOptions resume = quiet();
+  resume.resume = ckpt;
+  CHECK(train(cfg, data, resume).steps == 8);
+  CHECK(read_file(ckpt) == straight);
+}
+
+TEST_CASE("a second SIGTERM stops the process at once with the signal's default action") {
+  pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    StopSignalScope scope;
+    ::raise(SIGTERM);
+    if (stop_signal_received() != SIGTERM) ::_exit(1);
+    ::raise(SIGTERM);
+    ::_exit(2);  // not reached: the second signal ends the process
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGTERM);
+}

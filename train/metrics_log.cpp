@@ -1,0 +1,80 @@
+#include "train/metrics_log.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "engine/error.h"
+#include "engine/file_io.h"
+
+namespace vqddp {
+
+namespace {
+
+// The lines of `text` a resume at `step` keeps: whole JSON objects with a
+// step no later than it.
+std::string lines_up_to(const std::string& text, int64_t step) {
+  std::istringstream in(text);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= step)
+      kept += line + "\n";
+  }
+  return kept;
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(std::string path, int64_t resume_step) : path_(std::move(path)) {
+  if (resume_step >= 0 && std::filesystem::exists(path_)) {
+    std::string text = read_file(path_);
+    std::string kept = lines_up_to(text, resume_step);
+    if (kept != text) write_file_atomic(path_, kept);
+  }
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  VQDDP_CHECK(fd_ >= 0, "{}: cannot open the metrics file for writing: {}", path_, std::strerror(errno));
+}
+
+MetricsLog::~MetricsLog() {
+  if (lost_ > 0)
+    fmt::print(stderr, "vqddp: warning: {} line{} of {} could not be written and are missing from it\n", lost_,
+               lost_ == 1 ? "" : "s", path_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MetricsLog::write(const nlohmann::json& line) {
+  std::string text = line.dump() + "\n";
+  off_t before = ::lseek(fd_, 0, SEEK_END);
+  size_t done = 0;
+  int err = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : ENOSPC;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (!err) return;
+  // No half line: a reader of the file (or the resume above) sees whole lines only.
+  // (If even that fails, the next line still starts after a newline-less
+  // fragment that the resume filter drops.)
+  if (before >= 0) {
+    int ignored = ::ftruncate(fd_, before);
+    (void)ignored;
+  }
+  if (lost_++ == 0)
+    fmt::print(stderr, "vqddp: warning: {}: cannot write the metrics line of step {} ({}); training goes on, lost lines "
+               "are counted\n", path_, line.value("step", int64_t{-1}), std::strerror(err));
+}
+
+}  // namespace vqddp
