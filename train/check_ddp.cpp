@@ -9,6 +9,7 @@
 #include <map>
 
 #include "train/checkpoint.h"
+#include "train/count_limits.h"
 #include "train/trainer.h"
 
 namespace vqddp {
@@ -71,6 +72,10 @@ static Config thread_ranks(const Config& cfg, int world) {
 }
 
 CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions& o) {
+  // Zero steps would compare nothing and pass: a check that proves nothing.
+  VQDDP_CHECK(limits::check_steps.contains(o.steps), "check-ddp: steps {}",
+              limits::check_steps.violation(std::to_string(o.steps)));
+  VQDDP_CHECK(limits::world.contains(o.world), "check-ddp: world {}", limits::world.violation(std::to_string(o.world)));
   CheckDdpResult r;
   cfg.schedule.steps = o.steps;
   std::filesystem::path tmp =

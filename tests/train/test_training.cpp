@@ -255,6 +255,9 @@ TEST_CASE("check-ddp passes on every shipped example and fails on a deliberately
   broken.quantizer.codebook.sync_stats = false;
   broken.data.max_examples = 2000;
   Dataset data = load_dataset(broken.data);
+  // Zero or negative steps would compare nothing and print PASSED.
+  CHECK_THROWS_WITH_AS(check_ddp(broken, data, {.world = 4, .steps = -1, .print = false}),
+                       doctest::Contains("check-ddp: steps must be in [1, 100000], got -1"), Error);
   CheckDdpResult r = check_ddp(broken, data, {.world = 4, .steps = 2, .print = false});
   CHECK_FALSE(r.passed);
   CHECK_FALSE(r.ranks_identical);
