@@ -47,8 +47,14 @@ constexpr auto kKillAfter = std::chrono::seconds(5);
 // Process groups of the running children, for forwarding Ctrl-C / SIGTERM
 // (each child leads its own group, so its own children are reached too).
 std::vector<pid_t> g_children;
+// The signal forwarded to them, 0 if none: a child that then exits with
+// 128 + it did what was asked (a vqddp rank checkpoints first), and must
+// not make the launcher SIGTERM the others, which would be their second
+// signal and stop them mid-save.
+volatile sig_atomic_t g_forwarded = 0;
 
 void forward_signal(int sig) {
+  g_forwarded = sig;
   for (pid_t p : g_children) ::kill(-p, sig);
 }
 
@@ -141,6 +147,10 @@ int wait_for(std::vector<Child>& children, double exit_grace_s) {
       first_clean = now;
       first_clean_rank = child->rank;
     }
+    if (code != 0 && g_forwarded && code == 128 + g_forwarded) {
+      if (result == 0) result = code;
+      continue;
+    }
     if (code != 0 && result == 0) {
       result = code;
       fmt::print(stderr, "vqddp launch: rank {} (local {}) exited with {}; stopping the others\n", child->rank,
@@ -163,6 +173,8 @@ int launch_processes(const LaunchSpec& s) {
   // they lead their own process groups, so the terminal's signal would not
   // reach them otherwise.
   g_children.clear();
+  g_children.reserve(s.nproc);  // no reallocation under the handler's feet
+  g_forwarded = 0;
   struct sigaction forward{}, old_int{}, old_term{};
   forward.sa_handler = forward_signal;
   ::sigaction(SIGINT, &forward, &old_int);

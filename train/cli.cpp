@@ -75,8 +75,13 @@ std::string shell_quoted(const std::string& word) {
   return out + "'";
 }
 
-// This command line with --resume pointing at the run's checkpoint.
+// This command line with --resume pointing at the run's checkpoint. Under a
+// launcher this process's own line would resume one rank of N: say what to
+// change in the launch command instead.
 std::string resume_command(int argc, char** argv, const Config& cfg) {
+  if (std::getenv("RANK") && std::getenv("WORLD_SIZE"))
+    return fmt::format("your launch command (vqddp launch, torchrun, srun) with --resume {} added to the train "
+                       "arguments", shell_quoted(checkpoint_path(cfg)));
   std::vector<std::string> words;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
@@ -97,7 +102,7 @@ std::string resume_command(int argc, char** argv, const Config& cfg) {
 void refuse_thread_ranks_under_launcher(const std::string& backend) {
   const char* world = std::getenv("WORLD_SIZE");
   const char* rank = std::getenv("RANK");
-  if (backend == "nccl" || !world || !rank) return;
+  if (backend == "nccl" || !world || !rank || std::string(world) == "1") return;
   VQDDP_THROW("train: this process was started by a launcher (RANK={}, WORLD_SIZE={}) but the backend is \"{}\", "
               "which starts its own ranks: every launched process would train a whole run of its own into the same "
               "run directory. Use --backend nccl (one process per GPU), or run `vqddp train` without a launcher",

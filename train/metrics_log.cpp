@@ -51,7 +51,7 @@ MetricsLog::~MetricsLog() {
 }
 
 void MetricsLog::write(const nlohmann::json& line) {
-  std::string text = line.dump() + "\n";
+  std::string text = (fragment_ ? "\n" : "") + line.dump() + "\n";
   off_t before = ::lseek(fd_, 0, SEEK_END);
   size_t done = 0;
   int err = 0;
@@ -64,14 +64,14 @@ void MetricsLog::write(const nlohmann::json& line) {
     }
     done += static_cast<size_t>(n);
   }
-  if (!err) return;
-  // No half line: a reader of the file (or the resume above) sees whole lines only.
-  // (If even that fails, the next line still starts after a newline-less
-  // fragment that the resume filter drops.)
-  if (before >= 0) {
-    int ignored = ::ftruncate(fd_, before);
-    (void)ignored;
+  if (!err) {
+    fragment_ = false;
+    return;
   }
+  // No half line: a reader of the file (or the resume above) sees whole
+  // lines only. If even that fails, the next line starts on a line of its
+  // own, after the fragment, which the resume filter drops.
+  if (done > 0 && (before < 0 || ::ftruncate(fd_, before) != 0)) fragment_ = true;
   if (lost_++ == 0)
     fmt::print(stderr, "vqddp: warning: {}: cannot write the metrics line of step {} ({}); training goes on, lost lines "
                "are counted\n", path_, line.value("step", int64_t{-1}), std::strerror(err));

@@ -34,6 +34,7 @@ class MetricsLog {
   std::string path_;
   int fd_ = -1;
   int64_t lost_ = 0;
+  bool fragment_ = false;  // a failed write left part of a line that could not be cut off
 };
 
 }  // namespace vqddp

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <ctime>
 
 #include "engine/error.h"
 
@@ -22,13 +23,27 @@ void write_stderr(const char* text) {
   (void)ignored;
 }
 
+// A repeat within this long of the first is the same request arriving twice
+// (Slurm's scancel signals every process of a job, and vqddp launch
+// forwards its own copy), not a second one from the user.
+constexpr int64_t kSameRequestNs = 1000000000;
+std::atomic<int64_t> g_first_ns{0};
+
+int64_t monotonic_ns() {
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);  // async-signal-safe
+  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
+}
+
 void on_stop_signal(int sig) {
   int expected = 0;
   if (g_received.compare_exchange_strong(expected, sig)) {
+    g_first_ns = monotonic_ns();
     write_stderr(sig == SIGINT ? "\nvqddp: SIGINT" : "\nvqddp: SIGTERM");
     write_stderr(": finishing the current step, then writing a checkpoint (send it again to stop at once)\n");
     return;
   }
+  if (monotonic_ns() - g_first_ns < kSameRequestNs) return;
   // The second one: the default action, now (the exit status says which).
   ::signal(sig, SIG_DFL);
   ::raise(sig);

@@ -1,8 +1,10 @@
 // Graceful stop on SIGINT and SIGTERM: the first one only records the
 // signal, so the training loop can finish the step every rank is in, agree
 // through the communicator to stop after it (no rank is left alone in a
-// collective), write a checkpoint and say how to resume. A second signal
-// stops the process at once, with the signal's default action.
+// collective), write a checkpoint and say how to resume. A second signal,
+// a second or more after the first, stops the process at once with the
+// signal's default action (one sooner is the same request delivered twice,
+// as when a job scheduler signals every process and the launcher forwards).
 #pragma once
 
 namespace vqddp {

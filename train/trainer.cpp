@@ -260,7 +260,8 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
       if (opt.stop_requested) {
         Tensor flag = full({1}, opt.stop_requested(), DType::i64);
         comm.all_reduce(flag, ReduceOp::max);
-        stopped_by = static_cast<int>(flag.item<int64_t>());
+        // A stop asked during the last step changes nothing: the run is complete.
+        stopped_by = done == last ? 0 : static_cast<int>(flag.item<int64_t>());
       }
 
       if (schedule.log_after(done) || done == last || stopped_by) {
@@ -303,6 +304,10 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
       if (opt.checkpoints && (schedule.checkpoint_after(done) || done == last || stopped_by) && lead)
         save_checkpoint((dir / "checkpoint.safetensors").string(), model, *optim, done, cfg.source);
     }
+    // No rank returns (and exits, under a launcher) before rank 0's
+    // checkpoint of the stop is on disk: a launcher that saw one process
+    // end would signal the others, and a second signal stops at once.
+    if (stopped_by) comm.barrier();
     if (lead) {
       std::lock_guard lock(result_mu);
       result.lead = true;

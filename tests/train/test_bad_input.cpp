@@ -271,16 +271,26 @@ TEST_CASE("SIGTERM mid-run: every rank finishes the same step, it is checkpointe
   CHECK(read_file(ckpt) == straight);
 }
 
-TEST_CASE("a second SIGTERM stops the process at once with the signal's default action") {
+TEST_CASE("a second SIGTERM stops the process at once; the same one delivered twice within a second does not") {
+  int alive[2];
+  REQUIRE(::pipe(alive) == 0);
   pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
     StopSignalScope scope;
     ::raise(SIGTERM);
     if (stop_signal_received() != SIGTERM) ::_exit(1);
+    ::raise(SIGTERM);  // a scheduler's copy and the launcher's: one request
+    if (::write(alive[1], "y", 1) != 1) ::_exit(1);  // still running
+    ::usleep(1100000);
     ::raise(SIGTERM);
-    ::_exit(2);  // not reached: the second signal ends the process
+    ::_exit(2);  // not reached: the second request ends the process
   }
+  ::close(alive[1]);
+  char survived = 'n';
+  CHECK(::read(alive[0], &survived, 1) == 1);
+  ::close(alive[0]);
+  CHECK(survived == 'y');
   int status = 0;
   REQUIRE(::waitpid(child, &status, 0) == child);
   CHECK(WIFSIGNALED(status));
