@@ -13,8 +13,13 @@ std::unique_ptr<Store> rendezvous_store(const DistEnv& env, const std::function<
                                         std::chrono::milliseconds timeout) {
   if (const char* dir = lookup("VQDDP_STORE_DIR"); dir && *dir) return std::make_unique<FileStore>(dir, timeout);
   const char* bind = lookup("VQDDP_STORE_BIND");
-  return std::make_unique<TcpStore>(env.master_addr, env.master_port, env.rank == 0, timeout,
-                                    TcpStoreOptions{.token = env.store_token, .bind_addr = bind ? bind : ""});
+  // Ranks beyond this node's (torchrun and vqddp launch set LOCAL_WORLD_SIZE).
+  const char* local = lookup("LOCAL_WORLD_SIZE");
+  std::optional<int64_t> local_world = local ? parse_int(local) : std::nullopt;
+  bool remote = local_world && *local_world < env.world_size;
+  return std::make_unique<TcpStore>(
+      env.master_addr, env.master_port, env.rank == 0, timeout,
+      TcpStoreOptions{.token = env.store_token, .bind_addr = bind ? bind : "", .remote_peers = remote});
 }
 
 ProcessGroup process_group(std::chrono::milliseconds timeout) {

@@ -265,7 +265,7 @@ TcpStore::TcpStore(const std::string& host, int port, bool is_server, std::chron
               token_.size(), kStoreMaxToken);
   try {
     if (is_server) {
-      listen(options.bind_addr.empty() ? host : options.bind_addr);
+      listen(options.bind_addr.empty() ? host : options.bind_addr, options.remote_peers);
       server_ = std::thread([this] { serve(); });
     }
     connect();
@@ -286,11 +286,16 @@ void TcpStore::shutdown() {
   listen_fds_.clear();
 }
 
-void TcpStore::listen(const std::string& addr) {
+void TcpStore::listen(const std::string& addr, bool remote_peers) {
   std::string error;
   std::vector<Address> addrs = resolve(addr, port_, error);
   VQDDP_CHECK(!addrs.empty(), "store: cannot resolve '{}', the address to serve the store on: {}", addr, error);
   check_token_needed(addrs, token_, addr);
+  if (remote_peers && std::all_of(addrs.begin(), addrs.end(), is_loopback))
+    VQDDP_THROW("store: '{}' is a loopback address on this node (for a host name: an /etc/hosts line such as "
+                "'127.0.1.1 {}'), which ranks on other nodes cannot reach: set MASTER_ADDR to an address of rank 0's "
+                "node that they reach, or VQDDP_STORE_BIND=0.0.0.0",
+                addr, addr);
   // Every address the name has on this machine (localhost: ::1 and
   // 127.0.0.1), on one port: the first bind picks it when port_ is 0.
   for (Address& a : addrs) {

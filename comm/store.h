@@ -49,8 +49,14 @@ struct TcpStoreOptions {
   // rendezvous.h) when MASTER_ADDR is a name other nodes resolve but this
   // node cannot bind.
   std::string bind_addr = {};
-  // (`= {}` on both: designated initializers may name just one without
-  // -Wmissing-field-initializers.)
+  // Server only: ranks on other nodes must reach it. A name that resolves
+  // to loopback alone on rank 0's node (Debian's /etc/hosts maps the host's
+  // own name to 127.0.1.1) would then leave them timing out: refused at
+  // start instead, with what to set. (rendezvous_store sets it when
+  // LOCAL_WORLD_SIZE < WORLD_SIZE.)
+  bool remote_peers = false;
+  // (`= {}` on the strings: designated initializers may name just one
+  // without -Wmissing-field-initializers.)
 };
 
 // A small TCP store. The process with is_server (rank 0) also runs the
@@ -78,7 +84,7 @@ class TcpStore : public Store {
   int port() const { return port_; }
 
  private:
-  void listen(const std::string& addr);
+  void listen(const std::string& addr, bool remote_peers);
   void connect();
   void serve();
   void shutdown();  // closes the sockets and joins the server thread

@@ -20,6 +20,7 @@
 #include "comm/dist_env.h"
 #include "comm/errors.h"
 #include "comm/launcher.h"
+#include "comm/rendezvous.h"
 #include "comm/store.h"
 #include "tests/engine/tmpdir.h"
 
@@ -302,6 +303,16 @@ TEST_CASE("TCP store: serves on the address MASTER_ADDR names, and refuses to go
   CHECK_THROWS_WITH_AS(TcpStore("198.51.100.7", 0, true, 1s, {.token = kToken}),
                        doctest::Contains("store: '198.51.100.7' is not an address of this machine, so rank 0 cannot "
                                          "serve the store on it"),
+                       Error);
+  // Ranks on other nodes cannot reach a loopback-only store (MASTER_ADDR a host name that /etc/hosts maps to
+  // 127.0.1.1): refused at start, through the environment as a launched rank 0 sees it.
+  DistEnv env{.rank = 0, .world_size = 4, .local_rank = 0, .master_addr = "127.0.0.1", .master_port = 0,
+              .store_token = kToken};
+  auto lookup = [](const char* name) -> const char* { return std::string(name) == "LOCAL_WORLD_SIZE" ? "2" : nullptr; };
+  CHECK_THROWS_WITH_AS(rendezvous_store(env, lookup, 1s),
+                       doctest::Contains("store: '127.0.0.1' is a loopback address on this node (for a host name: an "
+                                         "/etc/hosts line such as '127.0.1.1 127.0.0.1'), which ranks on other nodes "
+                                         "cannot reach"),
                        Error);
 }
 
