@@ -55,6 +55,8 @@ void Sgd::step() {
   started_.data<int64_t>()[0] = 1;
 }
 
+NamedRanges Sgd::state_ranges() const { return {{"started", ValueRange{0, 1}}}; }
+
 NamedTensors Sgd::state() {
   NamedTensors out = indexed("momentum", momentum_);
   out.emplace_back("started", started_);
@@ -94,6 +96,12 @@ void AdamW::step() {
     }
     params_[i].bump_version();
   }
+}
+
+NamedRanges AdamW::state_ranges() const {
+  NamedRanges out;
+  for (size_t i = 0; i < steps_.size(); ++i) out.emplace_back(fmt::format("step.{}", i), ValueRange::non_negative());
+  return out;
 }
 
 NamedTensors AdamW::state() {

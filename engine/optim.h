@@ -26,6 +26,10 @@ class Optimizer {
   // Named state tensors ("exp_avg.3", "step.3", ...), live handles: copying
   // values into them restores the optimizer exactly.
   virtual NamedTensors state() = 0;
+  // The values state() tensors may hold where more is known than "finite"
+  // (step counters >= 0, flags 0/1): checked when a checkpoint restores
+  // them, next to the code that relies on them (engine/nn.h, ValueRange).
+  virtual NamedRanges state_ranges() const = 0;
   float lr = 0.f;
 
  protected:
@@ -46,6 +50,7 @@ class Sgd : public Optimizer {
   Sgd(std::vector<Tensor> params, SgdOptions options);
   void step() override;
   NamedTensors state() override;
+  NamedRanges state_ranges() const override;
 
  private:
   SgdOptions opt_;
@@ -68,6 +73,7 @@ class AdamW : public Optimizer {
   AdamW(std::vector<Tensor> params, AdamWOptions options);
   void step() override;
   NamedTensors state() override;
+  NamedRanges state_ranges() const override;
 
  private:
   AdamWOptions opt_;

@@ -114,10 +114,11 @@ int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim
     for (const auto& [n, _] : live) known |= n == name;
     VQDDP_CHECK(known, "{}: does not match the model: the checkpoint has tensor '{}', the model does not", path, name);
   }
-  // Parameters and optimizer state may hold any finite value; buffers what
-  // their module registered.
+  // Every value finite; buffers and optimizer state also within what their
+  // module or optimizer registered.
   std::map<std::string, ValueRange> ranges;
   for (auto& [n, r] : model.named_buffer_ranges()) ranges["buffer." + n] = r;
+  for (auto& [n, r] : optim.state_ranges()) ranges["optim." + n] = r;
   for (const auto& [name, _] : live) {
     auto rule = ranges.find(name);
     std::string bad = value_range_violation(f.at(name), rule == ranges.end() ? ValueRange{} : rule->second);

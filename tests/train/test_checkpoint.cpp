@@ -204,7 +204,7 @@ TEST_CASE("resuming training from a negative or huge step is an error, not a cra
   }
 }
 
-TEST_CASE("codebook counters out of their range are refused naming the tensor and the value") {
+TEST_CASE("codebook and optimizer counters out of their range are refused naming the tensor and the value") {
   TempDir dir;
   struct Case {
     std::string tensor;
@@ -220,6 +220,7 @@ TEST_CASE("codebook counters out of their range are refused naming the tensor an
            Case{"buffer.quantizer.dropout_step", 0, -7, "-7 at index 0, outside [0, inf]"},
            Case{"buffer.quantizer.layer0.initted", 0, 2, "2 at index 0, outside [0, 1]"},
            Case{"buffer.quantizer.layer1.embed_avg", 5, INFINITY, "inf at index 5, not finite"},
+           Case{"optim.step.0", 0, -3, "-3 at index 0, outside [0, inf]"},  // AdamW's bias correction counts it
        }) {
     CAPTURE(c.tensor);
     std::string path = with_tensor(dir, c.tensor, edited(c.tensor, c.at, c.value));
