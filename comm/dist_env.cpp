@@ -13,10 +13,7 @@ int integer_var(const std::function<const char*(const char*)>& lookup, const cha
   const char* v = lookup(name);
   VQDDP_CHECK(v && *v, "environment variable {} is not set (a multi-process run needs RANK, WORLD_SIZE, LOCAL_RANK, "
               "MASTER_ADDR and MASTER_PORT; `vqddp launch` sets them)", name);
-  std::optional<int64_t> x = parse_int(v);
-  VQDDP_CHECK(x && *x >= low && *x <= high, "environment variable {}={} is not an integer in [{}, {}]", name, v, low,
-              high);
-  return static_cast<int>(*x);
+  return static_cast<int>(parse_count(v, {low, high}, fmt::format("environment variable {}", name)));
 }
 
 }  // namespace

@@ -38,4 +38,10 @@ struct CountRange {
   std::string violation(std::string_view got) const;
 };
 
+// `text` as an integer within `range`, for every count read from text (flags,
+// environment variables, metadata): one rule, one wording. Throws an Error
+// "<what> must be an integer, got 'x'" or "<what> must be in [lo, hi], got
+// <text>"; digits beyond int64 are a range error, not a wrapped value.
+int64_t parse_count(std::string_view text, CountRange range, std::string_view what);
+
 }  // namespace vqddp

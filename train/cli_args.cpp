@@ -37,12 +37,7 @@ std::string CliArgs::get(const std::string& name, const std::string& fallback) c
 int64_t CliArgs::get_int(const std::string& name, int64_t fallback, CountRange range) const {
   auto it = values_.find(name);
   if (it == values_.end()) return fallback;
-  std::optional<int64_t> v = parse_int(it->second);
-  // Digits beyond int64 are a range error, not a wrong type.
-  bool digits = !it->second.empty() && it->second.find_first_not_of("-0123456789") == std::string::npos;
-  VQDDP_CHECK(v || digits, "{}: --{} expects an integer, got '{}'", command_, name, it->second);
-  VQDDP_CHECK(v && range.contains(*v), "{}: --{} {}", command_, name, range.violation(it->second));
-  return *v;
+  return parse_count(it->second, range, fmt::format("{}: --{}", command_, name));
 }
 
 double CliArgs::get_double(const std::string& name, double fallback) const {

@@ -27,17 +27,13 @@ bool parse_bool(const std::string& file, const std::string& key, const std::stri
   VQDDP_THROW("{}: metadata '{}' must be \"true\" or \"false\", got \"{}\"", file, key, v);
 }
 
+std::string metadata_key(const std::string& file, const std::string& key) {
+  return fmt::format("{}: metadata '{}'", file, key);
+}
+
 double parse_number(const std::string& file, const std::string& key, const std::string& v) {
   if (auto d = parse_double(v)) return *d;
   VQDDP_THROW("{}: metadata '{}' must be a number, got \"{}\"", file, key, v);
-}
-
-// A whole number in `range`: a seed read as a double would lose its low bits.
-int64_t parse_count(const std::string& file, const std::string& key, const std::string& v, CountRange range) {
-  std::optional<int64_t> n = parse_int(v);
-  VQDDP_CHECK(n, "{}: metadata '{}' must be an integer, got \"{}\"", file, key, v);
-  VQDDP_CHECK(range.contains(*n), "{}: metadata '{}' {}", file, key, range.violation(v));
-  return *n;
 }
 
 // Codebook settings from the header metadata; absent keys keep the defaults
@@ -59,9 +55,10 @@ CodebookOptions read_settings(const SafetensorsFile& f, const std::string& file,
     else if (key == "kmeans_init")
       o.kmeans_init = parse_bool(file, key, v);
     else if (key == "kmeans_iters")
-      o.kmeans_iters = static_cast<int>(parse_count(file, key, v, limits::kmeans_iters));
+      o.kmeans_iters = static_cast<int>(parse_count(v, limits::kmeans_iters, metadata_key(file, key)));
     else if (key == "seed")
-      o.seed = static_cast<uint64_t>(parse_count(file, key, v, limits::optional_count));
+      // Whole numbers: a seed read as a double would lose its low bits.
+      o.seed = static_cast<uint64_t>(parse_count(v, limits::optional_count, metadata_key(file, key)));
     else
       VQDDP_THROW("{}: unknown metadata key '{}' (known: decay, eps, threshold_ema_dead_code, cosine, "
                   "commitment_weight, kmeans_init, kmeans_iters, seed)",

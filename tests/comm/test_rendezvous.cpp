@@ -131,10 +131,11 @@ TEST_CASE("the environment contract: torchrun's variables, and an error naming e
   };
   CHECK_THROWS_WITH_AS(env_of(without("RANK")), doctest::Contains("environment variable RANK is not set"), Error);
   CHECK_THROWS_WITH_AS(env_of(without("MASTER_ADDR")), doctest::Contains("MASTER_ADDR is not set"), Error);
-  CHECK_THROWS_WITH_AS(env_of(with("WORLD_SIZE", "eight")), doctest::Contains("WORLD_SIZE=eight is not an integer"), Error);
+  CHECK_THROWS_WITH_AS(env_of(with("WORLD_SIZE", "eight")),
+                       doctest::Contains("environment variable WORLD_SIZE must be an integer, got 'eight'"), Error);
   CHECK_THROWS_WITH_AS(env_of(with("RANK", "8")), doctest::Contains("RANK=8 is not below WORLD_SIZE=8"), Error);
-  CHECK_THROWS_WITH_AS(env_of(with("MASTER_PORT", "70000")), doctest::Contains("MASTER_PORT=70000 is not an integer in"),
-                       Error);
+  CHECK_THROWS_WITH_AS(env_of(with("MASTER_PORT", "70000")),
+                       doctest::Contains("environment variable MASTER_PORT must be in [1, 65535], got 70000"), Error);
   CHECK_THROWS_WITH_AS(env_of(with("LOCAL_RANK", "5")), doctest::Contains("LOCAL_RANK=5 exceeds RANK=3"), Error);
   CHECK(e.store_token.empty());  // optional: torchrun sets none
   CHECK(env_of(with("VQDDP_STORE_TOKEN", "s3cret")).store_token == "s3cret");

@@ -102,7 +102,7 @@ TEST_CASE("replay errors name the file and the key or tensor, and write nothing"
   write_input(in, g, {{"seed", "-1"}});
   fails_with("in.safetensors: metadata 'seed' must be at least 0, got -1");
   write_input(in, g, {{"kmeans_iters", "2.5"}});
-  fails_with("metadata 'kmeans_iters' must be an integer, got \"2.5\"");
+  fails_with("in.safetensors: metadata 'kmeans_iters' must be an integer, got '2.5'");
   // A non-finite row names the file, the batch, its rows and the rank.
   Tensor x1 = g.at("x.1").clone();
   x1.data<float>()[3 * x1.size(1)] = std::nanf("");
