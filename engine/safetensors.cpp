@@ -1,6 +1,7 @@
 #include "engine/safetensors.h"
 
 #include "engine/file_io.h"
+#include "engine/json_strict.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -94,12 +95,7 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
 // entry lost a name would otherwise pass with that tensor unchecked.
 void verify_checksums(const std::string& path, const std::string& stored, const std::vector<Entry>& entries,
                       const char* data) {
-  json sums;
-  try {
-    sums = json::parse(stored);
-  } catch (const json::exception& e) {
-    VQDDP_THROW("{}: __metadata__ '{}' is not JSON: {}", path, kChecksumKey, e.what());
-  }
+  json sums = parse_json_strict(stored, fmt::format("{}: __metadata__ '{}'", path, kChecksumKey));
   VQDDP_CHECK(sums.is_object(), "{}: __metadata__ '{}' is not a JSON object of tensor name -> checksum", path,
               kChecksumKey);
   for (const Entry& e : entries)

@@ -2,6 +2,8 @@
 
 #include <map>
 
+#include "engine/json_strict.h"
+
 namespace vqddp {
 
 namespace {
@@ -81,11 +83,7 @@ int64_t checkpoint_step(const SafetensorsFile& f) {
 nlohmann::json checkpoint_config(const SafetensorsFile& f) {
   auto text = f.metadata.find("config");
   VQDDP_CHECK(text != f.metadata.end(), "{}: __metadata__ has no 'config'", f.path);
-  try {
-    return nlohmann::json::parse(text->second);
-  } catch (const nlohmann::json::exception& e) {
-    VQDDP_THROW("{}: __metadata__ 'config' is not JSON: {}", f.path, e.what());
-  }
+  return parse_json_strict(text->second, f.path + ": __metadata__ 'config'");
 }
 
 int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim, int64_t total_steps,

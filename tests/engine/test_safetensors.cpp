@@ -2,7 +2,6 @@
 // per-tensor checksums, CRC32C against a bitwise reference, and the removal
 // of temporaries a killed save left behind.
 #include <doctest/doctest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,10 +12,14 @@
 
 #include "engine/file_io.h"
 #include "engine/safetensors.h"
+#include "tests/engine/file_fixtures.h"
 #include "tests/engine/tmpdir.h"
 
 using namespace vqddp;
 using vqddp::test::TempDir;
+using vqddp::test::dead_pid;
+using vqddp::test::safetensors_layout;
+using vqddp::test::SafetensorsLayout;
 
 namespace {
 
@@ -191,13 +194,6 @@ uint32_t crc32c_bitwise(const std::string& bytes) {
   return ~crc;
 }
 
-// The byte offset of the data in a safetensors file.
-size_t data_start(const std::string& bytes) {
-  uint64_t n = 0;
-  std::memcpy(&n, bytes.data(), 8);
-  return 8 + n;
-}
-
 }  // namespace
 
 TEST_CASE("crc32c gives the standard check value and equals the bitwise definition at every length and alignment") {
@@ -221,7 +217,7 @@ TEST_CASE("a saved file carries a readable CRC32C per tensor in its metadata, ve
   safetensors_save(path, {{"w", w}, {"empty", zeros({0})}}, {{"note", "x"}});
   std::string bytes = read_file(path);
   // Any safetensors reader: every metadata value is a string.
-  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, data_start(bytes) - 8));
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, safetensors_layout(bytes).data_start - 8));
   for (const auto& [key, value] : header["__metadata__"].items()) CHECK(value.is_string());
   nlohmann::json sums = nlohmann::json::parse(header["__metadata__"]["vqddp.crc32c"].get<std::string>());
   CHECK(sums["w"] == fmt::format("{:08x}", crc32c(w.raw_data(), 12)));
@@ -241,7 +237,7 @@ TEST_CASE("one flipped bit in tensor data is refused, naming the file, the tenso
   Tensor a = from_vector({1.f, 2.f}, {2}), b = from_vector({3.f, 4.f, 5.f}, {3});
   safetensors_save(path, {{"a", a}, {"b", b}});
   std::string bytes = read_file(path);
-  size_t at = data_start(bytes) + a.nbytes() + 5;  // inside 'b'
+  size_t at = safetensors_layout(bytes).data_start + a.nbytes() + 5;  // inside 'b'
   bytes[at] = static_cast<char>(bytes[at] ^ 0x10);
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
   Tensor damaged = b.clone();
@@ -265,7 +261,7 @@ TEST_CASE("checksum metadata must be JSON, hold 8 hex digits for every tensor an
   with_sums(R"({"x":")" + good + R"("})");
   CHECK(safetensors_load(p).checksummed);
   with_sums("{not json");
-  expect("__metadata__ 'vqddp.crc32c' is not JSON");
+  expect("__metadata__ 'vqddp.crc32c': not valid JSON");
   with_sums("{}");
   expect("tensor 'x' has no checksum in __metadata__ 'vqddp.crc32c'");
   with_sums(R"({"x":")" + good + R"(","gone":"00000000"})");
@@ -286,16 +282,6 @@ TEST_CASE("a file without checksums (another writer's) loads unverified and says
 }
 
 namespace {
-
-// A pid that named a process a moment ago and names none now.
-pid_t dead_pid() {
-  pid_t child = fork();
-  if (child == 0) _exit(0);
-  REQUIRE(child > 0);
-  int status = 0;
-  waitpid(child, &status, 0);
-  return child;
-}
 
 std::vector<std::string> files_in(const std::filesystem::path& dir) {
   std::vector<std::string> out;
