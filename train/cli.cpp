@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "comm/dist_env.h"
 #include "comm/launcher.h"
 #include "engine/blas.h"
 #include "engine/error.h"
@@ -79,7 +80,7 @@ std::string shell_quoted(const std::string& word) {
 // launcher this process's own line would resume one rank of N: say what to
 // change in the launch command instead.
 std::string resume_command(int argc, char** argv, const Config& cfg) {
-  if (std::getenv("RANK") && std::getenv("WORLD_SIZE"))
+  if (dist_env_present(std::getenv))
     return fmt::format("your launch command (vqddp launch, torchrun, srun) with --resume {} added to the train "
                        "arguments", shell_quoted(checkpoint_path(cfg)));
   std::vector<std::string> words;
@@ -100,13 +101,13 @@ std::string resume_command(int argc, char** argv, const Config& cfg) {
 // `vqddp launch -- vqddp train` with thread ranks would start one complete
 // run per process, all writing into one run directory.
 void refuse_thread_ranks_under_launcher(const std::string& backend) {
-  const char* world = std::getenv("WORLD_SIZE");
-  const char* rank = std::getenv("RANK");
-  if (backend == "nccl" || !world || !rank || std::string(world) == "1") return;
-  VQDDP_THROW("train: this process was started by a launcher (RANK={}, WORLD_SIZE={}) but the backend is \"{}\", "
+  if (backend == "nccl" || !dist_env_present(std::getenv)) return;
+  DistEnv env = dist_env_from_process();
+  VQDDP_CHECK(env.world_size == 1,
+              "train: this process was started by a launcher (RANK={}, WORLD_SIZE={}) but the backend is \"{}\", "
               "which starts its own ranks: every launched process would train a whole run of its own into the same "
               "run directory. Use --backend nccl (one process per GPU), or run `vqddp train` without a launcher",
-              rank, world, backend);
+              env.rank, env.world_size, backend);
 }
 
 int run_train(int argc, char** argv) {

@@ -46,9 +46,8 @@ double ConfigSection::number(const std::string& key, double fallback) {
   return v->get<double>();
 }
 
-int64_t ConfigSection::checked_integer(const std::string& key, const nlohmann::json& v, CountRange range,
-                                       const char* what) const {
-  if (!v.is_number_integer()) fail(key, fmt::format("must be {}, got {}", what, type_of(v)));
+int64_t ConfigSection::checked_integer(const std::string& key, const nlohmann::json& v, CountRange range) const {
+  if (!v.is_number_integer()) fail(key, "must be an integer, got " + type_of(v));
   bool too_big = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(range.hi);
   if (too_big || !range.contains(v.get<int64_t>())) fail(key, range.violation(v.dump()));
   return v.get<int64_t>();
@@ -56,7 +55,7 @@ int64_t ConfigSection::checked_integer(const std::string& key, const nlohmann::j
 
 int64_t ConfigSection::integer(const std::string& key, int64_t fallback, CountRange range) {
   const nlohmann::json* v = get(key);
-  return v ? checked_integer(key, *v, range, "an integer") : fallback;
+  return v ? checked_integer(key, *v, range) : fallback;
 }
 
 uint64_t ConfigSection::unsigned_integer(const std::string& key, uint64_t fallback) {
@@ -98,7 +97,7 @@ std::vector<int64_t> ConfigSection::integers(const std::string& key, const std::
   if (!v->is_array()) fail(key, "must be an array of integers, got " + type_of(*v));
   std::vector<int64_t> out;
   for (size_t i = 0; i < v->size(); ++i)
-    out.push_back(checked_integer(fmt::format("{}[{}]", key, i), (*v)[i], range, "an integer"));
+    out.push_back(checked_integer(fmt::format("{}[{}]", key, i), (*v)[i], range));
   return out;
 }
 

@@ -56,7 +56,6 @@ Dataset load_wav_frames(const DataConfig& c) {
   for (const DataSourceConfig& src : c.sources) {
     VQDDP_CHECK(std::filesystem::is_directory(src.path), "data source '{}' is not a directory of WAV files", src.path);
     std::vector<std::string> files = wav_files_in(src.path);
-    std::sort(files.begin(), files.end());
     if (c.max_files > 0 && static_cast<int64_t>(files.size()) > c.max_files) files.resize(c.max_files);
     VQDDP_CHECK(!files.empty(), "data source '{}' holds no .wav files", src.path);
     std::vector<float> train;

@@ -1,7 +1,6 @@
 #include "train/metrics_log.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>

@@ -91,9 +91,9 @@ std::string nonfinite_origin(const Tensor& host_batch, const CodecModel& model) 
   std::string largest_name;
   for (const auto& [name, p] : model.named_parameters()) {
     Tensor h = p.detach().to(Device::cpu());
-    if (first_nonfinite(h) >= 0)
-      return fmt::format("the data batch is finite; parameter '{}' is not (the updates diverged: a smaller "
-                         "optimizer.lr or grad_clip may help)", name);
+    if (std::string bad = value_range_violation(h, {}); !bad.empty())
+      return fmt::format("the data batch is finite; parameter '{}' holds {} (the updates diverged: a smaller "
+                         "optimizer.lr or grad_clip may help)", name, bad);
     for (int64_t i = 0; i < h.numel(); ++i)
       if (std::fabs(h.data<float>()[i]) > largest) largest = std::fabs(h.data<float>()[i]), largest_name = name;
   }
@@ -198,14 +198,11 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
     model.to(device);
     const std::vector<Tensor> params = model.parameters();  // listed once: the names are built per call
     std::unique_ptr<Optimizer> optim = make_optimizer(cfg.optimizer, params);
+    // Agreed first: its length bounds the step a checkpoint may resume at.
+    Schedule schedule = agree_schedule(sizes, data.weights, cfg.schedule, comm);
     // Loaded before DDP's start-up broadcast, which then makes every rank's
     // state rank 0's (a resumed one included).
-    // The schedule's length bounds the resumed step (it depends on no weight:
-    // this rank's plan gives rank 0's number); temporaries of a save killed
-    // midway go before this run writes its first checkpoint.
-    int64_t step = opt.resume.empty() ? 0
-                   : load_checkpoint(opt.resume, model, *optim,
-                                     plan_schedule(sizes, data.weights, cfg.schedule).total_steps, &cfg.source);
+    int64_t step = opt.resume.empty() ? 0 : load_checkpoint(opt.resume, model, *optim, schedule.total_steps, &cfg.source);
     // The run directory is checked, and the metrics file opened (cut back to
     // the resumed step), before any step is trained; temporaries of a save
     // killed midway go before this run writes its first checkpoint.
@@ -219,7 +216,6 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
     }
     step = agree_start_step(step, comm);
     DistributedDataParallel ddp(model, comm);
-    Schedule schedule = agree_schedule(sizes, data.weights, cfg.schedule, comm);
     ShardedSampler sampler(schedule, sizes, cfg.run.seed, comm.rank(), comm.world_size());
     int64_t last = opt.stop_at_step > 0 ? std::min(opt.stop_at_step, schedule.total_steps) : schedule.total_steps;
     std::vector<int64_t> layer_sizes = model.layer_sizes();
@@ -236,6 +232,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
     int64_t first = step;
     Validation val;
     int stopped_by = 0;
+    Tensor stop_flag = zeros({1}, DType::i64);  // the received signal, all-reduced (max) after each step
     model.train();
     for (; step < last && !stopped_by; ++step) {
       Tensor host_x = gather_rows(data, sampler.rank_batch(step));  // (n_r, F)
@@ -257,11 +254,12 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
       optim->zero_grad();
       int64_t done = step + 1;
       if (opt.after_step) opt.after_step(done, comm.rank(), model, *optim);
-      if (opt.stop_requested) {
-        Tensor flag = full({1}, opt.stop_requested(), DType::i64);
-        comm.all_reduce(flag, ReduceOp::max);
-        // A stop asked during the last step changes nothing: the run is complete.
-        stopped_by = done == last ? 0 : static_cast<int>(flag.item<int64_t>());
+      // Not after the last step (every rank knows `last`, so all skip it): a
+      // stop asked then changes nothing, the run is complete.
+      if (opt.stop_requested && done < last) {
+        stop_flag.data<int64_t>()[0] = opt.stop_requested();
+        comm.all_reduce(stop_flag, ReduceOp::max);
+        stopped_by = static_cast<int>(stop_flag.data<int64_t>()[0]);
       }
 
       if (schedule.log_after(done) || done == last || stopped_by) {

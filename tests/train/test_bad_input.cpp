@@ -53,6 +53,18 @@ CliArgs train_args(std::vector<std::string> words) {
   return CliArgs("train", static_cast<int>(argv.size()), argv.data(), 2, {"world", "steps"});
 }
 
+// The message of the NonFiniteError `f` throws ("" and a failed check if none).
+template <class F>
+std::string nonfinite_message(F f) {
+  try {
+    f();
+  } catch (const NonFiniteError& e) {
+    return e.what();
+  }
+  FAIL_CHECK("no NonFiniteError was thrown");
+  return "";
+}
+
 }  // namespace
 
 TEST_CASE("counts in a config are 64-bit and range-checked: out of range is an error naming key and range") {
@@ -134,7 +146,7 @@ TEST_CASE("command-line counts are 64-bit and range-checked: --world 4294967298 
   CHECK_THROWS_WITH_AS(train_args({"--steps", "-3"}).get_int("steps", 0, limits::steps),
                        doctest::Contains("train: --steps must be in [1, 1099511627776], got -3"), Error);
   CHECK_THROWS_WITH_AS(train_args({"--steps", "3x"}).get_int("steps", 0, limits::steps),
-                       doctest::Contains("train: --steps expects an integer, got '3x'"), Error);
+                       doctest::Contains("train: --steps must be an integer, got '3x'"), Error);
   CHECK(train_args({}).get_int("steps", 7, limits::steps) == 7);  // the fallback is not range-checked: it is ours
 }
 
@@ -220,24 +232,25 @@ TEST_CASE("a non-finite value in training names step and rank, and whether the d
                        NonFiniteError);
   // A parameter that became NaN is named.
   cfg = small_config(dir.file("nan-param"));
-  o.after_step = [](int64_t done, int, const CodecModel& model, Optimizer&) {
-    if (done == 2) model.named_parameters().front().second.fill_(std::nanf(""));
+  std::string poisoned;
+  o.after_step = [&](int64_t done, int rank, const CodecModel& model, Optimizer&) {
+    if (done != 2) return;
+    auto [name, p] = model.named_parameters().front();
+    if (rank == 0) poisoned = name;
+    p.fill_(std::nanf(""));
   };
-  CHECK_THROWS_WITH_AS(
-      train(cfg, synthetic_data(), o),
-      doctest::Contains(fmt::format("; the data batch is finite; parameter '{}' is not",
-                                    CodecModel(cfg.model, cfg.quantizer, 16, 0).named_parameters().front().first)
-                            .c_str()),
-      NonFiniteError);
+  std::string m = nonfinite_message([&] { train(cfg, synthetic_data(), o); });
+  CHECK(m.find(fmt::format("; the data batch is finite; parameter '{}' holds nan at index 0, not finite", poisoned)) !=
+        std::string::npos);
   o.after_step = nullptr;
   // A NaN in the data is called what it is.
   Dataset data = synthetic_data();
   data.sources[0].fill_(std::nanf(""));
   cfg = small_config(dir.file("nan"));
   cfg.distributed.world_size = 1;
-  CHECK_THROWS_WITH_AS(train(cfg, data, o), doctest::Contains("step 1, rank 0: "), NonFiniteError);
-  CHECK_THROWS_WITH_AS(train(cfg, data, o), doctest::Contains("; the data batch itself holds a non-finite value (row "),
-                       NonFiniteError);
+  m = nonfinite_message([&] { train(cfg, data, o); });
+  CHECK(m.find("step 1, rank 0: ") != std::string::npos);
+  CHECK(m.find("; the data batch itself holds a non-finite value (row ") != std::string::npos);
 }
 
 TEST_CASE("SIGTERM mid-run: every rank finishes the same step, it is checkpointed, and the resume equals an "
