@@ -27,8 +27,7 @@ if [ "${VQDDP_TEST_QUICK:-0}" != 1 ]; then
   # thread of one process), findings fatal. Only their executables are
   # built. OpenBLAS runs single-threaded: its own threads are not
   # instrumented and would be reported as races with themselves.
-  [ -f build-tsan/build.ninja ] || meson setup build-tsan "${sanitized[@]}" -Dtsan=true
-  ninja -C build-tsan tests/test_comm tests/test_vq tests/test_train
+  bash scripts/build.sh build-tsan "${sanitized[@]}" -Dtsan=true -- tests/test_comm tests/test_vq tests/test_train
   OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
     meson test -C build-tsan --no-rebuild --print-errorlogs comm vq train
   logs+=(build-asan/meson-logs/testlog.txt build-tsan/meson-logs/testlog.txt)

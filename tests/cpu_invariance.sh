@@ -7,6 +7,8 @@
 # usage: cpu_invariance.sh TEST_ENGINE TEST_VQ VQDDP EXAMPLES_DIR
 set -euo pipefail
 test_engine=$1 test_vq=$2 vqddp=$3 examples=$4
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 
 flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
 has() { [[ " $flags " == *" $1 "* ]]; }
@@ -39,10 +41,9 @@ for core in "${cores[@]}"; do
     done
     # check-ddp once per core and thread count (the instruction set changes no bit, proven above).
     for ex in "$examples"/*.json; do
-      "$vqddp" check-ddp "$ex" --world 4 --steps 1 >/tmp/cpu_invariance.$$.log 2>&1 ||
-        { echo "FAILED: check-ddp $ex under $core/$threads"; tail -30 /tmp/cpu_invariance.$$.log; rm -f /tmp/cpu_invariance.$$.log; exit 1; }
+      "$vqddp" check-ddp "$ex" --world 4 --steps 1 >"$log" 2>&1 ||
+        { echo "FAILED: check-ddp $ex under $core/$threads"; tail -30 "$log"; exit 1; }
     done
-    rm -f /tmp/cpu_invariance.$$.log
   done
 done
 echo "cpu invariance: ${#cores[@]} OpenBLAS cores (${cores[*]}) x 2 thread counts x ${#isas[@]} instruction sets: $runs runs passed"
