@@ -122,10 +122,21 @@ inline void closed_form_collectives(Communicator& comm, Device device) {
   std::vector<double> gw = as_doubles(whole);
   for (int q = 0; q < w; ++q)
     for (int64_t i = 0; i < 6; ++i) CHECK(gw[q * 6 + i] == q + 5.0);
+  // An in-place all_gather_rows: this rank's rows already sit at its offset
+  // in the output (ranks with no rows pass an empty view of it).
+  Tensor all_rows = full({total, 2}, -1.0, DType::f32, device);
+  int64_t offset = std::accumulate(counts.begin(), counts.begin() + r, int64_t{0});
+  Tensor own_rows = all_rows.slice_rows(offset, offset + counts[r]);
+  own_rows.copy_(rank_filled(r, counts[r] * 2, DType::f32, device).reshape({counts[r], 2}));
+  comm.all_gather_rows(own_rows, counts, all_rows);
+  std::vector<double> ga = as_doubles(all_rows);
+  at = 0;
+  for (int q = 0; q < w; ++q)
+    for (int64_t i = 0; i < counts[q] * 2; ++i) CHECK(ga[at++] == 1000.0 * q + i);
   comm.barrier();
   // 3 dtypes x (3 + avg for floats) + view + W broadcasts + gather + rows + counts + 3 into views + in-place
-  // gather + barrier.
-  CHECK(comm.counters().collectives - before.collectives == uint64_t(3 * 3 + 2 + 1 + w + 1 + 1 + 1 + 3 + 1 + 1));
+  // gather + in-place rows + barrier.
+  CHECK(comm.counters().collectives - before.collectives == uint64_t(3 * 3 + 2 + 1 + w + 1 + 1 + 1 + 3 + 1 + 1 + 1));
 }
 
 }  // namespace vqddp::test

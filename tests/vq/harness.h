@@ -1,5 +1,6 @@
-// Helpers for the multi-rank VQ tests: shard a global batch, snapshot and
-// compare module state bitwise or within a tolerance.
+// Helpers for the multi-rank VQ tests: shard a global batch, run every
+// split, collect each rank's result, snapshot and compare module state
+// bitwise or within a tolerance.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -11,12 +12,14 @@
 #include <numeric>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "comm/thread_group.h"
 #include "engine/nn.h"
 #include "engine/ops.h"
 #include "engine/random.h"
+#include "vq/codebook.h"
 
 namespace vqddp::test {
 
@@ -86,6 +89,30 @@ inline void check_splits_differ(int64_t n, int w) {
   if (w > 1 && n >= 2 * w) CHECK(seen.size() == kSplitKinds.size());
 }
 
+// Calls f(w, split) for every W in [w_from, w_to] and every split kind of
+// N rows, after check_splits_differ(n, w); a failure names W and the split.
+// Start at W = 2 where the test's reference is 1 rank: for W = 1 every kind
+// is the same split, which would only re-prove determinism.
+template <class F>
+void for_each_split(int64_t n, int w_from, int w_to, F f) {
+  for (int w = w_from; w <= w_to; ++w) {
+    check_splits_differ(n, w);
+    for (const std::string& split : kSplitKinds) {
+      CAPTURE(w);
+      CAPTURE(split);
+      f(w, split);
+    }
+  }
+}
+
+// Runs f(comm) on W rank threads; returns each rank's result, by rank.
+template <class F>
+auto per_rank(int w, F f) {
+  std::vector<std::invoke_result_t<F&, Communicator&>> got(w);
+  run_ranks(w, [&](Communicator& comm) { got[comm.rank()] = f(comm); }, kFast);
+  return got;
+}
+
 inline Tensor shard(const Tensor& x, const std::vector<int64_t>& sizes, int rank) {
   int64_t begin = std::accumulate(sizes.begin(), sizes.begin() + rank, int64_t{0});
   return x.slice_rows(begin, begin + sizes[rank]);
@@ -139,6 +166,42 @@ inline std::string first_difference(const NamedTensors& a, const NamedTensors& b
 
 inline bool bitwise_equal(const NamedTensors& a, const NamedTensors& b) { return first_difference(a, b).empty(); }
 
+// A step's metrics as a list: one per codebook updated (a Codebook's single
+// CodebookMetrics, or a VectorQuantize/ResidualVQ output's vector).
+inline std::vector<CodebookMetrics> metrics_list(const CodebookMetrics& m) { return {m}; }
+inline const std::vector<CodebookMetrics>& metrics_list(const std::vector<CodebookMetrics>& m) { return m; }
+
+// Invariants 1 and 2 over a run: `ranks` are W ranks' traces and `one` the
+// trace of 1 rank on the whole batch, each with .states (module state after
+// each step) and .metrics (that step's metrics). After every step every
+// rank's state is bitwise the 1-rank state, and every rank's metrics (from
+// the exact global counts) equal the 1-rank metrics field by field.
+template <class Trace>
+void check_traces_equal(const std::vector<Trace>& ranks, const Trace& one) {
+  REQUIRE(one.metrics.size() == one.states.size());
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    REQUIRE(ranks[r].states.size() == one.states.size());
+    REQUIRE(ranks[r].metrics.size() == one.metrics.size());
+  }
+  for (size_t s = 0; s < one.states.size(); ++s) {
+    CAPTURE(s);
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      CAPTURE(r);
+      CHECK(first_difference(ranks[r].states[s], one.states[s]) == "");
+      const std::vector<CodebookMetrics>& want = metrics_list(one.metrics[s]);
+      const std::vector<CodebookMetrics>& got = metrics_list(ranks[r].metrics[s]);
+      REQUIRE(got.size() == want.size());
+      for (size_t b = 0; b < want.size(); ++b) {
+        CAPTURE(b);
+        CHECK(got[b].codes_revived == want[b].codes_revived);
+        CHECK(got[b].codes_used == want[b].codes_used);
+        CHECK(got[b].rows == want[b].rows);
+        CHECK(got[b].perplexity == want[b].perplexity);
+      }
+    }
+  }
+}
+
 // Checks |a - b| <= atol + rtol * |b| element-wise for every float tensor
 // (a NaN on either side fails), exact equality for int64 tensors.
 inline void check_close(const NamedTensors& a, const NamedTensors& b, double rtol, double atol) {
@@ -165,8 +228,9 @@ inline void check_close(const NamedTensors& a, const NamedTensors& b, double rto
 }
 
 // 100 codes of dimension 2: (9, 9) except three identical nearest codes
-// (1, 0) at 35, 50 and 97, placed so every lane-merge shortcut picks wrong
-// (see test_assign.cpp); the right answer for rows near (1, 0) is 35.
+// (1, 0) at 35, 50 and 97. The argmin orders by (score, then code index), so
+// an exact tie goes to the lowest index: rows near (1, 0) get 35 on every
+// backend, whatever order the codes are scanned or merged in.
 inline Tensor tied_codebook() {
   std::vector<float> e(200, 9.f);
   for (int j : {35, 50, 97}) {

@@ -29,29 +29,23 @@ TEST_CASE("draw_row_numbers: without replacement when there are enough rows, wit
   CHECK(draw_row_numbers(0, 5, g).empty());
 }
 
-TEST_CASE("sample_rows: the same block on every rank and for every split, W = 1..4") {
+TEST_CASE("sample_rows: the same block on every rank and for every split kind, W = 2..4, as 1 rank's") {
   Generator data(9, 0);
   Tensor x = rand_normal({41, 5}, data);  // (41, 5) global batch
   for (int64_t m : {int64_t{7}, int64_t{41}, int64_t{60}}) {
     CAPTURE(m);
-    Tensor reference;
-    run_ranks(1, [&](Communicator& comm) {
+    Tensor reference = per_rank(1, [&](Communicator& comm) {
       Generator g(5, 2);
-      reference = sample_rows(x, m, comm, g);
-    }, kFast);
+      return sample_rows(x, m, comm, g);
+    })[0];
     REQUIRE(reference.shape() == Shape{m, 5});
-    for (int w = 2; w <= 4; ++w)  // w = 1 is the reference
-      for (const std::string kind : {"even", "uneven", "empty"}) {
-        CAPTURE(w);
-        CAPTURE(kind);
-        std::vector<int64_t> sizes = split_sizes(41, w, kind);
-        std::vector<Tensor> got(w);
-        run_ranks(w, [&](Communicator& comm) {
-          Generator g(5, 2);
-          got[comm.rank()] = sample_rows(shard(x, sizes, comm.rank()), m, comm, g);
-        }, kFast);
-        for (int r = 0; r < w; ++r) CHECK(got[r].to_vector<float>() == reference.to_vector<float>());
-      }
+    for_each_split(41, 2, 4, [&](int w, const std::string& split) {  // empty ranks included
+      std::vector<Tensor> got = per_rank(w, [&](Communicator& comm) {
+        Generator g(5, 2);
+        return sample_rows(shard(x, split_sizes(41, w, split), comm.rank()), m, comm, g);
+      });
+      for (int r = 0; r < w; ++r) CHECK(got[r].to_vector<float>() == reference.to_vector<float>());
+    });
   }
 }
 
@@ -68,11 +62,10 @@ TEST_CASE("sample_rows returns the drawn rows in draw order: x[draw_row_numbers(
         CAPTURE(m);
         CAPTURE(w);
         CAPTURE(kind);
-        std::vector<Tensor> got(w);
-        run_ranks(w, [&](Communicator& comm) {
+        std::vector<Tensor> got = per_rank(w, [&](Communicator& comm) {
           Generator g(4, 7);
-          got[comm.rank()] = sample_rows(shard(x, split_sizes(13, w, kind), comm.rank()), m, comm, g);
-        }, kFast);
+          return sample_rows(shard(x, split_sizes(13, w, kind), comm.rank()), m, comm, g);
+        });
         for (int r = 0; r < w; ++r) CHECK(got[r].to_vector<float>() == want.to_vector<float>());
       }
   }
@@ -113,29 +106,21 @@ TEST_CASE("k-means bitwise: identical on all ranks and == one rank on the whole 
   for (bool cosine : {false, true}) {
     CAPTURE(cosine);
     Tensor input = cosine ? l2_normalize_rows(x) : x;
-    KmeansResult one;
-    run_ranks(1, [&](Communicator& comm) {
+    KmeansResult one = per_rank(1, [&](Communicator& comm) {
       Generator g(4, 0);
-      one = kmeans(input, 3, 10, cosine, comm, g);
-    }, kFast);
-    for (int w = 2; w <= 6; ++w) {
-      check_splits_differ(90, w);
-      for (const std::string& split : kSplitKinds) {
-        CAPTURE(w);
-        CAPTURE(split);
-        std::vector<int64_t> sizes = split_sizes(90, w, split);
-        std::vector<KmeansResult> got(w);
-        run_ranks(w, [&](Communicator& comm) {
-          Generator g(4, 0);
-          got[comm.rank()] = kmeans(shard(input, sizes, comm.rank()), 3, 10, cosine, comm, g);
-        }, kFast);
-        // The statistics are float64 sums of float32 rows, exact in any
-        // order here, and the assignment is batch-invariant: the same bits.
-        for (int r = 0; r < w; ++r)
-          CHECK(first_difference({{"means", got[r].means}, {"bins", got[r].bins}},
-                                 {{"means", one.means}, {"bins", one.bins}}) == "");
-      }
-    }
+      return kmeans(input, 3, 10, cosine, comm, g);
+    })[0];
+    for_each_split(90, 2, 6, [&](int w, const std::string& split) {
+      std::vector<KmeansResult> got = per_rank(w, [&](Communicator& comm) {
+        Generator g(4, 0);
+        return kmeans(shard(input, split_sizes(90, w, split), comm.rank()), 3, 10, cosine, comm, g);
+      });
+      // The statistics are float64 sums of float32 rows, exact in any
+      // order here, and the assignment is batch-invariant: the same bits.
+      for (int r = 0; r < w; ++r)
+        CHECK(first_difference({{"means", got[r].means}, {"bins", got[r].bins}},
+                               {{"means", one.means}, {"bins", one.bins}}) == "");
+    });
     CHECK(sum(one.bins).item<float>() == 90.f);
   }
 }

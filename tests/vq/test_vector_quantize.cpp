@@ -147,22 +147,7 @@ TEST_CASE("invariants 1, 2, 4 for VectorQuantize with heads, bitwise: every rank
         for (const CodebookMetrics& m : one.metrics[s]) (s == 0 ? revived_first : revived_later) += m.codes_revived;
       CHECK(revived_first > 0);  // init and revival in the same step
       CHECK(revived_later > 0);
-      for (int w : {2, 3, 4, 5}) {
-        check_splits_differ(21, w);
-        for (const std::string& split : kSplitKinds) {
-          CAPTURE(w);
-          CAPTURE(split);
-          std::vector<Run> runs = run(w, split);
-          for (size_t s = 0; s < batches.size(); ++s) {
-            CAPTURE(s);
-            for (int r = 0; r < w; ++r) CHECK(first_difference(runs[r].states[s], one.states[s]) == "");
-            for (size_t b = 0; b < one.metrics[s].size(); ++b) {
-              CHECK(runs[0].metrics[s][b].codes_revived == one.metrics[s][b].codes_revived);
-              CHECK(runs[0].metrics[s][b].perplexity == one.metrics[s][b].perplexity);
-            }
-          }
-        }
-      }
+      for_each_split(21, 2, 5, [&](int w, const std::string& split) { check_traces_equal(run(w, split), one); });
     }
 }
 
