@@ -128,23 +128,25 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
         auto key = std::make_pair(kind, name);
         if (!worst.count(key)) order[kind].push_back(name);
         Diff& d = worst[key];
-        auto fail = [&](const std::string& why) {
+        // `why` formats the message; only the first failure of the run is
+        // kept, so it is called only while none is recorded.
+        auto fail = [&](auto why) {
           if (!d.first_bad_step) d.first_bad_step = step;
-          if (r.first_failure.empty()) r.first_failure = fmt::format("step {}: {}", step, why);
+          if (r.first_failure.empty()) r.first_failure = fmt::format("step {}: {}", step, why());
         };
         const Tensor& got = of(ranks[0], kind)[i].second;
         for (int rank = 1; rank < o.world; ++rank) {
           const Tensor& other = of(ranks[rank], kind)[i].second;
           if (std::memcmp(other.raw_data(), got.raw_data(), other.nbytes())) {
             r.ranks_identical = false;
-            fail(fmt::format("'{}'{} differs between rank 0 and rank {}", name, what, rank));
+            fail([&] { return fmt::format("'{}'{} differs between rank 0 and rank {}", name, what, rank); });
           }
         }
         const size_t width = dtype_size(got.dtype());
         const auto* pg = static_cast<const unsigned char*>(got.raw_data());
         const auto* pw = static_cast<const unsigned char*>(want.raw_data());
-        for (int64_t j = 0; j < want.numel(); ++j) d.scale = std::max(d.scale, std::abs(element(want, j)));
         for (int64_t j = 0; j < want.numel(); ++j) {
+          d.scale = std::max(d.scale, std::abs(element(want, j)));
           if (std::memcmp(pg + j * width, pw + j * width, width) == 0) continue;  // bitwise equal
           ++d.differing;
           double a = element(got, j), b = element(want, j), diff = std::abs(a - b);
@@ -152,10 +154,12 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
           if (diff > 0) d.rel = std::max(d.rel, diff / std::max(std::abs(b), 1e-30));
           if (kind == kState) {
             r.state_bitwise = false;
-            fail(fmt::format("'{}'[{}] is {} on {} ranks, {} on 1 rank: quantizer state must be bitwise equal", name, j,
-                             a, o.world, b));
+            fail([&] {
+              return fmt::format("'{}'[{}] is {} on {} ranks, {} on 1 rank: quantizer state must be bitwise equal", name,
+                                 j, a, o.world, b);
+            });
           } else if (!(diff <= o.atol + o.rtol * std::abs(b))) {
-            fail(fmt::format("'{}'{}[{}] is {} on {} ranks, {} on 1 rank", name, what, j, a, o.world, b));
+            fail([&] { return fmt::format("'{}'{}[{}] is {} on {} ranks, {} on 1 rank", name, what, j, a, o.world, b); });
           }
         }
         if (kind == kParam) r.worst_abs = std::max(r.worst_abs, d.abs);

@@ -53,7 +53,8 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
   Tensor residual = z, sum = zeros({m, codebook_dim_}, DType::f32, z.device());
   const Tensor zero = full({}, 0.0, DType::f32, z.device());  // the loss of a layer that did not run
   std::vector<Tensor> idx_columns(q, full({m}, -1, DType::i64, z.device()));  // -1: layer did not run
-  std::vector<Tensor> shared_rows, shared_idx;  // for the shared codebook's single update
+  std::vector<Tensor> shared_rows, shared_idx;  // for the shared codebook's single update (training only)
+  bool shared_ran = false;                      // some layer used the shared codebook
   for (int l = 0; l < q; ++l) {
     if (l > last) {
       out.layer_losses.push_back(zero);
@@ -70,8 +71,11 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
     Tensor idx = book.assign(prepared);
     Tensor code = book.lookup(idx);  // (M, cd), codebook before this step's update
     if (opt_.shared_codebook) {
-      shared_rows.push_back(prepared.detach());
-      shared_idx.push_back(idx);
+      shared_ran = true;
+      if (update) {
+        shared_rows.push_back(prepared.detach());
+        shared_idx.push_back(idx);
+      }
     } else if (update) {
       out.metrics.push_back(book.update(prepared, idx, comm));
     } else {
@@ -84,7 +88,9 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
     sum = add(sum, quantized);
     idx_columns[l] = idx;
   }
-  if (opt_.shared_codebook && !shared_rows.empty()) {
+  if (opt_.shared_codebook && shared_ran && !update) {
+    out.metrics.push_back({});  // eval: one entry for the shared codebook, no rows to gather
+  } else if (opt_.shared_codebook && shared_ran) {
     // Rows example-major (row n's layers together), not layer-major: the
     // sampler numbers the global batch rank by rank, so only this order
     // gives the rows the same global numbers on any split, and revival the
@@ -94,7 +100,7 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
     Tensor rows = reshape(transpose(reshape(concat(shared_rows, 0), {layers, m, codebook_dim_}), 0, 1),
                           {m * layers, codebook_dim_});
     Tensor idx = reshape(transpose(reshape(concat(shared_idx, 0), {layers, m}), 0, 1), {m * layers});
-    out.metrics.push_back(update ? books_[0]->update(rows, idx, comm) : CodebookMetrics{});
+    out.metrics.push_back(books_[0]->update(rows, idx, comm));
   }
   out.loss = zero;
   for (const Tensor& l : out.layer_losses) out.loss = add(out.loss, l);
