@@ -9,10 +9,11 @@
 // score bias_k - factor * dot is rounded as written, and the argmin is a
 // total order (score, then k), so a row's code never depends on the batch,
 // the split over ranks, the threads or the CPU; k-means and every quantizer
-// that assigns codes go through here. On the CPU the distance and the argmin
-// are fused (the N x K scores are never stored); on a GPU the scores of a
-// block of rows come from the same fixed-order GEMM, then a warp per row
-// takes the argmin (vq/cuda/vq_kernels.cu).
+// that assigns codes go through here. The distance and the argmin are fused
+// on both devices, so the N x K scores are never stored: on the CPU
+// (fixed_gemm_argmin) per panel of codes; on a GPU per 128-row x 128-code
+// tile of the same fixed-order GEMM, each row's per-tile bests then merged
+// in code order (vq/cuda/vq_kernels.cu).
 #pragma once
 
 #include "engine/tensor.h"

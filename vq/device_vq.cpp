@@ -7,7 +7,6 @@
 #if VQDDP_HAVE_CUDA
 #include "engine/cuda/launch.h"
 #include "engine/cuda/runtime.h"
-#include "engine/device.h"
 #include "vq/cuda/vq_launch.h"
 #endif
 
@@ -26,16 +25,15 @@ Tensor assign_codes_device(const Tensor& x, const Tensor& embed, bool cosine) {
   int64_t n = x.size(0), k = embed.size(0), d = x.size(1);
   Tensor indices = empty({n}, DType::i64, x.device());
   if (n == 0) return indices;
+  int64_t tiles = cuda::assign_code_tiles(k);  // throws first if the codes exceed the kernel's grid
   int dev = x.device().index;
   cuda::DeviceGuard guard(dev);
   cudaStream_t s = cuda::current_stream(dev);
   Tensor bias = empty({k}, DType::f32, x.device());
   cuda::code_bias(f32(embed), k, d, cosine, f32w(bias), s);
-  VQDDP_CHECK(k <= cuda::kGemmFixedMaxColumns, "assign_codes: codebook {} has more codes than the GPU kernel takes ({})",
-              embed.desc(), cuda::kGemmFixedMaxColumns);
-  int64_t tiles = cuda::assign_code_tiles(k);
   // Rows per launch: whole 128-row tiles, at most 2^24 partial results
-  // (128 MiB of scratch) whatever N and K are.
+  // (a float score and an int64 code each: 192 MiB of scratch) whatever N
+  // and K are.
   int64_t block = std::min(n, std::max<int64_t>(128, (int64_t{1} << 24) / tiles / 128 * 128));
   Tensor part_score = empty({block, tiles}, DType::f32, x.device());
   Tensor part_code = empty({block, tiles}, DType::i64, x.device());

@@ -9,10 +9,12 @@
 
 namespace vqddp {
 
-// x (N, D), embed (K, D) on one GPU -> indices (N) int64 on it. cuBLAS
-// computes the dot products in row blocks (at most 64 MiB of scores),
-// each followed by a fused bias + argmin kernel, so the N x K matrix is
-// never held whole.
+// x (N, D), embed (K, D) on one GPU -> indices (N) int64 on it, the CPU's
+// codes bit for bit. A fused kernel computes each 128-row x 128-code tile
+// of dot products with the fixed-order GEMM's tile (fixed_gemm.h's chains),
+// scores them and keeps each row's best per tile; a merge kernel then takes
+// each row's best over its tiles. Rows go in blocks of at most 2^24
+// partial results, so the N x K scores are never stored.
 Tensor assign_codes_device(const Tensor& x, const Tensor& embed, bool cosine);
 
 // Steps 6 and 7 of the EMA codebook from the all-reduced float64 stats

@@ -309,8 +309,6 @@ class CudaKernels final : public DeviceKernels {
 
   void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                   int64_t ldb, float* c, int64_t ldc) override {
-    VQDDP_CHECK(n <= cuda::kGemmFixedMaxColumns, "matmul on {}: {} columns exceed the kernel's grid ({} at most)",
-                Device::cuda(device_).str(), n, cuda::kGemmFixedMaxColumns);
     DeviceGuard guard(device_);
     cuda::gemm_fixed(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, stream());
   }
@@ -381,6 +379,11 @@ DeviceKernels* backend_for(int device) {
               "device cuda:{} is not available: this machine has {} CUDA device(s)", device, backends->size());
   if (!(*backends)[device]) (*backends)[device] = new CudaKernels(device);
   return (*backends)[device];
+}
+
+void check_gemm_fixed_columns(int64_t n, const char* what) {
+  constexpr int64_t kMaxColumns = int64_t{65535} * kGemmFixedTile;  // gridDim.y is 16-bit
+  VQDDP_CHECK(n <= kMaxColumns, "{}: {} columns exceed the GPU kernel's grid ({} at most)", what, n, kMaxColumns);
 }
 
 int device_count() {

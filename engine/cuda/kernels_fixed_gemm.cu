@@ -39,6 +39,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
 
 void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                 int64_t ldb, float* c, int64_t ldc, cudaStream_t s) {
+  check_gemm_fixed_columns(n, "matmul");
   if (m <= 0 || n <= 0 || k <= 0) return;
   dim3 grid(static_cast<unsigned>((m + BM - 1) / BM), static_cast<unsigned>((n + BN - 1) / BN));
   if (ta && tb)

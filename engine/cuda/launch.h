@@ -28,13 +28,16 @@ int64_t sum_squares_scratch(int64_t n);
 void sum_squares(const float* x, int64_t n, double* scratch, cudaStream_t s);
 
 // fixed_gemm.h's rule (DeviceKernels::gemm_fixed), in square tiles of
-// kGemmFixedTile (fixed_gemm_tile.cuh): the grid's second dimension, at most
-// 65535 tiles, bounds the columns (checked by the callers: the GEMM and the
-// fused assignment, whose columns are codes).
+// kGemmFixedTile (fixed_gemm_tile.cuh). Throws first, queuing nothing, when
+// n exceeds check_gemm_fixed_columns' limit.
 void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                 int64_t ldb, float* c, int64_t ldc, cudaStream_t s);
 constexpr int64_t kGemmFixedTile = 128;
-constexpr int64_t kGemmFixedMaxColumns = int64_t{65535} * kGemmFixedTile;
+// The grid's second dimension, at most 65535 tiles, bounds the columns of
+// every kernel on this tile: the GEMM's, and the fused assignment's codes
+// (vq/cuda/vq_launch.h). Throws an Error naming `what` when n columns do
+// not fit; host-side, defined in backend.cpp (the formatting needs g++).
+void check_gemm_fixed_columns(int64_t n, const char* what);
 
 void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan, cudaStream_t s);
 void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out, cudaStream_t s);

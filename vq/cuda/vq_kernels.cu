@@ -3,6 +3,7 @@
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/fixed_gemm_tile.cuh"
 #include "engine/cuda/grid.cuh"
+#include "engine/cuda/launch.h"
 #include "engine/kernel_math.h"
 #include "vq/cuda/vq_launch.h"
 
@@ -127,15 +128,19 @@ void code_bias(const float* embed, int64_t k, int64_t d, bool cosine, float* bia
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 
-int64_t assign_code_tiles(int64_t k) { return (k + gemm::BN - 1) / gemm::BN; }
+int64_t assign_code_tiles(int64_t k) {
+  check_gemm_fixed_columns(k, "assign_codes (codes)");
+  return (k + gemm::BN - 1) / gemm::BN;
+}
 
 void assign_fused(const float* x, const float* embed, const float* bias, int64_t n, int64_t k, int64_t d, float factor,
                   float* part_score, int64_t* part_code, int64_t* out, cudaStream_t s) {
+  int64_t tiles = assign_code_tiles(k);
   if (n <= 0) return;
-  dim3 grid(static_cast<unsigned>((n + gemm::BM - 1) / gemm::BM), static_cast<unsigned>(assign_code_tiles(k)));
+  dim3 grid(static_cast<unsigned>((n + gemm::BM - 1) / gemm::BM), static_cast<unsigned>(tiles));
   assign_tiles_kernel<<<grid, gemm::kGemmThreads, 0, s>>>(n, k, d, x, embed, bias, factor, part_score, part_code);
   VQDDP_CUDA_CHECK_LAUNCH();
-  assign_merge_kernel<<<grid_for(n), kThreads, 0, s>>>(n, assign_code_tiles(k), part_score, part_code, out);
+  assign_merge_kernel<<<grid_for(n), kThreads, 0, s>>>(n, tiles, part_score, part_code, out);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

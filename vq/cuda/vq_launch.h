@@ -17,7 +17,9 @@ void code_bias(const float* embed, int64_t k, int64_t d, bool cosine, float* bia
 // and codes of embed (k, d), with the CPU's fixed-order dot (fixed_gemm.h),
 // ties to the lowest j, NaN or +inf scores never chosen (no number: 0).
 // part_score / part_code: n * assign_code_tiles(k) entries of scratch.
-// k < 2^31 and at most 65535 tiles of 128 codes.
+// k < 2^31. assign_code_tiles throws, before any work is queued, when k
+// exceeds the tile grid (check_gemm_fixed_columns, engine/cuda/launch.h);
+// assign_fused goes through it first.
 int64_t assign_code_tiles(int64_t k);
 void assign_fused(const float* x, const float* embed, const float* bias, int64_t n, int64_t k, int64_t d, float factor,
                   float* part_score, int64_t* part_code, int64_t* out, cudaStream_t s);
