@@ -15,28 +15,42 @@ namespace vqddp {
 
 namespace {
 
-bool cpu_has(const cpu::GemmIsa& isa) {
+bool has_avx512() {
   __builtin_cpu_init();
-  std::string n = isa.name;
-  if (n == "avx512") return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-  if (n == "avx2") return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return true;
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
 }
+bool has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+bool has_any() { return true; }
+
+// The instruction sets, best first, each with its CPU test (run here, in a
+// file compiled without their -m flags).
+struct IsaChoice {
+  const cpu::GemmIsa* kernels;
+  bool (*supported)();
+};
+const IsaChoice kIsas[] = {{&cpu::gemm_isa_avx512, has_avx512}, {&cpu::gemm_isa_avx2, has_avx2},
+                           {&cpu::gemm_isa_scalar, has_any}};
 
 const cpu::GemmIsa* find_isa(const std::string& name) {
-  for (const cpu::GemmIsa* isa : {&cpu::gemm_isa_avx512, &cpu::gemm_isa_avx2, &cpu::gemm_isa_scalar})
-    if (name == isa->name) {
-      VQDDP_CHECK(cpu_has(*isa), "CPU instruction set '{}' requested, but this CPU does not have it", name);
-      return isa;
+  std::string known;
+  for (const IsaChoice& c : kIsas) {
+    if (name == c.kernels->name) {
+      VQDDP_CHECK(c.supported(), "CPU instruction set '{}' requested, but this CPU does not have it", name);
+      return c.kernels;
     }
-  VQDDP_THROW("unknown CPU instruction set '{}' (expected avx512, avx2 or scalar)", name);
+    known += known.empty() ? c.kernels->name : std::string(", ") + c.kernels->name;
+  }
+  VQDDP_THROW("unknown CPU instruction set '{}' (expected one of {})", name, known);
 }
 
 const cpu::GemmIsa* default_isa() {
   if (const char* env = std::getenv("VQDDP_CPU_ISA"); env && *env) return find_isa(env);
-  for (const cpu::GemmIsa* isa : {&cpu::gemm_isa_avx512, &cpu::gemm_isa_avx2})
-    if (cpu_has(*isa)) return isa;
-  return &cpu::gemm_isa_scalar;
+  const IsaChoice* c = kIsas;
+  while (!c->supported()) ++c;  // the last, scalar, runs anywhere
+  return c->kernels;
 }
 
 std::atomic<const cpu::GemmIsa*>& chosen() {
@@ -51,6 +65,9 @@ constexpr int64_t kMinRowsPerTask = 64;
 // Multiply-adds per task below which waking another thread costs more
 // than it saves (measured: bench/fixed_gemm, the codec's 128-row calls).
 constexpr int64_t kMinFmasPerTask = int64_t{1} << 21;
+
+// Rows per fixed_gemm_argmin task.
+constexpr int64_t kArgminRowsPerTask = 256;
 
 // Every set gives the same bits, so each call may take the fastest: the
 // AVX-512 tile is 32 columns wide, and for 16 or fewer columns half of it
@@ -117,16 +134,20 @@ void fixed_gemm_argmin(int64_t n, int64_t d, int64_t k, const float* x, const fl
   if (n <= 0) return;
   const cpu::GemmIsa& kernels = isa();
   int64_t panels = (k + kernels.nr - 1) / kernels.nr;
-  // The codebook is packed once and shared by every task (read-only).
-  std::vector<float> packed(panels * kernels.nr * d);  // (panels, d, nr)
-  std::vector<float> padded(panels * kernels.nr, std::numeric_limits<float>::quiet_NaN());
-  if (d > 0) kernels.pack_codes(embed, k, d, packed.data());
-  std::copy_n(bias, k, padded.data());
-  constexpr int64_t kRowsPerTask = 256;
-  int64_t tasks = (n + kRowsPerTask - 1) / kRowsPerTask;
+  int64_t columns = panels * kernels.nr;
+  // The codebook is packed once per call into the calling thread's
+  // grow-only buffers and shared by every task (read-only); the caller
+  // waits for all of them. pack_codes writes every float, padding included.
+  thread_local std::vector<float> packed_v, padded_v;
+  float* packed = cpu::scratch(packed_v, columns * d);  // (panels, d, nr)
+  float* padded = cpu::scratch(padded_v, columns);      // (panels * nr): bias, then NaN
+  if (d > 0) kernels.pack_codes(embed, k, d, packed);
+  std::copy_n(bias, k, padded);
+  std::fill(padded + k, padded + columns, std::numeric_limits<float>::quiet_NaN());
+  int64_t tasks = (n + kArgminRowsPerTask - 1) / kArgminRowsPerTask;
   parallel_for(tasks, [&](int64_t t) {
-    int64_t lo = t * kRowsPerTask, rows = std::min(kRowsPerTask, n - lo);
-    kernels.argmin({rows, d, panels, x + lo * d, packed.data(), padded.data(), factor, out + lo});
+    int64_t lo = t * kArgminRowsPerTask, rows = std::min(kArgminRowsPerTask, n - lo);
+    kernels.argmin({rows, d, panels, x + lo * d, packed, padded, factor, out + lo});
   });
 }
 

@@ -29,9 +29,10 @@ class Pool {
     for (auto& t : workers_) t.join();
   }
 
-  void run(int threads, int64_t tasks, const std::function<void(int64_t)>& fn) {
+  // threads > 1 and tasks > 1.
+  void run(int threads, int64_t tasks, const TaskFn& fn) {
     std::unique_lock busy(busy_, std::try_to_lock);
-    if (!busy.owns_lock() || threads <= 1 || tasks <= 1) {
+    if (!busy.owns_lock()) {
       for (int64_t t = 0; t < tasks; ++t) fn(t);
       return;
     }
@@ -86,7 +87,7 @@ class Pool {
   std::mutex mu_;
   std::condition_variable wake_, done_;
   std::vector<std::thread> workers_;
-  const std::function<void(int64_t)>* fn_ = nullptr;
+  const TaskFn* fn_ = nullptr;
   int64_t tasks_ = 0;
   std::atomic<int64_t> next_{0};
   int active_ = 0, wanted_ = 0;
@@ -116,6 +117,13 @@ void cpu_set_threads(int n) {
 
 int cpu_threads() { return thread_count().load(); }
 
-void parallel_for(int64_t tasks, const std::function<void(int64_t)>& fn) { pool().run(cpu_threads(), tasks, fn); }
+void parallel_for(int64_t tasks, TaskFn fn) {
+  int threads = cpu_threads();
+  if (threads <= 1 || tasks <= 1) {
+    for (int64_t t = 0; t < tasks; ++t) fn(t);
+    return;
+  }
+  pool().run(threads, tasks, fn);
+}
 
 }  // namespace vqddp

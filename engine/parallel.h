@@ -9,8 +9,10 @@
 // the pool was free, change speed only, never bits.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
-#include <functional>
+#include <memory>
+#include <type_traits>
 
 namespace vqddp {
 
@@ -18,10 +20,28 @@ namespace vqddp {
 void cpu_set_threads(int n);
 int cpu_threads();
 
+// A non-owning reference to a callable taking a task number: a lambda
+// passed to parallel_for is neither copied nor allocated (the forward
+// matmul calls it for every layer). Valid while the callable lives, which
+// for a temporary argument is the whole parallel_for call.
+class TaskFn {
+ public:
+  template <class F>
+    requires(!std::same_as<std::remove_cvref_t<F>, TaskFn> && std::invocable<F&, int64_t>)
+  TaskFn(F&& f)  // implicit: parallel_for(n, [&](int64_t t) { ... })
+      : callable_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* callable, int64_t t) { (*static_cast<std::remove_reference_t<F>*>(callable))(t); }) {}
+  void operator()(int64_t t) const { call_(callable_, t); }
+
+ private:
+  void* callable_;
+  void (*call_)(void* callable, int64_t t);
+};
+
 // Runs fn(t) for every t in [0, tasks) and returns when all are done, on up
-// to cpu_threads() threads (the caller is one of them). A call made while
-// another caller holds the pool (two rank threads, or a task that calls
-// back in) runs all its tasks on the calling thread.
-void parallel_for(int64_t tasks, const std::function<void(int64_t)>& fn);
+// to cpu_threads() threads (the caller is one of them). A single task, or a
+// call made while another caller holds the pool (two rank threads, or a task
+// that calls back in), runs on the calling thread.
+void parallel_for(int64_t tasks, TaskFn fn);
 
 }  // namespace vqddp

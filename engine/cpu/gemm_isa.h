@@ -9,8 +9,21 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace vqddp::cpu {
+
+namespace {  // each including file's own copy: they are compiled with different -m flags
+
+// Grow-only scratch, one per thread and use: returns n elements of v,
+// resizing only when v is smaller; the contents are whatever was there.
+template <class T>
+T* scratch(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  return v.data();
+}
+
+}  // namespace
 
 // C[m, n] = op(A) op(B), row-major; A(i, p) = ta ? a[p * lda + i] : a[i * lda + p],
 // B(p, j) = tb ? b[j * ldb + p] : b[p * ldb + j]. m, n, k > 0.

@@ -93,14 +93,14 @@ inline void micro_tile(int64_t kc, const float* ap, int64_t ars, int64_t aks, co
 
 // A rows [i0, i0 + mc) x k [p0, p0 + kc) -> panels of MR rows:
 // out[(panel * kc + p) * MR + r]; rows past mc are zero.
-void pack_a(const GemmArgs& g, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* out) {
+void pack_a(bool ta, const float* a, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc, float* out) {
   for (int64_t ip = 0; ip < mc; ip += MR) {
     float* dst = out + ip * kc;
     int64_t rows = std::min<int64_t>(MR, mc - ip);
     for (int64_t p = 0; p < kc; ++p)
       for (int r = 0; r < MR; ++r) {
         int64_t i = i0 + ip + r, q = p0 + p;
-        dst[p * MR + r] = r < rows ? (g.ta ? g.a[q * g.lda + i] : g.a[i * g.lda + q]) : 0.f;
+        dst[p * MR + r] = r < rows ? (ta ? a[q * lda + i] : a[i * lda + q]) : 0.f;
       }
   }
 }
@@ -123,12 +123,6 @@ void pack_b(bool tb, const float* b, int64_t ldb, int64_t p0, int64_t kc, int64_
   }
 }
 
-// Grow-only scratch, one per thread and use.
-float* scratch(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-  return v.data();
-}
-
 // With at most this many column panels in a block, A is read in place
 // rather than packed: packing would copy A once per use, about the cost of
 // the products themselves (the codec's 16- and 40-column layers).
@@ -147,7 +141,7 @@ void gemm_blocked(const GemmArgs& g) {
       for (int64_t ic = 0; ic < g.m; ic += MC) {
         int64_t mc = std::min(MC, g.m - ic);
         bool packed = (nc + NR - 1) / NR >= kPackAFromPanels || mc % MR != 0;
-        if (packed) pack_a(g, ic, mc, pc, kc, apack);
+        if (packed) pack_a(g.ta, g.a, g.lda, ic, mc, pc, kc, apack);
         for (int64_t jr = 0; jr < nc; jr += NR)
           for (int64_t ir = 0; ir < mc; ir += MR) {
             int64_t i = ic + ir;
@@ -187,14 +181,10 @@ void argmin_blocked(const ArgminArgs& g) {
   int64_t am = (AM + MR - 1) / MR * MR;
   float* apack = scratch(apack_v, am * g.d);
   float* best = scratch(best_v, am * NR);
-  if (static_cast<int64_t>(at_v.size()) < am * NR) at_v.resize(am * NR);
-  int32_t* at = at_v.data();
-  GemmArgs x;
-  x.a = g.x;
-  x.lda = g.d;
+  int32_t* at = scratch(at_v, am * NR);
   for (int64_t ic = 0; ic < g.rows; ic += am) {
     int64_t mc = std::min(am, g.rows - ic);
-    pack_a(x, ic, mc, 0, g.d, apack);
+    pack_a(false, g.x, g.d, ic, mc, 0, g.d, apack);
     std::fill_n(best, am * NR, std::numeric_limits<float>::infinity());
     std::fill_n(at, am * NR, -1);
     for (int64_t jp = 0; jp < g.panels; ++jp) {
