@@ -28,10 +28,12 @@ Tensor brute_force(const Tensor& x, const Tensor& e, bool cosine) {
 }
 }  // namespace
 
-TEST_CASE("assign_codes equals the brute-force argmin over several row blocks") {
+// 3 * 256 + 17 rows: three full 256-row tasks of the CPU's fixed_gemm_argmin
+// (engine/fixed_gemm.cpp) and a partial one.
+TEST_CASE("assign_codes equals the brute-force argmin over several row tasks and a partial one") {
   Generator g(1, 0);
   for (bool cosine : {false, true}) {
-    Tensor x = rand_normal({3 * 512 + 17, 12}, g);
+    Tensor x = rand_normal({3 * 256 + 17, 12}, g);
     Tensor e = rand_normal({37, 12}, g);
     if (cosine) {
       x = l2_normalize_rows(x);
@@ -52,10 +54,12 @@ TEST_CASE("assign_codes breaks ties to the lowest code index") {
 }
 
 // K = 100 codes, all far except three identical nearest ones at 35, 50 and
-// 97: in the CPU's 16 running minima they sit in lanes 3, 2 and 1, in a
-// 32-lane GPU warp in lanes 3, 18 and 1, so a merge that preferred the
-// lower lane (or the later block) would pick 97 or 50. Shared with the GPU
-// suite (tests/cuda/test_vq.cpp).
+// 97, so the partial minima every kernel keeps hold equal scores that its
+// merge must settle by code (kernel_math.h, code_better). In the CPU's
+// panels of 32 or 16 codes they sit in lanes 3, 18 (or 2) and 1, 97 in the
+// partial last panel; on the GPU's 128-code tile one thread holds 35 and
+// 97, another 50. A merge that preferred the lower lane would pick 97.
+// Shared with the GPU suite (tests/cuda/test_vq.cpp).
 TEST_CASE("assign_codes breaks ties to the lowest index also across the vectorised lanes and the tail") {
   Tensor e = test::tied_codebook();
   Tensor x = from_vector({1, 0, 1.1f, 0.1f, 0.9f, -0.1f}, {3, 2});
