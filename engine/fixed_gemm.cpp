@@ -26,7 +26,7 @@ bool has_avx2() {
 bool has_any() { return true; }
 
 // The instruction sets, best first, each with its CPU test (run here, in a
-// file compiled without their -m flags).
+// file compiled for the baseline instruction set).
 struct IsaChoice {
   const cpu::GemmIsa* kernels;
   bool (*supported)();

@@ -1,4 +1,5 @@
-// The fixed-order GEMM for avx2 (compiled with its own flags, engine/meson.build).
+// The fixed-order GEMM for avx2 (the instruction set is enabled in gemm_kernel.h).
+#define VQDDP_GEMM_ISA 256
 #include "engine/cpu/gemm_kernel.h"
 
 namespace vqddp::cpu {

@@ -1,6 +1,6 @@
 // The instruction sets the fixed-order GEMM is compiled for, as a table of
-// entry points per set (engine/cpu/gemm_<isa>.cpp, each compiled with its
-// own -m flags from engine/cpu/gemm_kernel.h). engine/fixed_gemm.cpp picks
+// entry points per set (engine/cpu/gemm_<isa>.cpp, each compiling
+// engine/cpu/gemm_kernel.h for its set). engine/fixed_gemm.cpp picks
 // one at run time and spreads the work over threads.
 //
 // Every entry computes each output element as the same chain of fused
@@ -13,7 +13,7 @@
 
 namespace vqddp::cpu {
 
-namespace {  // each including file's own copy: they are compiled with different -m flags
+namespace {  // each including file's own copy
 
 // Grow-only scratch, one per thread and use: returns n elements of v,
 // resizing only when v is smaller; the contents are whatever was there.

@@ -1,8 +1,8 @@
 // The fixed-order GEMM and the fused distance + argmin, written once for
-// every instruction set. Included by exactly one .cpp per set, which is
-// compiled with that set's -m flags; everything here is in an anonymous
-// namespace on purpose, so the AVX-512 instantiations can never be merged
-// by the linker into the AVX2 or scalar ones (same names, other code).
+// every instruction set. Included by exactly one .cpp per set, which says
+// which in VQDDP_GEMM_ISA (512, 256 or 0); everything here is in an
+// anonymous namespace on purpose, so the AVX-512 instantiations can never be
+// merged by the linker into the AVX2 or scalar ones (same names, other code).
 //
 // Layout (BLIS-style, simplified): B is packed into panels of NR columns
 // (k-major), A into panels of MR rows (k-major), and an MR x NR register
@@ -23,10 +23,27 @@
 #include "engine/cpu/gemm_isa.h"
 #include "engine/kernel_math.h"
 
+// The instruction set is switched on here, after every header, and not by
+// -m flags on the including file: with -m flags every inline library
+// function that file instantiates (std::vector's destructor, ...) would be
+// compiled for the set too, and the linker keeps ONE copy of each for the
+// whole program, possibly the AVX-512 one, which then faults on a CPU
+// without AVX-512. Functions defined after the pragma (ours, below) get the
+// set; those defined in the headers above keep the baseline.
+#if !defined(VQDDP_GEMM_ISA)
+#error "define VQDDP_GEMM_ISA (512, 256 or 0) before including gemm_kernel.h"
+#elif VQDDP_GEMM_ISA == 512
+#pragma GCC target("avx512f,fma")
+#elif VQDDP_GEMM_ISA == 256
+#pragma GCC target("avx2,fma")
+#elif VQDDP_GEMM_ISA != 0
+#error "VQDDP_GEMM_ISA must be 512, 256 or 0"
+#endif
+
 namespace vqddp::cpu {
 namespace {
 
-#if defined(__AVX512F__) && defined(__FMA__)
+#if VQDDP_GEMM_ISA == 512
 struct Isa {
   using V = __m512;
   static constexpr int W = 16, MR = 8;
@@ -36,7 +53,7 @@ struct Isa {
   static V bcast(const float* p) { return _mm512_set1_ps(*p); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
 };
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif VQDDP_GEMM_ISA == 256
 struct Isa {
   using V = __m256;
   static constexpr int W = 8, MR = 6;
