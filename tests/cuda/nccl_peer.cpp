@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "comm/dist_env.h"
 #include "comm/launch.h"
 #include "comm/nccl_communicator.h"
 #include "comm/rendezvous.h"
@@ -58,17 +59,22 @@ TEST_CASE("nccl: a rank that skips a collective makes the others fail at the dea
 
 int main(int argc, char** argv) {
   try {
-    ProcessGroup group = process_group(60s);
-    g_env = group.env;
-    // The processes of this node, one per GPU (vqddp launch and torchrun set
-    // LOCAL_WORLD_SIZE; without it, assume a single node).
+    // Decide to skip from the environment alone, before the rendezvous:
+    // every rank reaches the same answer without the store, so no rank
+    // exits while another is still checking its token with rank 0's store
+    // (which failed "nccl 2 processes" on a one-GPU machine when rank 0
+    // skipped first). The processes of this node, one per GPU: vqddp launch
+    // and torchrun set LOCAL_WORLD_SIZE; without it, assume a single node.
+    const DistEnv env = dist_env_from_process();
     const char* local = std::getenv("LOCAL_WORLD_SIZE");
-    int per_node = local ? std::atoi(local) : g_env.world_size;
+    int per_node = local ? std::atoi(local) : env.world_size;
     if (!nccl_built() || cuda_device_count() < per_node) {
       std::printf("nccl_peer skipped: %d GPU(s) for %d processes on this node%s\n", cuda_device_count(), per_node,
                   nccl_built() ? "" : " (no NCCL in this build)");
       return 77;
     }
+    ProcessGroup group = process_group(60s);
+    g_env = group.env;
     g_store = group.store;
     g_comm = make_nccl_communicator(g_env, g_store, {.timeout = 60s});
   } catch (const std::exception& e) {
