@@ -6,6 +6,7 @@
 // copies.
 #pragma once
 
+#include "engine/device_counters.h"
 #include "engine/tensor.h"
 
 namespace vqddp {
@@ -19,6 +20,9 @@ namespace vqddp {
 template <class F>
 bool staged_on(Device home, const Tensor& in, Tensor& out, F collective) {
   if (in.device() == home && out.device() == home) return false;
+  // The copies count as the backend's staging (device_counters.h), apart
+  // from the step's own transfers.
+  CollectiveStagingScope staging;
   auto at_home = [&](const Tensor& t) { return t.device() == home ? t : empty(t.shape(), t.dtype(), home).copy_(t); };
   bool same = in.shares_storage(out) && in.raw_ptr() == out.raw_ptr() && in.shape() == out.shape();
   Tensor h = at_home(out);

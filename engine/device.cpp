@@ -1,6 +1,8 @@
 #include "engine/device.h"
 
+#include "engine/cpu/cpu_kernels.h"
 #include "engine/error.h"
+#include "engine/sim/sim_kernels.h"
 #include "vqddp_config.h"
 
 #if VQDDP_HAVE_CUDA
@@ -20,7 +22,8 @@ int cuda_device_count() {
 }
 
 DeviceKernels& device_kernels(Device device) {
-  VQDDP_CHECK(!device.is_cpu(), "device_kernels: the CPU has no device kernels (ops run their own loops)");
+  if (device.kind == Device::Kind::sim) return sim_kernels();
+  if (device.is_cpu()) return cpu_kernels();
 #if VQDDP_HAVE_CUDA
   return *cuda::backend_for(device.index);
 #else

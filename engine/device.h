@@ -1,16 +1,17 @@
-// Device backends: the primitive kernels the engine's ops need on a device
-// other than the CPU.
+// Device backends: the primitive kernels the engine's ops need, on every
+// device: the CPU (engine/cpu/cpu_kernels.h, the reference), a GPU
+// (engine/cuda/) and the simulated device (engine/sim/).
 //
 // The ops in ops.h keep one definition each (checks, shapes, autograd) and
-// call into a DeviceKernels only for the arithmetic, so the GPU path cannot
-// disagree with the CPU path about semantics. Pointers passed here are
+// call into a DeviceKernels for all of the arithmetic, so no device's path
+// can disagree with another's about semantics. Pointers passed here are
 // device pointers of the backend, except where a flag says host.
 //
 // Streams: every thread has its own stream on each device (created on first
 // use), so W rank threads on one GPU run their kernels concurrently and in
 // order per rank. All work is asynchronous on that stream; calls that
-// return a value to the host (copies to host, first_nonfinite, ...) wait
-// for it. Memory comes from a caching allocator: freed blocks go back to a
+// return a value to the host (copies to host, first_nonfinite,
+// min_max_i64) wait for it, and are counted (engine/device_counters.h). Memory comes from a caching allocator: freed blocks go back to a
 // pool and are reused by the same stream only, so a block is never handed
 // to another rank's stream while a kernel of the first may still use it.
 #pragma once
@@ -115,11 +116,27 @@ class DeviceKernels {
   // the CPU loop's formula, rounded the same way, so the same bits.
   virtual void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) = 0;
   virtual void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n) = 0;
-  // sum of x[i]^2 accumulated in double in a fixed order (the same tree
-  // every run); returns to the host, so it waits for the device.
-  virtual double sum_squares(const float* x, int64_t n) = 0;
-  // x[i] = scale_f64(x[i], factor): the product in double, rounded once.
-  virtual void scale_f64(float* x, int64_t n, double factor) = 0;
+  // Gradient clipping without the host (optim.h clip_grad_norm): *acc (one
+  // device double) += the sum of x[i]^2 in double in a fixed order (the
+  // CPU's: one running sum over every tensor in turn);
+  virtual void sum_squares(const float* x, int64_t n, double* acc) = 0;
+  // x[i] = scale_f64(x[i], f) with f = clip_factor(*total_sq, max_norm)
+  // (kernel_math.h) where f < 1, else x unchanged;
+  virtual void clip_scale(float* x, int64_t n, const double* total_sq, float max_norm) = 0;
+  // *norm = sqrt(*total_sq) rounded once to float.
+  virtual void clip_norm(const double* total_sq, float* norm) = 0;
+
+  // ---- losses ------------------------------------------------------------------------
+  // *out = mean of (a[i] - b[i])^2 with the difference and its square in
+  // double, summed in a fixed order, divided by n, rounded once. n > 0.
+  virtual void mse(const float* a, const float* b, int64_t n, float* out) = 0;
+
+  // index_select's backward: for every c in [0, k), sums[c, :] = the float32
+  // sum of src[i, :] over the i with index[i] == c, added one by one in
+  // ascending i from +0 (the CPU's loop, so the same bits on every device);
+  // rows with an index outside [0, k) are skipped.
+  virtual void index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
+                                  float* sums) = 0;
 };
 
 // The kernels of `device`; throws naming the device when this build has no

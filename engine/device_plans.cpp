@@ -1,8 +1,10 @@
 #include "engine/device_plans.h"
 
+#include <vector>
+
 namespace vqddp {
 
-DeviceKernels* device_of(const char* op, std::initializer_list<const Tensor*> operands) {
+DeviceKernels& device_of(const char* op, std::initializer_list<const Tensor*> operands) {
   const Tensor* first = nullptr;
   for (const Tensor* t : operands) {
     if (!t->defined()) continue;
@@ -10,7 +12,7 @@ DeviceKernels* device_of(const char* op, std::initializer_list<const Tensor*> op
     VQDDP_CHECK(t->device() == first->device(), "{}: operands on different devices: {} and {}", op, first->desc(),
                 t->desc());
   }
-  return first && !first->device().is_cpu() ? &device_kernels(first->device()) : nullptr;
+  return device_kernels(first ? first->device() : Device::cpu());
 }
 
 void check_device_indices(DeviceKernels& k, const char* op, const Tensor& index, int64_t rows, const char* what) {
@@ -18,7 +20,12 @@ void check_device_indices(DeviceKernels& k, const char* op, const Tensor& index,
   if (m == 0) return;
   int64_t lo = 0, hi = 0;
   k.min_max_i64(static_cast<const int64_t*>(index.raw_ptr()), m, &lo, &hi);
-  VQDDP_CHECK(lo >= 0 && hi < rows, "{}: index values span [{}, {}], out of range for {} {}", op, lo, hi, rows, what);
+  if (lo >= 0 && hi < rows) return;
+  std::vector<int64_t> host(static_cast<size_t>(m));
+  k.copy(host.data(), true, index.raw_ptr(), index.device().is_cpu(), host.size() * sizeof(int64_t));
+  int64_t at = 0;
+  while (host[at] >= 0 && host[at] < rows) ++at;
+  VQDDP_THROW("{}: index[{}] = {} out of range for {} {}", op, at, host[at], rows, what);
 }
 
 static void check_rank(const Shape& s) {
@@ -71,6 +78,14 @@ ReducePlan sum_to_plan(const Shape& in, const Shape& out, double divisor) {
       p.red_size[p.nred] = in[i];
       p.red_stride[p.nred++] = strides[i];
     }
+  }
+  // Summing away only size-1 dims is still a sum, which starts from +0
+  // (-0 becomes +0), so it reduces one dim of size 1: a plan that reduces
+  // nothing is a sum's backward, which repeats its input bit for bit.
+  if (p.nred == 0) {
+    p.red_size[0] = 1;
+    p.red_stride[0] = 0;
+    p.nred = 1;
   }
   return p;
 }

@@ -9,13 +9,15 @@
 
 namespace vqddp {
 
-// The kernels of the operands' device, or null when they are all on the
-// CPU. Throws naming the op and both devices when they differ.
-DeviceKernels* device_of(const char* op, std::initializer_list<const Tensor*> operands);
+// The kernels of the operands' device (the CPU's when none is defined):
+// every op runs through these, on every device. Throws naming the op and
+// both devices when the operands' devices differ.
+DeviceKernels& device_of(const char* op, std::initializer_list<const Tensor*> operands);
 
-// Checks that the m device indices lie in [0, rows) with one min/max read-
-// back, so a bad index is an error naming `op` and `what` ("rows", "codes"),
-// not a wild read by a kernel.
+// Checks that the device indices lie in [0, rows) with one min/max read-
+// back, so a bad index is an error naming `op`, the first bad position and
+// `what` ("rows", "codes"), not a wild read by a kernel. Only a failing
+// check reads the indices themselves back.
 void check_device_indices(DeviceKernels& k, const char* op, const Tensor& index, int64_t rows, const char* what);
 
 // Output `out` of a broadcasting binary op on operands of shapes a and b.

@@ -31,7 +31,7 @@ VQDDP_HD float apply_binary(BinaryOp op, float a, float b) {
 
 // A unary op and its derivative. `low`/`high` are clamp's bounds.
 struct UnaryFn {
-  enum class Op : unsigned char { neg, square, sqrt, exp, log, relu, gelu, tanh, sigmoid, clamp };
+  enum class Op : unsigned char { neg, square, sqrt, exp, log, relu, gelu, tanh, sigmoid, clamp, round };
   Op op;
   float low = 0.f, high = 0.f;
 
@@ -52,6 +52,7 @@ struct UnaryFn {
         float t = v < low ? low : v;
         return high < t ? high : t;
       }
+      case Op::round: return ::roundf(v);  // half away from zero, as std::round
     }
     return 0.f;
   }
@@ -76,6 +77,7 @@ struct UnaryFn {
       case Op::tanh: return 1.f - y * y;
       case Op::sigmoid: return y * (1.f - y);
       case Op::clamp: return v >= low && v <= high ? 1.f : 0.f;
+      case Op::round: return 0.f;  // a step function (FSQ passes the gradient straight through instead)
     }
     return 0.f;
   }
@@ -172,5 +174,10 @@ VQDDP_HD bool code_better(float score, long long code, float best, long long bes
 
 // clip_grad_norm's rescaling: the product in double, rounded once.
 VQDDP_HD float scale_f64(float x, double factor) { return static_cast<float>(x * factor); }
+
+// clip_grad_norm's factor: max_norm / (norm + 1e-6), the epsilon of
+// torch.nn.utils.clip_grad_norm_ so runs compare; the gradients are scaled
+// only where it is below 1.
+VQDDP_HD double clip_factor(double total_sq, float max_norm) { return max_norm / (::sqrt(total_sq) + 1e-6); }
 
 }  // namespace vqddp

@@ -1,7 +1,8 @@
 // Differentiable ops on float32 tensors (plus argmin/argmax, no gradient).
 //
-// Every op runs on the CPU or, for cuda tensors, on that GPU (the kernels of
-// engine/device.h); all operands of one op must be on the same device.
+// Every op runs its arithmetic through the DeviceKernels (engine/device.h)
+// of its operands' device, the CPU's included (engine/cpu/cpu_kernels.h);
+// all operands of one op must be on the same device.
 //
 // Broadcasting follows NumPy: shapes are aligned at the trailing dimension
 // and a dimension of size 1 (or a missing leading one) is repeated. The
@@ -50,6 +51,9 @@ Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 // Gradient passes where low <= x <= high (boundaries included, as in PyTorch).
 Tensor clamp(const Tensor& x, float low, float high);
+// Half away from zero (std::round); gradient 0 (a step function: FSQ passes
+// the gradient straight through around it).
+Tensor round(const Tensor& x);
 
 // ---- reductions ----------------------------------------------------------------
 // Sums accumulate in double in ascending index order, then round once.
@@ -79,12 +83,22 @@ Tensor slice_rows(const Tensor& x, int64_t begin, int64_t end);
 Tensor transpose(const Tensor& x, int64_t d0 = 0, int64_t d1 = 1);
 // Joins tensors along `dim`; all other dimensions must match.
 Tensor concat(const std::vector<Tensor>& xs, int64_t dim = 0);
+// Whether an op checks the range of its indices: `checked` for indices
+// from outside (a user's decode input, a checkpoint), which costs one
+// min/max read on a device; `trusted` for indices our own code made (an
+// assignment, a sampler's row list), which a training step must not wait
+// to check again.
+enum class Indices { checked, trusted };
 // Rows of x (first dimension) picked by int64 `index` [M]: result [M, ...].
 // Backward scatter-adds into the picked rows in ascending position order.
-Tensor index_select(const Tensor& x, const Tensor& index);
+Tensor index_select(const Tensor& x, const Tensor& index, Indices from = Indices::checked);
 // In place, no autograd: dst[index[i], ...] = src[i, ...] * scale for
 // float32 dst and src on one device; `index` int64 [M], values in range.
-void index_copy_(Tensor& dst, const Tensor& index, const Tensor& src, float scale = 1.f);
+void index_copy_(Tensor& dst, const Tensor& index, const Tensor& src, float scale = 1.f,
+                 Indices from = Indices::checked);
+// Throws naming `what`, the first bad position and value when an int64
+// index lies outside [0, rows) (one min/max read on a device).
+void check_index_range(const Tensor& index, int64_t rows, const char* what);
 
 // ---- checks ------------------------------------------------------------------------
 // Flat position of the first NaN or Inf of a float32 tensor (any device), or -1.

@@ -1,6 +1,4 @@
 // Elementwise ops: broadcasting binary ops and unary math, with backward.
-#include <cmath>
-
 #include "engine/autograd.h"
 #include "engine/device_plans.h"
 #include "engine/kernel_math.h"
@@ -15,66 +13,15 @@ void check_f32(const Tensor& t, const char* op) {
   VQDDP_CHECK(t.dtype() == DType::f32, "{}: expected a float32 tensor, got {}", op, t.desc());
 }
 
-// Walks the elements of `out` in row-major order and tracks the offset of
-// the matching element of an operand broadcast to `out` (stride 0 along the
-// dimensions it is repeated in).
-class BroadcastIndex {
- public:
-  BroadcastIndex(const Shape& operand, const Shape& out) : out_(out), stride_(out.size(), 0), count_(out.size(), 0) {
-    int64_t s = 1;
-    size_t shift = out.size() - operand.size();
-    for (size_t i = operand.size(); i-- > 0;) {
-      if (operand[i] != 1) stride_[i + shift] = s;
-      s *= operand[i];
-    }
-  }
-  int64_t offset() const { return offset_; }
-  void next() {
-    for (size_t d = out_.size(); d-- > 0;) {
-      offset_ += stride_[d];
-      if (++count_[d] < out_[d]) return;
-      offset_ -= stride_[d] * out_[d];
-      count_[d] = 0;
-    }
-  }
-
- private:
-  const Shape& out_;
-  std::vector<int64_t> stride_, count_;
-  int64_t offset_ = 0;
-};
-
 template <BinaryOp Op>
 Tensor binary_forward(const char* op, const Tensor& a, const Tensor& b) {
   check_f32(a, op);
   check_f32(b, op);
   Shape shape = broadcast_shape(a.shape(), b.shape());
-  if (DeviceKernels* k = device_of(op, {&a, &b})) {
-    Tensor out = empty(shape, DType::f32, a.device());
-    k->binary(Op, static_cast<const float*>(a.raw_ptr()), static_cast<const float*>(b.raw_ptr()),
-              static_cast<float*>(out.raw_ptr()), broadcast_plan(a.shape(), b.shape(), shape));
-    return out;
-  }
-  auto f = [](float x, float y) { return apply_binary(Op, x, y); };  // Op is a constant: inlined per op
-  Tensor out = empty(shape);
-  const float* pa = a.data<float>();
-  const float* pb = b.data<float>();
-  float* po = out.data<float>();
-  int64_t n = out.numel(), na = a.numel(), nb = b.numel();
-  if (na == n && nb == n) {
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
-  } else if (na == n && nb == 1) {
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[0]);
-  } else if (na == 1 && nb == n) {
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[0], pb[i]);
-  } else if (na == n && nb > 0 && std::equal(b.shape().begin(), b.shape().end(), shape.end() - b.dim())) {
-    // Trailing-row broadcast ([N, D] op [D]): the hot case of Linear's bias.
-    for (int64_t i = 0; i < n; i += nb)
-      for (int64_t j = 0; j < nb; ++j) po[i + j] = f(pa[i + j], pb[j]);
-  } else {
-    BroadcastIndex ia(a.shape(), shape), ib(b.shape(), shape);
-    for (int64_t i = 0; i < n; ++i, ia.next(), ib.next()) po[i] = f(pa[ia.offset()], pb[ib.offset()]);
-  }
+  DeviceKernels& k = device_of(op, {&a, &b});
+  Tensor out = empty(shape, DType::f32, a.device());
+  k.binary(Op, static_cast<const float*>(a.raw_ptr()), static_cast<const float*>(b.raw_ptr()),
+           static_cast<float*>(out.raw_ptr()), broadcast_plan(a.shape(), b.shape(), shape));
   return out;
 }
 
@@ -93,29 +40,17 @@ Tensor binary_op(const char* op, const Tensor& a, const Tensor& b, Tensor out, c
 
 Tensor unary_op(const char* op, const Tensor& x, UnaryFn fn) {
   check_f32(x, op);
-  DeviceKernels* k = device_of(op, {&x});
   Tensor out = empty(x.shape(), DType::f32, x.device());
-  if (k) {
-    k->unary(fn, static_cast<const float*>(x.raw_ptr()), static_cast<float*>(out.raw_ptr()), x.numel());
-  } else {
-    const float* px = x.data<float>();
-    float* po = out.data<float>();
-    for (int64_t i = 0, n = x.numel(); i < n; ++i) po[i] = fn.f(px[i]);
-  }
+  device_of(op, {&x}).unary(fn, static_cast<const float*>(x.raw_ptr()), static_cast<float*>(out.raw_ptr()), x.numel());
   if (!any_requires_grad({x})) return out;
   // Detached copies of the handles: the node must not own its own output or
   // its input's history (only the graph edges in Node::inputs do).
   Tensor xd = x.detach(), y = out.detach();
-  return record_op(op, out, {x}, {x, out}, [x = xd, y, fn, k](const Tensor& g) -> std::vector<Tensor> {
+  return record_op(op, out, {x}, {x, out}, [op, x = xd, y, fn](const Tensor& g) -> std::vector<Tensor> {
     Tensor gx = empty(x.shape(), DType::f32, x.device());
-    if (k) {
-      k->unary_backward(fn, static_cast<const float*>(x.raw_ptr()), static_cast<const float*>(y.raw_ptr()),
-                        static_cast<const float*>(g.raw_ptr()), static_cast<float*>(gx.raw_ptr()), x.numel());
-      return {gx};
-    }
-    const float *px = x.data<float>(), *py = y.data<float>(), *pg = g.data<float>();
-    float* pgx = gx.data<float>();
-    for (int64_t i = 0, n = x.numel(); i < n; ++i) pgx[i] = pg[i] * fn.df(px[i], py[i]);
+    device_of(op, {&x, &g}).unary_backward(fn, static_cast<const float*>(x.raw_ptr()),
+                                           static_cast<const float*>(y.raw_ptr()), static_cast<const float*>(g.raw_ptr()),
+                                           static_cast<float*>(gx.raw_ptr()), x.numel());
     return {gx};
   });
 }
@@ -138,22 +73,13 @@ Tensor sum_to_shape(const Tensor& grad, const Shape& shape) {
   if (grad.shape() == shape) return grad;
   VQDDP_CHECK(broadcast_shape(shape, grad.shape()) == grad.shape(), "cannot sum a {} gradient to shape {}",
               grad.desc(), shape_str(shape));
-  if (DeviceKernels* k = device_of("sum_to_shape", {&grad})) {
-    Tensor out = empty(shape, DType::f32, grad.device());
-    k->reduce_sum(static_cast<const float*>(grad.raw_ptr()), static_cast<float*>(out.raw_ptr()),
-                  sum_to_plan(grad.shape(), shape, 1.0));
-    return out;
-  }
-  // Accumulate in double, like every other sum: a bias gradient over many
+  // Accumulated in double, like every other sum: a bias gradient over many
   // rows must not depend on float rounding more than the 1-rank/W-rank
   // comparisons tolerate.
-  std::vector<double> acc(shape_numel(shape), 0.0);
-  const float* pg = grad.data<float>();
-  BroadcastIndex io(shape, grad.shape());
-  for (int64_t i = 0, n = grad.numel(); i < n; ++i, io.next()) acc[io.offset()] += pg[i];
-  Tensor out = empty(shape);
-  float* po = out.data<float>();
-  for (size_t i = 0; i < acc.size(); ++i) po[i] = static_cast<float>(acc[i]);
+  Tensor out = empty(shape, DType::f32, grad.device());
+  device_of("sum_to_shape", {&grad})
+      .reduce_sum(static_cast<const float*>(grad.raw_ptr()), static_cast<float*>(out.raw_ptr()),
+                  sum_to_plan(grad.shape(), shape, 1.0));
   return out;
 }
 
@@ -210,6 +136,8 @@ Tensor relu(const Tensor& x) { return unary_op("relu", x, {U::relu}); }
 Tensor gelu(const Tensor& x) { return unary_op("gelu", x, {U::gelu}); }
 Tensor tanh(const Tensor& x) { return unary_op("tanh", x, {U::tanh}); }
 Tensor sigmoid(const Tensor& x) { return unary_op("sigmoid", x, {U::sigmoid}); }
+
+Tensor round(const Tensor& x) { return unary_op("round", x, {U::round}); }
 
 Tensor clamp(const Tensor& x, float low, float high) {
   VQDDP_CHECK(low <= high, "clamp: low {} > high {}", low, high);

@@ -5,9 +5,7 @@
 // go to OpenBLAS/cuBLAS, whose speed they keep: a gradient is a sum over
 // the batch, so its bits depend on the split over ranks whatever we do.
 #include "engine/autograd.h"
-#include "engine/blas.h"
 #include "engine/device_plans.h"
-#include "engine/fixed_gemm.h"
 #include "engine/ops.h"
 
 namespace vqddp {
@@ -24,7 +22,7 @@ Tensor matmul_with(Gemm kind, const Tensor& a, const Tensor& b, bool ta, bool tb
   int64_t kb = tb ? b.size(1) : b.size(0), n = tb ? b.size(0) : b.size(1);
   VQDDP_CHECK(k == kb, "matmul: inner dimensions differ: op(a) is [{}, {}], op(b) is [{}, {}] (a {}, b {}{}{})", m, k,
               kb, n, shape_str(a.shape()), shape_str(b.shape()), ta ? ", a transposed" : "", tb ? ", b transposed" : "");
-  DeviceKernels* dk = device_of("matmul", {&a, &b});
+  DeviceKernels& dk = device_of("matmul", {&a, &b});
   // GEMM with beta = 0 writes every element without reading it: no fill.
   Tensor out = empty({m, n}, DType::f32, a.device());
   // Empty operands: the result is zeros (BLAS rejects zero leading dims).
@@ -33,15 +31,10 @@ Tensor matmul_with(Gemm kind, const Tensor& a, const Tensor& b, bool ta, bool tb
     auto* pa = static_cast<const float*>(a.raw_ptr());
     auto* pb = static_cast<const float*>(b.raw_ptr());
     auto* pc = static_cast<float*>(out.raw_ptr());
-    bool fixed = kind == Gemm::fixed_order;
-    if (dk && fixed)
-      dk->gemm_fixed(ta, tb, m, n, k, pa, a.size(1), pb, b.size(1), pc, n);
-    else if (dk)
-      dk->gemm(ta, tb, m, n, k, 1.f, pa, a.size(1), pb, b.size(1), 0.f, pc, n);
-    else if (fixed)
-      fixed_gemm(ta, tb, m, n, k, pa, a.size(1), pb, b.size(1), pc, n);
+    if (kind == Gemm::fixed_order)
+      dk.gemm_fixed(ta, tb, m, n, k, pa, a.size(1), pb, b.size(1), pc, n);
     else
-      blas_sgemm(ta, tb, m, n, k, 1.f, pa, a.size(1), pb, b.size(1), 0.f, pc, n);
+      dk.gemm(ta, tb, m, n, k, 1.f, pa, a.size(1), pb, b.size(1), 0.f, pc, n);
   }
   Tensor da = a.detach(), db = b.detach();
   bool need_a = a.requires_grad(), need_b = b.requires_grad();

@@ -3,8 +3,6 @@
 // A reduction along `dim` views the input as [outer, n, inner] and
 // accumulates each output in double in ascending order: deterministic, and
 // accurate enough that W-rank and 1-rank sums agree to float rounding.
-#include <cmath>
-
 #include "engine/autograd.h"
 #include "engine/device_plans.h"
 #include "engine/kernel_math.h"
@@ -36,57 +34,28 @@ DimSplit split_at(const Tensor& x, int64_t dim, bool keepdim, const char* op) {
 }
 
 // Gradient of a (scaled) sum: the output gradient repeated along the
-// reduced dimension, times `scale`.
+// reduced dimension, divided by `divisor` in double.
 Tensor expand_grad(const Tensor& g, const DimSplit& s, const Shape& input_shape, double divisor) {
-  if (DeviceKernels* k = device_of("sum backward", {&g})) {
-    // g [outer, inner] read at (o, i) for every k of [outer, n, inner]
-    // (stride 0 along n), divided in double like the CPU: a reduction plan
-    // with nothing reduced.
-    Tensor gx = empty(input_shape, DType::f32, g.device());
-    ReducePlan p;
-    p.divisor = divisor;
-    p.nkeep = 3;
-    int64_t sizes[3] = {s.outer, s.n, s.inner}, strides[3] = {s.inner, 0, 1};
-    for (int i = 0; i < 3; ++i) {
-      p.keep_size[i] = sizes[i];
-      p.keep_stride[i] = strides[i];
-    }
-    k->reduce_sum(static_cast<const float*>(g.raw_ptr()), static_cast<float*>(gx.raw_ptr()), p);
-    return gx;
+  // g [outer, inner] read at (o, i) for every k of [outer, n, inner]
+  // (stride 0 along n): a reduction plan with nothing reduced.
+  Tensor gx = empty(input_shape, DType::f32, g.device());
+  ReducePlan p;
+  p.divisor = divisor;
+  p.nkeep = 3;
+  int64_t sizes[3] = {s.outer, s.n, s.inner}, strides[3] = {s.inner, 0, 1};
+  for (int i = 0; i < 3; ++i) {
+    p.keep_size[i] = sizes[i];
+    p.keep_stride[i] = strides[i];
   }
-  Tensor gx = empty(input_shape);
-  const float* pg = g.data<float>();
-  float* px = gx.data<float>();
-  for (int64_t o = 0; o < s.outer; ++o)
-    for (int64_t k = 0; k < s.n; ++k)
-      for (int64_t i = 0; i < s.inner; ++i) px[(o * s.n + k) * s.inner + i] = static_cast<float>(pg[o * s.inner + i] / divisor);
+  device_of("sum backward", {&g}).reduce_sum(static_cast<const float*>(g.raw_ptr()), static_cast<float*>(gx.raw_ptr()), p);
   return gx;
-}
-
-// The CPU loop of a sum along the middle of [outer, n, inner].
-void reduce_sum_cpu(const Tensor& x, const DimSplit& s, double divisor, Tensor& out) {
-  const float* px = x.data<float>();
-  float* po = out.data<float>();
-  std::vector<double> acc(s.inner);
-  for (int64_t o = 0; o < s.outer; ++o) {
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (int64_t k = 0; k < s.n; ++k) {
-      const float* row = px + (o * s.n + k) * s.inner;
-      for (int64_t i = 0; i < s.inner; ++i) acc[i] += row[i];
-    }
-    for (int64_t i = 0; i < s.inner; ++i) po[o * s.inner + i] = static_cast<float>(acc[i] / divisor);
-  }
 }
 
 // divisor 1 for sum, n for mean: the division happens once, in double.
 Tensor reduce_sum(const Tensor& x, const DimSplit& s, double divisor, const char* op) {
   Tensor out = empty(s.reduced, DType::f32, x.device());
-  if (DeviceKernels* k = device_of(op, {&x})) {
-    k->reduce_sum(static_cast<const float*>(x.raw_ptr()), static_cast<float*>(out.raw_ptr()),
-                  sum_dim_plan(s.outer, s.n, s.inner, divisor));
-  } else {
-    reduce_sum_cpu(x, s, divisor, out);
-  }
+  device_of(op, {&x}).reduce_sum(static_cast<const float*>(x.raw_ptr()), static_cast<float*>(out.raw_ptr()),
+                                 sum_dim_plan(s.outer, s.n, s.inner, divisor));
   Shape in_shape = x.shape();
   return record_op(op, out, {x}, [s, in_shape, divisor](const Tensor& g) -> std::vector<Tensor> {
     return {expand_grad(g, s, in_shape, divisor)};
@@ -107,21 +76,9 @@ Tensor arg_best(const Tensor& x, const char* op, bool max) {
   int64_t k = x.size(-1), rows = x.numel() / k;
   Shape shape(x.shape().begin(), x.shape().end() - 1);
   Tensor out = empty(shape, DType::i64, x.device());
-  if (DeviceKernels* dk = device_of(op, {&x})) {
-    dk->arg_best(static_cast<const float*>(x.raw_ptr()), static_cast<int64_t*>(out.raw_ptr()), rows, k, max);
-    return out;
-  }
-  const float* px = x.data<float>();
-  int64_t* po = out.data<int64_t>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = px + r * k;
-    // A left-to-right scan under arg_better's order (kernel_math.h): lowest
-    // index on ties, a number beats NaN, an all-NaN row gives 0.
-    int64_t best = 0;
-    for (int64_t j = 1; j < k; ++j)
-      if (arg_better(row[j], j, row[best], best, max)) best = j;
-    po[r] = best;
-  }
+  // arg_better's order (kernel_math.h): lowest index on ties, a number
+  // beats NaN, an all-NaN row gives 0.
+  device_of(op, {&x}).arg_best(static_cast<const float*>(x.raw_ptr()), static_cast<int64_t*>(out.raw_ptr()), rows, k, max);
   return out;
 }
 
@@ -151,12 +108,7 @@ Tensor argmax(const Tensor& x) { return arg_best(x, "argmax", true); }
 
 int64_t first_nonfinite(const Tensor& x) {
   VQDDP_CHECK(x.dtype() == DType::f32, "first_nonfinite: expected a float32 tensor, got {}", x.desc());
-  if (DeviceKernels* k = device_of("first_nonfinite", {&x}))
-    return k->first_nonfinite(static_cast<const float*>(x.raw_ptr()), x.numel());
-  const float* p = x.data<float>();
-  for (int64_t i = 0, n = x.numel(); i < n; ++i)
-    if (!std::isfinite(p[i])) return i;
-  return -1;
+  return device_of("first_nonfinite", {&x}).first_nonfinite(static_cast<const float*>(x.raw_ptr()), x.numel());
 }
 
 Tensor mse_loss(const Tensor& a, const Tensor& b) {
@@ -165,31 +117,19 @@ Tensor mse_loss(const Tensor& a, const Tensor& b) {
               a.desc(), b.desc());
   VQDDP_CHECK(a.numel() > 0, "mse_loss of empty tensors {}", a.desc());
   int64_t n = a.numel();
-  Tensor out;
-  if (device_of("mse_loss", {&a, &b})) {
-    // On a device: the same mean of squares from the device ops (the
-    // difference is rounded to float before squaring; the CPU squares it in
-    // double, which stays within float rounding of this).
-    NoGradGuard no_grad;
-    out = mean(square(sub(a, b)));
-  } else {
-    const float *pa = a.data<float>(), *pb = b.data<float>();
-    double acc = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-      double d = double(pa[i]) - pb[i];
-      acc += d * d;
-    }
-    out = scalar(static_cast<float>(acc / n));
-  }
+  // The difference and its square in double, summed in a fixed order, on
+  // every device (the CPU's historical bits, which the golden files pin).
+  Tensor out = empty({}, DType::f32, a.device());
+  device_of("mse_loss", {&a, &b})
+      .mse(static_cast<const float*>(a.raw_ptr()), static_cast<const float*>(b.raw_ptr()), n,
+           static_cast<float*>(out.raw_ptr()));
   Tensor da = a.detach(), db = b.detach();
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   return record_op("mse_loss", out, {a, b}, {a, b}, [=](const Tensor& g) -> std::vector<Tensor> {
     // d/da mean((a-b)^2) = 2 (a - b) / n; the gradient for b is its negation.
-    // The factor 2 g / n in the same float order on both devices; on a GPU
-    // g stays there (reading it back would wait for the device in every
-    // backward of every VQ loss).
-    Tensor diff = g.device().is_cpu() ? mul(sub(da, db), 2.f * g.item<float>() / static_cast<float>(n))
-                                      : mul(sub(da, db), div(mul(g, 2.f), static_cast<float>(n)));
+    // The factor 2 g / n rounded in float, as ops on g's device: g is never
+    // read back (on a GPU that would wait in every backward of every VQ loss).
+    Tensor diff = mul(sub(da, db), div(mul(g, 2.f), static_cast<float>(n)));
     return {need_a ? diff : Tensor(), need_b ? neg(diff) : Tensor()};
   });
 }

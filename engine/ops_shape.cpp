@@ -1,7 +1,5 @@
 // Shape ops: views (reshape, slice_rows) and copies (transpose, concat,
 // index_select), each with its backward.
-#include <cstring>
-
 #include "engine/autograd.h"
 #include "engine/device_plans.h"
 #include "engine/ops.h"
@@ -32,23 +30,17 @@ int64_t row_size(const Tensor& x) {
 void copy_columns(const Tensor& src, int64_t src_col, int64_t src_row, Tensor& dst, int64_t dst_col, int64_t dst_row,
                   int64_t outer, int64_t width) {
   size_t es = dtype_size(src.dtype());
-  if (DeviceKernels* k = device_of("concat", {&src, &dst})) {
-    StridedCopyPlan p;
-    p.ndim = 2;
-    p.shape[0] = outer;
-    p.shape[1] = width;
-    p.src_stride[0] = src_row;
-    p.src_stride[1] = 1;
-    p.dst_stride[0] = dst_row;
-    p.dst_stride[1] = 1;
-    k->strided_copy(static_cast<const char*>(src.raw_ptr()) + src_col * es,
-                    static_cast<char*>(dst.raw_ptr()) + dst_col * es, es, p);
-    return;
-  }
-  const char* ps = static_cast<const char*>(src.raw_data());
-  char* pd = static_cast<char*>(dst.raw_data());
-  for (int64_t o = 0; o < outer; ++o)
-    std::memcpy(pd + (o * dst_row + dst_col) * es, ps + (o * src_row + src_col) * es, width * es);
+  StridedCopyPlan p;
+  p.ndim = 2;
+  p.shape[0] = outer;
+  p.shape[1] = width;
+  p.src_stride[0] = src_row;
+  p.src_stride[1] = 1;
+  p.dst_stride[0] = dst_row;
+  p.dst_stride[1] = 1;
+  device_of("concat", {&src, &dst})
+      .strided_copy(static_cast<const char*>(src.raw_ptr()) + src_col * es, static_cast<char*>(dst.raw_ptr()) + dst_col * es,
+                    es, p);
 }
 
 }  // namespace
@@ -109,33 +101,19 @@ Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {
   Shape shape = x.shape();
   std::swap(shape[d0], shape[d1]);
   Tensor out = empty(shape, x.dtype(), x.device());
-  size_t es = dtype_size(x.dtype());
-  if (DeviceKernels* k = device_of("transpose", {&x})) {
-    // Walk the output [A, n1, B, n0, C] with the source strides of x
-    // viewed as [A, n0, B, n1, C].
-    StridedCopyPlan p;
-    p.ndim = 5;
-    int64_t sizes[5] = {A, n1, B, n0, C};
-    int64_t src[5] = {n0 * B * n1 * C, C, n1 * C, B * n1 * C, 1};
-    int64_t dst[5] = {n1 * B * n0 * C, B * n0 * C, n0 * C, C, 1};
-    for (int i = 0; i < 5; ++i) {
-      p.shape[i] = sizes[i];
-      p.src_stride[i] = src[i];
-      p.dst_stride[i] = dst[i];
-    }
-    k->strided_copy(x.raw_ptr(), out.raw_ptr(), es, p);
-  } else {
-    const char* px = static_cast<const char*>(x.raw_data());
-    char* po = static_cast<char*>(out.raw_data());
-    for (int64_t a = 0; a < A; ++a)
-      for (int64_t i = 0; i < n0; ++i)
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t j = 0; j < n1; ++j) {
-            int64_t src = (((a * n0 + i) * B + b) * n1 + j) * C;
-            int64_t dst = (((a * n1 + j) * B + b) * n0 + i) * C;
-            std::memcpy(po + dst * es, px + src * es, C * es);
-          }
+  // Walk the output [A, n1, B, n0, C] with the source strides of x viewed
+  // as [A, n0, B, n1, C].
+  StridedCopyPlan p;
+  p.ndim = 5;
+  int64_t sizes[5] = {A, n1, B, n0, C};
+  int64_t src[5] = {n0 * B * n1 * C, C, n1 * C, B * n1 * C, 1};
+  int64_t dst[5] = {n1 * B * n0 * C, B * n0 * C, n0 * C, C, 1};
+  for (int i = 0; i < 5; ++i) {
+    p.shape[i] = sizes[i];
+    p.src_stride[i] = src[i];
+    p.dst_stride[i] = dst[i];
   }
+  device_of("transpose", {&x}).strided_copy(x.raw_ptr(), out.raw_ptr(), dtype_size(x.dtype()), p);
   return record_op("transpose", out, {x},
                    [d0, d1](const Tensor& g) -> std::vector<Tensor> { return {transpose(g, d0, d1)}; });
 }
@@ -183,7 +161,12 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
   });
 }
 
-Tensor index_select(const Tensor& x, const Tensor& index) {
+void check_index_range(const Tensor& index, int64_t rows, const char* what) {
+  VQDDP_CHECK(index.dtype() == DType::i64, "{}: indices must be int64, got {}", what, index.desc());
+  check_device_indices(device_of(what, {&index}), what, index.reshape({-1}), rows, "codes");
+}
+
+Tensor index_select(const Tensor& x, const Tensor& index, Indices from) {
   VQDDP_CHECK(x.dim() >= 1, "index_select on a 0-d tensor");
   VQDDP_CHECK(index.dtype() == DType::i64 && index.dim() == 1, "index_select: index must be int64 [M], got {}",
               index.desc());
@@ -192,60 +175,33 @@ Tensor index_select(const Tensor& x, const Tensor& index) {
   shape[0] = m;
   Tensor out = empty(shape, x.dtype(), x.device());
   size_t es = dtype_size(x.dtype());
-  DeviceKernels* k = device_of("index_select", {&x, &index});
-  if (k) {
-    check_device_indices(*k, "index_select", index, rows, "rows");
-    k->gather_rows(x.raw_ptr(), static_cast<const int64_t*>(index.raw_ptr()), m, row * es, out.raw_ptr());
-  } else {
-    const int64_t* pi = index.data<int64_t>();
-    for (int64_t i = 0; i < m; ++i)
-      VQDDP_CHECK(pi[i] >= 0 && pi[i] < rows, "index_select: index[{}] = {} out of range for {} rows", i, pi[i], rows);
-    const char* px = static_cast<const char*>(x.raw_data());
-    char* po = static_cast<char*>(out.raw_data());
-    for (int64_t i = 0; i < m; ++i) std::memcpy(po + i * row * es, px + pi[i] * row * es, row * es);
-  }
+  DeviceKernels& k = device_of("index_select", {&x, &index});
+  if (from == Indices::checked) check_device_indices(k, "index_select", index, rows, "rows");
+  k.gather_rows(x.raw_ptr(), static_cast<const int64_t*>(index.raw_ptr()), m, row * es, out.raw_ptr());
   Shape in_shape = x.shape();
   Tensor idx = index.clone();  // the caller may reuse its index buffer
-  return record_op("index_select", out, {x}, [in_shape, idx, row, rows, k](const Tensor& g) -> std::vector<Tensor> {
-    if (k) {
-      // Deterministic scatter-add (sorted by index, fixed-order sums in
-      // double), then rounded once to float.
-      Tensor acc = empty({rows * row}, DType::f64, g.device());
-      k->index_add_rows(static_cast<const float*>(g.raw_ptr()), static_cast<const int64_t*>(idx.raw_ptr()),
-                        idx.numel(), row, rows, nullptr, static_cast<double*>(acc.raw_ptr()));
-      Tensor gx = empty(in_shape, DType::f32, g.device());
-      k->cast_f64_to_f32(static_cast<const double*>(acc.raw_ptr()), static_cast<float*>(gx.raw_ptr()), rows * row);
-      return {gx};
-    }
-    Tensor gx = zeros(in_shape);
-    float* pgx = gx.data<float>();
-    const float* pg = g.data<float>();
-    const int64_t* pi = idx.data<int64_t>();
-    for (int64_t i = 0, m = idx.numel(); i < m; ++i)
-      for (int64_t j = 0; j < row; ++j) pgx[pi[i] * row + j] += pg[i * row + j];
+  return record_op("index_select", out, {x}, [in_shape, idx, row, rows](const Tensor& g) -> std::vector<Tensor> {
+    // Float sums in ascending position order on every device (the CPU's
+    // historical bits, which a learnable codebook's lookup gradient and the
+    // golden files pin).
+    Tensor gx = empty(in_shape, DType::f32, g.device());
+    device_of("index_select backward", {&g, &idx})
+        .index_add_rows_f32(static_cast<const float*>(g.raw_ptr()), static_cast<const int64_t*>(idx.raw_ptr()),
+                            idx.numel(), row, rows, static_cast<float*>(gx.raw_ptr()));
     return {gx};
   });
 }
 
-void index_copy_(Tensor& dst, const Tensor& index, const Tensor& src, float scale) {
+void index_copy_(Tensor& dst, const Tensor& index, const Tensor& src, float scale, Indices from) {
   VQDDP_CHECK(dst.dtype() == DType::f32 && src.dtype() == DType::f32 && dst.dim() >= 1 && src.dim() == dst.dim() &&
                   index.dtype() == DType::i64 && index.dim() == 1 && src.size(0) == index.numel() &&
                   row_size(src) == row_size(dst),
               "index_copy_: destination {}, index {} and source {} do not fit", dst.desc(), index.desc(), src.desc());
   int64_t m = index.numel(), rows = dst.size(0), row = row_size(dst);
-  if (DeviceKernels* k = device_of("index_copy_", {&dst, &index, &src})) {
-    check_device_indices(*k, "index_copy_", index, rows, "rows");
-    k->index_copy_rows(static_cast<const float*>(src.raw_ptr()), static_cast<const int64_t*>(index.raw_ptr()), m, row,
-                       scale, static_cast<float*>(dst.raw_ptr()));
-  } else {
-    const int64_t* pi = index.data<int64_t>();
-    const float* ps = src.data<float>();
-    float* pd = dst.data<float>();
-    for (int64_t i = 0; i < m; ++i) {
-      VQDDP_CHECK(pi[i] >= 0 && pi[i] < rows, "index_copy_: index[{}] = {} out of range for {} rows", i, pi[i], rows);
-      for (int64_t j = 0; j < row; ++j) pd[pi[i] * row + j] = ps[i * row + j] * scale;
-    }
-  }
+  DeviceKernels& k = device_of("index_copy_", {&dst, &index, &src});
+  if (from == Indices::checked) check_device_indices(k, "index_copy_", index, rows, "rows");
+  k.index_copy_rows(static_cast<const float*>(src.raw_ptr()), static_cast<const int64_t*>(index.raw_ptr()), m, row, scale,
+                    static_cast<float*>(dst.raw_ptr()));
   dst.bump_version();
 }
 

@@ -41,15 +41,9 @@ void Sgd::step() {
     Tensor g = params_[i].grad();
     if (!g.defined()) continue;
     int64_t n = params_[i].numel();
-    if (DeviceKernels* k = device_of("Sgd::step", {&params_[i], &g, &momentum_[i]})) {
-      k->sgd_step(s, static_cast<float*>(params_[i].raw_ptr()), static_cast<const float*>(g.raw_ptr()),
+    device_of("Sgd::step", {&params_[i], &g, &momentum_[i]})
+        .sgd_step(s, static_cast<float*>(params_[i].raw_ptr()), static_cast<const float*>(g.raw_ptr()),
                   static_cast<float*>(momentum_[i].raw_ptr()), n);
-    } else {
-      float* p = params_[i].data<float>();
-      const float* pg = g.data<float>();
-      float* buf = momentum_[i].data<float>();
-      for (int64_t j = 0; j < n; ++j) sgd_update(s, p[j], pg[j], buf[j]);
-    }
     params_[i].bump_version();
   }
   started_.data<int64_t>()[0] = 1;
@@ -84,16 +78,9 @@ void AdamW::step() {
                 static_cast<float>(1.0 - std::pow(double(opt_.beta1), double(t))),
                 static_cast<float>(std::sqrt(1.0 - std::pow(double(opt_.beta2), double(t))))};
     int64_t n = params_[i].numel();
-    if (DeviceKernels* k = device_of("AdamW::step", {&params_[i], &g, &exp_avg_[i], &exp_avg_sq_[i]})) {
-      k->adamw_step(s, static_cast<float*>(params_[i].raw_ptr()), static_cast<const float*>(g.raw_ptr()),
+    device_of("AdamW::step", {&params_[i], &g, &exp_avg_[i], &exp_avg_sq_[i]})
+        .adamw_step(s, static_cast<float*>(params_[i].raw_ptr()), static_cast<const float*>(g.raw_ptr()),
                     static_cast<float*>(exp_avg_[i].raw_ptr()), static_cast<float*>(exp_avg_sq_[i].raw_ptr()), n);
-    } else {
-      float* p = params_[i].data<float>();
-      const float* pg = g.data<float>();
-      float* m = exp_avg_[i].data<float>();
-      float* v = exp_avg_sq_[i].data<float>();
-      for (int64_t j = 0; j < n; ++j) adamw_update(s, p[j], pg[j], m[j], v[j]);
-    }
     params_[i].bump_version();
   }
 }
@@ -113,38 +100,26 @@ NamedTensors AdamW::state() {
   return out;
 }
 
-float clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
-  // One double accumulator in parameter order on the host; a device
-  // gradient adds its own sum of squares (a fixed tree on the device), so a
-  // GPU norm may differ from the CPU's in the last bits, reproducibly.
-  double total = 0.0;
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (DeviceKernels* k = device_of("clip_grad_norm", {&g})) {
-      total += k->sum_squares(static_cast<const float*>(g.raw_ptr()), g.numel());
-    } else {
-      const float* pg = g.data<float>();
-      for (int64_t j = 0, n = g.numel(); j < n; ++j) total += double(pg[j]) * pg[j];
-    }
+Tensor clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
+  // One double accumulator on the gradients' device, in parameter order:
+  // on the CPU one running sum over every element (its historical bits); a
+  // GPU adds each tensor's fixed-tree sum, so its norm may differ from the
+  // CPU's in the last bits, reproducibly.
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  Device device = grads.empty() ? Device::cpu() : grads[0].device();
+  Tensor total = zeros({1}, DType::f64, device);
+  auto* acc = static_cast<double*>(total.raw_ptr());
+  for (const Tensor& g : grads)
+    device_of("clip_grad_norm", {&g, &total}).sum_squares(static_cast<const float*>(g.raw_ptr()), g.numel(), acc);
+  for (Tensor& g : grads) {
+    device_of("clip_grad_norm", {&g}).clip_scale(static_cast<float*>(g.raw_ptr()), g.numel(), acc, max_norm);
+    g.bump_version();
   }
-  double norm = std::sqrt(total);
-  // Same epsilon as torch.nn.utils.clip_grad_norm_, so runs compare.
-  double scale = max_norm / (norm + 1e-6);
-  if (scale < 1.0) {
-    for (const Tensor& p : params) {
-      Tensor g = p.grad();
-      if (!g.defined()) continue;
-      if (DeviceKernels* k = device_of("clip_grad_norm", {&g})) {
-        k->scale_f64(static_cast<float*>(g.raw_ptr()), g.numel(), scale);
-      } else {
-        float* pg = g.data<float>();
-        for (int64_t j = 0, n = g.numel(); j < n; ++j) pg[j] = scale_f64(pg[j], scale);
-      }
-      g.bump_version();
-    }
-  }
-  return static_cast<float>(norm);
+  Tensor norm = empty({}, DType::f32, device);
+  device_of("clip_grad_norm", {&total}).clip_norm(acc, static_cast<float*>(norm.raw_ptr()));
+  return norm;
 }
 
 }  // namespace vqddp

@@ -82,8 +82,10 @@ class AdamW : public Optimizer {
 };
 
 // Scales all gradients so their joint L2 norm is at most max_norm; returns
-// the norm before clipping (computed in double over every element; on a
-// GPU in another order, so it may differ from the CPU's in the last bits).
-float clip_grad_norm(const std::vector<Tensor>& params, float max_norm);
+// the norm before clipping as a float32 scalar on the gradients' device
+// (computed in double over every element; on a GPU in another order, so it
+// may differ from the CPU's in the last bits). Nothing is read back: the
+// decision to scale is made on the device, so a step never waits for it.
+Tensor clip_grad_norm(const std::vector<Tensor>& params, float max_norm);
 
 }  // namespace vqddp

@@ -177,23 +177,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
-template <class T>
-static void fill_as(Tensor& t, double value) {
-  T* p = t.data<T>();
-  for (int64_t i = 0, n = t.numel(); i < n; ++i) p[i] = static_cast<T>(value);
-}
-
 Tensor& Tensor::fill_(double value) {
-  if (DeviceKernels* k = device_of("fill_", {this})) {
-    k->fill(raw_ptr(), dtype(), numel(), value);
-    bump_version();
-    return *this;
-  }
-  switch (dtype()) {
-    case DType::f32: fill_as<float>(*this, value); break;
-    case DType::i64: fill_as<int64_t>(*this, value); break;
-    case DType::f64: fill_as<double>(*this, value); break;
-  }
+  device_of("fill_", {this}).fill(raw_ptr(), dtype(), numel(), value);
   bump_version();
   return *this;
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/cuda/cuda_check.h"
+#include "engine/device_counters.h"
 #include "engine/cuda/launch.h"
 #include "engine/cuda/runtime.h"
 #include "engine/device.h"
@@ -235,7 +236,18 @@ class CudaKernels final : public DeviceKernels {
     cudaMemcpyKind kind = src_host ? (dst_host ? cudaMemcpyHostToHost : cudaMemcpyHostToDevice)
                                    : (dst_host ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice);
     VQDDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
-    if (src_host || dst_host) VQDDP_CUDA_CHECK(cudaStreamSynchronize(s));
+    // A copy to the host waits for the queue (the host reads the result).
+    // A copy from pageable host memory does not: cudaMemcpyAsync has copied
+    // the source into a staging buffer when it returns (CUDA's "API
+    // synchronization behavior"), so the caller may reuse it, and the
+    // device runs the copy in stream order; waiting here would make every
+    // upload of a batch wait for the whole previous step.
+    if (dst_host) {
+      VQDDP_CUDA_CHECK(cudaStreamSynchronize(s));
+      if (!src_host) count_to_host(static_cast<int64_t>(bytes));
+    } else if (src_host) {
+      count_to_device(static_cast<int64_t>(bytes));
+    }
   }
 
   void fill(void* p, DType dtype, int64_t n, double value) override {
@@ -246,6 +258,7 @@ class CudaKernels final : public DeviceKernels {
   void synchronize() override {
     DeviceGuard guard(device_);
     VQDDP_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    count_wait();
   }
 
   void binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) override {
@@ -344,19 +357,32 @@ class CudaKernels final : public DeviceKernels {
     DeviceGuard guard(device_);
     cuda::adamw_step(step, p, g, m, v, n, stream());
   }
-  double sum_squares(const float* x, int64_t n) override {
+  void sum_squares(const float* x, int64_t n, double* acc) override {
     DeviceGuard guard(device_);
-    int64_t doubles = cuda::sum_squares_scratch(n);
-    Scratch scratch(alloc_, static_cast<size_t>(doubles) * sizeof(double));
-    auto* r = static_cast<double*>(scratch.get());
-    cuda::sum_squares(x, n, r, stream());
-    double host = 0.0;
-    copy(&host, true, r, false, sizeof host);
-    return host;
+    Scratch scratch(alloc_, static_cast<size_t>(cuda::sum_squares_scratch(n)) * sizeof(double));
+    cuda::sum_squares(x, n, static_cast<double*>(scratch.get()), acc, stream());
   }
-  void scale_f64(float* x, int64_t n, double factor) override {
+  void clip_scale(float* x, int64_t n, const double* total_sq, float max_norm) override {
     DeviceGuard guard(device_);
-    cuda::scale_f64(x, n, factor, stream());
+    cuda::clip_scale(x, n, total_sq, max_norm, stream());
+  }
+  void clip_norm(const double* total_sq, float* norm) override {
+    DeviceGuard guard(device_);
+    cuda::clip_norm(total_sq, norm, stream());
+  }
+  void mse(const float* a, const float* b, int64_t n, float* out) override {
+    DeviceGuard guard(device_);
+    Scratch scratch(alloc_, static_cast<size_t>(cuda::sum_squares_scratch(n)) * sizeof(double));
+    cuda::mse(a, b, n, static_cast<double*>(scratch.get()), out, stream());
+  }
+  void index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
+                          float* sums) override {
+    check_int(n, "rows");
+    check_int(k, "codes");
+    DeviceGuard guard(device_);
+    size_t bytes = cuda::index_add_rows_scratch(n, d, k);
+    Scratch scratch(alloc_, bytes);
+    cuda::index_add_rows_f32(src, index, n, d, k, sums, scratch.get(), bytes, stream());
   }
 
  private:

@@ -90,9 +90,13 @@ __global__ void adamw_step_kernel(AdamWStep step, float* p, const float* g, floa
   VQDDP_GRID_LOOP(i, n) adamw_update(step, p[i], g[i], m[i], v[i]);
 }
 
-__global__ void scale_f64_kernel(float* x, int64_t n, double factor) {
+__global__ void clip_scale_kernel(float* x, int64_t n, const double* total_sq, float max_norm) {
+  const double factor = clip_factor(*total_sq, max_norm);
+  if (!(factor < 1.0)) return;
   VQDDP_GRID_LOOP(i, n) x[i] = vqddp::scale_f64(x[i], factor);
 }
+
+__global__ void clip_norm_kernel(const double* total_sq, float* norm) { *norm = static_cast<float>(sqrt(*total_sq)); }
 
 int64_t plan_numel(const int64_t* shape, int ndim) {
   int64_t n = 1;
@@ -182,9 +186,14 @@ void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 
-void scale_f64(float* x, int64_t n, double factor, cudaStream_t s) {
+void clip_scale(float* x, int64_t n, const double* total_sq, float max_norm, cudaStream_t s) {
   if (n <= 0) return;
-  scale_f64_kernel<<<grid_for(n), kThreads, 0, s>>>(x, n, factor);
+  clip_scale_kernel<<<grid_for(n), kThreads, 0, s>>>(x, n, total_sq, max_norm);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void clip_norm(const double* total_sq, float* norm, cudaStream_t s) {
+  clip_norm_kernel<<<1, 1, 0, s>>>(total_sq, norm);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

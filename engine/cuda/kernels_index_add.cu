@@ -139,6 +139,40 @@ __global__ void combine_kernel(const double* partial, const int* seg_start, cons
   }
 }
 
+// index_select's backward: each code's rows added one by one in float, in
+// ascending row order (the stable sort keeps it), from +0: the CPU's loop.
+// One thread per (code, column); a code with many rows takes its time.
+__global__ void segment_sum_f32_kernel(const float* src, const int* pos, const int* seg_start, int64_t k, int64_t d,
+                                       float* sums) {
+  int64_t c = blockIdx.x;
+  for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < d;
+       j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+    float acc = 0.f;
+    for (int64_t s = seg_start[c]; s < seg_start[c + 1]; ++s) acc += src[static_cast<int64_t>(pos[s]) * d + j];
+    sums[c * d + j] = acc;
+  }
+}
+
+// The stable sort of the row positions by index and each code's segment,
+// steps 1 and 2 of both scatter-adds.
+void sort_segments(const int64_t* index, int64_t n, int64_t k, const Layout& l, cudaStream_t s) {
+  keys_kernel<<<grid_for(n), kThreads, 0, s>>>(index, n, k, l.keys_in, l.pos_in);
+  VQDDP_CUDA_CHECK_LAUNCH();
+  // Keys are in [0, k]: sort only the bits that can be set.
+  int end_bit = 1;
+  while ((int64_t{1} << end_bit) <= k) ++end_bit;
+  size_t cub_bytes = l.cub_bytes;
+  VQDDP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(l.cub_temp, cub_bytes, l.keys_in, l.keys_out, l.pos_in, l.pos_out,
+                                                    static_cast<int>(n), 0, end_bit, s));
+  segments_kernel<<<grid_for(k + 1), kThreads, 0, s>>>(l.keys_out, n, k, l.seg_start);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+unsigned column_tiles(int64_t d) {
+  int64_t tiles = d > 0 ? (d + kColThreads - 1) / kColThreads : 1;
+  return static_cast<unsigned>(tiles < 65535 ? tiles : 65535);  // grid y's limit; the kernels loop
+}
+
 }  // namespace
 
 size_t index_add_rows_scratch(int64_t n, int64_t d, int64_t k) { return carve(nullptr, n, d, k).total; }
@@ -153,23 +187,12 @@ void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d
   }
   Layout l = carve(static_cast<char*>(scratch), n, d, k);
   if (scratch_bytes < l.total) cuda_fail(__FILE__, __LINE__, "index_add_rows", 0, "scratch block too small");
-  keys_kernel<<<grid_for(n), kThreads, 0, s>>>(index, n, k, l.keys_in, l.pos_in);
-  VQDDP_CUDA_CHECK_LAUNCH();
-  // Keys are in [0, k]: sort only the bits that can be set.
-  int end_bit = 1;
-  while ((int64_t{1} << end_bit) <= k) ++end_bit;
-  size_t cub_bytes = l.cub_bytes;
-  VQDDP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(l.cub_temp, cub_bytes, l.keys_in, l.keys_out, l.pos_in, l.pos_out,
-                                                    static_cast<int>(n), 0, end_bit, s));
-  segments_kernel<<<grid_for(k + 1), kThreads, 0, s>>>(l.keys_out, n, k, l.seg_start);
-  VQDDP_CUDA_CHECK_LAUNCH();
+  sort_segments(index, n, k, l, s);
   chunk_count_kernel<<<grid_for(k + 1), kThreads, 0, s>>>(l.seg_start, k, l.chunks);
   VQDDP_CUDA_CHECK_LAUNCH();
-  cub_bytes = l.cub_bytes;
+  size_t cub_bytes = l.cub_bytes;
   VQDDP_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(l.cub_temp, cub_bytes, l.chunks, l.chunk_off, static_cast<int>(k + 1), s));
-  // Column tiles (grid y, capped at its limit of 65535; the kernels loop).
-  int64_t tiles = d > 0 ? (d + kColThreads - 1) / kColThreads : 1;
-  unsigned col_tiles = static_cast<unsigned>(tiles < 65535 ? tiles : 65535);
+  unsigned col_tiles = column_tiles(d);
   if (d > 0) {
     dim3 grid(static_cast<unsigned>(max_chunks(n, k)), col_tiles);
     chunk_sum_kernel<<<grid, kColThreads, 0, s>>>(src, l.pos_out, l.seg_start, l.chunk_off, k, d, l.partial);
@@ -177,6 +200,21 @@ void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d
   }
   combine_kernel<<<dim3(static_cast<unsigned>(k), col_tiles), kColThreads, 0, s>>>(l.partial, l.seg_start, l.chunk_off,
                                                                                    k, d, counts, sums);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, float* sums,
+                        void* scratch, size_t scratch_bytes, cudaStream_t s) {
+  if (k <= 0 || d <= 0) return;
+  if (n <= 0) {
+    VQDDP_CUDA_CHECK(cudaMemsetAsync(sums, 0, k * d * sizeof(float), s));  // all-zero bits are +0.0f
+    return;
+  }
+  Layout l = carve(static_cast<char*>(scratch), n, d, k);
+  if (scratch_bytes < l.total) cuda_fail(__FILE__, __LINE__, "index_add_rows_f32", 0, "scratch block too small");
+  sort_segments(index, n, k, l, s);
+  segment_sum_f32_kernel<<<dim3(static_cast<unsigned>(k), column_tiles(d)), kColThreads, 0, s>>>(
+      src, l.pos_out, l.seg_start, k, d, sums);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

@@ -97,11 +97,12 @@ __global__ void min_max_kernel(const int64_t* x, int64_t n, long long* result) {
 
 // sum_squares, pass 1: block b sums its grid-stride share of x in double,
 // then a shared-memory tree in fixed order, into partial[b].
-__global__ void sum_squares_blocks_kernel(const float* x, int64_t n, double* partial) {
+// With y, the squares are of x[i] - y[i] (the difference in double).
+__global__ void sum_squares_blocks_kernel(const float* x, const float* y, int64_t n, double* partial) {
   __shared__ double part[kThreads];
   double acc = 0.0;
   VQDDP_GRID_LOOP(i, n) {
-    double v = x[i];
+    double v = y ? double(x[i]) - y[i] : double(x[i]);
     acc += v * v;
   }
   part[threadIdx.x] = acc;
@@ -127,6 +128,10 @@ __global__ void sum_partials_kernel(const double* partial, int64_t blocks, doubl
   if (threadIdx.x == 0) *result = part[0];
 }
 
+__global__ void accumulate_kernel(const double* sum, double* acc) { *acc += *sum; }
+
+__global__ void mean_kernel(const double* sum, int64_t n, float* out) { *out = static_cast<float>(*sum / n); }
+
 // Blocks of sum_squares' first pass: a function of n alone, so the
 // summation tree (and the result's bits) is the same on every run.
 int64_t sum_squares_blocks(int64_t n) {
@@ -139,15 +144,33 @@ int64_t sum_squares_blocks(int64_t n) {
 
 int64_t sum_squares_scratch(int64_t n) { return 1 + sum_squares_blocks(n); }
 
-void sum_squares(const float* x, int64_t n, double* scratch, cudaStream_t s) {
+namespace {
+
+// scratch[0] = the sum of (x[i] - y[i])^2 (of x[i]^2 without y), two passes
+// of fixed trees.
+void sum_squares_to(const float* x, const float* y, int64_t n, double* scratch, cudaStream_t s) {
   if (n <= 0) {
     VQDDP_CUDA_CHECK(cudaMemsetAsync(scratch, 0, sizeof(double), s));  // all-zero bits are 0.0
     return;
   }
   int64_t blocks = sum_squares_blocks(n);
-  sum_squares_blocks_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(x, n, scratch + 1);
+  sum_squares_blocks_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(x, y, n, scratch + 1);
   VQDDP_CUDA_CHECK_LAUNCH();
   sum_partials_kernel<<<1, kThreads, 0, s>>>(scratch + 1, blocks, scratch);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void sum_squares(const float* x, int64_t n, double* scratch, double* acc, cudaStream_t s) {
+  sum_squares_to(x, nullptr, n, scratch, s);
+  accumulate_kernel<<<1, 1, 0, s>>>(scratch, acc);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void mse(const float* a, const float* b, int64_t n, double* scratch, float* out, cudaStream_t s) {
+  sum_squares_to(a, b, n, scratch, s);
+  mean_kernel<<<1, 1, 0, s>>>(scratch, n, out);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

@@ -23,9 +23,12 @@ void arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max, c
 void first_nonfinite(const float* x, int64_t n, unsigned long long* result, cudaStream_t s);
 // result: two device long longs, {min, max}.
 void min_max_i64(const int64_t* x, int64_t n, long long* result, cudaStream_t s);
-// Doubles of scratch sum_squares needs for n; the sum lands in scratch[0].
+// Doubles of scratch sum_squares and mse need for n.
 int64_t sum_squares_scratch(int64_t n);
-void sum_squares(const float* x, int64_t n, double* scratch, cudaStream_t s);
+// *acc += the sum of x[i]^2 (a device double).
+void sum_squares(const float* x, int64_t n, double* scratch, double* acc, cudaStream_t s);
+// *out = the mean of (a[i] - b[i])^2, the difference and square in double.
+void mse(const float* a, const float* b, int64_t n, double* scratch, float* out, cudaStream_t s);
 
 // fixed_gemm.h's rule (DeviceKernels::gemm_fixed), in square tiles of
 // kGemmFixedTile (fixed_gemm_tile.cuh). Throws first, queuing nothing, when
@@ -45,11 +48,18 @@ void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t 
                      cudaStream_t s);
 // Scratch memory index_add_rows needs for these sizes.
 size_t index_add_rows_scratch(int64_t n, int64_t d, int64_t k);
+// index_select's backward: float sums per code in ascending row order
+// (DeviceKernels::index_add_rows_f32), with index_add_rows' scratch.
+void index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, float* sums,
+                        void* scratch, size_t scratch_bytes, cudaStream_t s);
 void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
                     double* sums, void* scratch, size_t scratch_bytes, cudaStream_t s);
 
 void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n, cudaStream_t s);
 void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n, cudaStream_t s);
-void scale_f64(float* x, int64_t n, double factor, cudaStream_t s);
+// clip_grad_norm: x scaled by clip_factor(*total_sq, max_norm) where it is
+// below 1; *norm = sqrt(*total_sq) as float.
+void clip_scale(float* x, int64_t n, const double* total_sq, float max_norm, cudaStream_t s);
+void clip_norm(const double* total_sq, float* norm, cudaStream_t s);
 
 }  // namespace vqddp::cuda

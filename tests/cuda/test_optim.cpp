@@ -108,8 +108,8 @@ TEST_CASE("clip_grad_norm on the GPU: the CPU's norm within 1e-6, the same scali
     CAPTURE(max_norm);
     TwinParams p(kShapes);
     p.set_grads(4, 1);  // one parameter without a gradient is skipped
-    float nc = clip_grad_norm(p.cpu, max_norm);
-    float ng = clip_grad_norm(p.gpu, max_norm);
+    float nc = clip_grad_norm(p.cpu, max_norm).item<float>();
+    float ng = clip_grad_norm(p.gpu, max_norm).item<float>();
     CHECK(std::abs(double(ng) - nc) <= 1e-6 * nc);
     CHECK_FALSE(p.gpu[1].grad().defined());
     for (size_t i : {size_t{0}, size_t{2}}) check_matches(p.gpu[i].grad(), p.cpu[i].grad(), 1e-6, 0.0);
@@ -119,7 +119,7 @@ TEST_CASE("clip_grad_norm on the GPU: the CPU's norm within 1e-6, the same scali
     // The same gradients again give the same norm, bit for bit.
     TwinParams again(kShapes);
     again.set_grads(4, 1);
-    CHECK(clip_grad_norm(again.gpu, max_norm) == ng);
+    CHECK(clip_grad_norm(again.gpu, max_norm).item<float>() == ng);
     CHECK(same_bits(again.gpu[2].grad(), p.gpu[2].grad()));
   }
 }

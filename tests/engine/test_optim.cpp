@@ -117,9 +117,9 @@ TEST_CASE("clip_grad_norm scales to max_norm and returns the norm before clippin
   Tensor a = leaf({0.f, 0.f}), b = leaf({0.f});
   a.set_grad(from_vector({3.f, 0.f}, {2}));
   b.set_grad(from_vector({4.f}, {1}));
-  CHECK(clip_grad_norm({a, b}, 1.f) == doctest::Approx(5.f));
+  CHECK(clip_grad_norm({a, b}, 1.f).item<float>() == doctest::Approx(5.f));
   CHECK(a.grad().to_vector<float>()[0] == doctest::Approx(0.6f).epsilon(1e-5));
   CHECK(b.grad().item<float>() == doctest::Approx(0.8f).epsilon(1e-5));
-  CHECK(clip_grad_norm({a, b}, 10.f) == doctest::Approx(1.f).epsilon(1e-5));
+  CHECK(clip_grad_norm({a, b}, 10.f).item<float>() == doctest::Approx(1.f).epsilon(1e-5));
   CHECK(b.grad().item<float>() == doctest::Approx(0.8f).epsilon(1e-5));  // unchanged below the limit
 }

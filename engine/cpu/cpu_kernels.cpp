@@ -1,0 +1,373 @@
+// The CPU's DeviceKernels: the reference arithmetic of every op.
+//
+// These are the loops the ops ran themselves before the CPU became one more
+// backend; each keeps its order of operations, so its bits are the ones the
+// tests and the golden files pin. Broadcasts, reductions and copies arrive
+// as plans (engine/device.h); the common shapes of those plans get the tight
+// loops they had as special cases in the ops (same shape, a scalar operand,
+// a bias row, a sum over the middle of [outer, n, inner]), and everything
+// else walks the plan's strides. The fast paths compute exactly what the
+// walk would, element by element in the same order: they change speed only.
+#include "engine/cpu/cpu_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "engine/blas.h"
+#include "engine/cpu_allocator.h"
+#include "engine/fixed_gemm.h"
+
+namespace vqddp {
+
+namespace {
+
+// A loop nest over the dims of a plan for N operands' strides: dims of size
+// 1 are dropped, and a dim is merged into the one before it where every
+// operand steps over both as one, so the innermost loop is as long as it
+// can be. Iterating the nest in row-major order visits the elements in the
+// plan's row-major order.
+template <int N>
+struct Nest {
+  int ndim = 0;
+  int64_t size[kMaxDims] = {};
+  int64_t stride[N][kMaxDims] = {};
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; ++d) n *= size[d];
+    return n;
+  }
+};
+
+template <int N>
+Nest<N> make_nest(int ndim, const int64_t* size, const int64_t* const (&strides)[N]) {
+  Nest<N> s;
+  for (int d = 0; d < ndim; ++d) {
+    if (size[d] == 1) continue;
+    int j = s.ndim;
+    bool merge = j > 0;
+    for (int o = 0; merge && o < N; ++o) merge = s.stride[o][j - 1] == strides[o][d] * size[d];
+    if (merge) {
+      s.size[j - 1] *= size[d];
+      for (int o = 0; o < N; ++o) s.stride[o][j - 1] = strides[o][d];
+    } else {
+      s.size[j] = size[d];
+      for (int o = 0; o < N; ++o) s.stride[o][j] = strides[o][d];
+      ++s.ndim;
+    }
+  }
+  return s;
+}
+
+// Calls row(off, len, step) for every row of the nest's innermost dim in
+// row-major order: off[o] is the row's first element in operand o, step[o]
+// its stride along the row. A nest without dims is one row of one element.
+template <int N, class Row>
+void for_each_row(const Nest<N>& s, Row&& row) {
+  int64_t off[N] = {}, step[N] = {};
+  if (s.ndim == 0) {
+    row(off, int64_t{1}, step);
+    return;
+  }
+  int last = s.ndim - 1;
+  int64_t rows = 1, count[kMaxDims] = {};
+  for (int d = 0; d < last; ++d) rows *= s.size[d];
+  if (rows == 0 || s.size[last] == 0) return;
+  for (int o = 0; o < N; ++o) step[o] = s.stride[o][last];
+  for (int64_t r = 0; r < rows; ++r) {
+    row(off, s.size[last], step);
+    for (int d = last - 1; d >= 0; --d) {
+      for (int o = 0; o < N; ++o) off[o] += s.stride[o][d];
+      if (++count[d] < s.size[d]) break;
+      for (int o = 0; o < N; ++o) off[o] -= s.stride[o][d] * s.size[d];
+      count[d] = 0;
+    }
+  }
+}
+
+int64_t product(const int64_t* size, int ndim) {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) n *= size[d];
+  return n;
+}
+
+// Elements of a broadcast operand: the output dims it does not repeat.
+int64_t operand_numel(const BroadcastPlan& p, const int64_t* stride) {
+  int64_t n = 1;
+  for (int d = 0; d < p.ndim; ++d)
+    if (stride[d] != 0) n *= p.shape[d];
+  return n;
+}
+
+// True when the operand is a dense block of the output's trailing dims
+// ([D] against [N, D]): its elements are the output's innermost ones.
+bool is_trailing_block(const BroadcastPlan& p, const int64_t* stride, int64_t numel) {
+  int first = 0;
+  while (first < p.ndim && stride[first] == 0) ++first;
+  return numel > 0 && product(p.shape + first, p.ndim - first) == numel;
+}
+
+template <BinaryOp Op>
+void binary_as(const float* pa, const float* pb, float* po, const BroadcastPlan& p) {
+  auto f = [](float x, float y) { return apply_binary(Op, x, y); };  // Op is a constant: inlined per op
+  int64_t n = product(p.shape, p.ndim);
+  if (n == 0) return;
+  int64_t na = operand_numel(p, p.stride_a), nb = operand_numel(p, p.stride_b);
+  if (na == n && nb == n) {
+    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
+  } else if (na == n && nb == 1) {
+    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[0]);
+  } else if (na == 1 && nb == n) {
+    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[0], pb[i]);
+  } else if (na == n && is_trailing_block(p, p.stride_b, nb)) {
+    // Trailing-row broadcast ([N, D] op [D]): the hot case of Linear's bias.
+    for (int64_t i = 0; i < n; i += nb)
+      for (int64_t j = 0; j < nb; ++j) po[i + j] = f(pa[i + j], pb[j]);
+  } else {
+    Nest<2> s = make_nest<2>(p.ndim, p.shape, {p.stride_a, p.stride_b});
+    for_each_row(s, [&](const int64_t* off, int64_t len, const int64_t* step) {
+      const float *ra = pa + off[0], *rb = pb + off[1];
+      for (int64_t j = 0; j < len; ++j) po[j] = f(ra[j * step[0]], rb[j * step[1]]);
+      po += len;
+    });
+  }
+}
+
+// A plan that sums the middle of a row-major [outer, n, inner] (what
+// sum_dim_plan describes, and sum_to_plan for leading or trailing dims, a
+// bias gradient [N, D] -> [D] among them): true, with the three sizes.
+bool as_outer_n_inner(const ReducePlan& p, int64_t& outer, int64_t& n, int64_t& inner) {
+  Nest<1> keep = make_nest<1>(p.nkeep, p.keep_size, {p.keep_stride});
+  Nest<1> red = make_nest<1>(p.nred, p.red_size, {p.red_stride});
+  if (red.ndim > 1 || keep.ndim > 2) return false;
+  n = red.ndim == 1 ? red.size[0] : 1;
+  int64_t red_stride = red.ndim == 1 ? red.stride[0][0] : 1;
+  outer = 1;
+  inner = 1;
+  int d = 0;
+  if (keep.ndim == 2 || (keep.ndim == 1 && keep.stride[0][0] != 1)) {
+    outer = keep.size[0];
+    if (keep.stride[0][0] == 0) return false;
+    d = 1;
+  }
+  if (d < keep.ndim) {
+    if (keep.stride[0][d] != 1) return false;
+    inner = keep.size[d];
+  }
+  return (n == 1 || red_stride == inner) && (outer == 1 || keep.stride[0][0] == n * inner);
+}
+
+template <class T>
+void fill_as(void* p, int64_t n, double value) {
+  T* t = static_cast<T*>(p);
+  for (int64_t i = 0; i < n; ++i) t[i] = static_cast<T>(value);
+}
+
+class CpuKernels final : public DeviceKernels {
+ public:
+  // ---- memory ---------------------------------------------------------
+  void* alloc(size_t bytes) override { return cpu_alloc(bytes); }
+  void release(void* p, size_t bytes) override { cpu_free(p, bytes); }
+  // memmove: a tensor may be copied onto itself or an overlapping view.
+  void copy(void* dst, bool, const void* src, bool, size_t bytes) override {
+    if (bytes > 0) std::memmove(dst, src, bytes);
+  }
+  void fill(void* p, DType dtype, int64_t n, double value) override {
+    switch (dtype) {
+      case DType::f32: fill_as<float>(p, n, value); break;
+      case DType::i64: fill_as<int64_t>(p, n, value); break;
+      case DType::f64: fill_as<double>(p, n, value); break;
+    }
+  }
+  void synchronize() override {}
+
+  // ---- elementwise ---------------------------------------------------------
+  void binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) override {
+    switch (op) {
+      case BinaryOp::add: binary_as<BinaryOp::add>(a, b, out, plan); break;
+      case BinaryOp::sub: binary_as<BinaryOp::sub>(a, b, out, plan); break;
+      case BinaryOp::mul: binary_as<BinaryOp::mul>(a, b, out, plan); break;
+      case BinaryOp::div: binary_as<BinaryOp::div>(a, b, out, plan); break;
+    }
+  }
+  void unary(const UnaryFn& fn, const float* x, float* out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) out[i] = fn.f(x[i]);
+  }
+  void unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out,
+                      int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) out[i] = g[i] * fn.df(x[i], y[i]);
+  }
+  void cast_f64_to_f32(const double* src, float* dst, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+  }
+
+  // ---- reductions ------------------------------------------------------------
+  // Each output: +0 in double, plus its reduced elements in ascending
+  // row-major order, divided by the divisor in double, rounded once. A plan
+  // that reduces nothing (the backward of a sum, repeating g) divides each
+  // element as it is, without the +0, so -0 stays -0.
+  void reduce_sum(const float* x, float* out, const ReducePlan& plan) override {
+    if (product(plan.keep_size, plan.nkeep) == 0) return;
+    double divisor = plan.divisor;
+    if (plan.nred == 0) {
+      Nest<1> keep = make_nest<1>(plan.nkeep, plan.keep_size, {plan.keep_stride});
+      for_each_row(keep, [&](const int64_t* off, int64_t len, const int64_t* step) {
+        for (int64_t j = 0; j < len; ++j) out[j] = static_cast<float>(x[off[0] + j * step[0]] / divisor);
+        out += len;
+      });
+      return;
+    }
+    int64_t outer, n, inner;
+    if (as_outer_n_inner(plan, outer, n, inner)) {
+      // Rows of [n, inner] streamed into one accumulator per column.
+      std::vector<double> acc(inner);
+      for (int64_t o = 0; o < outer; ++o) {
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t k = 0; k < n; ++k) {
+          const float* row = x + (o * n + k) * inner;
+          for (int64_t i = 0; i < inner; ++i) acc[i] += row[i];
+        }
+        for (int64_t i = 0; i < inner; ++i) out[o * inner + i] = static_cast<float>(acc[i] / divisor);
+      }
+      return;
+    }
+    Nest<1> keep = make_nest<1>(plan.nkeep, plan.keep_size, {plan.keep_stride});
+    Nest<1> red = make_nest<1>(plan.nred, plan.red_size, {plan.red_stride});
+    for_each_row(keep, [&](const int64_t* koff, int64_t klen, const int64_t* kstep) {
+      for (int64_t j = 0; j < klen; ++j) {
+        const float* base = x + koff[0] + j * kstep[0];
+        double acc = 0.0;
+        for_each_row(red, [&](const int64_t* roff, int64_t rlen, const int64_t* rstep) {
+          for (int64_t r = 0; r < rlen; ++r) acc += base[roff[0] + r * rstep[0]];
+        });
+        *out++ = static_cast<float>(acc / divisor);
+      }
+    });
+  }
+
+  void arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = x + r * k;
+      // A left-to-right scan under arg_better's order (kernel_math.h): lowest
+      // index on ties, a number beats NaN, an all-NaN row gives 0.
+      int64_t best = 0;
+      for (int64_t j = 1; j < k; ++j)
+        if (arg_better(row[j], j, row[best], best, max)) best = j;
+      out[r] = best;
+    }
+  }
+
+  int64_t first_nonfinite(const float* x, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(x[i])) return i;
+    return -1;
+  }
+
+  void min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64_t* hi) override {
+    auto [l, h] = std::minmax_element(x, x + n);
+    *lo = *l;
+    *hi = *h;
+  }
+
+  // ---- linear algebra ----------------------------------------------------------
+  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+    blas_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                  int64_t ldb, float* c, int64_t ldc) override {
+    fixed_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+  }
+
+  // ---- data movement ---------------------------------------------------------------
+  void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) override {
+    Nest<2> s = make_nest<2>(plan.ndim, plan.shape, {plan.src_stride, plan.dst_stride});
+    auto* ps = static_cast<const char*>(src);
+    auto* pd = static_cast<char*>(dst);
+    for_each_row(s, [&](const int64_t* off, int64_t len, const int64_t* step) {
+      const char* from = ps + off[0] * elem_size;
+      char* to = pd + off[1] * elem_size;
+      if (step[0] == 1 && step[1] == 1) {
+        std::memcpy(to, from, len * elem_size);
+        return;
+      }
+      for (int64_t j = 0; j < len; ++j) std::memcpy(to + j * step[1] * elem_size, from + j * step[0] * elem_size, elem_size);
+    });
+  }
+
+  void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) override {
+    auto* px = static_cast<const char*>(x);
+    auto* po = static_cast<char*>(out);
+    for (int64_t i = 0; i < m; ++i) std::memcpy(po + i * row_bytes, px + index[i] * row_bytes, row_bytes);
+  }
+
+  void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
+                      double* sums) override {
+    if (counts) std::fill(counts, counts + k, 0.0);
+    std::fill(sums, sums + k * d, 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t c = index[i];
+      if (c < 0 || c >= k) continue;
+      if (counts) counts[c] += 1.0;
+      double* to = sums + c * d;
+      const float* from = src + i * d;
+      for (int64_t j = 0; j < d; ++j) to[j] += from[j];
+    }
+  }
+
+  void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
+                       float* dst) override {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < d; ++j) dst[index[i] * d + j] = src[i * d + j] * scale;
+  }
+
+  // ---- optimizers -------------------------------------------------------------------
+  void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) override {
+    for (int64_t j = 0; j < n; ++j) sgd_update(step, p[j], g[j], buf[j]);
+  }
+  void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n) override {
+    for (int64_t j = 0; j < n; ++j) adamw_update(step, p[j], g[j], m[j], v[j]);
+  }
+  void sum_squares(const float* x, int64_t n, double* acc) override {
+    double total = *acc;  // one running sum over every tensor in turn
+    for (int64_t j = 0; j < n; ++j) total += double(x[j]) * x[j];
+    *acc = total;
+  }
+  void clip_scale(float* x, int64_t n, const double* total_sq, float max_norm) override {
+    double factor = clip_factor(*total_sq, max_norm);
+    if (!(factor < 1.0)) return;
+    for (int64_t j = 0; j < n; ++j) x[j] = vqddp::scale_f64(x[j], factor);
+  }
+  void clip_norm(const double* total_sq, float* norm) override { *norm = static_cast<float>(std::sqrt(*total_sq)); }
+
+  // ---- losses ---------------------------------------------------------------------
+  void mse(const float* a, const float* b, int64_t n, float* out) override {
+    double acc = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      double d = double(a[i]) - b[i];
+      acc += d * d;
+    }
+    *out = static_cast<float>(acc / n);
+  }
+
+  void index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
+                          float* sums) override {
+    std::fill(sums, sums + k * d, 0.f);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t c = index[i];
+      if (c < 0 || c >= k) continue;
+      for (int64_t j = 0; j < d; ++j) sums[c * d + j] += src[i * d + j];
+    }
+  }
+};
+
+}  // namespace
+
+// Never destroyed: tensors freed during static destruction still find it.
+DeviceKernels& cpu_kernels() {
+  static CpuKernels* kernels = new CpuKernels();
+  return *kernels;
+}
+
+}  // namespace vqddp

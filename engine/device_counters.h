@@ -1,0 +1,56 @@
+// Counters of what a thread asked of its devices: copies between the host
+// and a device, and waits of the host for a device's queue. The simulated
+// device (`sim`) and the CUDA backend both count, per thread, so a rank
+// thread's counts are its own. Tests read them around a training step to
+// prove that a step which does not log never makes the host wait.
+//
+// What counts:
+//   to_host   a copy device -> host (also a value a kernel returns to the
+//             host: first_nonfinite, min_max_i64, sum_squares). Each one is
+//             also a wait: the host needs the device's result.
+//   to_device a copy host -> device (the host does not wait for the queue).
+//   waits     the host waited for the device (to_host reads, synchronize).
+// Copies a communicator makes to stage a collective's tensors through the
+// host (the thread backend reduces in host memory) are counted apart, in
+// the staged_* fields, inside a CollectiveStagingScope: they are the cost
+// of that backend, not of the step's own code (NCCL has none).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace vqddp {
+
+struct DeviceCounters {
+  int64_t to_host = 0, to_device = 0, waits = 0;
+  int64_t to_host_bytes = 0, to_device_bytes = 0;
+  int64_t staged_to_host = 0, staged_to_device = 0, staged_waits = 0;
+
+  DeviceCounters operator-(const DeviceCounters& earlier) const;
+  bool operator==(const DeviceCounters&) const = default;
+  std::string str() const;  // "3 to host (120 B), 1 to device (4 B), 3 waits; staged: ..."
+};
+
+// This thread's counts since it started or since its last reset.
+DeviceCounters device_counters();
+void reset_device_counters();
+
+// Called by device backends.
+void count_to_host(int64_t bytes);  // a copy or returned value device -> host, and its wait
+void count_to_device(int64_t bytes);
+void count_wait();
+
+// While one is alive on a thread, that thread's transfers and waits count
+// as staging of a collective (staged_*), not as the step's own.
+class CollectiveStagingScope {
+ public:
+  CollectiveStagingScope();
+  ~CollectiveStagingScope();
+  CollectiveStagingScope(const CollectiveStagingScope&) = delete;
+  CollectiveStagingScope& operator=(const CollectiveStagingScope&) = delete;
+
+ private:
+  bool outer_;
+};
+
+}  // namespace vqddp
