@@ -31,7 +31,7 @@ void usage() {
   fmt::print(
       "usage: vqddp <command> [options]\n"
       "commands:\n"
-      "  train [CONFIG] [--resume CKPT] [--world N] [--backend B] [--device cpu|cuda] [--steps S] [--dir RUN_DIR]\n"
+      "  train [CONFIG] [--resume CKPT] [--world N] [--backend B] [--device cpu|cuda|sim] [--steps S] [--dir RUN_DIR]\n"
       "        train from a JSON config (without one: the built-in speech codec run, examples/speech_codec.json)\n"
       "  check-ddp CONFIG --world N [--steps S] [--rtol R] [--atol A]\n"
       "        take every step on 1 rank and on N thread ranks from the same state and batch: quantizer state\n"

@@ -191,7 +191,7 @@ Config load_config(const std::string& path) {
 }
 
 const std::vector<std::string>& run_device_names() {
-  static const std::vector<std::string> names{"cpu", "cuda"};
+  static const std::vector<std::string> names{"cpu", "cuda", "sim"};
   return names;
 }
 

@@ -88,8 +88,10 @@ struct DistributedConfig {
 struct RunConfig {
   std::string dir = "runs/default";
   uint64_t seed = 0;
-  // Where the "single" and "thread" ranks train: "cpu", or "cuda" (every
-  // thread rank on cuda:0). An nccl rank trains on its own GPU regardless.
+  // Where the "single" and "thread" ranks train: "cpu", "cuda" (every
+  // thread rank on cuda:0) or "sim" (the simulated device: the CPU's
+  // arithmetic, every host<->device transfer counted). An nccl rank trains
+  // on its own GPU regardless.
   std::string device = "cpu";
 };
 

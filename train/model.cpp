@@ -100,6 +100,13 @@ Tensor CodecModel::quantize(const Tensor& z, Communicator& comm, ModelOutput& ou
     out.quantizer_loss = o.loss;
     out.indices = o.indices;
     out.metrics = o.metrics;
+    // Layers that quantize dropout skipped have no codebook step: the
+    // metrics of an empty batch (what their indices, all -1, would count),
+    // so the trainer reads every layer from its codebook. A shared codebook
+    // has one entry for all layers; the trainer counts those per layer.
+    if (!qcfg_.shared_codebook)
+      while (out.metrics.size() < static_cast<size_t>(qcfg_.num_quantizers))
+        out.metrics.push_back(CodebookMetrics::empty_world());
     return o.quantized;
   }
   out.quantizer_loss = full({}, 0.0, DType::f32, z.device());  // FSQ has no quantizer loss

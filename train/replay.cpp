@@ -183,8 +183,8 @@ int run_replay(const ReplayOptions& opt) {
     Tensor q = concat(quantized[s], 0);  // (N, D), rank order = batch order
     out.emplace_back(fmt::format("indices.{}", s), concat(indices[s], 0));
     out.emplace_back(fmt::format("loss.{}", s), commitment_loss(q, batches[s], weight));
-    out.emplace_back(fmt::format("perplexity.{}", s), scalar(static_cast<float>(metrics[s].perplexity)));
-    out.emplace_back(fmt::format("revived.{}", s), full({}, metrics[s].codes_revived, DType::i64));
+    out.emplace_back(fmt::format("perplexity.{}", s), scalar(static_cast<float>(metrics[s].perplexity())));
+    out.emplace_back(fmt::format("revived.{}", s), full({}, metrics[s].codes_revived(), DType::i64));
   }
   std::map<std::string, std::string> meta = f.metadata;
   meta["world"] = std::to_string(opt.world);

@@ -21,6 +21,8 @@
 #include "train/metrics_log.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
+#include "vq/code_stats.h"
+#include "vq/index_columns.h"
 #include "vq/perplexity.h"
 
 namespace vqddp {
@@ -75,6 +77,58 @@ std::vector<LayerUsage> usage_of(const float* hist, const std::vector<int64_t>& 
     hist += k;
   }
   return out;
+}
+
+// What a progress line shows, from the last step of a logging interval.
+struct StepLog {
+  double loss = 0, recon = 0;  // means over the global batch
+  int64_t revived = 0;
+  std::vector<LayerUsage> usage;
+};
+
+// Reads a logged step's numbers: the only place a training step waits for
+// the device (README "Device transfers"). One all-reduce of the loss sums
+// and one read; the code usage from the codebooks' own global counts
+// (CodebookMetrics: one read per layer), or, for quantizers without per-layer
+// codebooks (FSQ, a shared codebook), from the layers' indices counted on
+// the device, all-reduced together and read once per layer. Every rank gets
+// the same numbers, so a non-finite loss or a flagged row throws on every
+// rank alike.
+StepLog step_log(const ModelOutput& out, const Tensor& loss, int64_t rows, const std::vector<int64_t>& sizes,
+                 Communicator& comm) {
+  NoGradGuard no_grad;
+  const Device dev = loss.device();
+  const float n = static_cast<float>(rows);
+  Tensor sums = concat({reshape(mul(loss.detach(), n), {1}), reshape(mul(out.reconstruction_loss.detach(), n), {1}),
+                        full({1}, n, DType::f32, dev)});
+  comm.all_reduce(sums, ReduceOp::sum);
+  const std::vector<float> p = sums.to_vector<float>();
+  StepLog log;
+  log.loss = p[0] / std::max(1.f, p[2]);
+  log.recon = p[1] / std::max(1.f, p[2]);
+  std::vector<CodebookMetrics> layers;
+  for (const CodebookMetrics& m : out.metrics) log.revived += m.codes_revived();
+  if (out.metrics.size() == sizes.size()) {
+    layers = out.metrics;
+  } else {
+    std::vector<Tensor> columns = split_columns(out.indices), stats;
+    std::vector<StatsLayout> layouts;
+    for (size_t l = 0; l < sizes.size(); ++l) {
+      layouts.push_back({sizes[l], 0, comm.world_size()});
+      Tensor none = empty({columns[l].size(0), 0}, DType::f32, dev);  // counts only
+      stats.push_back(code_stats(none, columns[l], layouts.back(), comm.rank()));
+    }
+    Tensor all = concat(stats);
+    comm.all_reduce(all, ReduceOp::sum);
+    for (size_t l = 0, at = 0; l < sizes.size(); at += layouts[l].size(), ++l)
+      layers.push_back(CodebookMetrics::on_device(slice_rows(all, at, at + layouts[l].size()), layouts[l],
+                                                  zeros({CodeSummary::size(comm.world_size())}, DType::f64, dev)));
+  }
+  for (size_t l = 0; l < sizes.size(); ++l)
+    log.usage.push_back({layers[l].perplexity(), layers[l].codes_used(), sizes[l]});
+  if (!std::isfinite(log.loss))
+    VQDDP_THROW_NONFINITE("the loss of the global batch is not finite ({})", log.loss);
+  return log;
 }
 
 // Room for a checkpoint's header and metadata (the config JSON, checksums)
@@ -157,16 +211,17 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
 // The device a rank trains on: the communicator's GPU when it has one (an
 // nccl rank's own GPU, whatever run.device says); else cuda:0 for
 // run.device "cuda" (all thread ranks share it; the thread backend stages
-// their collectives through the host); else the CPU.
+// their collectives through the host), "sim" (the simulated device, which
+// counts every transfer: engine/device_counters.h) or "cpu".
 Device rank_device(const Communicator& comm, const RunConfig& run) {
   if (!comm.device().is_cpu()) return comm.device();
-  return run.device == "cuda" ? Device::cuda(0) : Device::cpu();
+  return parse_device(run.device, "run.device");
 }
 
 // Refuses, before anything is trained or written, a device this run cannot
 // use, with a message that says why.
 void check_device(Device device) {
-  if (device.is_cpu()) return;
+  if (device.kind != Device::Kind::cuda) return;
   int gpus = cuda_device_count();
   VQDDP_CHECK(gpus > device.index, "run.device is cuda but {}",
               !cuda_built() ? "this vqddp was built without CUDA (meson -Dcuda=enabled needs the CUDA toolkit)"
@@ -263,31 +318,27 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
       }
 
       if (schedule.log_after(done) || done == last || stopped_by) {
-        // One collective: loss sums, row count, revived codes, code histograms.
-        int64_t revived = 0;
-        for (const CodebookMetrics& m : out.metrics) revived += m.codes_revived;
-        std::vector<float> packed{loss.item<float>() * x.size(0), out.reconstruction_loss.item<float>() * x.size(0),
-                                  static_cast<float>(x.size(0))};
-        append_histograms(out.indices, layer_sizes, packed);
-        Tensor t = from_vector(packed, {static_cast<int64_t>(packed.size())});
-        comm.all_reduce(t, ReduceOp::sum);
-        const float* p = t.data<float>();
-        double last_loss = p[0] / std::max(1.f, p[2]);
-        std::vector<LayerUsage> usage = usage_of(p + 3, layer_sizes);
+        StepLog log;
+        try {
+          log = step_log(out, loss, x.size(0), layer_sizes, comm);
+        } catch (const NonFiniteError& e) {
+          throw NonFiniteError(fmt::format("step {} (logged), rank {}: {}; {}", done, comm.rank(), e.what(),
+                                           nonfinite_origin(host_x, model)));
+        }
         if (lead && opt.print) {
           double secs = std::chrono::duration<double>(Clock::now() - loop_start).count();
           double rate = (done - first) / std::max(secs, 1e-9);
           std::string ppl, used;
-          for (const LayerUsage& u : usage) {
+          for (const LayerUsage& u : log.usage) {
             ppl += fmt::format("{}{:.0f}", ppl.empty() ? "" : "/", u.perplexity);
             used += fmt::format("{}{}", used.empty() ? "" : "/", u.codes_used);
           }
           fmt::print("step {:>6}/{}  loss {:.5f}  recon {:.5f}  ppl {}  used {}  revived {}  {:.1f} steps/s  ETA {}\n",
-                     done, schedule.total_steps, last_loss, p[1] / std::max(1.f, p[2]), ppl, used, revived, rate,
+                     done, schedule.total_steps, log.loss, log.recon, ppl, used, log.revived, rate,
                      duration((last - done) / std::max(rate, 1e-9)));
-          nlohmann::json line{{"step", done}, {"loss", last_loss}, {"recon", p[1] / std::max(1.f, p[2])},
-                              {"revived", revived}, {"steps_per_s", rate}};
-          for (const LayerUsage& u : usage)
+          nlohmann::json line{{"step", done}, {"loss", log.loss}, {"recon", log.recon},
+                              {"revived", log.revived}, {"steps_per_s", rate}};
+          for (const LayerUsage& u : log.usage)
             line["layers"].push_back({{"perplexity", u.perplexity}, {"codes_used", u.codes_used}});
           metrics->write(line);
         }

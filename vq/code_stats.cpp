@@ -1,41 +1,46 @@
 #include "vq/code_stats.h"
 
+#include <fmt/format.h>
+
 #include "engine/device.h"
-#include "engine/device_plans.h"
+#include "vq/vq_kernels.h"
 
 namespace vqddp {
 
-Tensor code_stats(const Tensor& x, const Tensor& indices, int64_t k) {
-  VQDDP_CHECK(x.dim() == 2 && indices.dim() == 1 && indices.size(0) == x.size(0),
+Tensor code_stats(const Tensor& x, const Tensor& indices, const StatsLayout& layout, int rank) {
+  VQDDP_CHECK(x.dim() == 2 && indices.dim() == 1 && indices.size(0) == x.size(0) &&
+                  (layout.d == 0 || x.size(1) == layout.d),
               "code_stats: x {} and indices {} do not match", x.desc(), indices.desc());
-  int64_t n = x.size(0), d = x.size(1);
-  if (!x.device().is_cpu()) {
-    VQDDP_CHECK(indices.device() == x.device(), "code_stats: x on {}, indices on {}", x.device().str(),
-                indices.device().str());
-    DeviceKernels& kernels = device_kernels(x.device());
-    check_device_indices(kernels, "code_stats", indices, k, "codes");
-    // Counts then sums, sorted by code and summed in a fixed order: the
-    // same numbers on every run, no floating-point atomics.
-    Tensor stats = empty({k + k * d}, DType::f64, x.device());
-    auto* p = static_cast<double*>(stats.raw_ptr());
-    kernels.index_add_rows(static_cast<const float*>(x.raw_ptr()), static_cast<const int64_t*>(indices.raw_ptr()),
-                           n, d, k, p, p + k);
-    return stats;
-  }
-  Tensor stats = zeros({k + k * d}, DType::f64);
-  double* counts = stats.data<double>();
-  double* sums = counts + k;
-  const float* px = x.data<float>();
-  const int64_t* pi = indices.data<int64_t>();
-  for (int64_t r = 0; r < n; ++r) {
-    int64_t c = pi[r];
-    VQDDP_CHECK(c >= 0 && c < k, "code_stats: index {} of row {} outside codebook of {}", c, r, k);
-    counts[c] += 1.0;
-    double* dst = sums + c * d;
-    const float* src = px + r * d;
-    for (int64_t j = 0; j < d; ++j) dst[j] += src[j];
-  }
+  VQDDP_CHECK(indices.device() == x.device(), "code_stats: x on {}, indices on {}", x.device().str(),
+              indices.device().str());
+  VQDDP_CHECK(rank >= 0 && rank < layout.world, "code_stats: rank {} outside a world of {}", rank, layout.world);
+  int64_t n = x.size(0), k = layout.k;
+  Tensor stats = zeros({layout.size()}, DType::f64, x.device());
+  // Counts then sums, by code in a fixed order (the same numbers on every
+  // run, no floating-point atomics); rows with no columns add counts only.
+  auto* p = static_cast<double*>(stats.raw_ptr());
+  device_kernels(x.device())
+      .index_add_rows(static_cast<const float*>(x.raw_ptr()), static_cast<const int64_t*>(indices.raw_ptr()), n,
+                      layout.d, k, p, p + k);
+  vq_kernels(x.device()).flag_nonfinite(x, layout, rank, stats);
   return stats;
+}
+
+std::string nonfinite_flags_message(const double* flags, int world, int64_t cols) {
+  std::string bad;
+  for (int r = 0; r < world; ++r) {
+    if (flags[r] == 0) continue;
+    int64_t at = static_cast<int64_t>(flags[r]) - 1, c = std::max<int64_t>(cols, 1);
+    bad += fmt::format("{}rank {}: row {} of the codebook's input has a non-finite value (in column {})",
+                       bad.empty() ? "" : "; ", r, at / c, at % c);
+  }
+  return bad;
+}
+
+void check_nonfinite_flags(const Tensor& stats, const StatsLayout& layout) {
+  std::vector<double> flags = stats.reshape({-1}).slice_rows(layout.flag(0), layout.size()).to_vector<double>();
+  std::string bad = nonfinite_flags_message(flags.data(), layout.world, layout.cols);
+  if (!bad.empty()) VQDDP_THROW_NONFINITE("{}", bad);
 }
 
 Tensor stats_counts(const Tensor& stats, int64_t k) { return stats.reshape({-1}).slice_rows(0, k); }

@@ -1,24 +1,56 @@
-// Per-code statistics of one batch: how many rows chose each code and the
-// sum of those rows.
+// Per-code statistics of one batch: how many rows chose each code, the sum
+// of those rows, and each rank's non-finite flag.
 //
-// They are returned in ONE float64 buffer [K + K*D] (counts first, then the
-// sums row by row) so the codebook reduces them across ranks with a single
-// all_reduce. Float64 makes the sums all but independent of their order:
-// the float32 rows are exact in double, so partial sums per rank added in
-// rank order equal one rank's sum of every row unless the values span more
-// than ~2^29 in magnitude, and the codebook (float32) sees the same numbers
-// whichever way the batch was split. Counts are exact.
+// They are returned in ONE float64 buffer (StatsLayout: counts, then the
+// sums row by row, then one flag per rank) so the codebook reduces them
+// across ranks with a single all_reduce. Float64 makes the sums all but
+// independent of their order: the float32 rows are exact in double, so
+// partial sums per rank added in rank order equal one rank's sum of every
+// row unless the values span more than ~2^29 in magnitude, and the codebook
+// (float32) sees the same numbers whichever way the batch was split. Counts
+// are exact.
+//
+// The flags make a non-finite input a fact every rank learns in the same
+// collective: rank r writes 1 + the flat position of its first bad element
+// (0 if none) into its slot,
+// the others 0, and after the SUM every rank holds every rank's answer, so
+// all ranks refuse the step alike (the update kernels then change nothing)
+// and the error names the rank and the row. On a device the flags are read
+// with the step's metrics, not before the update: no wait in the step.
 #pragma once
 
+#include <string>
+
 #include "engine/tensor.h"
+#include "vq/vq_math.h"
 
 namespace vqddp {
 
-// x (N, D), indices (N) int64 in [0, K) -> (K + K*D).
-Tensor code_stats(const Tensor& x, const Tensor& indices, int64_t codebook_size);
+struct StatsLayout {
+  int64_t k = 0, d = 0;  // codes, and columns summed (0: counts only)
+  int world = 1;         // ranks (one flag each)
+  int64_t cols = 0;      // columns of the input rows (a flag names the element's row and column)
+
+  int64_t sums() const { return k; }
+  int64_t flag(int rank) const { return k + k * d + rank; }
+  int64_t size() const { return k + k * d + world; }
+};
+
+// x (N, D), indices (N) int64 in [0, K) from our own assignment (not
+// checked again: they are trusted) -> stats (layout.size()) on x's device.
+// With layout.d == 0 only the counts (and the flag) are gathered; x may then
+// be (N, 0).
+Tensor code_stats(const Tensor& x, const Tensor& indices, const StatsLayout& layout, int rank);
 
 // Views into a stats buffer: counts (K) and sums (K, D).
 Tensor stats_counts(const Tensor& stats, int64_t codebook_size);
 Tensor stats_sums(const Tensor& stats, int64_t codebook_size, int64_t dim);
+
+// The error text for ranks' non-finite flags (`world` of them, 1 + flat
+// position or 0, in rows of `cols` columns), or "" when none is set.
+std::string nonfinite_flags_message(const double* flags, int world, int64_t cols);
+// Reads the flags of all-reduced stats (one counted read on a device) and
+// throws NonFiniteError naming every flagged rank and row.
+void check_nonfinite_flags(const Tensor& stats, const StatsLayout& layout);
 
 }  // namespace vqddp

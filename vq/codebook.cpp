@@ -8,9 +8,8 @@
 #include "engine/streams.h"
 #include "vq/assign.h"
 #include "vq/code_stats.h"
-#include "vq/device_vq.h"
 #include "vq/kmeans.h"
-#include "vq/perplexity.h"
+#include "vq/vq_kernels.h"
 #include "vq/sampler.h"
 
 namespace vqddp {
@@ -53,19 +52,15 @@ Generator Codebook::next_shared_generator() {
   return Generator(opt_.seed, streams::kCodebookDraws + static_cast<uint64_t>(n++));
 }
 
-void Codebook::check_input(const Tensor& x, const Communicator& comm, bool training) const {
+void Codebook::check_input(const Tensor& x, const Communicator& comm) const {
   VQDDP_CHECK(x.defined() && x.dtype() == DType::f32 && x.dim() == 2 && x.size(1) == opt_.dim,
               "rank {}: codebook expects float32 rows [N, {}], got {}", comm.rank(), opt_.dim, x.desc());
-  if (!training) return;
-  // Refuse non-finite input before any state changes: one NaN row would
-  // otherwise poison every rank's codebook through the all-reduce.
-  if (int64_t at = first_nonfinite(x); at >= 0)
-    VQDDP_THROW_NONFINITE("rank {}: row {} of the codebook's input has a non-finite value ({} in column {})", comm.rank(),
-                at / opt_.dim, x.detach().reshape({-1}).slice_rows(at, at + 1).item<float>(), at % opt_.dim);
+  // Non-finite rows are flagged in the statistics (code_stats.h), so every
+  // rank learns of them in the step's one collective and refuses alike.
 }
 
 Tensor Codebook::prepare(const Tensor& x, const Communicator& comm) const {
-  check_input(x, comm, updates_state());
+  check_input(x, comm);
   return opt_.cosine ? l2_normalize_rows(x) : x;
 }
 
@@ -86,10 +81,8 @@ bool Codebook::ensure_initialised(const Tensor& x, Communicator& comm) {
   VQDDP_CHECK(updates_state(), "rank {}: codebook is not initialised (k-means init pending): run a training step or load "
               "a checkpoint before eval or no-grad inference", comm.rank());
   Generator gen = next_shared_generator();
-  // k-means runs once per codebook: on the host (the CPU reference), also
-  // for a GPU codebook; copy_ moves its result to the codebook's device.
-  Tensor xh = x.to(Device::cpu());
-  KmeansResult km = kmeans(xh, opt_.codebook_size, opt_.kmeans_iters, opt_.cosine, comm, gen);
+  // k-means runs once per codebook, on the codebook's device.
+  KmeansResult km = kmeans(x, opt_.codebook_size, opt_.kmeans_iters, opt_.cosine, comm, gen);
   if (!km.means.defined()) return false;  // no rank had rows: every rank stays uninitialised alike
   embed.copy_(km.means);
   if (!opt_.learnable) {
@@ -102,86 +95,60 @@ bool Codebook::ensure_initialised(const Tensor& x, Communicator& comm) {
   return true;
 }
 
-void Codebook::update_ema(const Tensor& stats) {
-  if (!embed.device().is_cpu()) {
-    ema_update_device(stats, cluster_size, embed_avg, embed, opt_.decay, opt_.eps);
-  } else {
-    update_ema_cpu(stats);
-  }
-  if (opt_.cosine) embed.copy_(l2_normalize_rows(embed));
-  cluster_size.bump_version();
-  embed_avg.bump_version();
-  embed.bump_version();
-}
-
-void Codebook::update_ema_cpu(const Tensor& stats) {
-  int64_t k = opt_.codebook_size, d = opt_.dim;
-  const double* counts = stats_counts(stats, k).data<double>();
-  const double* sums = stats_sums(stats, k, d).data<double>();
-  float* cs = cluster_size.data<float>();
-  float* avg = embed_avg.data<float>();
-  float* e = embed.data<float>();
-  const float decay = opt_.decay, keep = 1.f - opt_.decay;
-  for (int64_t c = 0; c < k; ++c) cs[c] = decay * cs[c] + keep * static_cast<float>(counts[c]);
-  for (int64_t i = 0; i < k * d; ++i) avg[i] = decay * avg[i] + keep * static_cast<float>(sums[i]);
-  // Laplace smoothing: cs~ = (cs + eps) / (n + K eps) * n, so a code with no
-  // mass is divided by a small positive number, never by zero.
-  double n = 0;
-  for (int64_t c = 0; c < k; ++c) n += cs[c];
-  // No mass at all (zeros-initialised sizes and nothing seen yet): the
-  // smoothed sizes would all be 0, so keep embed as it is.
-  for (int64_t c = 0; c < k && n > 0; ++c) {
-    float smoothed = static_cast<float>((cs[c] + opt_.eps) / (n + k * double(opt_.eps)) * n);
-    for (int64_t j = 0; j < d; ++j) e[c * d + j] = avg[c * d + j] / smoothed;
-  }
-}
-
-int64_t Codebook::revive_dead_codes(const Tensor& x, Communicator& comm) {
+void Codebook::revive_dead_codes(const Tensor& x, const Tensor& stats, const StatsLayout& layout, Communicator& comm,
+                                 Tensor& summary) {
   const float threshold = opt_.threshold_ema_dead_code;
-  if (threshold <= 0.f) return 0;
-  int64_t k = opt_.codebook_size;
-  std::vector<int64_t> expired;
-  const std::vector<float> cs = cluster_size.to_vector<float>();  // K floats, read back from a GPU codebook
-  for (int64_t c = 0; c < k; ++c)
-    if (cs[c] < threshold) expired.push_back(c);  // strict, on state identical across ranks
-  if (expired.empty()) return 0;
-  Generator gen = next_shared_generator();
-  Tensor rows = sample_rows(x, static_cast<int64_t>(expired.size()), comm, gen);  // (m, D)
-  if (rows.size(0) == 0) return 0;  // empty global batch: every rank skips alike
+  int64_t k = opt_.codebook_size, d = opt_.dim;
+  // One shared stream per step, drawn whether or not a code expired: which
+  // codes expired is known on the device only. The draws cover every case
+  // the device may meet (sampler.h's rule, decided there by m <= N), so the
+  // revived rows are the ones the sampler would give for those m codes.
+  Generator without = next_shared_generator(), with = without;
+  std::vector<int64_t> counts = all_gather_counts(comm, x.size(0));  // host numbers: no device wait
+  RevivalDraws draws;
+  for (int r = 0; r < comm.world_size(); ++r) {
+    if (r < comm.rank()) draws.first_row += counts[r];
+    draws.total_rows += counts[r];
+  }
+  if (draws.total_rows == 0) return;  // empty global batch: every rank skips alike
+  const Device dev = embed.device();
+  std::vector<int64_t> a = draw_row_numbers(draws.total_rows, std::min(draws.total_rows, k), without);
+  std::vector<int64_t> b = draws.total_rows < k ? draw_row_numbers(draws.total_rows, k, with) : std::vector<int64_t>{};
+  draws.without_replacement = from_vector(a, {static_cast<int64_t>(a.size())}).to(dev);
+  draws.with_replacement = from_vector(b, {static_cast<int64_t>(b.size())}).to(dev);
+  VqKernels& vq = vq_kernels(dev);
+  Tensor block = empty({k, d}, DType::f32, dev);
+  vq.revival_candidates(x, cluster_size, threshold, draws, block);
+  comm.all_reduce(block, ReduceOp::sum);  // every rank's drawn rows, -0.0 elsewhere: the rows bit for bit
   // embed, embed_avg and cluster_size of the expired codes reset together
   // (embed_avg = row * threshold keeps the row through the next EMA).
-  int64_t m = static_cast<int64_t>(expired.size());
-  Tensor at = from_vector(expired, {m}).to(embed.device());
-  index_copy_(embed, at, rows);
-  index_copy_(embed_avg, at, rows, threshold);
-  index_copy_(cluster_size, at, full({m}, threshold, DType::f32, embed.device()));
-  return m;
+  vq.revive(block, stats, layout, threshold, cluster_size, embed_avg, embed, summary);
 }
 
-Tensor Codebook::lookup(const Tensor& indices) const { return index_select(codes(), indices); }
+Tensor Codebook::lookup(const Tensor& indices, Indices from) const { return index_select(codes(), indices, from); }
 
 CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communicator& comm) {
   NoGradGuard no_grad;
-  int64_t k = opt_.codebook_size;
-  CodebookMetrics m;
-  Tensor counts;
-  if (opt_.learnable) {
-    // Counts only, for the metrics; the embed is trained by the optimizer.
-    counts = code_stats(zeros({x.size(0), 0}, DType::f32, x.device()), indices, k);  // (K + 0)
-    if (opt_.sync_stats) comm.all_reduce(counts, ReduceOp::sum);
-  } else {
-    Tensor stats = code_stats(x.detach(), indices, k);  // (K + K*D)
-    if (opt_.sync_stats) comm.all_reduce(stats, ReduceOp::sum);
-    update_ema(stats);
-    m.codes_revived = revive_dead_codes(x.detach(), comm);
-    counts = stats_counts(stats, k);
-  }
-  counts = counts.to(Device::cpu());  // K doubles; the metrics are host numbers
-  m.perplexity = perplexity(counts.data<double>(), k);
-  const double* pc = counts.data<double>();
-  for (int64_t c = 0; c < k; ++c) {
-    m.codes_used += pc[c] > 0;
-    m.rows += static_cast<int64_t>(pc[c]);
+  const Device dev = x.device();
+  // Learnable: counts only, for the metrics (the embed is trained by the
+  // optimizer). EMA: counts and sums.
+  StatsLayout layout{opt_.codebook_size, opt_.learnable ? 0 : opt_.dim, comm.world_size(), opt_.dim};
+  Tensor stats = code_stats(x.detach(), indices, layout, comm.rank());
+  if (opt_.sync_stats) comm.all_reduce(stats, ReduceOp::sum);
+  Tensor summary = zeros({CodeSummary::size(comm.world_size())}, DType::f64, dev);
+  CodebookMetrics m = CodebookMetrics::on_device(stats, layout, summary);
+  // On the host the flags cost nothing to read: refuse now, before any state
+  // changes. On a device the update kernels skip a flagged step and the
+  // error comes when the metrics are read.
+  if (dev.is_cpu()) check_nonfinite_flags(stats, layout);
+  if (!opt_.learnable) {
+    VqKernels& vq = vq_kernels(dev);
+    vq.ema_update(stats, layout, cluster_size, embed_avg, embed, opt_.decay, opt_.eps);
+    if (opt_.cosine) embed.copy_(l2_normalize_rows(embed));
+    if (opt_.threshold_ema_dead_code > 0.f) revive_dead_codes(x.detach(), stats, layout, comm, summary);
+    cluster_size.bump_version();
+    embed_avg.bump_version();
+    embed.bump_version();
   }
   return m;
 }
@@ -192,7 +159,7 @@ CodebookOutput Codebook::forward(const Tensor& x_in, Communicator& comm) {
     return {zeros({0, opt_.dim}, DType::f32, x.device()), zeros({0}, DType::i64, x.device()),
             CodebookMetrics::empty_world()};  // nobody had rows, on every rank
   Tensor indices = assign(x);        // (N)
-  Tensor quantize = lookup(indices);  // (N, D), from the codebook before this step's update
+  Tensor quantize = lookup(indices, Indices::trusted);  // (N, D), from the codebook before this step's update
   CodebookMetrics m = updates_state() ? update(x, indices, comm) : CodebookMetrics{};
   return {quantize, indices, m};
 }

@@ -10,7 +10,7 @@
 //   7. Laplace-smoothed normalisation: embed = embed_avg / cs~
 //   8. dead-code revival AFTER the EMA, resetting embed, embed_avg and
 //      cluster_size together (the ESPnet #6284 fix), rows from the sampler
-//   9. metrics from the GLOBAL counts
+//   9. metrics from the GLOBAL counts (computed on the device when read)
 // Every decision that picks a collective (init or not, revive or not, skip
 // an empty world) reads state that is identical on every rank or values that
 // were just all-reduced, so all ranks always make the same calls (invariant 6).
@@ -24,10 +24,14 @@
 // mode and grad mode.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "engine/nn.h"
+#include "engine/ops.h"
+#include "vq/code_stats.h"
 
 namespace vqddp {
 
@@ -53,14 +57,38 @@ struct CodebookOptions {
 // codebook, the same on every rank.
 inline uint64_t codebook_seed(uint64_t module_seed, int i) { return module_seed * 1000003 + static_cast<uint64_t>(i); }
 
-struct CodebookMetrics {
+// A codebook step's metrics. They are computed on the codebook's device
+// from the step's all-reduced statistics and read by the host only when
+// asked (the first accessor call reads them all, in one counted copy), so
+// a training step that does not log them never waits for the device.
+// Reading them also raises the step's NonFiniteError, if a rank flagged a
+// non-finite input row (code_stats.h); on the CPU the codebook raises it in
+// the step itself, where reading is free.
+class CodebookMetrics {
+ public:
+  CodebookMetrics() = default;
+  // Host numbers (an empty world, a step that does not update, tests).
+  static CodebookMetrics of(double perplexity, int64_t codes_used, int64_t codes_revived, int64_t rows);
   // The metrics of a step in which no rank had rows.
-  static CodebookMetrics empty_world() { return {1.0, 0, 0, 0}; }
+  static CodebookMetrics empty_world() { return of(1.0, 0, 0, 0); }
+  // The device form: stats (all-reduced, StatsLayout) and summary (float64,
+  // CodeSummary::size(world), the revived count already in it).
+  static CodebookMetrics on_device(Tensor stats, const StatsLayout& layout, Tensor summary);
 
-  double perplexity = 0;      // exp(entropy) of the global code counts; 1 for an empty world batch
-  int64_t codes_used = 0;     // codes chosen by at least one row of the global batch
-  int64_t codes_revived = 0;  // dead codes replaced this step
-  int64_t rows = 0;           // rows in the global batch
+  double perplexity() const;      // exp(entropy) of the global code counts; 1 for an empty world batch
+  int64_t codes_used() const;     // codes chosen by at least one row of the global batch
+  int64_t codes_revived() const;  // dead codes replaced this step
+  int64_t rows() const;           // rows in the global batch
+  // Throws NonFiniteError naming every rank that flagged a row (and the row).
+  void check() const;
+  // The summary (float64, CodeSummary layout) on its device, for callers that
+  // accumulate several steps or layers there; undefined for host numbers.
+  const Tensor& summary() const;
+
+ private:
+  struct State;
+  const std::vector<double>& host() const;
+  std::shared_ptr<State> state_;
 };
 
 struct CodebookOutput {
@@ -79,7 +107,9 @@ class Codebook : public Module {
   CodebookOutput forward(const Tensor& x, Communicator& comm);
 
   // Codes (M, D) for indices (M) in [0, K); no collective, no state change.
-  Tensor lookup(const Tensor& indices) const;
+  // Indices from outside are checked (one read on a device); the codebook's
+  // own assignment passes Indices::trusted.
+  Tensor lookup(const Tensor& indices, Indices from = Indices::checked) const;
 
   // The pieces forward() is made of, for modules that quantize several
   // inputs with one codebook and update it once (ResidualVQ's shared
@@ -103,16 +133,19 @@ class Codebook : public Module {
   Tensor cluster_size;  // (K) EMA of the code counts (EMA only)
 
  private:
-  void check_input(const Tensor& x, const Communicator& comm, bool training) const;
+  void check_input(const Tensor& x, const Communicator& comm) const;
   Tensor codes() const;  // the codebook as assign and lookup use it
-  void update_ema(const Tensor& stats);
-  void update_ema_cpu(const Tensor& stats);
-  int64_t revive_dead_codes(const Tensor& x, Communicator& comm);
+  void revive_dead_codes(const Tensor& x, const Tensor& stats, const StatsLayout& layout, Communicator& comm,
+                         Tensor& summary);
   Generator next_shared_generator();
 
   CodebookOptions opt_;
   Tensor initted_;  // int64 (1): 1 once the codebook holds trained or k-means values
-  Tensor draws_;    // int64 (1): shared random streams used so far (stream id of the next)
+  // int64 (1): shared random streams used so far (stream id of the next):
+  // k-means init takes one, and every update step with revival on takes
+  // one, whether or not a code expired (the host cannot know that without
+  // waiting for the device). int64 buffers stay on the host (Module::to).
+  Tensor draws_;
 };
 
 }  // namespace vqddp

@@ -2,22 +2,25 @@
 
 #include <cmath>
 
+#include "engine/autograd.h"
 #include "engine/ops.h"
 #include "vq/losses.h"
+#include "vq/vq_kernels.h"
 
 namespace vqddp {
 
 namespace {
 
 // Rounds half away from zero (std::round), as a straight-through op: the
-// value of round(v), the gradient of v. On a GPU the rounding runs on a host
-// copy (FSQ's codes are small: M x D with D of 3 to 8), so both devices
-// round with the same std::round.
+// value of round(v), the gradient of v. A device op, so a GPU step rounds
+// where its codes are.
 Tensor round_straight_through(const Tensor& v) {
-  Tensor r = v.device().is_cpu() ? v.detach().clone() : v.detach().to(Device::cpu());  // one copy either way
-  float* p = r.data<float>();
-  for (int64_t i = 0; i < r.numel(); ++i) p[i] = std::round(p[i]);
-  return straight_through(v, r.to(v.device()));
+  Tensor r;
+  {
+    NoGradGuard no_grad;
+    r = vqddp::round(v.detach());
+  }
+  return straight_through(v, r);
 }
 
 }  // namespace
@@ -44,12 +47,14 @@ FSQ::FSQ(const FSQOptions& o, Generator& init_gen) : opt_(o) {
   }
   codebook_size_ = fsq_codebook_size(o.levels);
   int64_t d = code_dim();
-  half_l_ = from_vector(half_l, {d});
-  offset_ = from_vector(offset, {d});
-  shift_ = from_vector(shift, {d});
-  half_width_ = from_vector(half_width, {d});
-  basis_.push_back(1);
-  for (size_t j = 0; j + 1 < o.levels.size(); ++j) basis_.push_back(basis_.back() * o.levels[j]);
+  std::vector<int64_t> levels(o.levels.begin(), o.levels.end()), basis{1};
+  for (size_t j = 0; j + 1 < o.levels.size(); ++j) basis.push_back(basis.back() * o.levels[j]);
+  half_l_ = constants_.add(from_vector(half_l, {d}));
+  offset_ = constants_.add(from_vector(offset, {d}));
+  shift_ = constants_.add(from_vector(shift, {d}));
+  half_width_ = constants_.add(from_vector(half_width, {d}));
+  levels_ = constants_.add(from_vector(levels, {d}));
+  basis_ = constants_.add(from_vector(basis, {d}));
   int64_t inner = d * o.num_codebooks;
   if (o.dim == 0) opt_.dim = inner;
   if (opt_.dim != inner) {
@@ -61,46 +66,36 @@ FSQ::FSQ(const FSQOptions& o, Generator& init_gen) : opt_(o) {
 Tensor FSQ::quantize(const Tensor& z) const {
   VQDDP_CHECK(z.dtype() == DType::f32 && z.dim() == 2 && z.size(1) == code_dim(), "FSQ: expected float32 [M, {}], got {}",
               code_dim(), z.desc());
-  // A diverging encoder must stop here: round(NaN) has no index.
-  if (int64_t at = first_nonfinite(z); at >= 0)
-    VQDDP_THROW_NONFINITE("FSQ: row {} has a non-finite value ({} in column {})", at / code_dim(),
-                z.detach().reshape({-1}).slice_rows(at, at + 1).item<float>(), at % code_dim());
-  // The constants live on the host (they are not state, so Module::to does
-  // not move them); to() is free where z is on the host too.
+  // A diverging encoder must stop here: round(NaN) has no index. Checked
+  // where the check is free (the host); on a device the NaN reaches the
+  // loss, which the trainer reads when it logs (FSQ has no collective to
+  // carry a flag, and one read per call would make every step wait).
+  if (z.device().is_cpu())
+    if (int64_t at = first_nonfinite(z); at >= 0)
+      VQDDP_THROW_NONFINITE("FSQ: row {} has a non-finite value ({} in column {})", at / code_dim(),
+                            z.detach().reshape({-1}).slice_rows(at, at + 1).item<float>(), at % code_dim());
   Device dev = z.device();
-  Tensor bounded = sub(mul(vqddp::tanh(add(z, shift_.to(dev))), half_l_.to(dev)), offset_.to(dev));
-  return div(round_straight_through(bounded), half_width_.to(dev));
+  Tensor bounded = sub(mul(vqddp::tanh(add(z, constant(shift_, dev))), constant(half_l_, dev)), constant(offset_, dev));
+  return div(round_straight_through(bounded), constant(half_width_, dev));
 }
 
-// The index arithmetic runs on the host; indices go back to the codes' device.
-Tensor FSQ::codes_to_indices(const Tensor& codes_any) const {
-  Tensor codes = codes_any.detach().to(Device::cpu());  // indices carry no gradient
-  int64_t m = codes.size(0), d = code_dim();
-  Tensor out = empty({m}, DType::i64);
-  const float* pc = codes.data<float>();
-  const float* hw = half_width_.data<float>();
-  int64_t* po = out.data<int64_t>();
-  for (int64_t i = 0; i < m; ++i) {
-    int64_t idx = 0;
-    for (int64_t j = 0; j < d; ++j) idx += static_cast<int64_t>(std::lround(pc[i * d + j] * hw[j] + hw[j])) * basis_[j];
-    po[i] = idx;
-  }
-  return out.to(codes_any.device());
+Tensor FSQ::codes_to_indices(const Tensor& codes) const {
+  VQDDP_CHECK(codes.dtype() == DType::f32 && codes.dim() == 2 && codes.size(1) == code_dim(),
+              "FSQ: expected float32 codes [M, {}], got {}", code_dim(), codes.desc());
+  Device dev = codes.device();
+  Tensor out = empty({codes.size(0)}, DType::i64, dev);
+  vq_kernels(dev).fsq_indices(codes.detach(), constant(half_width_, dev), constant(basis_, dev), out);
+  return out;
 }
 
-Tensor FSQ::indices_to_codes(const Tensor& indices_any) const {
-  Tensor indices = indices_any.to(Device::cpu());
-  int64_t m = indices.numel(), d = code_dim();
-  Tensor out = empty({m, d});
-  const int64_t* pi = indices.data<int64_t>();
-  const float* hw = half_width_.data<float>();
-  float* po = out.data<float>();
-  for (int64_t i = 0; i < m; ++i) {
-    VQDDP_CHECK(pi[i] >= 0 && pi[i] < codebook_size_, "FSQ: index {} outside [0, {})", pi[i], codebook_size_);
-    for (int64_t j = 0; j < d; ++j)
-      po[i * d + j] = (static_cast<float>((pi[i] / basis_[j]) % opt_.levels[j]) - hw[j]) / hw[j];
-  }
-  return out.to(indices_any.device());
+Tensor FSQ::indices_to_codes(const Tensor& indices) const {
+  // Indices from outside (a decode input): checked, one read on a device.
+  check_index_range(indices.reshape({-1}), codebook_size_, "FSQ");
+  Device dev = indices.device();
+  Tensor out = empty({indices.numel(), code_dim()}, DType::f32, dev);
+  vq_kernels(dev).fsq_codes(indices.reshape({-1}), constant(levels_, dev), constant(half_width_, dev),
+                            constant(basis_, dev), out);
+  return out;
 }
 
 FSQOutput FSQ::forward(const Tensor& x) {

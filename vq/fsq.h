@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/nn.h"
+#include "vq/device_constants.h"
 
 namespace vqddp {
 
@@ -49,8 +50,12 @@ class FSQ : public Module {
  private:
   FSQOptions opt_;
   int64_t codebook_size_ = 1;
-  Tensor half_l_, offset_, shift_, half_width_;  // (D) per-dimension constants
-  std::vector<int64_t> basis_;
+  const Tensor& constant(size_t i, Device device) const { return constants_.on(i, device); }
+  // (D) per-dimension constants, uploaded once per device: float32 half_l,
+  // offset, shift, half_width; int64 levels, basis (the place value of each
+  // digit of an index).
+  DeviceConstants constants_;
+  size_t half_l_ = 0, offset_ = 0, shift_ = 0, half_width_ = 0, levels_ = 0, basis_ = 0;
   std::shared_ptr<Linear> project_in_, project_out_;
 };
 

@@ -4,37 +4,29 @@
 #include "vq/assign.h"
 #include "vq/code_stats.h"
 #include "vq/sampler.h"
+#include "vq/vq_kernels.h"
 
 namespace vqddp {
-
-void kmeans_update(Tensor& means, const Tensor& stats, bool cosine) {
-  int64_t k = means.size(0), d = means.size(1);
-  const double* counts = stats_counts(stats, k).data<double>();
-  const double* sums = stats_sums(stats, k, d).data<double>();
-  float* pm = means.data<float>();
-  for (int64_t c = 0; c < k; ++c) {
-    if (counts[c] == 0) continue;  // an empty cluster keeps its mean
-    for (int64_t j = 0; j < d; ++j) pm[c * d + j] = static_cast<float>(sums[c * d + j] / counts[c]);
-  }
-  if (cosine) means.copy_(l2_normalize_rows(means));
-  means.bump_version();
-}
 
 KmeansResult kmeans(const Tensor& x, int64_t k, int iters, bool cosine, Communicator& comm, Generator& shared) {
   VQDDP_CHECK(iters >= 1, "kmeans: iters {} must be at least 1", iters);
   NoGradGuard no_grad;
-  Tensor means = sample_rows(x, k, comm, shared);  // (K, D) or (0, D)
+  Tensor means = sample_rows(x, k, comm, shared);  // (K, D) or (0, D), on x's device
   if (means.size(0) == 0) return {};
-  Tensor stats;
+  const StatsLayout layout{k, x.size(1), comm.world_size(), x.size(1)};
+  VqKernels& vq = vq_kernels(x.device());
+  Tensor bins = empty({k}, DType::f32, x.device());
   for (int it = 0; it < iters; ++it) {
-    stats = code_stats(x, assign_codes(x, means, cosine), k);  // (K + K*D)
+    Tensor stats = code_stats(x, assign_codes(x, means, cosine), layout, comm.rank());
     comm.all_reduce(stats, ReduceOp::sum);
-    kmeans_update(means, stats, cosine);
+    // A non-finite row must not become a centroid: the flags of the first
+    // iteration (every rank's, all-reduced) are read once, before anything
+    // reaches the codebook. The one read of k-means init, a step that runs
+    // once per codebook.
+    if (it == 0) check_nonfinite_flags(stats, layout);
+    vq.kmeans_update(stats, layout, means, bins);  // bins: the counts of the last assignment
+    if (cosine) means = l2_normalize_rows(means);
   }
-  // bins: the counts of the last assignment (before its means update).
-  Tensor bins = empty({k});
-  const double* counts = stats_counts(stats, k).data<double>();
-  for (int64_t c = 0; c < k; ++c) bins.data<float>()[c] = static_cast<float>(counts[c]);
   return {means, bins};
 }
 

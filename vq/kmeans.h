@@ -23,7 +23,4 @@ struct KmeansResult {
 
 KmeansResult kmeans(const Tensor& x, int64_t k, int iters, bool cosine, Communicator& comm, Generator& shared);
 
-// One iteration's update from reduced stats: means (K, D) in place.
-void kmeans_update(Tensor& means, const Tensor& stats, bool cosine);
-
 }  // namespace vqddp

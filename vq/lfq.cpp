@@ -6,6 +6,7 @@
 #include "engine/autograd.h"
 #include "engine/ops.h"
 #include "vq/losses.h"
+#include "vq/vq_kernels.h"
 
 namespace vqddp {
 
@@ -14,14 +15,8 @@ namespace {
 // Row-wise softmax; the row maximum is subtracted as a constant, which
 // changes nothing mathematically and keeps exp() finite.
 Tensor softmax_rows(const Tensor& logits) {
-  int64_t n = logits.size(0), k = logits.size(1);
-  Tensor row_max = empty({n, 1});
-  const float* pl = logits.data<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    float m = pl[i * k];
-    for (int64_t j = 1; j < k; ++j) m = std::max(m, pl[i * k + j]);
-    row_max.data<float>()[i] = m;
-  }
+  Tensor row_max = empty({logits.size(0), 1}, DType::f32, logits.device());
+  vq_kernels(logits.device()).row_max(logits.detach(), row_max);
   Tensor e = vqddp::exp(sub(logits, row_max));
   return div(e, sum(e, 1, true));
 }
@@ -42,19 +37,12 @@ LFQ::LFQ(const LFQOptions& o, Generator& init_gen) : opt_(o) {
     project_in_ = register_module("project_in", std::make_shared<Linear>(opt_.dim, bits_, init_gen));
     project_out_ = register_module("project_out", std::make_shared<Linear>(bits_, opt_.dim, init_gen));
   }
-  codebook_ = codes_of(arange(o.codebook_size));
+  codebook_.add(codes_of(arange(o.codebook_size)));
 }
 
 Tensor LFQ::codes_of(const Tensor& indices) const {
-  int64_t n = indices.numel();
-  Tensor out = empty({n, bits_});
-  const int64_t* pi = indices.data<int64_t>();
-  float* po = out.data<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    VQDDP_CHECK(pi[i] >= 0 && pi[i] < opt_.codebook_size, "LFQ: index {} outside [0, {})", pi[i], opt_.codebook_size);
-    for (int64_t b = 0; b < bits_; ++b)
-      po[i * bits_ + b] = (pi[i] >> (bits_ - 1 - b)) & 1 ? opt_.codebook_scale : -opt_.codebook_scale;
-  }
+  Tensor out = empty({indices.numel(), bits_}, DType::f32, indices.device());
+  vq_kernels(indices.device()).lfq_codes(indices, opt_.codebook_scale, out);
   return out;
 }
 
@@ -63,41 +51,40 @@ LFQOutput LFQ::forward(const Tensor& x, Communicator& comm) {
               "rank {}: LFQ expects float32 [N, {}], got {}", comm.rank(), opt_.dim, x.desc());
   Tensor z = project_in_ ? project_in_->forward(x) : x;  // (N, B)
   int64_t n = z.size(0);
-  Tensor idx = empty({n}, DType::i64);
-  const float* pz = z.data<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t v = 0;
-    for (int64_t b = 0; b < bits_; ++b) v = v << 1 | (pz[i * bits_ + b] > 0.f ? 1 : 0);
-    idx.data<int64_t>()[i] = v;
-  }
-  Tensor q = codes_of(idx);                      // (N, B)
-  Tensor st = straight_through(z, q);        // straight-through
+  const Device dev = z.device();
+  Tensor idx = empty({n}, DType::i64, dev);
+  vq_kernels(dev).lfq_indices(z.detach(), idx);
+  Tensor q = codes_of(idx);           // (N, B)
+  Tensor st = straight_through(z, q);  // straight-through
   LFQOutput out;
   out.indices = idx;
   out.quantized = project_out_ ? project_out_->forward(st) : st;
-  out.entropy_loss = scalar(0.f);
-  out.commitment_loss = scalar(0.f);
-  out.loss = scalar(0.f);
+  out.entropy_loss = full({}, 0.f, DType::f32, dev);
+  out.commitment_loss = full({}, 0.f, DType::f32, dev);
+  out.loss = full({}, 0.f, DType::f32, dev);
   if (!updates_state()) return out;
 
-  Tensor logits = mul(matmul(z, codebook_, false, true), 2.f * opt_.inv_temperature);  // (N, 2^B)
+  Tensor logits = mul(matmul(z, codebook_.on(0, dev), false, true), 2.f * opt_.inv_temperature);  // (N, 2^B)
   Tensor p = softmax_rows(logits);
   Tensor per_sample = mean_or_zero(entropy_rows(p));
   // One collective for the global sum of p and the global row count.
-  Tensor local = concat({sum(p, 0), full({1}, static_cast<double>(n))}, 0);  // (2^B + 1)
+  Tensor local = concat({sum(p, 0), full({1}, static_cast<double>(n), DType::f32, dev)}, 0);  // (2^B + 1)
   Tensor global = all_reduce_sum_grad(local, comm);
-  float rows = global.data<float>()[opt_.codebook_size];  // identical on every rank
-  Tensor avg = div(slice_rows(global, 0, opt_.codebook_size), std::max(rows, 1.f));
+  // The global row count (identical on every rank) stays on the device.
+  Tensor rows = clamp(slice_rows(global.detach(), opt_.codebook_size, opt_.codebook_size + 1), 1.f, 3.4e38f);
+  Tensor avg = div(slice_rows(global, 0, opt_.codebook_size), rows);
   Tensor codebook_entropy = entropy_rows(avg);
   out.entropy_loss = sub(per_sample, mul(codebook_entropy, opt_.diversity_gamma));
   out.commitment_loss = mse_or_zero(z, q);
   out.loss = add(mul(out.entropy_loss, opt_.entropy_loss_weight), mul(out.commitment_loss, opt_.commitment_weight));
-  out.per_sample_entropy = per_sample.item<float>();
-  out.codebook_entropy = codebook_entropy.item<float>();
+  out.per_sample_entropy = per_sample.detach();
+  out.codebook_entropy = codebook_entropy.detach();
   return out;
 }
 
 Tensor LFQ::decode(const Tensor& indices) const {
+  // Indices from outside: checked (one read on a device).
+  check_index_range(indices.reshape({-1}), opt_.codebook_size, "LFQ");
   Tensor q = codes_of(indices.reshape({-1}));
   return project_out_ ? project_out_->forward(q) : q;
 }

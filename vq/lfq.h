@@ -17,6 +17,7 @@
 
 #include "comm/communicator.h"
 #include "engine/nn.h"
+#include "vq/device_constants.h"
 
 namespace vqddp {
 
@@ -35,7 +36,9 @@ struct LFQOutput {
   Tensor indices;    // (N) int64
   Tensor loss;       // scalar
   Tensor entropy_loss, commitment_loss;  // scalars (0 in inference)
-  double per_sample_entropy = 0, codebook_entropy = 0;
+  // Scalars on the input's device (read them only when they are logged:
+  // a read waits for the device); undefined in eval.
+  Tensor per_sample_entropy, codebook_entropy;
 };
 
 class LFQ : public Module {
@@ -54,7 +57,8 @@ class LFQ : public Module {
 
   LFQOptions opt_;
   int64_t bits_;
-  Tensor codebook_;  // (2^B, B) every code, for the entropy
+  // (2^B, B) every code, for the entropy; uploaded once per device.
+  DeviceConstants codebook_;
   std::shared_ptr<Linear> project_in_, project_out_;
 };
 

@@ -17,7 +17,7 @@ MaskedRows::MaskedRows(const Tensor& mask, int64_t rows, int rank) : rows_(rows)
   keep_ = from_vector(kept, {static_cast<int64_t>(kept.size())});
 }
 
-Tensor MaskedRows::compact(const Tensor& x) const { return active() ? index_select(x, keep_.to(x.device())) : x; }
+Tensor MaskedRows::compact(const Tensor& x) const { return active() ? index_select(x, keep_.to(x.device()), Indices::trusted) : x; }
 
 Tensor MaskedRows::expand(const Tensor& y, const Tensor& x) const {
   if (!active()) return y;
@@ -28,7 +28,7 @@ Tensor MaskedRows::expand(const Tensor& y, const Tensor& x) const {
   for (int64_t i = 0; i < rows_; ++i) gather[i] = m + i;
   const int64_t* pk = keep_.data<int64_t>();
   for (int64_t j = 0; j < m; ++j) gather[pk[j]] = j;
-  return index_select(concat({y, x}, 0), from_vector(gather, {rows_}).to(x.device()));
+  return index_select(concat({y, x}, 0), from_vector(gather, {rows_}).to(x.device()), Indices::trusted);
 }
 
 Tensor MaskedRows::expand_indices(const Tensor& indices) const {

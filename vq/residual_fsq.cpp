@@ -20,7 +20,7 @@ ResidualFSQ::ResidualFSQ(const ResidualFSQOptions& o, Generator& init_gen) : opt
   for (int i = 0; i < o.num_quantizers; ++i) {
     std::vector<float> s;
     for (int l : o.levels) s.push_back(static_cast<float>(std::pow(double(l), -double(i))));
-    scales_.push_back(from_vector(s, {code_dim_}));
+    scales_.add(from_vector(s, {code_dim_}));
   }
   // Offsets the dropout stream id (engine/streams.h): never negative.
   dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64), ValueRange::non_negative());
@@ -37,7 +37,7 @@ ResidualFSQOutput ResidualFSQ::forward(const Tensor& x) {
   Tensor residual = z, sum = zeros({n, code_dim_}, DType::f32, dev);
   std::vector<Tensor> idx_columns(q, full({n}, -1, DType::i64, dev));  // -1: layer dropped
   for (int l = 0; l <= last; ++l) {
-    Tensor scale = scales_[l].to(dev);
+    const Tensor& scale = scales_.on(l, dev);
     Tensor scaled = div(residual, scale);
     Tensor code = fsq_->quantize(scaled);                // (N, D)
     Tensor layer_idx = fsq_->codes_to_indices(code);
@@ -60,7 +60,7 @@ Tensor ResidualFSQ::decode(const Tensor& indices) const {
   std::vector<Tensor> layers = split_columns(indices);
   for (int l = 0; l < q; ++l)
     sum = add(sum, codes_or_zero(layers[l], code_dim_,
-                                 [&](const Tensor& i) { return mul(fsq_->indices_to_codes(i), scales_[l].to(dev)); }));
+                                 [&](const Tensor& i) { return mul(fsq_->indices_to_codes(i), scales_.on(l, dev)); }));
   return project_out_ ? project_out_->forward(sum) : sum;
 }
 

@@ -7,6 +7,7 @@
 
 #include <memory>
 
+#include "vq/device_constants.h"
 #include "vq/fsq.h"
 #include "vq/quantize_dropout.h"
 
@@ -38,7 +39,7 @@ class ResidualFSQ : public Module {
   ResidualFSQOptions opt_;
   int64_t code_dim_;
   std::shared_ptr<FSQ> fsq_;  // the per-layer quantizer (no state, no projection)
-  std::vector<Tensor> scales_;  // (D) per layer: L^-i
+  DeviceConstants scales_;  // (D) per layer: L^-i, uploaded once per device
   std::shared_ptr<Linear> project_in_, project_out_;
   Tensor dropout_step_;  // int64 (1)
 };

@@ -69,7 +69,7 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
       continue;
     }
     Tensor idx = book.assign(prepared);
-    Tensor code = book.lookup(idx);  // (M, cd), codebook before this step's update
+    Tensor code = book.lookup(idx, Indices::trusted);  // (M, cd), codebook before this step's update
     if (opt_.shared_codebook) {
       shared_ran = true;
       if (update) {

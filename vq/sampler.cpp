@@ -60,11 +60,11 @@ Tensor sample_rows(const Tensor& x, int64_t m, Communicator& comm, Generator& sh
     int64_t g = drawn[pos];
     if (g >= first[rank] && g < first[rank + 1]) local.push_back(g - first[rank]);
   }
-  Tensor mine = index_select(x.detach(), from_vector(local, {share[rank]}).to(x.device()));  // (share, D)
+  Tensor mine = index_select(x.detach(), from_vector(local, {share[rank]}).to(x.device()), Indices::trusted);  // (share, D)
   Tensor sorted = all_gather_rows(comm, mine, share);  // (m, D), ascending global row
   std::vector<int64_t> inverse(m);
   for (int64_t i = 0; i < m; ++i) inverse[order[i]] = i;
-  Tensor out = index_select(sorted, from_vector(inverse, {m}).to(x.device()));
+  Tensor out = index_select(sorted, from_vector(inverse, {m}).to(x.device()), Indices::trusted);
   return out;
 }
 

@@ -193,10 +193,10 @@ void check_traces_equal(const std::vector<Trace>& ranks, const Trace& one) {
       REQUIRE(got.size() == want.size());
       for (size_t b = 0; b < want.size(); ++b) {
         CAPTURE(b);
-        CHECK(got[b].codes_revived == want[b].codes_revived);
-        CHECK(got[b].codes_used == want[b].codes_used);
-        CHECK(got[b].rows == want[b].rows);
-        CHECK(got[b].perplexity == want[b].perplexity);
+        CHECK(got[b].codes_revived() == want[b].codes_revived());
+        CHECK(got[b].codes_used() == want[b].codes_used());
+        CHECK(got[b].rows() == want[b].rows());
+        CHECK(got[b].perplexity() == want[b].perplexity());
       }
     }
   }

@@ -161,7 +161,7 @@ TEST_CASE("ResidualVQ bitwise: after steps with k-means init, revival and dropou
       Run one = run(1, "even")[0];
       int64_t revived_first = 0, revived_later = 0;
       for (size_t s = 0; s < batches.size(); ++s)
-        for (const CodebookMetrics& m : one.metrics[s]) (s == 0 ? revived_first : revived_later) += m.codes_revived;
+        for (const CodebookMetrics& m : one.metrics[s]) (s == 0 ? revived_first : revived_later) += m.codes_revived();
       CHECK(revived_first > 0);  // init and revival in the same step
       CHECK(revived_later > 0);
       CHECK(std::set<int>(one.active.begin(), one.active.end()).size() > 1);  // dropout varies the layers

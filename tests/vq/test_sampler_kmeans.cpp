@@ -8,6 +8,7 @@
 #include "tests/vq/harness.h"
 #include "vq/assign.h"
 #include "vq/kmeans.h"
+#include "vq/vq_kernels.h"
 #include "vq/sampler.h"
 
 using namespace vqddp;
@@ -126,8 +127,13 @@ TEST_CASE("k-means bitwise: identical on all ranks and == one rank on the whole 
 }
 
 TEST_CASE("k-means keeps the mean of an empty cluster") {
-  Tensor means = from_vector({1, 1, 7, 7}, {2, 2});
-  Tensor stats = from_vector(std::vector<double>{2, 0, 4, 6, 0, 0}, {6});  // counts (2, 0), sums ((4, 6), (0, 0))
-  kmeans_update(means, stats, false);
-  CHECK(means.to_vector<float>() == std::vector<float>{2, 3, 7, 7});
+  for (Device device : {Device::cpu(), Device::sim()}) {
+    CAPTURE(device.str());
+    Tensor means = from_vector({1, 1, 7, 7}, {2, 2}).to(device), bins = empty({2}, DType::f32, device);
+    // counts (2, 0), sums ((4, 6), (0, 0)), one rank's flag
+    Tensor stats = from_vector(std::vector<double>{2, 0, 4, 6, 0, 0, 0}, {7}).to(device);
+    vq_kernels(device).kmeans_update(stats, StatsLayout{2, 2, 1}, means, bins);
+    CHECK(means.to_vector<float>() == std::vector<float>{2, 3, 7, 7});
+    CHECK(bins.to_vector<float>() == std::vector<float>{2, 0});
+  }
 }

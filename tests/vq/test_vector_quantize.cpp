@@ -84,7 +84,7 @@ TEST_CASE("heads: a shared codebook sees every head's rows; separate codebooks o
     VectorQuantizeOutput out = vq.forward(x, comm);
     CHECK(out.indices.shape() == Shape{10, 2});
     CHECK(out.metrics.size() == (separate ? 2u : 1u));
-    CHECK(out.metrics[0].rows == (separate ? 10 : 20));
+    CHECK(out.metrics[0].rows() == (separate ? 10 : 20));
     // Decoding the indices in eval reproduces the eval output.
     vq.eval();
     VectorQuantizeOutput ev = vq.forward(x, comm);
@@ -144,7 +144,7 @@ TEST_CASE("invariants 1, 2, 4 for VectorQuantize with heads, bitwise: every rank
       CHECK_FALSE(one.initted_before);  // step 0 runs k-means init
       int64_t revived_first = 0, revived_later = 0;
       for (size_t s = 0; s < batches.size(); ++s)
-        for (const CodebookMetrics& m : one.metrics[s]) (s == 0 ? revived_first : revived_later) += m.codes_revived;
+        for (const CodebookMetrics& m : one.metrics[s]) (s == 0 ? revived_first : revived_later) += m.codes_revived();
       CHECK(revived_first > 0);  // init and revival in the same step
       CHECK(revived_later > 0);
       for_each_split(21, 2, 5, [&](int w, const std::string& split) { check_traces_equal(run(w, split), one); });

@@ -6,6 +6,7 @@
 #include "engine/cuda/launch.h"
 #include "engine/kernel_math.h"
 #include "vq/cuda/vq_launch.h"
+#include "vq/vq_math.h"
 
 namespace vqddp::cuda {
 
@@ -84,15 +85,24 @@ __global__ void assign_merge_kernel(int64_t n, int64_t tiles, const float* part_
   }
 }
 
+// True when some rank flagged a non-finite row (code_stats.h): the update
+// kernels then change nothing. W is small; every thread reads the flags.
+__device__ bool flagged(const double* flags, int world) {
+  for (int r = 0; r < world; ++r)
+    if (flags[r] != 0) return true;
+  return false;
+}
+
 __global__ void ema_decay_kernel(const double* stats, float* cs, float* avg, int64_t k, int64_t d, float decay,
-                                 float keep) {
+                                 float keep, const double* flags, int world) {
+  if (flagged(flags, world)) return;
   const double* counts = stats;
   const double* sums = stats + k;
   VQDDP_GRID_LOOP(i, k + k * d) {
     if (i < k)
-      cs[i] = __fadd_rn(__fmul_rn(decay, cs[i]), __fmul_rn(keep, static_cast<float>(counts[i])));
+      cs[i] = ema_mix(decay, keep, cs[i], counts[i]);
     else
-      avg[i - k] = __fadd_rn(__fmul_rn(decay, avg[i - k]), __fmul_rn(keep, static_cast<float>(sums[i - k])));
+      avg[i - k] = ema_mix(decay, keep, avg[i - k], sums[i - k]);
   }
 }
 
@@ -105,14 +115,162 @@ __global__ void total_kernel(const float* cs, int64_t k, double* total) {
 }
 
 __global__ void normalise_kernel(const float* cs, const float* avg, float* embed, int64_t k, int64_t d, float eps,
-                                 const double* total) {
+                                 const double* total, const double* flags, int world) {
+  if (flagged(flags, world)) return;
   double n = *total;
   if (!(n > 0)) return;  // no mass anywhere: embed stays as it is
   double denom = __dadd_rn(n, __dmul_rn(static_cast<double>(k), static_cast<double>(eps)));
   VQDDP_GRID_LOOP(i, k * d) {
     int64_t c = i / d;
-    float smoothed = static_cast<float>(__dmul_rn(__ddiv_rn(static_cast<double>(__fadd_rn(cs[c], eps)), denom), n));
-    embed[i] = __fdiv_rn(avg[i], smoothed);
+    embed[i] = __fdiv_rn(avg[i], smoothed_size(cs[c], eps, n, denom));
+  }
+}
+
+// flag = 1 + the flat position of the first non-finite element
+// (first_nonfinite's, ~0 for none), or 0.
+__global__ void flag_kernel(const unsigned long long* position, double* flag) {
+  unsigned long long p = *position;
+  *flag = p == ~0ull ? 0.0 : static_cast<double>(p) + 1.0;
+}
+
+// One block: the number of expired codes (cs < threshold, strict) and,
+// per code, its rank among them (or -1): a chunked exclusive scan in code
+// order, so the j-th expired code is the one the CPU's loop finds j-th.
+constexpr int kScanThreads = 1024;
+__global__ void expired_scan_kernel(const float* cs, int64_t k, float threshold, int64_t* position, int64_t* count) {
+  __shared__ int64_t sums[kScanThreads];
+  const int t = threadIdx.x;
+  const int64_t chunk = (k + kScanThreads - 1) / kScanThreads, begin = t * chunk, end = min(k, begin + chunk);
+  int64_t mine = 0;
+  for (int64_t c = begin; c < end; ++c) mine += cs[c] < threshold;
+  sums[t] = mine;
+  __syncthreads();
+  for (int off = 1; off < kScanThreads; off *= 2) {  // inclusive Hillis-Steele scan of the chunk counts
+    int64_t add = t >= off ? sums[t - off] : 0;
+    __syncthreads();
+    sums[t] += add;
+    __syncthreads();
+  }
+  int64_t at = sums[t] - mine;
+  for (int64_t c = begin; c < end; ++c) position[c] = cs[c] < threshold ? at++ : -1;
+  if (t == kScanThreads - 1) *count = sums[t];
+}
+
+__global__ void revival_block_kernel(const float* x, int64_t mine, int64_t k, int64_t d, const int64_t* count,
+                                     int64_t total, int64_t first, const int64_t* without, const int64_t* with,
+                                     float* block) {
+  const int64_t expired = *count;
+  VQDDP_GRID_LOOP(i, k * d) {
+    int64_t j = i / d, c = i % d;
+    int64_t local = j < expired ? revival_row(j, expired, total, without, with) - first : -1;
+    block[i] = local >= 0 && local < mine ? x[local * d + c] : -0.f;
+  }
+}
+
+__global__ void revive_kernel(const float* block, const int64_t* position, const int64_t* count, int64_t k, int64_t d,
+                              float threshold, float* cs, float* avg, float* embed, double* revived,
+                              const double* flags, int world) {
+  if (flagged(flags, world)) return;
+  VQDDP_GRID_LOOP(i, k * d) {
+    int64_t c = i / d, j = position[c];
+    if (j < 0) continue;
+    float v = block[j * d + i % d];
+    embed[i] = v;
+    avg[i] = __fmul_rn(v, threshold);
+    if (i % d == 0) cs[c] = threshold;
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) *revived = static_cast<double>(*count);
+}
+
+// One block: the metrics of the global counts. Totals and used codes are
+// integers (exact in any order); the entropy is a fixed tree (the same bits
+// every run, within rounding of the CPU's ascending sum).
+constexpr int kSummaryThreads = 256;
+__global__ void summarise_kernel(const double* counts, int64_t k, const double* flags, int world, double* summary) {
+  __shared__ double total[kSummaryThreads], used[kSummaryThreads], entropy[kSummaryThreads];
+  const int t = threadIdx.x;
+  double n = 0, u = 0;
+  for (int64_t c = t; c < k; c += kSummaryThreads) {
+    n += counts[c];
+    u += counts[c] > 0;
+  }
+  total[t] = n;
+  used[t] = u;
+  __syncthreads();
+  for (int off = kSummaryThreads / 2; off > 0; off /= 2) {
+    if (t < off) {
+      total[t] += total[t + off];
+      used[t] += used[t + off];
+    }
+    __syncthreads();
+  }
+  const double all = total[0];
+  double e = 0;
+  for (int64_t c = t; c < k && all > 0; c += kSummaryThreads)
+    if (counts[c] > 0) {
+      double p = counts[c] / all;
+      e -= p * log(p);
+    }
+  entropy[t] = e;
+  __syncthreads();
+  for (int off = kSummaryThreads / 2; off > 0; off /= 2) {
+    if (t < off) entropy[t] += entropy[t + off];
+    __syncthreads();
+  }
+  if (t == 0) {
+    summary[CodeSummary::kPerplexity] = all > 0 ? exp(entropy[0]) : 1.0;
+    summary[CodeSummary::kCodesUsed] = used[0];
+    summary[CodeSummary::kRows] = all;
+  }
+  for (int r = t; r < world; r += kSummaryThreads) summary[CodeSummary::kFlags + r] = flags[r];
+}
+
+__global__ void kmeans_update_kernel(const double* stats, int64_t k, int64_t d, float* means, float* bins) {
+  const double* counts = stats;
+  const double* sums = stats + k;
+  VQDDP_GRID_LOOP(i, k * d) {
+    int64_t c = i / d;
+    if (i % d == 0) bins[c] = static_cast<float>(counts[c]);
+    if (counts[c] != 0) means[i] = static_cast<float>(__ddiv_rn(sums[i], counts[c]));  // empty: keeps its mean
+  }
+}
+
+__global__ void fsq_indices_kernel(const float* codes, int64_t m, int64_t d, const float* half_width,
+                                   const int64_t* basis, int64_t* out) {
+  VQDDP_GRID_LOOP(i, m) {
+    int64_t idx = 0;
+    for (int64_t j = 0; j < d; ++j) idx += fsq_digit(codes[i * d + j], half_width[j]) * basis[j];
+    out[i] = idx;
+  }
+}
+
+__global__ void fsq_codes_kernel(const int64_t* indices, int64_t m, int64_t d, const int64_t* levels,
+                                 const float* half_width, const int64_t* basis, float* out) {
+  VQDDP_GRID_LOOP(i, m * d) {
+    int64_t r = i / d, j = i % d;
+    out[i] = fsq_value((indices[r] / basis[j]) % levels[j], half_width[j]);
+  }
+}
+
+__global__ void lfq_indices_kernel(const float* z, int64_t n, int64_t bits, int64_t* out) {
+  VQDDP_GRID_LOOP(i, n) {
+    int64_t v = 0;
+    for (int64_t b = 0; b < bits; ++b) v = v << 1 | (z[i * bits + b] > 0.f ? 1 : 0);
+    out[i] = v;
+  }
+}
+
+__global__ void lfq_codes_kernel(const int64_t* indices, int64_t n, int64_t bits, float scale, float* out) {
+  VQDDP_GRID_LOOP(i, n * bits) out[i] = lfq_value(indices[i / bits], bits, i % bits, scale);
+}
+
+__global__ void row_max_kernel(const float* x, int64_t n, int64_t k, float* out) {
+  VQDDP_GRID_LOOP(i, n) {
+    const float* row = x + i * k;
+    int64_t best = 0;
+    for (int64_t j = 1; j < k; ++j)
+      if (arg_better(row[j], j, row[best], best, true)) best = j;
+    out[i] = row[best];
   }
 }
 
@@ -145,14 +303,82 @@ void assign_fused(const float* x, const float* embed, const float* bias, int64_t
 }
 
 void ema_update(const double* stats, float* cluster_size, float* embed_avg, float* embed, int64_t k, int64_t d,
-                float decay, float eps, double* total, cudaStream_t s) {
+                float decay, float eps, double* total, int world, cudaStream_t s) {
   if (k <= 0) return;
+  const double* flags = stats + k + k * d;
   ema_decay_kernel<<<grid_for(k + k * d), kThreads, 0, s>>>(stats, cluster_size, embed_avg, k, d, decay,
-                                                            1.f - decay);  // keep = 1 - decay, as on the CPU
+                                                            1.f - decay, flags, world);  // keep = 1 - decay, as on the CPU
   VQDDP_CUDA_CHECK_LAUNCH();
   total_kernel<<<1, 1, 0, s>>>(cluster_size, k, total);
   VQDDP_CUDA_CHECK_LAUNCH();
-  normalise_kernel<<<grid_for(k * d), kThreads, 0, s>>>(cluster_size, embed_avg, embed, k, d, eps, total);
+  normalise_kernel<<<grid_for(k * d), kThreads, 0, s>>>(cluster_size, embed_avg, embed, k, d, eps, total, flags,
+                                                        world);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void flag_nonfinite(const float* x, int64_t n, unsigned long long* scratch, double* flag, cudaStream_t s) {
+  first_nonfinite(x, n, scratch, s);
+  flag_kernel<<<1, 1, 0, s>>>(scratch, flag);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void revival_candidates(const float* x, int64_t mine, const float* cs, int64_t k, int64_t d, float threshold,
+                        int64_t total, int64_t first, const int64_t* without, const int64_t* with, int64_t* position,
+                        int64_t* count, float* block, cudaStream_t s) {
+  expired_scan_kernel<<<1, kScanThreads, 0, s>>>(cs, k, threshold, position, count);
+  VQDDP_CUDA_CHECK_LAUNCH();
+  revival_block_kernel<<<grid_for(k * d), kThreads, 0, s>>>(x, mine, k, d, count, total, first, without, with, block);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void revive(const float* block, float* cs, int64_t k, int64_t d, float threshold, int64_t* position, int64_t* count,
+            float* avg, float* embed, double* revived, const double* flags, int world, cudaStream_t s) {
+  expired_scan_kernel<<<1, kScanThreads, 0, s>>>(cs, k, threshold, position, count);
+  VQDDP_CUDA_CHECK_LAUNCH();
+  revive_kernel<<<grid_for(k * d), kThreads, 0, s>>>(block, position, count, k, d, threshold, cs, avg, embed, revived,
+                                                     flags, world);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void summarise(const double* counts, int64_t k, const double* flags, int world, double* summary, cudaStream_t s) {
+  summarise_kernel<<<1, kSummaryThreads, 0, s>>>(counts, k, flags, world, summary);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void kmeans_update(const double* stats, int64_t k, int64_t d, float* means, float* bins, cudaStream_t s) {
+  kmeans_update_kernel<<<grid_for(k * d), kThreads, 0, s>>>(stats, k, d, means, bins);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void fsq_indices(const float* codes, int64_t m, int64_t d, const float* half_width, const int64_t* basis,
+                 int64_t* out, cudaStream_t s) {
+  if (m <= 0) return;
+  fsq_indices_kernel<<<grid_for(m), kThreads, 0, s>>>(codes, m, d, half_width, basis, out);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void fsq_codes(const int64_t* indices, int64_t m, int64_t d, const int64_t* levels, const float* half_width,
+               const int64_t* basis, float* out, cudaStream_t s) {
+  if (m <= 0) return;
+  fsq_codes_kernel<<<grid_for(m * d), kThreads, 0, s>>>(indices, m, d, levels, half_width, basis, out);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void lfq_indices(const float* z, int64_t n, int64_t bits, int64_t* out, cudaStream_t s) {
+  if (n <= 0) return;
+  lfq_indices_kernel<<<grid_for(n), kThreads, 0, s>>>(z, n, bits, out);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void lfq_codes(const int64_t* indices, int64_t n, int64_t bits, float scale, float* out, cudaStream_t s) {
+  if (n <= 0) return;
+  lfq_codes_kernel<<<grid_for(n * bits), kThreads, 0, s>>>(indices, n, bits, scale, out);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void row_max(const float* x, int64_t n, int64_t k, float* out, cudaStream_t s) {
+  if (n <= 0) return;
+  row_max_kernel<<<grid_for(n), kThreads, 0, s>>>(x, n, k, out);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

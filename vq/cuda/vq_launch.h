@@ -26,8 +26,28 @@ void assign_fused(const float* x, const float* embed, const float* bias, int64_t
 // The EMA step of VQ_SEMANTICS.md section 1 on a [K + K*D] float64 stats
 // buffer: cluster_size and embed_avg decay towards the batch statistics,
 // then embed = embed_avg / Laplace-smoothed sizes (kept as is while the
-// sizes have no mass). `total` is one device double of scratch.
+// sizes have no mass). `total` is one device double of scratch. Nothing
+// changes when one of the `world` flags after the sums is set.
 void ema_update(const double* stats, float* cluster_size, float* embed_avg, float* embed, int64_t k, int64_t d,
-                float decay, float eps, double* total, cudaStream_t s);
+                float decay, float eps, double* total, int world, cudaStream_t s);
+
+// The kernels of vq/vq_kernels.h's VqKernels for CUDA (that header says
+// what each computes; vq_math.h holds the formulas they share with the
+// CPU). `scratch`, `position` and `count` are device scratch.
+void flag_nonfinite(const float* x, int64_t n, unsigned long long* scratch, double* flag, cudaStream_t s);
+void revival_candidates(const float* x, int64_t mine, const float* cs, int64_t k, int64_t d, float threshold,
+                        int64_t total, int64_t first, const int64_t* without, const int64_t* with, int64_t* position,
+                        int64_t* count, float* block, cudaStream_t s);
+void revive(const float* block, float* cs, int64_t k, int64_t d, float threshold, int64_t* position, int64_t* count,
+            float* avg, float* embed, double* revived, const double* flags, int world, cudaStream_t s);
+void summarise(const double* counts, int64_t k, const double* flags, int world, double* summary, cudaStream_t s);
+void kmeans_update(const double* stats, int64_t k, int64_t d, float* means, float* bins, cudaStream_t s);
+void fsq_indices(const float* codes, int64_t m, int64_t d, const float* half_width, const int64_t* basis,
+                 int64_t* out, cudaStream_t s);
+void fsq_codes(const int64_t* indices, int64_t m, int64_t d, const int64_t* levels, const float* half_width,
+               const int64_t* basis, float* out, cudaStream_t s);
+void lfq_indices(const float* z, int64_t n, int64_t bits, int64_t* out, cudaStream_t s);
+void lfq_codes(const int64_t* indices, int64_t n, int64_t bits, float scale, float* out, cudaStream_t s);
+void row_max(const float* x, int64_t n, int64_t k, float* out, cudaStream_t s);
 
 }  // namespace vqddp::cuda
