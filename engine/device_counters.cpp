@@ -20,6 +20,17 @@ DeviceCounters DeviceCounters::operator-(const DeviceCounters& e) const {
           staged_waits - e.staged_waits};
 }
 
+DeviceCounters DeviceCounters::operator+(const DeviceCounters& m) const {
+  return {to_host + m.to_host,
+          to_device + m.to_device,
+          waits + m.waits,
+          to_host_bytes + m.to_host_bytes,
+          to_device_bytes + m.to_device_bytes,
+          staged_to_host + m.staged_to_host,
+          staged_to_device + m.staged_to_device,
+          staged_waits + m.staged_waits};
+}
+
 std::string DeviceCounters::str() const {
   return fmt::format("{} to host ({} B), {} to device ({} B), {} waits; collective staging: {} to host, {} to device, "
                      "{} waits",

@@ -27,6 +27,7 @@ struct DeviceCounters {
   int64_t staged_to_host = 0, staged_to_device = 0, staged_waits = 0;
 
   DeviceCounters operator-(const DeviceCounters& earlier) const;
+  DeviceCounters operator+(const DeviceCounters& more) const;
   bool operator==(const DeviceCounters&) const = default;
   std::string str() const;  // "3 to host (120 B), 1 to device (4 B), 3 waits; staged: ..."
 };

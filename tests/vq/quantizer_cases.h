@@ -1,0 +1,146 @@
+// The quantizers of the device-resident tests, one training step each:
+// shared by tests/vq/test_device_resident.cpp (sim against the CPU) and the
+// GPU suite (cuda against the CPU, tests/cuda/test_vq.cpp).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/device_counters.h"
+#include "engine/ops.h"
+#include "engine/random.h"
+#include "tests/vq/harness.h"
+#include "vq/codebook.h"
+#include "vq/fsq.h"
+#include "vq/lfq.h"
+#include "vq/residual_fsq.h"
+#include "vq/residual_vq.h"
+#include "vq/vector_quantize.h"
+
+namespace vqddp::test {
+
+
+// One quantizer under test: makes the module, and runs one training step on
+// x (forward, then backward of a loss that reaches every input), returning
+// what the step produced (quantized rows and indices, on x's device).
+struct Case {
+  std::string name;
+  std::function<std::shared_ptr<Module>(Generator&)> make;
+  std::function<std::vector<Tensor>(Module&, const Tensor&, Communicator&)> step;
+};
+
+inline Tensor step_loss(const Tensor& quantized, const Tensor& extra) {
+  Tensor loss = mean(square(quantized));
+  return extra.defined() ? add(loss, extra) : loss;
+}
+
+inline std::vector<Case> quantizer_cases() {
+  std::vector<Case> out;
+  auto vq_case = [&](std::string name, VectorQuantizeOptions o) {
+    out.push_back({name, [o](Generator& g) { return std::make_shared<VectorQuantize>(o, g); },
+                   [](Module& m, const Tensor& x, Communicator& comm) {
+                     VectorQuantizeOutput r = static_cast<VectorQuantize&>(m).forward(x, comm);
+                     step_loss(r.quantized, r.loss).backward();
+                     return std::vector<Tensor>{r.quantized.detach(), r.indices};
+                   }});
+  };
+  VectorQuantizeOptions heads;
+  heads.dim = 8;
+  heads.codebook_size = 16;
+  heads.heads = 2;
+  heads.codebook.kmeans_iters = 3;
+  heads.codebook.threshold_ema_dead_code = 2.f;
+  vq_case("VectorQuantize, 2 heads, EMA, k-means, revival", heads);
+  VectorQuantizeOptions cosine = heads;
+  cosine.heads = 1;
+  cosine.codebook.cosine = true;
+  cosine.codebook.learnable = true;
+  cosine.codebook.kmeans_init = false;
+  vq_case("VectorQuantize, cosine, learnable", cosine);
+  VectorQuantizeOptions ema_cosine = heads;
+  ema_cosine.separate_codebook_per_head = true;
+  ema_cosine.codebook.cosine = true;
+  vq_case("VectorQuantize, separate cosine EMA codebooks per head", ema_cosine);
+
+  ResidualVQOptions r;
+  r.dim = 8;
+  r.num_quantizers = 3;
+  r.codebook_size = 16;
+  r.quantize_dropout.enabled = true;
+  r.codebook.kmeans_iters = 3;
+  r.codebook.threshold_ema_dead_code = 2.f;
+  out.push_back({"ResidualVQ with quantize dropout, EMA, revival",
+                 [r](Generator& g) { return std::make_shared<ResidualVQ>(r, g); },
+                 [](Module& m, const Tensor& x, Communicator& comm) {
+                   ResidualVQOutput o = static_cast<ResidualVQ&>(m).forward(x, comm);
+                   step_loss(o.quantized, o.loss).backward();
+                   return std::vector<Tensor>{o.quantized.detach(), o.indices};
+                 }});
+
+  FSQOptions f{{8, 5, 5}, 8, 1};
+  out.push_back({"FSQ", [f](Generator& g) { return std::make_shared<FSQ>(f, g); },
+                 [](Module& m, const Tensor& x, Communicator&) {
+                   FSQOutput o = static_cast<FSQ&>(m).forward(x);
+                   step_loss(o.quantized, Tensor()).backward();
+                   return std::vector<Tensor>{o.quantized.detach(), o.indices};
+                 }});
+  ResidualFSQOptions rf;
+  rf.levels = {8, 5, 5};
+  rf.num_quantizers = 3;
+  rf.dim = 8;
+  rf.quantize_dropout.enabled = true;
+  out.push_back({"ResidualFSQ with quantize dropout", [rf](Generator& g) { return std::make_shared<ResidualFSQ>(rf, g); },
+                 [](Module& m, const Tensor& x, Communicator&) {
+                   ResidualFSQOutput o = static_cast<ResidualFSQ&>(m).forward(x);
+                   step_loss(o.quantized, Tensor()).backward();
+                   return std::vector<Tensor>{o.quantized.detach(), o.indices};
+                 }});
+  LFQOptions l;
+  l.dim = 8;
+  l.codebook_size = 64;
+  out.push_back({"LFQ", [l](Generator& g) { return std::make_shared<LFQ>(l, g); },
+                 [](Module& m, const Tensor& x, Communicator& comm) {
+                   LFQOutput o = static_cast<LFQ&>(m).forward(x, comm);
+                   step_loss(o.quantized, o.loss).backward();
+                   return std::vector<Tensor>{o.quantized.detach(), o.indices};
+                 }});
+  return out;
+}
+
+struct RankRun {
+  NamedTensors state;                // after every step, on the host
+  std::vector<Tensor> last_outputs;  // of the last step, on the host
+  std::vector<DeviceCounters> counts;  // per step
+};
+
+// `steps` training steps of `c` on W thread ranks, each rank's share of a
+// fixed batch per step, on `device`.
+inline std::vector<RankRun> run_case(const Case& c, Device device, int w, int steps) {
+  const int64_t n = 24;
+  std::vector<int64_t> sizes = split_sizes(n, w, "uneven");
+  return per_rank(w, [&](Communicator& comm) {
+    Generator init(7, 0);
+    std::shared_ptr<Module> m = c.make(init);
+    m->to(device);
+    m->train();
+    RankRun run;
+    for (int s = 0; s < steps; ++s) {
+      Generator data(100 + s, 0);
+      Tensor x = shard(rand_normal({n, 8}, data), sizes, comm.rank()).to(device);
+      x.set_requires_grad(true);  // the backward reaches the input, as an encoder's would
+      m->zero_grad();
+      reset_device_counters();
+      std::vector<Tensor> outs = c.step(*m, x, comm);
+      run.counts.push_back(device_counters());
+      if (s + 1 == steps)
+        for (const Tensor& t : outs) run.last_outputs.push_back(t.to(Device::cpu()));
+    }
+    run.state = m->state_copy(Device::cpu());
+    return run;
+  });
+}
+
+
+}  // namespace vqddp::test
