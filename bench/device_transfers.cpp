@@ -4,7 +4,7 @@
 //   step:     a step that neither logs, validates nor checkpoints
 //   log step: the interval holding a logging step's reads
 // and steps/s of the run (on sim: the CPU's speed through the device path).
-//   bench_device_transfers [--device sim|cuda] [--steps S] CONFIG...
+//   bench_device_transfers [--device sim|cuda] [--backend thread|nccl] [--steps S] CONFIG...
 #include <fmt/format.h>
 
 #include <chrono>
@@ -23,11 +23,12 @@
 using namespace vqddp;
 
 int main(int argc, char** argv) {
-  std::string device = "sim";
+  std::string device = "sim", backend;
   int64_t steps = 60;
   std::vector<std::string> configs;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+    else if (!std::strcmp(argv[i], "--backend") && i + 1 < argc) backend = argv[++i];
     else if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::stoll(argv[++i]);
     else configs.push_back(argv[i]);
   }
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   for (const std::string& path : configs) {
     Config cfg = load_config(path);
     cfg.run.device = device;
+    if (!backend.empty()) cfg.distributed.backend = backend;
     cfg.run.dir = (std::filesystem::temp_directory_path() / "vqddp-device-transfers").string();
     cfg.schedule.steps = steps;
     cfg.schedule.log_every = log_every;
@@ -64,8 +66,8 @@ int main(int argc, char** argv) {
       ++(after_log ? n_logged : n_plain);
     }
     auto per = [](int64_t v, int64_t n) { return n ? static_cast<double>(v) / n : 0.0; };
-    fmt::print("{} on {} ({} ranks, {} steps, {:.1f} steps/s incl. set-up):\n", std::filesystem::path(path).filename().string(),
-               device, cfg.distributed.world_size, steps, steps / secs);
+    fmt::print("{} on {}, {} backend ({} steps, {:.1f} steps/s incl. set-up):\n",
+               std::filesystem::path(path).filename().string(), device, cfg.distributed.backend, steps, steps / secs);
     fmt::print("  per step:     {:.2f} reads, {:.2f} waits, {:.2f} uploads; staging of collectives: {:.2f} reads, "
                "{:.2f} uploads\n",
                per(plain.to_host, n_plain), per(plain.waits, n_plain), per(plain.to_device, n_plain),

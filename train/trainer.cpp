@@ -121,8 +121,7 @@ StepLog step_log(const ModelOutput& out, const Tensor& loss, int64_t rows, const
     Tensor all = concat(stats);
     comm.all_reduce(all, ReduceOp::sum);
     for (size_t l = 0, at = 0; l < sizes.size(); at += layouts[l].size(), ++l)
-      layers.push_back(CodebookMetrics::on_device(slice_rows(all, at, at + layouts[l].size()), layouts[l],
-                                                  zeros({CodeSummary::size(comm.world_size())}, DType::f64, dev)));
+      layers.push_back(CodebookMetrics::on_device(slice_rows(all, at, at + layouts[l].size()), layouts[l]));
   }
   for (size_t l = 0; l < sizes.size(); ++l)
     log.usage.push_back({layers[l].perplexity(), layers[l].codes_used(), sizes[l]});

@@ -2,7 +2,8 @@
 // of those rows, and each rank's non-finite flag.
 //
 // They are returned in ONE float64 buffer (StatsLayout: counts, then the
-// sums row by row, then one flag per rank) so the codebook reduces them
+// sums row by row, then one flag per rank, then the number of codes the
+// step revived, which the revival writes after the all-reduce) so the codebook reduces them
 // across ranks with a single all_reduce. Float64 makes the sums all but
 // independent of their order: the float32 rows are exact in double, so
 // partial sums per rank added in rank order equal one rank's sum of every
@@ -22,7 +23,6 @@
 #include <string>
 
 #include "engine/tensor.h"
-#include "vq/vq_math.h"
 
 namespace vqddp {
 
@@ -33,7 +33,8 @@ struct StatsLayout {
 
   int64_t sums() const { return k; }
   int64_t flag(int rank) const { return k + k * d + rank; }
-  int64_t size() const { return k + k * d + world; }
+  int64_t revived() const { return k + k * d + world; }  // written by the revival, after the all-reduce
+  int64_t size() const { return revived() + 1; }
 };
 
 // x (N, D), indices (N) int64 in [0, K) from our own assignment (not

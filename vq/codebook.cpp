@@ -95,8 +95,7 @@ bool Codebook::ensure_initialised(const Tensor& x, Communicator& comm) {
   return true;
 }
 
-void Codebook::revive_dead_codes(const Tensor& x, const Tensor& stats, const StatsLayout& layout, Communicator& comm,
-                                 Tensor& summary) {
+void Codebook::revive_dead_codes(const Tensor& x, Tensor& stats, const StatsLayout& layout, Communicator& comm) {
   const float threshold = opt_.threshold_ema_dead_code;
   int64_t k = opt_.codebook_size, d = opt_.dim;
   // One shared stream per step, drawn whether or not a code expired: which
@@ -122,7 +121,7 @@ void Codebook::revive_dead_codes(const Tensor& x, const Tensor& stats, const Sta
   comm.all_reduce(block, ReduceOp::sum);  // every rank's drawn rows, -0.0 elsewhere: the rows bit for bit
   // embed, embed_avg and cluster_size of the expired codes reset together
   // (embed_avg = row * threshold keeps the row through the next EMA).
-  vq.revive(block, stats, layout, threshold, cluster_size, embed_avg, embed, summary);
+  vq.revive(block, layout, threshold, stats, cluster_size, embed_avg, embed);
 }
 
 Tensor Codebook::lookup(const Tensor& indices, Indices from) const { return index_select(codes(), indices, from); }
@@ -135,8 +134,6 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
   StatsLayout layout{opt_.codebook_size, opt_.learnable ? 0 : opt_.dim, comm.world_size(), opt_.dim};
   Tensor stats = code_stats(x.detach(), indices, layout, comm.rank());
   if (opt_.sync_stats) comm.all_reduce(stats, ReduceOp::sum);
-  Tensor summary = zeros({CodeSummary::size(comm.world_size())}, DType::f64, dev);
-  CodebookMetrics m = CodebookMetrics::on_device(stats, layout, summary);
   // On the host the flags cost nothing to read: refuse now, before any state
   // changes. On a device the update kernels skip a flagged step and the
   // error comes when the metrics are read.
@@ -145,12 +142,12 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
     VqKernels& vq = vq_kernels(dev);
     vq.ema_update(stats, layout, cluster_size, embed_avg, embed, opt_.decay, opt_.eps);
     if (opt_.cosine) embed.copy_(l2_normalize_rows(embed));
-    if (opt_.threshold_ema_dead_code > 0.f) revive_dead_codes(x.detach(), stats, layout, comm, summary);
+    if (opt_.threshold_ema_dead_code > 0.f) revive_dead_codes(x.detach(), stats, layout, comm);
     cluster_size.bump_version();
     embed_avg.bump_version();
     embed.bump_version();
   }
-  return m;
+  return CodebookMetrics::on_device(stats, layout);
 }
 
 CodebookOutput Codebook::forward(const Tensor& x_in, Communicator& comm) {

@@ -57,10 +57,12 @@ struct CodebookOptions {
 // codebook, the same on every rank.
 inline uint64_t codebook_seed(uint64_t module_seed, int i) { return module_seed * 1000003 + static_cast<uint64_t>(i); }
 
-// A codebook step's metrics. They are computed on the codebook's device
-// from the step's all-reduced statistics and read by the host only when
-// asked (the first accessor call reads them all, in one counted copy), so
-// a training step that does not log them never waits for the device.
+// A codebook step's metrics. They stay on the codebook's device as the
+// step's all-reduced statistics until asked for: the first accessor call
+// reads the counts, the flags and the revived count in one counted copy
+// and computes the metrics on the host (the same formula, so the same
+// bits, for every device), so a training step that does not log them never
+// waits for the device and never computes them.
 // Reading them also raises the step's NonFiniteError, if a rank flagged a
 // non-finite input row (code_stats.h); on the CPU the codebook raises it in
 // the step itself, where reading is free.
@@ -71,9 +73,9 @@ class CodebookMetrics {
   static CodebookMetrics of(double perplexity, int64_t codes_used, int64_t codes_revived, int64_t rows);
   // The metrics of a step in which no rank had rows.
   static CodebookMetrics empty_world() { return of(1.0, 0, 0, 0); }
-  // The device form: stats (all-reduced, StatsLayout) and summary (float64,
-  // CodeSummary::size(world), the revived count already in it).
-  static CodebookMetrics on_device(Tensor stats, const StatsLayout& layout, Tensor summary);
+  // The device form: a step's all-reduced stats (StatsLayout; the revival
+  // writes its count into them).
+  static CodebookMetrics on_device(Tensor stats, const StatsLayout& layout);
 
   double perplexity() const;      // exp(entropy) of the global code counts; 1 for an empty world batch
   int64_t codes_used() const;     // codes chosen by at least one row of the global batch
@@ -81,13 +83,10 @@ class CodebookMetrics {
   int64_t rows() const;           // rows in the global batch
   // Throws NonFiniteError naming every rank that flagged a row (and the row).
   void check() const;
-  // The summary (float64, CodeSummary layout) on its device, for callers that
-  // accumulate several steps or layers there; undefined for host numbers.
-  const Tensor& summary() const;
 
  private:
   struct State;
-  const std::vector<double>& host() const;
+  const State& host() const;
   std::shared_ptr<State> state_;
 };
 
@@ -135,8 +134,7 @@ class Codebook : public Module {
  private:
   void check_input(const Tensor& x, const Communicator& comm) const;
   Tensor codes() const;  // the codebook as assign and lookup use it
-  void revive_dead_codes(const Tensor& x, const Tensor& stats, const StatsLayout& layout, Communicator& comm,
-                         Tensor& summary);
+  void revive_dead_codes(const Tensor& x, Tensor& stats, const StatsLayout& layout, Communicator& comm);
   Generator next_shared_generator();
 
   CodebookOptions opt_;

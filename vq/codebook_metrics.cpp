@@ -1,72 +1,82 @@
 #include <fmt/format.h>
 
 #include "vq/codebook.h"
-#include "vq/vq_kernels.h"
+#include "vq/perplexity.h"
 
 namespace vqddp {
 
 struct CodebookMetrics::State {
-  Tensor stats, summary;  // device form (stats undefined for host numbers)
+  Tensor stats;  // the device form until read (undefined for host numbers)
   StatsLayout layout;
-  std::vector<double> host;  // the summary on the host, once read
+  bool read = false;
+  double perplexity = 0;
+  int64_t codes_used = 0, codes_revived = 0, rows = 0;
+  std::vector<double> flags;  // one per rank
 };
 
 CodebookMetrics CodebookMetrics::of(double perplexity, int64_t codes_used, int64_t codes_revived, int64_t rows) {
   CodebookMetrics m;
   m.state_ = std::make_shared<State>();
-  m.state_->host = {perplexity, static_cast<double>(codes_used), static_cast<double>(rows),
-                    static_cast<double>(codes_revived)};
+  m.state_->read = true;
+  m.state_->perplexity = perplexity;
+  m.state_->codes_used = codes_used;
+  m.state_->codes_revived = codes_revived;
+  m.state_->rows = rows;
   return m;
 }
 
-CodebookMetrics CodebookMetrics::on_device(Tensor stats, const StatsLayout& layout, Tensor summary) {
+CodebookMetrics CodebookMetrics::on_device(Tensor stats, const StatsLayout& layout) {
   CodebookMetrics m;
   m.state_ = std::make_shared<State>();
   m.state_->stats = std::move(stats);
-  m.state_->summary = std::move(summary);
   m.state_->layout = layout;
   return m;
 }
 
-const std::vector<double>& CodebookMetrics::host() const {
-  static const std::vector<double> none(CodeSummary::kFlags, 0.0);  // a step that did not update: all zero
+const CodebookMetrics::State& CodebookMetrics::host() const {
+  static const State none{.read = true};  // a step that did not update: all zero
   if (!state_) return none;
   State& s = *state_;
-  if (s.host.empty()) {
-    // Summarised only now, when someone asks: a step that is not logged
-    // never computes its perplexity, and never waits for it.
-    vq_kernels(s.summary.device()).summarise(s.stats, s.layout, s.summary);
-    s.host = s.summary.to_vector<double>();  // the one read
+  if (!s.read) {
+    // The counts and the tail (flags, revived) gathered on the device and
+    // read in one copy; the sums stay where they are.
+    const StatsLayout& l = s.layout;
+    Tensor flat = s.stats.reshape({-1});
+    std::vector<double> h = concat({flat.slice_rows(0, l.k), flat.slice_rows(l.flag(0), l.size())}).to_vector<double>();
+    s.perplexity = vqddp::perplexity(h.data(), l.k);
+    for (int64_t c = 0; c < l.k; ++c) {
+      s.codes_used += h[c] > 0;
+      s.rows += static_cast<int64_t>(h[c]);
+    }
+    s.flags.assign(h.begin() + l.k, h.begin() + l.k + l.world);
+    s.codes_revived = static_cast<int64_t>(h[l.k + l.world]);
+    s.stats = Tensor();  // read: the buffer can go
+    s.read = true;
   }
-  return s.host;
+  return s;
 }
 
 double CodebookMetrics::perplexity() const {
   check();
-  return host()[CodeSummary::kPerplexity];
+  return host().perplexity;
 }
 int64_t CodebookMetrics::codes_used() const {
   check();
-  return static_cast<int64_t>(host()[CodeSummary::kCodesUsed]);
+  return host().codes_used;
 }
 int64_t CodebookMetrics::rows() const {
   check();
-  return static_cast<int64_t>(host()[CodeSummary::kRows]);
+  return host().rows;
 }
 int64_t CodebookMetrics::codes_revived() const {
   check();
-  return static_cast<int64_t>(host()[CodeSummary::kRevived]);
-}
-
-const Tensor& CodebookMetrics::summary() const {
-  static const Tensor none;
-  return state_ ? state_->summary : none;
+  return host().codes_revived;
 }
 
 void CodebookMetrics::check() const {
-  const std::vector<double>& h = host();
-  if (h.size() <= static_cast<size_t>(CodeSummary::kFlags)) return;  // host numbers, or none: no flags
-  std::string bad = nonfinite_flags_message(h.data() + CodeSummary::kFlags, state_->layout.world, state_->layout.cols);
+  const State& s = host();
+  if (s.flags.empty()) return;  // host numbers: no flags
+  std::string bad = nonfinite_flags_message(s.flags.data(), s.layout.world, s.layout.cols);
   if (!bad.empty()) VQDDP_THROW_NONFINITE("{}", bad);
 }
 

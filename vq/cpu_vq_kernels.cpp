@@ -96,8 +96,8 @@ class CpuVqKernels final : public VqKernels {
     }
   }
 
-  void revive(const Tensor& block, const Tensor& stats, const StatsLayout& layout, float threshold,
-              Tensor& cluster_size, Tensor& embed_avg, Tensor& embed, Tensor& summary) override {
+  void revive(const Tensor& block, const StatsLayout& layout, float threshold, Tensor& stats, Tensor& cluster_size,
+              Tensor& embed_avg, Tensor& embed) override {
     if (any_flag(stats, layout)) return;
     int64_t k = cluster_size.numel(), d = block.size(1);
     float *cs = ptr<float>(cluster_size), *avg = ptr<float>(embed_avg), *e = ptr<float>(embed);
@@ -112,26 +112,7 @@ class CpuVqKernels final : public VqKernels {
       cs[c] = threshold;
       ++j;
     }
-    ptr<double>(summary)[CodeSummary::kRevived] = static_cast<double>(j);
-  }
-
-  void summarise(const Tensor& stats, const StatsLayout& layout, Tensor& summary) override {
-    const double* counts = ptr<double>(stats);
-    double* s = ptr<double>(summary);
-    double total = 0, entropy = 0, used = 0;
-    for (int64_t c = 0; c < layout.k; ++c) {
-      total += counts[c];
-      used += counts[c] > 0;
-    }
-    for (int64_t c = 0; c < layout.k && total > 0; ++c)
-      if (counts[c] > 0) {
-        double p = counts[c] / total;
-        entropy -= p * std::log(p);
-      }
-    s[CodeSummary::kPerplexity] = total > 0 ? std::exp(entropy) : 1.0;
-    s[CodeSummary::kCodesUsed] = used;
-    s[CodeSummary::kRows] = total;
-    for (int r = 0; r < layout.world; ++r) s[CodeSummary::kFlags + r] = counts[layout.flag(r)];
+    ptr<double>(stats)[layout.revived()] = static_cast<double>(j);
   }
 
   void kmeans_update(const Tensor& stats, const StatsLayout& layout, Tensor& means, Tensor& bins) override {

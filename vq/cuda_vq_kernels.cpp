@@ -70,8 +70,8 @@ class CudaVqKernels final : public VqKernels {
                              ptr<int64_t>(position), ptr<int64_t>(count), ptr<float>(block), s.stream);
   }
 
-  void revive(const Tensor& block, const Tensor& stats, const StatsLayout& layout, float threshold,
-              Tensor& cluster_size, Tensor& embed_avg, Tensor& embed, Tensor& summary) override {
+  void revive(const Tensor& block, const StatsLayout& layout, float threshold, Tensor& stats, Tensor& cluster_size,
+              Tensor& embed_avg, Tensor& embed) override {
     Stream s(block);
     int64_t k = cluster_size.numel();
     // The expired codes' ranks again, from the same cluster_size (the
@@ -79,15 +79,8 @@ class CudaVqKernels final : public VqKernels {
     // kernel.
     Tensor position = empty({k}, DType::i64, block.device()), count = empty({1}, DType::i64, block.device());
     cuda::revive(ptr<float>(block), ptr<float>(cluster_size), k, block.size(1), threshold, ptr<int64_t>(position),
-                 ptr<int64_t>(count), ptr<float>(embed_avg), ptr<float>(embed),
-                 ptr<double>(summary) + CodeSummary::kRevived, ptr<double>(stats) + layout.flag(0), layout.world,
-                 s.stream);
-  }
-
-  void summarise(const Tensor& stats, const StatsLayout& layout, Tensor& summary) override {
-    Stream s(stats);
-    cuda::summarise(ptr<double>(stats), layout.k, ptr<double>(stats) + layout.flag(0), layout.world,
-                    ptr<double>(summary), s.stream);
+                 ptr<int64_t>(count), ptr<float>(embed_avg), ptr<float>(embed), ptr<double>(stats) + layout.revived(),
+                 ptr<double>(stats) + layout.flag(0), layout.world, s.stream);
   }
 
   void kmeans_update(const Tensor& stats, const StatsLayout& layout, Tensor& means, Tensor& bins) override {

@@ -55,15 +55,10 @@ class VqKernels {
                                   const RevivalDraws& draws, Tensor& block) = 0;
   // Second half, on the summed block: every expired code c, the j-th, gets
   // embed[c] = block[j], embed_avg[c] = block[j] * threshold, cluster_size[c]
-  // = threshold; summary[kRevived] = the number revived. Nothing changes when
-  // a rank flagged a non-finite row in stats.
-  virtual void revive(const Tensor& block, const Tensor& stats, const StatsLayout& layout, float threshold,
-                      Tensor& cluster_size, Tensor& embed_avg, Tensor& embed, Tensor& summary) = 0;
-
-  // The code metrics of all-reduced stats into summary (float64, CodeSummary
-  // layout, code_stats.h): perplexity, codes used, rows, and the ranks'
-  // non-finite flags; the revived count is left as it is.
-  virtual void summarise(const Tensor& stats, const StatsLayout& layout, Tensor& summary) = 0;
+  // = threshold; stats[layout.revived()] = the number revived. Nothing
+  // changes when a rank flagged a non-finite row in stats.
+  virtual void revive(const Tensor& block, const StatsLayout& layout, float threshold, Tensor& stats,
+                      Tensor& cluster_size, Tensor& embed_avg, Tensor& embed) = 0;
 
   // One k-means iteration's update (kmeans.h) from all-reduced stats: means
   // (K, D) = sums / counts where counts > 0 (an empty cluster keeps its

@@ -13,15 +13,6 @@
 
 namespace vqddp {
 
-// A codebook step's metrics as the device computes them (float64, on the
-// codebook's device, read by the host only when they are logged): slots
-// of perplexity, codes used, rows, codes revived, then one non-finite flag
-// per rank (code_stats.h).
-struct CodeSummary {
-  static constexpr int64_t kPerplexity = 0, kCodesUsed = 1, kRows = 2, kRevived = 3, kFlags = 4;
-  static constexpr int64_t size(int world) { return kFlags + world; }
-};
-
 // EMA step 6: decay * old + (1 - decay) * batch, each product rounded.
 VQDDP_HD float ema_mix(float decay, float keep, float old, double batch) {
   return add_rn(mul_rn(decay, old), mul_rn(keep, static_cast<float>(batch)));

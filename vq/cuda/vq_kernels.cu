@@ -182,49 +182,6 @@ __global__ void revive_kernel(const float* block, const int64_t* position, const
   if (blockIdx.x == 0 && threadIdx.x == 0) *revived = static_cast<double>(*count);
 }
 
-// One block: the metrics of the global counts. Totals and used codes are
-// integers (exact in any order); the entropy is a fixed tree (the same bits
-// every run, within rounding of the CPU's ascending sum).
-constexpr int kSummaryThreads = 256;
-__global__ void summarise_kernel(const double* counts, int64_t k, const double* flags, int world, double* summary) {
-  __shared__ double total[kSummaryThreads], used[kSummaryThreads], entropy[kSummaryThreads];
-  const int t = threadIdx.x;
-  double n = 0, u = 0;
-  for (int64_t c = t; c < k; c += kSummaryThreads) {
-    n += counts[c];
-    u += counts[c] > 0;
-  }
-  total[t] = n;
-  used[t] = u;
-  __syncthreads();
-  for (int off = kSummaryThreads / 2; off > 0; off /= 2) {
-    if (t < off) {
-      total[t] += total[t + off];
-      used[t] += used[t + off];
-    }
-    __syncthreads();
-  }
-  const double all = total[0];
-  double e = 0;
-  for (int64_t c = t; c < k && all > 0; c += kSummaryThreads)
-    if (counts[c] > 0) {
-      double p = counts[c] / all;
-      e -= p * log(p);
-    }
-  entropy[t] = e;
-  __syncthreads();
-  for (int off = kSummaryThreads / 2; off > 0; off /= 2) {
-    if (t < off) entropy[t] += entropy[t + off];
-    __syncthreads();
-  }
-  if (t == 0) {
-    summary[CodeSummary::kPerplexity] = all > 0 ? exp(entropy[0]) : 1.0;
-    summary[CodeSummary::kCodesUsed] = used[0];
-    summary[CodeSummary::kRows] = all;
-  }
-  for (int r = t; r < world; r += kSummaryThreads) summary[CodeSummary::kFlags + r] = flags[r];
-}
-
 __global__ void kmeans_update_kernel(const double* stats, int64_t k, int64_t d, float* means, float* bins) {
   const double* counts = stats;
   const double* sums = stats + k;
@@ -337,11 +294,6 @@ void revive(const float* block, float* cs, int64_t k, int64_t d, float threshold
   VQDDP_CUDA_CHECK_LAUNCH();
   revive_kernel<<<grid_for(k * d), kThreads, 0, s>>>(block, position, count, k, d, threshold, cs, avg, embed, revived,
                                                      flags, world);
-  VQDDP_CUDA_CHECK_LAUNCH();
-}
-
-void summarise(const double* counts, int64_t k, const double* flags, int world, double* summary, cudaStream_t s) {
-  summarise_kernel<<<1, kSummaryThreads, 0, s>>>(counts, k, flags, world, summary);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

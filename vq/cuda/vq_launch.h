@@ -40,7 +40,6 @@ void revival_candidates(const float* x, int64_t mine, const float* cs, int64_t k
                         int64_t* count, float* block, cudaStream_t s);
 void revive(const float* block, float* cs, int64_t k, int64_t d, float threshold, int64_t* position, int64_t* count,
             float* avg, float* embed, double* revived, const double* flags, int world, cudaStream_t s);
-void summarise(const double* counts, int64_t k, const double* flags, int world, double* summary, cudaStream_t s);
 void kmeans_update(const double* stats, int64_t k, int64_t d, float* means, float* bins, cudaStream_t s);
 void fsq_indices(const float* codes, int64_t m, int64_t d, const float* half_width, const int64_t* basis,
                  int64_t* out, cudaStream_t s);
