@@ -240,7 +240,13 @@ TEST_CASE("a GPU codebook refuses a non-finite row naming rank, row and column w
   CodebookOutput out = book.forward(from_vector(v, {10, 16}).to(kGpu), comm);
   CHECK_THROWS_WITH_AS(out.metrics.perplexity(), doctest::Contains("rank 0: row 3"), NonFiniteError);
   CHECK_THROWS_WITH_AS(out.metrics.check(), doctest::Contains("(in column 5)"), NonFiniteError);
-  CHECK(bitwise_equal(host_state(book), state));
+  // Every codebook tensor as it was. Only the shared-stream counter moved on:
+  // the revival takes one stream per step before the device knows of the
+  // flag, the same on every rank.
+  NamedTensors after = host_state(book);
+  for (NamedTensors* s : {&state, &after})
+    std::erase_if(*s, [](const auto& named) { return named.first == "draws"; });
+  CHECK(bitwise_equal(after, state));
 }
 
 TEST_CASE("masked rows on the GPU: the CPU's indices (-1 where masked), inputs passed through, decode matches") {
