@@ -33,7 +33,7 @@ void usage() {
       "commands:\n"
       "  train [CONFIG] [--resume CKPT] [--world N] [--backend B] [--device cpu|cuda|sim] [--steps S] [--dir RUN_DIR]\n"
       "        train from a JSON config (without one: the built-in speech codec run, examples/speech_codec.json)\n"
-      "  check-ddp CONFIG --world N [--steps S] [--rtol R] [--atol A]\n"
+      "  check-ddp CONFIG --world N [--steps S] [--rtol R] [--atol A] [--device cpu|cuda|sim]\n"
       "        take every step on 1 rank and on N thread ranks from the same state and batch: quantizer state\n"
       "        must match bit for bit, gradients (before the optimizer step) and parameters within rtol/atol\n"
       "  inspect CHECKPOINT\n"
@@ -143,7 +143,7 @@ int run_train(int argc, char** argv) {
 }
 
 int run_check_ddp(int argc, char** argv) {
-  CliArgs args("check-ddp", argc, argv, 2, {"world", "steps", "rtol", "atol"});
+  CliArgs args("check-ddp", argc, argv, 2, {"world", "steps", "rtol", "atol", "device"});
   args.expect_positional(1, "a config file");
   VQDDP_CHECK(args.has("world"), "check-ddp: --world N is required");
   Config cfg = config_from(args, false);

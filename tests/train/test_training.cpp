@@ -232,7 +232,7 @@ TEST_CASE("atomic checkpoint: a write that fails midway leaves the previous chec
   CHECK(files == 1);  // no temporary file left behind
 }
 
-TEST_CASE("check-ddp passes on every shipped example and fails on a deliberately broken variant") {
+TEST_CASE("check-ddp passes on every shipped example, on the CPU and on sim, and fails on a deliberately broken variant") {
   const char* src = std::getenv("VQDDP_SOURCE_DIR");
   std::string root = src ? src : ".";
   for (const std::string name : {"speech_codec", "fashion_vq", "fashion_fsq"}) {
@@ -244,11 +244,15 @@ TEST_CASE("check-ddp passes on every shipped example and fails on a deliberately
     // ranks ("single" alone would refuse a world of 4).
     cfg.distributed.backend = name == "fashion_vq" ? "single" : cfg.distributed.backend;
     Dataset data = load_dataset(cfg.data);
-    CheckDdpResult r = check_ddp(cfg, data, {.world = 4, .steps = 3, .print = false});
-    CHECK_MESSAGE(r.passed, r.first_failure);
-    CHECK(r.ranks_identical);
-    CHECK(r.state_bitwise);
-    CHECK(r.worst_grad_abs > 0);  // the gradients were compared (and differ by rounding)
+    for (std::string device : {"cpu", "sim"}) {  // sim: every device path of the step, with the CPU's bits
+      CAPTURE(device);
+      cfg.run.device = device;
+      CheckDdpResult r = check_ddp(cfg, data, {.world = 4, .steps = 3, .print = false});
+      CHECK_MESSAGE(r.passed, r.first_failure);
+      CHECK(r.ranks_identical);
+      CHECK(r.state_bitwise);
+      CHECK(r.worst_grad_abs > 0);  // the gradients were compared (and differ by rounding)
+    }
   }
   // EMA statistics not reduced across ranks: each rank's codebook drifts.
   Config broken = load_config(root + "/examples/fashion_vq.json");

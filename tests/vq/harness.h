@@ -130,7 +130,14 @@ inline double code_score(const Tensor& x, int64_t i, const Tensor& e, int64_t j,
 }
 
 // Clones of every parameter and buffer, by name.
-inline NamedTensors snapshot(const Module& m) { return m.state_copy(); }
+// Host copies, so states on any device (sim, cuda) compare.
+inline NamedTensors snapshot(const Module& m) { return m.state_copy(Device::cpu()); }
+
+// The devices every invariant test runs on: the CPU, and the simulated
+// device, whose results must be the CPU's bit for bit (it computes with the
+// CPU's kernels, through every device path: flags read late, revival on
+// the device, staging in the thread backend).
+inline const std::vector<Device> kTestDevices = {Device::cpu(), Device::sim()};
 
 // "" when a and b are bitwise equal, else where they first differ: the
 // tensor's name and, for equal shapes, the element and both values (as

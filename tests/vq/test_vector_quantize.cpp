@@ -119,35 +119,40 @@ TEST_CASE("invariants 1, 2, 4 for VectorQuantize with heads, bitwise: every rank
         std::vector<std::vector<CodebookMetrics>> metrics;  // per step, per codebook
         bool initted_before = true;                         // any codebook initialised before step 0
       };
-      auto run = [&](int w, const std::string& split) {
+      auto run = [&](int w, const std::string& split, Device device) {
         std::vector<Run> runs(w);
         run_ranks(w, [&](Communicator& comm) {
           Generator init(0, 0);
           VectorQuantize vq(o, init);
+          vq.to(device);
           Run& mine = runs[comm.rank()];
           mine.initted_before = false;
           for (auto& book : vq.codebooks()) mine.initted_before |= book->initted();
           for (const Tensor& x : batches) {
-            VectorQuantizeOutput out = vq.forward(shard(x, split_sizes(21, w, split), comm.rank()), comm);
+            VectorQuantizeOutput out = vq.forward(shard(x, split_sizes(21, w, split), comm.rank()).to(device), comm);
             mine.states.push_back(snapshot(vq));
             mine.metrics.push_back(out.metrics);
           }
           for (auto& book : vq.codebooks()) CHECK(book->initted());
           vq.eval();
           uint64_t before = comm.counters().collectives;
-          vq.forward(shard(batches[0], split_sizes(21, w, split), comm.rank()), comm);
+          vq.forward(shard(batches[0], split_sizes(21, w, split), comm.rank()).to(device), comm);
           CHECK(comm.counters().collectives == before);
         }, kFast);
         return runs;
       };
-      Run one = run(1, "even")[0];
+      Run one = run(1, "even", Device::cpu())[0];
       CHECK_FALSE(one.initted_before);  // step 0 runs k-means init
       int64_t revived_first = 0, revived_later = 0;
       for (size_t s = 0; s < batches.size(); ++s)
         for (const CodebookMetrics& m : one.metrics[s]) (s == 0 ? revived_first : revived_later) += m.codes_revived();
       CHECK(revived_first > 0);  // init and revival in the same step
       CHECK(revived_later > 0);
-      for_each_split(21, 2, 5, [&](int w, const std::string& split) { check_traces_equal(run(w, split), one); });
+      check_traces_equal(run(1, "even", Device::sim()), one);
+      for (Device device : kTestDevices) {  // on sim as on the CPU
+        CAPTURE(device.str());
+        for_each_split(21, 2, 5, [&](int w, const std::string& split) { check_traces_equal(run(w, split, device), one); });
+      }
     }
 }
 
