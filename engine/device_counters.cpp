@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+
 namespace vqddp {
 
 namespace {
@@ -9,27 +11,23 @@ thread_local DeviceCounters t_counts;
 thread_local bool t_staging = false;
 }  // namespace
 
-DeviceCounters DeviceCounters::operator-(const DeviceCounters& e) const {
-  return {to_host - e.to_host,
-          to_device - e.to_device,
-          waits - e.waits,
-          to_host_bytes - e.to_host_bytes,
-          to_device_bytes - e.to_device_bytes,
-          staged_to_host - e.staged_to_host,
-          staged_to_device - e.staged_to_device,
-          staged_waits - e.staged_waits};
+namespace {
+// Field by field: the counters are plain sums.
+template <class Op>
+DeviceCounters combine(const DeviceCounters& a, const DeviceCounters& b, Op op) {
+  return {op(a.to_host, b.to_host),
+          op(a.to_device, b.to_device),
+          op(a.waits, b.waits),
+          op(a.to_host_bytes, b.to_host_bytes),
+          op(a.to_device_bytes, b.to_device_bytes),
+          op(a.staged_to_host, b.staged_to_host),
+          op(a.staged_to_device, b.staged_to_device),
+          op(a.staged_waits, b.staged_waits)};
 }
+}  // namespace
 
-DeviceCounters DeviceCounters::operator+(const DeviceCounters& m) const {
-  return {to_host + m.to_host,
-          to_device + m.to_device,
-          waits + m.waits,
-          to_host_bytes + m.to_host_bytes,
-          to_device_bytes + m.to_device_bytes,
-          staged_to_host + m.staged_to_host,
-          staged_to_device + m.staged_to_device,
-          staged_waits + m.staged_waits};
-}
+DeviceCounters DeviceCounters::operator-(const DeviceCounters& e) const { return combine(*this, e, std::minus<>()); }
+DeviceCounters DeviceCounters::operator+(const DeviceCounters& m) const { return combine(*this, m, std::plus<>()); }
 
 std::string DeviceCounters::str() const {
   return fmt::format("{} to host ({} B), {} to device ({} B), {} waits; collective staging: {} to host, {} to device, "

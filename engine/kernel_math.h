@@ -172,6 +172,16 @@ VQDDP_HD bool code_better(float score, long long code, float best, long long bes
   return code >= 0 && (best_code < 0 || score < best || (score == best && code < best_code));
 }
 
+// The best index of a row of k values under arg_better's order, by a
+// left-to-right scan (lowest index on ties, a number beats NaN, an all-NaN
+// row gives 0): argmin/argmax on the CPU, a row's maximum on both sides.
+VQDDP_HD long long best_in_row(const float* row, long long k, bool max) {
+  long long best = 0;
+  for (long long j = 1; j < k; ++j)
+    if (arg_better(row[j], j, row[best], best, max)) best = j;
+  return best;
+}
+
 // clip_grad_norm's rescaling: the product in double, rounded once.
 VQDDP_HD float scale_f64(float x, double factor) { return static_cast<float>(x * factor); }
 

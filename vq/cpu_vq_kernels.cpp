@@ -173,13 +173,7 @@ class CpuVqKernels final : public VqKernels {
     int64_t n = x.size(0), k = x.size(1);
     const float* px = ptr<float>(x);
     float* po = ptr<float>(out);
-    for (int64_t i = 0; i < n; ++i) {
-      const float* row = px + i * k;
-      int64_t best = 0;
-      for (int64_t j = 1; j < k; ++j)
-        if (arg_better(row[j], j, row[best], best, true)) best = j;
-      po[i] = row[best];
-    }
+    for (int64_t i = 0; i < n; ++i) po[i] = px[i * k + best_in_row(px + i * k, k, true)];
   }
 };
 

@@ -247,15 +247,7 @@ class CpuKernels final : public DeviceKernels {
   }
 
   void arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max) override {
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = x + r * k;
-      // A left-to-right scan under arg_better's order (kernel_math.h): lowest
-      // index on ties, a number beats NaN, an all-NaN row gives 0.
-      int64_t best = 0;
-      for (int64_t j = 1; j < k; ++j)
-        if (arg_better(row[j], j, row[best], best, max)) best = j;
-      out[r] = best;
-    }
+    for (int64_t r = 0; r < rows; ++r) out[r] = best_in_row(x + r * k, k, max);
   }
 
   int64_t first_nonfinite(const float* x, int64_t n) override {

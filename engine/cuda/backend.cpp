@@ -336,12 +336,9 @@ class CudaKernels final : public DeviceKernels {
   }
   void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
                       double* sums) override {
-    check_int(n, "rows");
-    check_int(k, "codes");
-    DeviceGuard guard(device_);
-    size_t bytes = cuda::index_add_rows_scratch(n, d, k);
-    Scratch scratch(alloc_, bytes);
-    cuda::index_add_rows(src, index, n, d, k, counts, sums, scratch.get(), bytes, stream());
+    with_scatter_scratch(n, d, k, [&](void* scratch, size_t bytes) {
+      cuda::index_add_rows(src, index, n, d, k, counts, sums, scratch, bytes, stream());
+    });
   }
   void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                        float* dst) override {
@@ -377,12 +374,21 @@ class CudaKernels final : public DeviceKernels {
   }
   void index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
                           float* sums) override {
+    with_scatter_scratch(n, d, k, [&](void* scratch, size_t bytes) {
+      cuda::index_add_rows_f32(src, index, n, d, k, sums, scratch, bytes, stream());
+    });
+  }
+
+  // The sizes checked (the sort works on int keys), the device current and
+  // the scatter-adds' scratch block, for `run`.
+  template <class Run>
+  void with_scatter_scratch(int64_t n, int64_t d, int64_t k, Run run) {
     check_int(n, "rows");
     check_int(k, "codes");
     DeviceGuard guard(device_);
     size_t bytes = cuda::index_add_rows_scratch(n, d, k);
     Scratch scratch(alloc_, bytes);
-    cuda::index_add_rows_f32(src, index, n, d, k, sums, scratch.get(), bytes, stream());
+    run(scratch.get(), bytes);
   }
 
  private:

@@ -222,13 +222,7 @@ __global__ void lfq_codes_kernel(const int64_t* indices, int64_t n, int64_t bits
 }
 
 __global__ void row_max_kernel(const float* x, int64_t n, int64_t k, float* out) {
-  VQDDP_GRID_LOOP(i, n) {
-    const float* row = x + i * k;
-    int64_t best = 0;
-    for (int64_t j = 1; j < k; ++j)
-      if (arg_better(row[j], j, row[best], best, true)) best = j;
-    out[i] = row[best];
-  }
+  VQDDP_GRID_LOOP(i, n) out[i] = x[i * k + best_in_row(x + i * k, k, true)];
 }
 
 }  // namespace
