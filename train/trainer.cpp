@@ -155,6 +155,21 @@ std::string nonfinite_origin(const Tensor& host_batch, const CodecModel& model) 
                      "grad_clip may help)", largest, largest_name);
 }
 
+// Throws on every rank alike when any rank met a non-finite loss in the
+// steps (checked, done]: the ranks' health flags (NaN once a loss was not
+// finite) are summed, then read (one read). Before a log, a validation or a
+// checkpoint, so a diverged model is never written.
+void check_health(const Tensor& health, Communicator& comm, int64_t checked, int64_t done, const Tensor& host_batch,
+                  const CodecModel& model) {
+  Tensor all = reshape(health.detach(), {1}).clone();
+  comm.all_reduce(all, ReduceOp::sum);
+  if (std::isfinite(all.item<float>())) return;
+  bool mine = !std::isfinite(health.item<float>());
+  VQDDP_THROW_NONFINITE("a training loss was not finite at a step in ({}, {}]{}; nothing after step {} is written; {}",
+                        checked, done, mine ? fmt::format(" on rank {}", comm.rank()) : " on another rank", checked,
+                        nonfinite_origin(host_batch, model));
+}
+
 std::string duration(double s) {
   if (s >= 3600) return fmt::format("{}h{:02}m", int(s) / 3600, int(s) % 3600 / 60);
   if (s >= 60) return fmt::format("{}m{:02}s", int(s) / 60, int(s) % 60);
@@ -287,6 +302,12 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
     Validation val;
     int stopped_by = 0;
     Tensor stop_flag = zeros({1}, DType::i64);  // the received signal, all-reduced (max) after each step
+    // 0 while every loss of this rank was finite, NaN from the first one that
+    // was not (loss - loss is 0 or NaN; the sum keeps a NaN): kept on the
+    // device, read only where the run logs, validates or writes a checkpoint,
+    // so a diverged step on a device never reaches a checkpoint.
+    Tensor health = zeros({}, DType::f32, device);
+    int64_t checked = step;  // the last step the health was read at
     model.train();
     for (; step < last && !stopped_by; ++step) {
       Tensor host_x = gather_rows(data, sampler.rank_batch(step));  // (n_r, F)
@@ -296,6 +317,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
       try {
         out = model.forward(x, comm);
         loss = add(out.reconstruction_loss, out.quantizer_loss);
+        health = add(health, sub(loss.detach(), loss.detach()));
       } catch (const NonFiniteError& e) {
         throw NonFiniteError(fmt::format("step {}, rank {}: {}; {}", step + 1, comm.rank(), e.what(),
                                          nonfinite_origin(host_x, model)));
@@ -316,7 +338,14 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
         stopped_by = static_cast<int>(stop_flag.data<int64_t>()[0]);
       }
 
-      if (schedule.log_after(done) || done == last || stopped_by) {
+      const bool logs = schedule.log_after(done) || done == last || stopped_by;
+      const bool validates = opt.validate && schedule.validate_after(done) && !stopped_by;
+      const bool saves = opt.checkpoints && (schedule.checkpoint_after(done) || done == last || stopped_by);
+      if (logs || validates || saves) {
+        check_health(health, comm, checked, done, host_x, model);
+        checked = done;
+      }
+      if (logs) {
         StepLog log;
         try {
           log = step_log(out, loss, x.size(0), layer_sizes, comm);
@@ -342,14 +371,14 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
           metrics->write(line);
         }
       }
-      if (opt.validate && schedule.validate_after(done) && !stopped_by) {
+      if (validates) {
         val = validate(model, data, comm, device);
         if (lead && opt.print) {
           fmt::print("validation at step {}: mse {:.6f}  snr {:.2f} dB\n", done, val.mse, val.snr_db);
           metrics->write({{"step", done}, {"validation_mse", val.mse}, {"validation_snr_db", val.snr_db}});
         }
       }
-      if (opt.checkpoints && (schedule.checkpoint_after(done) || done == last || stopped_by) && lead)
+      if (saves && lead)
         save_checkpoint((dir / "checkpoint.safetensors").string(), model, *optim, done, cfg.source);
     }
     // No rank returns (and exits, under a launcher) before rank 0's

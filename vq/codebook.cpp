@@ -133,7 +133,15 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
   // optimizer). EMA: counts and sums.
   StatsLayout layout{opt_.codebook_size, opt_.learnable ? 0 : opt_.dim, comm.world_size(), opt_.dim};
   Tensor stats = code_stats(x.detach(), indices, layout, comm.rank());
-  if (opt_.sync_stats) comm.all_reduce(stats, ReduceOp::sum);
+  if (opt_.sync_stats) {
+    comm.all_reduce(stats, ReduceOp::sum);
+  } else {
+    // The deliberately unsynchronised mode still shares the non-finite
+    // flags, so a bad row stops every rank alike instead of leaving the
+    // others waiting in their next collective.
+    Tensor flags = stats.slice_rows(layout.flag(0), layout.revived());
+    comm.all_reduce(flags, ReduceOp::sum);
+  }
   // On the host the flags cost nothing to read: refuse now, before any state
   // changes. On a device the update kernels skip a flagged step and the
   // error comes when the metrics are read.

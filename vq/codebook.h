@@ -73,9 +73,11 @@ class CodebookMetrics {
   static CodebookMetrics of(double perplexity, int64_t codes_used, int64_t codes_revived, int64_t rows);
   // The metrics of a step in which no rank had rows.
   static CodebookMetrics empty_world() { return of(1.0, 0, 0, 0); }
-  // The device form: a step's all-reduced stats (StatsLayout; the revival
-  // writes its count into them).
-  static CodebookMetrics on_device(Tensor stats, const StatsLayout& layout);
+  // The device form, from a step's all-reduced stats (StatsLayout) after the
+  // revival wrote its count into them: their counts and tail are copied
+  // on the device. A metrics object and its copies belong to the rank
+  // thread that made them (the read is queued on that thread's stream).
+  static CodebookMetrics on_device(const Tensor& stats, const StatsLayout& layout);
 
   double perplexity() const;      // exp(entropy) of the global code counts; 1 for an empty world batch
   int64_t codes_used() const;     // codes chosen by at least one row of the global batch

@@ -25,10 +25,14 @@ CodebookMetrics CodebookMetrics::of(double perplexity, int64_t codes_used, int64
   return m;
 }
 
-CodebookMetrics CodebookMetrics::on_device(Tensor stats, const StatsLayout& layout) {
+CodebookMetrics CodebookMetrics::on_device(const Tensor& stats, const StatsLayout& layout) {
   CodebookMetrics m;
   m.state_ = std::make_shared<State>();
-  m.state_->stats = std::move(stats);
+  // Only the counts and the tail (flags, revived) are kept, copied on the
+  // device (no wait): a run that keeps every step's metrics (replay) does not
+  // keep every step's K x D sums.
+  Tensor flat = stats.reshape({-1});
+  m.state_->stats = concat({flat.slice_rows(0, layout.k), flat.slice_rows(layout.flag(0), layout.size())});
   m.state_->layout = layout;
   return m;
 }
@@ -38,11 +42,9 @@ const CodebookMetrics::State& CodebookMetrics::host() const {
   if (!state_) return none;
   State& s = *state_;
   if (!s.read) {
-    // The counts and the tail (flags, revived) gathered on the device and
-    // read in one copy; the sums stay where they are.
+    // The counts and the tail (flags, revived), read in one copy.
     const StatsLayout& l = s.layout;
-    Tensor flat = s.stats.reshape({-1});
-    std::vector<double> h = concat({flat.slice_rows(0, l.k), flat.slice_rows(l.flag(0), l.size())}).to_vector<double>();
+    std::vector<double> h = s.stats.to_vector<double>();
     s.perplexity = vqddp::perplexity(h.data(), l.k);
     for (int64_t c = 0; c < l.k; ++c) {
       s.codes_used += h[c] > 0;

@@ -237,11 +237,14 @@ class CudaKernels final : public DeviceKernels {
                                    : (dst_host ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice);
     VQDDP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
     // A copy to the host waits for the queue (the host reads the result).
-    // A copy from pageable host memory does not: cudaMemcpyAsync has copied
-    // the source into a staging buffer when it returns (CUDA's "API
-    // synchronization behavior"), so the caller may reuse it, and the
-    // device runs the copy in stream order; waiting here would make every
-    // upload of a batch wait for the whole previous step.
+    // A copy from the host does not add a wait: every host buffer here is
+    // pageable (nothing is pinned), and cudaMemcpyAsync from pageable memory
+    // returns only once the driver has taken the bytes (staged into pinned
+    // memory, synchronising with the stream itself where it must: CUDA's "API
+    // synchronization behavior"), so the caller may free or reuse the
+    // source at once. A pinned source would be copied later: such a buffer
+    // must outlive its copy. Waiting here would make every upload of a batch
+    // wait for the whole previous step.
     if (dst_host) {
       VQDDP_CUDA_CHECK(cudaStreamSynchronize(s));
       if (!src_host) count_to_host(static_cast<int64_t>(bytes));

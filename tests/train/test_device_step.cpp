@@ -1,7 +1,9 @@
 // A full trainer step on the simulated device: no device->host read and no
 // wait on steps that do not log, validate or checkpoint; exactly the
-// documented reads on a step that logs (README "Device transfers"); and the
-// CPU's bits. A read added anywhere in the step fails here.
+// documented reads on a step that logs (README "Devices and transfers"):
+// the health flag, the loss sums and one per layer that ran; uploads only
+// of the batch and of the revival's draw lists (never of constants); and
+// the CPU's bits. A read added anywhere in the step fails here.
 #include <doctest/doctest.h>
 
 #include <map>
@@ -16,9 +18,10 @@ using namespace vqddp::test;
 
 namespace {
 
-// Per rank, the counts of each step interval: entry s is what the rank's
-// thread did from the end of step s - 1 (after its log) to the end of step
-// s, before that step's log.
+// Per rank, the counts of each step interval: entry s (0-based) is what the
+// rank's thread did from after_step of step s (1-based), before that step's
+// log, to after_step of step s + 1: step s's log (if it logged) and step
+// s + 1's work.
 std::map<int, std::vector<DeviceCounters>> counts_per_step(Config cfg, const Dataset& data) {
   std::map<int, std::vector<DeviceCounters>> counts;
   std::mutex mu;
@@ -37,7 +40,7 @@ std::map<int, std::vector<DeviceCounters>> counts_per_step(Config cfg, const Dat
 
 }  // namespace
 
-TEST_CASE("trainer on sim: zero reads and waits on steps that do not log; 1 + one per layer on a step that logs") {
+TEST_CASE("trainer on sim: zero reads and waits on steps that do not log; 2 + one per layer on a step that logs") {
   Dataset data = synthetic_data();
   for (std::string type : {"residual_vq", "fsq"})
     for (bool dropout : {false, true})
@@ -62,16 +65,22 @@ TEST_CASE("trainer on sim: zero reads and waits on steps that do not log; 1 + on
             CAPTURE(rank);
             CAPTURE(s);
             CAPTURE(steps[s].str());
-            bool after_log = s % 3 == 0;  // step s (counted from 0) follows step s, which logged, 1-based
+            bool after_log = s % 3 == 0;  // holds the log of step s (1-based), a multiple of 3
             CHECK(steps[s].to_host == steps[s].waits);  // every wait is a read, nothing else waits
             if (!after_log) {
               CHECK(steps[s].to_host == 0);
             } else if (!dropout) {
-              CHECK(steps[s].to_host == 1 + layers);
+              CHECK(steps[s].to_host == 2 + layers);  // health, loss sums, each layer's metrics
             } else {
-              CHECK(steps[s].to_host >= 1);  // dropped layers have host metrics: no read
-              CHECK(steps[s].to_host <= 1 + layers);
+              CHECK(steps[s].to_host >= 2);  // dropped layers have host metrics: no read
+              CHECK(steps[s].to_host <= 2 + layers);
             }
+            // Uploads: the batch, and for each codebook with revival its draw
+            // lists (one, or two when the batch has fewer rows than codes).
+            if (type == "fsq")
+              CHECK(steps[s].to_device == 1);
+            else
+              CHECK(steps[s].to_device <= 1 + 2 * layers);
           }
         }
       }
@@ -93,4 +102,33 @@ TEST_CASE("trainer on sim ends in the CPU's bits, with W = 1 and W = 3 thread ra
                  s = safetensors_load(b.path().string() + "/checkpoint.safetensors").tensors;
     CHECK(first_difference(s, c) == "");
   }
+}
+
+TEST_CASE("trainer on sim: a loss that turns non-finite on a step that does not log throws on every rank at the next "
+          "check, and no checkpoint of it is written") {
+  Dataset data = synthetic_data();
+  TempDir dir;
+  Config cfg = small_config(dir.path().string());
+  cfg.run.device = "sim";
+  cfg.distributed.world_size = 3;
+  cfg.schedule.steps = 8;
+  cfg.schedule.log_every = 4;
+  cfg.schedule.validate_every = 0;
+  cfg.schedule.checkpoint_every = 2;
+  TrainOptions o = quiet();
+  o.validate = false;
+  // After step 2 (checkpointed) rank 1's decoder weights become NaN: step 3's
+  // loss is NaN there, and no rank reads anything until step 4's check.
+  o.after_step = [&](int64_t done, int rank, const CodecModel& model, Optimizer&) {
+    if (done == 2 && rank == 1) model.named_parameters().back().second.fill_(std::nanf(""));
+  };
+  std::string message;
+  try {
+    train(cfg, data, o);
+  } catch (const NonFiniteError& e) {
+    message = e.what();
+  }
+  CHECK(message.find("a training loss was not finite at a step in (2, 4]") != std::string::npos);
+  // The checkpoint on disk is step 2's: the diverged weights were never written.
+  CHECK(safetensors_load(dir.path().string() + "/checkpoint.safetensors").at("train.step").item<int64_t>() == 2);
 }

@@ -10,6 +10,7 @@
 #include "engine/safetensors.h"
 #include "engine/streams.h"
 #include "vq/kmeans.h"
+#include "vq/sampler.h"
 #include "vq/losses.h"
 #include "tests/vq/harness.h"
 #include "vq/assign.h"
@@ -196,6 +197,45 @@ TEST_CASE("invariant 3: a revived code keeps its sampled vector through the next
     else
       CHECK(err > 1.0);  // pulled back toward the stale statistics
   }
+}
+
+TEST_CASE("revival on the device gives the j-th expired code the sampler's j-th row of the same stream: N < m, "
+          "m <= N < K and N >= K, on 1 rank and on 3 uneven ranks with an empty one, on the CPU and on sim") {
+  const int64_t k = 16, m = 12, d = 3;  // codes 0..11 expired, 12..15 alive
+  for (Device device : kTestDevices)
+    for (int64_t n : {10, 14, 40})  // with replacement; without, fewer rows than codes; without
+      for (int w : {1, 3}) {
+        CAPTURE(device.str());
+        CAPTURE(n);
+        CAPTURE(w);
+        CodebookOptions o;
+        o.codebook_size = k;
+        o.dim = d;
+        o.kmeans_init = false;
+        o.decay = 1.f;  // cluster sizes stay as set: exactly codes 0..11 expire
+        o.threshold_ema_dead_code = 1.f;
+        o.seed = 9;
+        Generator data(5, 0);
+        Tensor x = rand_normal({n, d}, data);
+        std::vector<int64_t> sizes = w == 1 ? std::vector<int64_t>{n} : std::vector<int64_t>{0, n / 3, n - n / 3};
+        run_ranks(w, [&](Communicator& comm) {
+          Generator init(1, 0);
+          Codebook book(o, init);
+          std::vector<float> cs(k, 0.f);
+          for (int64_t c = m; c < k; ++c) cs[c] = 5.f;
+          book.cluster_size.copy_(from_vector(cs, {k}));
+          book.to(device);
+          Tensor mine = shard(x, sizes, comm.rank());
+          CodebookOutput out = book.forward(mine.to(device), comm);
+          CHECK(out.metrics.codes_revived() == m);
+          // The sampler's rows from the stream the revival used (the first: no
+          // k-means draw came before it).
+          Generator shared(o.seed, streams::kCodebookDraws);
+          Tensor want = sample_rows(mine, m, comm, shared);
+          Tensor embed = book.embed.to(Device::cpu());
+          CHECK(first_difference({{"revived rows", embed.slice_rows(0, m)}}, {{"revived rows", want}}) == "");
+        }, kFast);
+      }
 }
 
 TEST_CASE("invariant 4: eval issues no collective and changes no state; an uninitialised codebook in eval is an error "
