@@ -164,12 +164,14 @@ class CachingAllocator {
     if (here && here != b.stream) {
       DeviceGuard guard(device_);
       cudaStreamSynchronize(here);
+      count_wait();
     }
     if (caching_) {
       free_[{b.stream, b.size}].push_back(p);
     } else {
       DeviceGuard guard(device_);
       cudaStreamSynchronize(b.stream);
+      count_wait();
       cudaFree(p);
     }
   }
@@ -178,6 +180,7 @@ class CachingAllocator {
     std::lock_guard<std::mutex> lock(mu_);
     DeviceGuard guard(device_);
     cudaDeviceSynchronize();
+    count_wait();
     for (auto& [key, ptrs] : free_)
       for (void* p : ptrs) cudaFree(p);
     free_.clear();
