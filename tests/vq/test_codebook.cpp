@@ -401,6 +401,32 @@ TEST_CASE("bad input: wrong trailing dimension, and non-finite rows refused befo
                        doctest::Contains("rank 1: row 5"), Error);
 }
 
+TEST_CASE("unsynchronised statistics still share the non-finite flags: a bad row on one rank stops every rank, "
+          "naming that rank, on the CPU and on sim") {
+  for (Device device : kTestDevices) {
+    CAPTURE(device.str());
+    CodebookOptions o = ddp_options(false);
+    o.kmeans_init = false;
+    o.sync_stats = false;
+    std::vector<std::string> errors = per_rank(3, [&](Communicator& comm) -> std::string {
+      Generator init(1, 0), data(2, 0);
+      Codebook book(o, init);
+      book.to(device);
+      Tensor x = rand_normal({5, o.dim}, data);
+      if (comm.rank() == 1) x.data<float>()[2 * o.dim + 1] = std::nanf("");
+      try {
+        CodebookOutput out = book.forward(x.to(device), comm);
+        out.metrics.check();  // on sim the error comes when the metrics are read
+      } catch (const NonFiniteError& e) {
+        return e.what();
+      }
+      return "";
+    });
+    for (const std::string& e : errors)
+      CHECK(e.find("rank 1: row 2 of the codebook's input has a non-finite value (in column 1)") != std::string::npos);
+  }
+}
+
 TEST_CASE("cluster_size starts at ones by default and at zeros by option") {
   Generator init(0, 0);
   CodebookOptions o = ddp_options(false);
