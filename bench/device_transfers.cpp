@@ -17,7 +17,7 @@
 #include "engine/device.h"
 #include "engine/device_counters.h"
 #include "train/config.h"
-#include "train/dataset.h"
+#include "data/dataset.h"
 #include "train/trainer.h"
 
 using namespace vqddp;

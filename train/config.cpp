@@ -7,9 +7,8 @@
 #include "engine/error.h"
 #include "engine/file_io.h"
 #include "engine/json_strict.h"
-#include "train/config_reader.h"
-#include "train/count_limits.h"
-#include "vqddp_default_config.h"
+#include "engine/config_reader.h"
+#include "engine/count_limits.h"
 
 namespace vqddp {
 
@@ -194,7 +193,5 @@ const std::vector<std::string>& run_device_names() {
   static const std::vector<std::string> names{"cpu", "cuda", "sim"};
   return names;
 }
-
-const char* default_config_json() { return kDefaultConfigJson; }
 
 }  // namespace vqddp

@@ -7,7 +7,7 @@
 // num_quantizers, shared_codebook, quantize_dropout,
 // quantize_dropout_cutoff_index, quantize_dropout_multiple_of, levels,
 // codebook_dim, sync_codebook). Unknown keys and wrong types are errors that
-// name the key path (train/config_reader.h).
+// name the key path (engine/config_reader.h).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -113,8 +113,5 @@ Config parse_config_text(const std::string& text, const std::string& origin);
 Config load_config(const std::string& path);
 // The values run.device (and `vqddp train --device`) accepts.
 const std::vector<std::string>& run_device_names();
-
-// The built-in default run (the README's main job): examples/speech_codec.json.
-const char* default_config_json();
 
 }  // namespace vqddp

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "train/config.h"
-#include "train/dataset.h"
+#include "data/dataset.h"
 #include "engine/optim.h"
 #include "train/model.h"
 

@@ -14,7 +14,7 @@
 #include "tests/engine/tmpdir.h"
 #include "tests/train/small_run.h"
 #include "tests/vq/harness.h"
-#include "train/check_ddp.h"
+#include "tool/check_ddp.h"
 
 using namespace vqddp;
 using namespace vqddp::test;

@@ -10,7 +10,7 @@
 #include "tests/vq/harness.h"
 #include "engine/random.h"
 #include "train/config.h"
-#include "train/dataset.h"
+#include "data/dataset.h"
 #include "train/trainer.h"
 
 namespace vqddp::test {

@@ -15,9 +15,9 @@
 #include "engine/file_io.h"
 #include "engine/error.h"
 #include "tests/engine/tmpdir.h"
-#include "train/idx.h"
-#include "train/dataset.h"
-#include "train/wav.h"
+#include "data/idx.h"
+#include "data/dataset.h"
+#include "data/wav.h"
 
 using namespace vqddp;
 using vqddp::test::TempDir;

@@ -10,7 +10,7 @@
 #include "engine/safetensors.h"
 #include "tests/engine/tmpdir.h"
 #include "tests/vq/harness.h"
-#include "train/replay.h"
+#include "tool/replay.h"
 #include "vq/assign.h"
 
 using namespace vqddp;

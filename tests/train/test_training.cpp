@@ -18,10 +18,11 @@
 #include "tests/engine/tmpdir.h"
 #include "tests/train/small_run.h"
 #include "tests/vq/harness.h"
-#include "train/check_ddp.h"
+#include "tool/check_ddp.h"
+#include "tool/default_config.h"
 #include "train/checkpoint.h"
 #include "train/ddp.h"
-#include "train/inspect.h"
+#include "tool/inspect.h"
 #include "train/schedule.h"
 #include "train/trainer.h"
 

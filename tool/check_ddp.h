@@ -34,7 +34,7 @@
 #include <string>
 
 #include "train/config.h"
-#include "train/dataset.h"
+#include "data/dataset.h"
 
 namespace vqddp {
 

@@ -1,4 +1,4 @@
-#include "train/check_ddp.h"
+#include "tool/check_ddp.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <map>
 
 #include "train/checkpoint.h"
-#include "train/count_limits.h"
+#include "engine/count_limits.h"
 #include "train/trainer.h"
 
 namespace vqddp {

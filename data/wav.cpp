@@ -1,4 +1,4 @@
-#include "train/wav.h"
+#include "data/wav.h"
 
 #include <algorithm>
 #include <climits>

@@ -1,4 +1,4 @@
-#include "train/demo_mlp.h"
+#include "tool/demo_mlp.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "train/inspect.h"
+#include "tool/inspect.h"
 
 #include <fmt/format.h>
 

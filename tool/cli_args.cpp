@@ -1,4 +1,4 @@
-#include "train/cli_args.h"
+#include "tool/cli_args.h"
 
 #include <fmt/format.h>
 

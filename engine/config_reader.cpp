@@ -1,4 +1,4 @@
-#include "train/config_reader.h"
+#include "engine/config_reader.h"
 
 #include <fmt/format.h>
 

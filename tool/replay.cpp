@@ -1,4 +1,4 @@
-#include "train/replay.h"
+#include "tool/replay.h"
 
 #include <fmt/format.h>
 
@@ -12,7 +12,7 @@
 #include "engine/ops.h"
 #include "engine/parse_number.h"
 #include "engine/safetensors.h"
-#include "train/count_limits.h"
+#include "engine/count_limits.h"
 #include "train/schedule.h"
 #include "vq/codebook.h"
 #include "vq/losses.h"

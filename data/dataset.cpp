@@ -1,4 +1,4 @@
-#include "train/dataset.h"
+#include "data/dataset.h"
 
 #include <fmt/format.h>
 
@@ -7,8 +7,8 @@
 #include <filesystem>
 
 #include "engine/ops.h"
-#include "train/idx.h"
-#include "train/wav.h"
+#include "data/idx.h"
+#include "data/wav.h"
 
 namespace vqddp {
 

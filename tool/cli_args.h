@@ -20,7 +20,7 @@ class CliArgs {
   const std::vector<std::string>& positional() const { return positional_; }
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   std::string get(const std::string& name, const std::string& fallback) const;
-  // A 64-bit integer within `range` (train/count_limits.h), else an error naming
+  // A 64-bit integer within `range` (engine/count_limits.h), else an error naming
   // the flag and the range.
   int64_t get_int(const std::string& name, int64_t fallback, CountRange range) const;
   double get_double(const std::string& name, double fallback) const;
