@@ -12,6 +12,7 @@
 #include "comm/launcher.h"
 #include "engine/blas.h"
 #include "engine/error.h"
+#include "engine/json_strict.h"
 #include "tool/check_ddp.h"
 #include "tool/default_config.h"
 #include "tool/cli_args.h"
@@ -49,20 +50,29 @@ void usage() {
       "        fit a small MLP with the engine alone\n");
 }
 
-// The config of `train`/`check-ddp`, with command-line overrides applied.
+// The config of `train`/`check-ddp`: the file (or the built-in default) with
+// the command-line overrides written into its JSON, then read and checked by
+// the one reader (train/config.h), so a bad --backend or --device is refused
+// like a bad file value, naming the key and its choices, before any data is
+// read. Counts are range-checked as flags first: --steps takes no 0 (in a
+// file, 0 means "use epochs").
 Config config_from(const CliArgs& args, bool allow_default) {
-  Config cfg = args.positional().empty() && allow_default
-                   ? parse_config_text(default_config_json(), "built-in default (examples/speech_codec.json)")
-                   : load_config(args.positional().at(0));
-  cfg.distributed.world_size = static_cast<int>(args.get_int("world", cfg.distributed.world_size, limits::world));
-  cfg.distributed.backend = args.get("backend", cfg.distributed.backend);
-  cfg.schedule.steps = args.get_int("steps", cfg.schedule.steps, limits::steps);
-  cfg.run.dir = args.get("dir", cfg.run.dir);
-  cfg.run.device = args.get("device", cfg.run.device);
-  const std::vector<std::string>& devices = run_device_names();
-  VQDDP_CHECK(std::find(devices.begin(), devices.end(), cfg.run.device) != devices.end(),
-              "--device must be one of {}, got '{}'", fmt::join(devices, ", "), cfg.run.device);
-  return cfg;
+  bool builtin = args.positional().empty() && allow_default;
+  std::string origin = builtin ? "built-in default (examples/speech_codec.json)" : args.positional().at(0);
+  nlohmann::json j = builtin ? parse_json_strict(default_config_json(), origin) : load_config_json(origin);
+  std::vector<ConfigOverride> overrides;
+  auto set_int = [&](const char* flag, const char* key, CountRange range) {
+    if (args.has(flag)) overrides.push_back({std::string("--") + flag, key, args.get_int(flag, 0, range)});
+  };
+  auto set_string = [&](const char* flag, const char* key) {
+    if (args.has(flag)) overrides.push_back({std::string("--") + flag, key, args.get(flag, "")});
+  };
+  set_int("world", "distributed.world_size", limits::world);
+  set_string("backend", "distributed.backend");
+  set_int("steps", "schedule.steps", limits::steps);
+  set_string("dir", "run.dir");
+  set_string("device", "run.device");
+  return parse_config(std::move(j), origin, overrides);
 }
 
 std::string checkpoint_path(const Config& cfg) { return cfg.run.dir + "/checkpoint.safetensors"; }

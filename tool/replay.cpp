@@ -15,57 +15,12 @@
 #include "engine/count_limits.h"
 #include "train/schedule.h"
 #include "vq/codebook.h"
+#include "vq/quantizer_options.h"
 #include "vq/losses.h"
 
 namespace vqddp {
 
 namespace {
-
-bool parse_bool(const std::string& file, const std::string& key, const std::string& v) {
-  if (v == "true" || v == "1") return true;
-  if (v == "false" || v == "0") return false;
-  VQDDP_THROW("{}: metadata '{}' must be \"true\" or \"false\", got \"{}\"", file, key, v);
-}
-
-std::string metadata_key(const std::string& file, const std::string& key) {
-  return fmt::format("{}: metadata '{}'", file, key);
-}
-
-double parse_number(const std::string& file, const std::string& key, const std::string& v) {
-  if (auto d = parse_double(v)) return *d;
-  VQDDP_THROW("{}: metadata '{}' must be a number, got \"{}\"", file, key, v);
-}
-
-// Codebook settings from the header metadata; absent keys keep the defaults
-// of VQ_SEMANTICS.md, unknown keys are errors.
-CodebookOptions read_settings(const SafetensorsFile& f, const std::string& file, float& commitment_weight) {
-  CodebookOptions o;
-  commitment_weight = 1.f;
-  for (const auto& [key, v] : f.metadata) {
-    if (key == "decay")
-      o.decay = static_cast<float>(parse_number(file, key, v));
-    else if (key == "eps")
-      o.eps = static_cast<float>(parse_number(file, key, v));
-    else if (key == "threshold_ema_dead_code")
-      o.threshold_ema_dead_code = static_cast<float>(parse_number(file, key, v));
-    else if (key == "cosine")
-      o.cosine = parse_bool(file, key, v);
-    else if (key == "commitment_weight")
-      commitment_weight = static_cast<float>(parse_number(file, key, v));
-    else if (key == "kmeans_init")
-      o.kmeans_init = parse_bool(file, key, v);
-    else if (key == "kmeans_iters")
-      o.kmeans_iters = static_cast<int>(parse_count(v, limits::kmeans_iters, metadata_key(file, key)));
-    else if (key == "seed")
-      // Whole numbers: a seed read as a double would lose its low bits.
-      o.seed = static_cast<uint64_t>(parse_count(v, limits::optional_count, metadata_key(file, key)));
-    else
-      VQDDP_THROW("{}: unknown metadata key '{}' (known: decay, eps, threshold_ema_dead_code, cosine, "
-                  "commitment_weight, kmeans_init, kmeans_iters, seed)",
-                  file, key);
-  }
-  return o;
-}
 
 std::vector<std::vector<int64_t>> parse_shards(const std::string& spec, const std::vector<int64_t>& batch_rows,
                                                int world) {
@@ -106,6 +61,30 @@ std::vector<std::vector<int64_t>> parse_shards(const std::string& spec, const st
 
 }  // namespace
 
+// Codebook settings from the header metadata, read by the reader of a
+// config's quantizer section (vq/quantizer_options.h): the same keys
+// (use_cosine_sim, learnable_codebook, ...), the same checks. Metadata
+// values are strings; each is read as the JSON value it spells ("0.99" a
+// number, "true" a boolean) and kept as a string otherwise, so a wrong type
+// is refused by name like a config's. Absent keys keep the defaults of
+// VQ_SEMANTICS.md; unknown keys are errors.
+CodebookOptions replay_codebook_options(const SafetensorsFile& f, const std::string& file, float& commitment_weight) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [key, v] : f.metadata) {
+    nlohmann::json parsed = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
+    j[key] = parsed.is_discarded() ? nlohmann::json(v) : parsed;
+  }
+  ConfigSection s(j, "", file + " metadata");
+  CodebookOptions o;
+  read_codebook_options(s, o);
+  commitment_weight = static_cast<float>(s.number("commitment_weight", 1.0));
+  o.seed = s.unsigned_integer("seed", 0);
+  if (o.learnable) s.fail("learnable_codebook", "must be false: replay steps EMA codebooks (embed_avg, cluster_size)");
+  s.finish();
+  return o;
+}
+
+
 int run_replay(const ReplayOptions& opt) {
   VQDDP_CHECK(limits::world.contains(opt.world), "replay: --world {}", limits::world.violation(std::to_string(opt.world)));
   std::error_code ec;
@@ -113,7 +92,7 @@ int run_replay(const ReplayOptions& opt) {
               "replay: the output {} is the input file: it would be overwritten (give another output path)", opt.output);
   SafetensorsFile f = safetensors_load(opt.input);
   float weight = 1.f;
-  CodebookOptions o = read_settings(f, opt.input, weight);
+  CodebookOptions o = replay_codebook_options(f, opt.input, weight);
   for (const char* name : {"embed", "embed_avg", "cluster_size"})
     VQDDP_CHECK(f.contains(name), "{}: missing tensor '{}' (a replay file holds embed, embed_avg, cluster_size, x.0, ...)",
                 opt.input, name);

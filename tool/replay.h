@@ -6,6 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/safetensors.h"
+#include "vq/codebook.h"
+
 namespace vqddp {
 
 struct ReplayOptions {
@@ -21,5 +24,10 @@ struct ReplayOptions {
 // Returns the number of batches replayed. Errors name the file and the key or
 // tensor at fault; the output is written atomically, only on success.
 int run_replay(const ReplayOptions& options);
+
+// The codebook options a replay file's metadata sets, read by the config's
+// reader of those keys (vq/quantizer_options.h), and its commitment weight.
+// Errors name `file`.
+CodebookOptions replay_codebook_options(const SafetensorsFile& f, const std::string& file, float& commitment_weight);
 
 }  // namespace vqddp

@@ -8,6 +8,7 @@
 #include "engine/file_io.h"
 #include "engine/json_strict.h"
 #include "engine/config_reader.h"
+#include "comm/launch.h"
 #include "engine/count_limits.h"
 
 namespace vqddp {
@@ -21,37 +22,6 @@ void read_model(ConfigSection s, ModelConfig& m) {
   m.tokens = s.integer("tokens", m.tokens, limits::width);
   m.activation = s.choice("activation", m.activation, {"gelu", "relu", "tanh"});
   m.sigmoid_output = s.boolean("sigmoid_output", m.sigmoid_output);
-  s.finish();
-}
-
-void read_quantizer(ConfigSection s, QuantizerConfig& q) {
-  q.type = s.choice("type", q.type, {"vq", "residual_vq", "fsq", "residual_fsq"});
-  q.codebook_size = s.integer("codebook_size", q.codebook_size, limits::codebook_size);
-  q.num_quantizers = static_cast<int>(s.integer("num_quantizers", q.num_quantizers, limits::layers));
-  q.codebook_dim = s.integer("codebook_dim", q.codebook_dim, limits::codebook_dim);
-  q.shared_codebook = s.boolean("shared_codebook", q.shared_codebook);
-  q.commitment_weight = static_cast<float>(s.number("commitment_weight", q.commitment_weight));
-  CodebookOptions& c = q.codebook;
-  c.decay = static_cast<float>(s.number("decay", c.decay));
-  c.eps = static_cast<float>(s.number("eps", c.eps));
-  c.threshold_ema_dead_code = static_cast<float>(s.number("threshold_ema_dead_code", c.threshold_ema_dead_code));
-  c.kmeans_init = s.boolean("kmeans_init", c.kmeans_init);
-  c.kmeans_iters = static_cast<int>(s.integer("kmeans_iters", c.kmeans_iters, limits::kmeans_iters));
-  c.cosine = s.boolean("use_cosine_sim", c.cosine);
-  c.learnable = s.boolean("learnable_codebook", c.learnable);
-  c.cluster_size_init_ones = s.choice("cluster_size_init", "ones", {"ones", "zeros"}) == "ones";
-  c.sync_stats = s.boolean("sync_codebook", c.sync_stats);
-  q.quantize_dropout = s.boolean("quantize_dropout", q.quantize_dropout);
-  q.quantize_dropout_cutoff_index = static_cast<int>(
-      s.integer("quantize_dropout_cutoff_index", 0, {0, q.num_quantizers - 1}));
-  q.quantize_dropout_multiple_of = static_cast<int>(s.integer("quantize_dropout_multiple_of", 1, limits::layers));
-  for (int64_t l : s.integers("levels", {}, limits::fsq_level)) q.levels.push_back(static_cast<int>(l));
-  if (!(c.decay >= 0 && c.decay <= 1)) s.fail("decay", "must be in [0, 1]");
-  if (!(c.eps > 0)) s.fail("eps", "must be positive");
-  if (!(c.threshold_ema_dead_code >= 0)) s.fail("threshold_ema_dead_code", "must not be negative");
-  bool fsq = q.type == "fsq" || q.type == "residual_fsq";
-  if (fsq && q.levels.empty()) s.fail("levels", "is required for type \"" + q.type + "\"");
-  if (!fsq && !q.levels.empty()) s.fail("levels", "applies to fsq and residual_fsq only");
   s.finish();
 }
 
@@ -101,7 +71,7 @@ void read_schedule(ConfigSection s, ScheduleConfig& c) {
 }
 
 void read_distributed(ConfigSection s, DistributedConfig& d) {
-  d.backend = s.string("backend", d.backend);
+  d.backend = s.choice("backend", d.backend, backend_names());  // comm/launch.h: the ones it can start
   d.world_size = static_cast<int>(s.integer("world_size", d.world_size, limits::world));
   d.timeout_s = s.number("timeout_s", d.timeout_s);
   d.check_collectives = s.boolean("check_collectives", d.check_collectives);
@@ -163,7 +133,7 @@ Config parse_config(const nlohmann::json& j, const std::string& file) {
   Config c;
   ConfigSection root(j, "", file);
   read_model(root.section("model"), c.model);
-  read_quantizer(root.section("quantizer"), c.quantizer);
+  read_quantizer_options(root.section("quantizer"), c.quantizer);
   read_data(root.section("data"), c.data);
   read_optimizer(root.section("optimizer"), c.optimizer);
   read_schedule(root.section("schedule"), c.schedule);
@@ -175,19 +145,44 @@ Config parse_config(const nlohmann::json& j, const std::string& file) {
   return c;
 }
 
+Config parse_config(nlohmann::json j, const std::string& file, const std::vector<ConfigOverride>& overrides) {
+  if (overrides.empty()) return parse_config(j, file);
+  const nlohmann::json given = j;
+  std::vector<std::string> flags;
+  for (const ConfigOverride& o : overrides) {
+    VQDDP_CHECK(j.is_object(), "{}: the config must be a JSON object, got {}", file, j.type_name());
+    nlohmann::json* at = &j;
+    std::string rest = o.key;
+    for (size_t dot; (dot = rest.find('.')) != std::string::npos; rest = rest.substr(dot + 1)) {
+      nlohmann::json& next = (*at)[rest.substr(0, dot)];
+      if (next.is_null()) next = nlohmann::json::object();
+      // A non-object here is the file's own error: parse_config names it.
+      if (!next.is_object()) return parse_config(j, file);
+      at = &next;
+    }
+    (*at)[rest] = o.value;
+    flags.push_back(o.flag + " " + (o.value.is_string() ? o.value.get<std::string>() : o.value.dump()));
+  }
+  Config c = parse_config(j, fmt::format("{} with {}", file, fmt::join(flags, " ")));
+  c.source = given;  // what checkpoints store: the file's settings, not this command line's
+  return c;
+}
+
 Config parse_config_text(const std::string& text, const std::string& origin) {
   return parse_config(parse_json_strict(text, origin), origin);
 }
 
-Config load_config(const std::string& path) {
+nlohmann::json load_config_json(const std::string& path) {
   std::string text;
   try {
     text = read_file(path);
   } catch (const Error& e) {
     VQDDP_THROW("{}: cannot open config file ({})", path, e.what());
   }
-  return parse_config_text(text, path);
+  return parse_json_strict(text, path);
 }
+
+Config load_config(const std::string& path) { return parse_config(load_config_json(path), path); }
 
 const std::vector<std::string>& run_device_names() {
   static const std::vector<std::string> names{"cpu", "cuda", "sim"};

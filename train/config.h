@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "vq/codebook.h"
+#include "vq/quantizer_options.h"
 
 namespace vqddp {
 
@@ -26,25 +26,16 @@ struct ModelConfig {
   int64_t tokens = 1;       // tokens per example: the encoder emits tokens * latent_dim
   std::string activation = "gelu";
   bool sigmoid_output = false;  // decoder output in (0, 1) (images)
+  bool operator==(const ModelConfig&) const = default;
 };
 
-struct QuantizerConfig {
-  std::string type = "residual_vq";  // vq, residual_vq, fsq, residual_fsq
-  int64_t codebook_size = 256;
-  int num_quantizers = 4;
-  int64_t codebook_dim = 0;
-  bool shared_codebook = false;
-  float commitment_weight = 1.f;
-  CodebookOptions codebook;  // decay, eps, threshold, kmeans, cosine, learnable, cluster_size_init, sync
-  bool quantize_dropout = false;
-  int quantize_dropout_cutoff_index = 0;
-  int quantize_dropout_multiple_of = 1;
-  std::vector<int> levels;  // FSQ
-};
+// The "quantizer" section: vq/quantizer_options.h (its keys, its reader).
+using QuantizerConfig = QuantizerOptions;
 
 struct DataSourceConfig {
   std::string path;  // a directory of WAV files, or an IDX file
   double weight = 1;
+  bool operator==(const DataSourceConfig&) const = default;
 };
 
 struct DataConfig {
@@ -55,6 +46,7 @@ struct DataConfig {
   int64_t holdout_every = 10;    // wav_frames: every k-th clip is held out for validation
   std::string validation_path;   // fashion_mnist: IDX images for validation
   int64_t max_examples = 0;      // per source, 0 = all
+  bool operator==(const DataConfig&) const = default;
 };
 
 struct OptimizerConfig {
@@ -64,6 +56,7 @@ struct OptimizerConfig {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   float momentum = 0.f;
   float grad_clip = 1.f;  // 0: off
+  bool operator==(const OptimizerConfig&) const = default;
 };
 
 struct ScheduleConfig {
@@ -74,6 +67,7 @@ struct ScheduleConfig {
   int64_t checkpoint_every = 0;
   int64_t log_every = 50;
   bool drop_last = true;  // false: the last batch of an epoch wraps around to stay full
+  bool operator==(const ScheduleConfig&) const = default;
 };
 
 struct DistributedConfig {
@@ -83,6 +77,7 @@ struct DistributedConfig {
   // nccl: compare every collective's fingerprint across ranks before it runs
   // (a debug setting; the thread backend always does).
   bool check_collectives = false;
+  bool operator==(const DistributedConfig&) const = default;
 };
 
 struct RunConfig {
@@ -93,6 +88,7 @@ struct RunConfig {
   // arithmetic, every host<->device transfer counted). An nccl rank trains
   // on its own GPU regardless.
   std::string device = "cpu";
+  bool operator==(const RunConfig&) const = default;
 };
 
 struct Config {
@@ -103,14 +99,32 @@ struct Config {
   ScheduleConfig schedule;
   DistributedConfig distributed;
   RunConfig run;
-  nlohmann::json source;  // the JSON it was read from (stored in checkpoints)
+  // The JSON it was read from, without command-line overrides (stored in
+  // checkpoints: the same run started with another --dir or --steps writes
+  // the same bytes).
+  nlohmann::json source;
+  bool operator==(const Config&) const = default;
 };
 
 // `file` names the source in error messages.
 Config parse_config(const nlohmann::json& j, const std::string& file);
+
+// One command-line override of a config key: `flag` (as typed, "--steps")
+// sets the dotted `key` ("schedule.steps") to `value`.
+struct ConfigOverride {
+  std::string flag;
+  std::string key;
+  nlohmann::json value;
+};
+// The overrides written into the JSON (the section is created where the
+// file has none), then parse_config: an override is parsed and checked as if
+// the file held it, before anything is loaded, and errors name the flags.
+Config parse_config(nlohmann::json j, const std::string& file, const std::vector<ConfigOverride>& overrides);
 // JSON text (comments allowed) -> Config; `origin` names it in errors.
 Config parse_config_text(const std::string& text, const std::string& origin);
 Config load_config(const std::string& path);
+// The file's JSON (comments allowed), not yet read as a config.
+nlohmann::json load_config_json(const std::string& path);
 // The values run.device (and `vqddp train --device`) accepts.
 const std::vector<std::string>& run_device_names();
 

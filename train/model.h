@@ -2,7 +2,7 @@
 // in the middle (a frame-level neural codec for audio, a VQ-VAE for images).
 //
 //   x (N, F) -> encoder MLP -> (N, tokens * D) -> (N * tokens, D)
-//            -> quantizer (VectorQuantize, ResidualVQ, FSQ, ResidualFSQ)
+//            -> quantizer (any vq/quantizer.h, made by make_quantizer)
 //            -> (N, tokens * D) -> decoder MLP -> reconstruction (N, F)
 //   loss = mse(reconstruction, x) + quantizer loss
 #pragma once
@@ -12,10 +12,7 @@
 
 #include "comm/communicator.h"
 #include "train/config.h"
-#include "vq/fsq.h"
-#include "vq/residual_fsq.h"
-#include "vq/residual_vq.h"
-#include "vq/vector_quantize.h"
+#include "vq/quantizer.h"
 
 namespace vqddp {
 
@@ -25,7 +22,7 @@ struct ModelOutput {
   Tensor quantizer_loss;      // scalar
   Tensor indices;             // (N * tokens, Q) int64
   // Per quantizer layer, from the codebooks (global counts) where the
-  // quantizer has codebooks; empty for FSQ (the trainer counts codes).
+  // quantizer has codebooks; empty for FSQ and LFQ (the trainer counts codes).
   std::vector<CodebookMetrics> metrics;
 };
 
@@ -42,16 +39,12 @@ class CodecModel : public Module {
   double bits_per_example() const;
 
  private:
-  Tensor quantize(const Tensor& z, Communicator& comm, ModelOutput& out);
 
   ModelConfig mcfg_;
   QuantizerConfig qcfg_;
   int64_t input_dim_;
   std::shared_ptr<Sequential> encoder_, decoder_;
-  std::shared_ptr<VectorQuantize> vq_;
-  std::shared_ptr<ResidualVQ> rvq_;
-  std::shared_ptr<FSQ> fsq_;
-  std::shared_ptr<ResidualFSQ> rfsq_;
+  std::shared_ptr<Quantizer> quantizer_;
 };
 
 }  // namespace vqddp

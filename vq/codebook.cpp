@@ -158,15 +158,21 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
   return CodebookMetrics::on_device(stats, layout);
 }
 
-CodebookOutput Codebook::forward(const Tensor& x_in, Communicator& comm) {
+std::optional<CodebookAssignment> Codebook::nearest(const Tensor& x_in, Communicator& comm) {
   Tensor x = prepare(x_in, comm);  // (N, D)
-  if (!ensure_initialised(x.detach(), comm))
-    return {zeros({0, opt_.dim}, DType::f32, x.device()), zeros({0}, DType::i64, x.device()),
+  if (!ensure_initialised(x.detach(), comm)) return std::nullopt;
+  Tensor indices = assign(x);                         // (N)
+  Tensor codes = lookup(indices, Indices::trusted);  // (N, D), from the codebook before this step's update
+  return CodebookAssignment{x, indices, codes};
+}
+
+CodebookOutput Codebook::forward(const Tensor& x_in, Communicator& comm) {
+  std::optional<CodebookAssignment> a = nearest(x_in, comm);
+  if (!a)
+    return {zeros({0, opt_.dim}, DType::f32, x_in.device()), zeros({0}, DType::i64, x_in.device()),
             CodebookMetrics::empty_world()};  // nobody had rows, on every rank
-  Tensor indices = assign(x);        // (N)
-  Tensor quantize = lookup(indices, Indices::trusted);  // (N, D), from the codebook before this step's update
-  CodebookMetrics m = updates_state() ? update(x, indices, comm) : CodebookMetrics{};
-  return {quantize, indices, m};
+  CodebookMetrics m = updates_state() ? update(a->prepared, a->indices, comm) : CodebookMetrics{};
+  return {a->codes, a->indices, m};
 }
 
 }  // namespace vqddp

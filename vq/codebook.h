@@ -25,6 +25,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,7 @@ struct CodebookOptions {
   // the data-parallel bug the Python libraries had (codebooks silently
   // diverge); it exists so `vqddp check-ddp` can show that it catches it.
   bool sync_stats = true;
+  bool operator==(const CodebookOptions&) const = default;
 };
 
 // The seed of a module's i-th codebook (head or layer): distinct streams per
@@ -98,6 +100,13 @@ struct CodebookOutput {
   CodebookMetrics metrics;
 };
 
+// Steps 1-3 of a forward for one input (Codebook::nearest).
+struct CodebookAssignment {
+  Tensor prepared;  // (N, D) checked (cosine: normalised) input rows
+  Tensor indices;   // (N) int64
+  Tensor codes;     // (N, D) the codebook's rows for them, before this step's update
+};
+
 class Codebook : public Module {
  public:
   // `init_gen` draws the initial (kaiming-uniform) codebook when k-means
@@ -122,6 +131,10 @@ class Codebook : public Module {
   bool ensure_initialised(const Tensor& prepared, Communicator& comm);
   // Nearest codes (N), from the current codebook.
   Tensor assign(const Tensor& prepared) const;
+  // prepare, ensure_initialised, assign and lookup: the first half of
+  // forward(), which ResidualVQ runs per layer too. Empty when no rank had
+  // rows (on every rank alike): nothing to quantize anywhere.
+  std::optional<CodebookAssignment> nearest(const Tensor& x, Communicator& comm);
   // Steps 4-9 for prepared rows and their indices: one all-reduce, EMA,
   // normalisation, revival; metrics of the global counts.
   CodebookMetrics update(const Tensor& prepared, const Tensor& indices, Communicator& comm);

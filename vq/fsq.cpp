@@ -57,13 +57,10 @@ FSQ::FSQ(const FSQOptions& o, Generator& init_gen) : opt_(o) {
   basis_ = constants_.add(from_vector(basis, {d}));
   int64_t inner = d * o.num_codebooks;
   if (o.dim == 0) opt_.dim = inner;
-  if (opt_.dim != inner) {
-    project_in_ = register_module("project_in", std::make_shared<Linear>(opt_.dim, inner, init_gen));
-    project_out_ = register_module("project_out", std::make_shared<Linear>(inner, opt_.dim, init_gen));
-  }
+  projection_ = make_projection(opt_.dim, inner, init_gen);
 }
 
-Tensor FSQ::quantize(const Tensor& z) const {
+Tensor FSQ::round_codes(const Tensor& z) const {
   VQDDP_CHECK(z.dtype() == DType::f32 && z.dim() == 2 && z.size(1) == code_dim(), "FSQ: expected float32 [M, {}], got {}",
               code_dim(), z.desc());
   // A diverging encoder must stop here: round(NaN) has no index. Checked
@@ -102,12 +99,11 @@ FSQOutput FSQ::forward(const Tensor& x) {
   VQDDP_CHECK(x.defined() && x.dtype() == DType::f32 && x.dim() == 2 && x.size(1) == opt_.dim,
               "FSQ expects float32 [N, {}], got {}", opt_.dim, x.desc());
   int64_t n = x.size(0), c = opt_.num_codebooks, d = code_dim();
-  Tensor z = project_in_ ? project_in_->forward(x) : x;  // (N, C*D)
-  Tensor zhat = quantize(reshape(z, {n * c, d}));        // (N*C, D)
+  Tensor z = projection_.in(x);                      // (N, C*D)
+  Tensor zhat = round_codes(reshape(z, {n * c, d}));  // (N*C, D)
   Tensor idx = codes_to_indices(zhat);                   // (N*C)
   Tensor y = reshape(zhat, {n, c * d});
-  if (project_out_) y = project_out_->forward(y);
-  return {y, c == 1 ? idx : reshape(idx, {n, c})};
+  return {projection_.out(y), c == 1 ? idx : reshape(idx, {n, c})};
 }
 
 Tensor FSQ::decode(const Tensor& indices) const {
@@ -115,7 +111,13 @@ Tensor FSQ::decode(const Tensor& indices) const {
   VQDDP_CHECK(indices.dtype() == DType::i64 && indices.numel() % c == 0, "FSQ decode: bad indices {}", indices.desc());
   int64_t n = indices.numel() / c;
   Tensor y = reshape(indices_to_codes(indices.reshape({-1})), {n, c * code_dim()});
-  return project_out_ ? project_out_->forward(y) : y;
+  return projection_.out(y);
+}
+
+QuantizerOutput FSQ::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
+  refuse_mask(mask, "FSQ", comm.rank());
+  FSQOutput o = forward(x);
+  return without_loss(o.quantized, o.indices, opt_.num_codebooks);
 }
 
 }  // namespace vqddp

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/nn.h"
+#include "vq/quantizer.h"
 #include "vq/device_constants.h"
 
 namespace vqddp {
@@ -29,7 +30,7 @@ struct FSQOutput {
   Tensor indices;    // (N) int64, or (N, num_codebooks)
 };
 
-class FSQ : public Module {
+class FSQ : public Quantizer {
  public:
   FSQ(const FSQOptions& options, Generator& init_gen);
 
@@ -37,11 +38,18 @@ class FSQ : public Module {
 
   // z (M, D) with D = levels.size() -> z_hat (M, D): bound, round (straight-
   // through), normalise to [-1, 1].
-  Tensor quantize(const Tensor& z) const;
+  Tensor round_codes(const Tensor& z) const;
   Tensor codes_to_indices(const Tensor& codes) const;    // (M, D) -> (M) int64
   Tensor indices_to_codes(const Tensor& indices) const;  // (M) int64 -> (M, D)
   // The forward output for indices (N) or (N, num_codebooks).
-  Tensor decode(const Tensor& indices) const;
+  Tensor decode(const Tensor& indices) const override;
+  // The contract (vq/quantizer.h): indices (N, num_codebooks), a zero loss,
+  // no metrics. No collective; takes no mask.
+  QuantizerOutput quantize(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor()) override;
+  std::vector<int64_t> layer_sizes() const override {
+    return std::vector<int64_t>(opt_.num_codebooks, codebook_size_);
+  }
+  int64_t dim() const override { return opt_.dim; }
 
   int64_t codebook_size() const { return codebook_size_; }
   int64_t code_dim() const { return static_cast<int64_t>(opt_.levels.size()); }
@@ -56,7 +64,7 @@ class FSQ : public Module {
   // digit of an index).
   DeviceConstants constants_;
   size_t half_l_ = 0, offset_ = 0, shift_ = 0, half_width_ = 0, levels_ = 0, basis_ = 0;
-  std::shared_ptr<Linear> project_in_, project_out_;
+  Projection projection_;
 };
 
 // The codebook size of a level list: the product of the levels.

@@ -33,10 +33,7 @@ LFQ::LFQ(const LFQOptions& o, Generator& init_gen) : opt_(o) {
   bits_ = 0;
   while ((int64_t{1} << bits_) < o.codebook_size) ++bits_;
   if (opt_.dim == 0) opt_.dim = bits_;
-  if (opt_.dim != bits_) {
-    project_in_ = register_module("project_in", std::make_shared<Linear>(opt_.dim, bits_, init_gen));
-    project_out_ = register_module("project_out", std::make_shared<Linear>(bits_, opt_.dim, init_gen));
-  }
+  projection_ = make_projection(opt_.dim, bits_, init_gen);
   codebook_.add(codes_of(arange(o.codebook_size)));
 }
 
@@ -49,7 +46,7 @@ Tensor LFQ::codes_of(const Tensor& indices) const {
 LFQOutput LFQ::forward(const Tensor& x, Communicator& comm) {
   VQDDP_CHECK(x.defined() && x.dtype() == DType::f32 && x.dim() == 2 && x.size(1) == opt_.dim,
               "rank {}: LFQ expects float32 [N, {}], got {}", comm.rank(), opt_.dim, x.desc());
-  Tensor z = project_in_ ? project_in_->forward(x) : x;  // (N, B)
+  Tensor z = projection_.in(x);  // (N, B)
   int64_t n = z.size(0);
   const Device dev = z.device();
   Tensor idx = empty({n}, DType::i64, dev);
@@ -58,7 +55,7 @@ LFQOutput LFQ::forward(const Tensor& x, Communicator& comm) {
   Tensor st = straight_through(z, q);  // straight-through
   LFQOutput out;
   out.indices = idx;
-  out.quantized = project_out_ ? project_out_->forward(st) : st;
+  out.quantized = projection_.out(st);
   out.entropy_loss = full({}, 0.f, DType::f32, dev);
   out.commitment_loss = full({}, 0.f, DType::f32, dev);
   out.loss = full({}, 0.f, DType::f32, dev);
@@ -86,7 +83,19 @@ Tensor LFQ::decode(const Tensor& indices) const {
   // Indices from outside: checked (one read on a device).
   check_index_range(indices.reshape({-1}), opt_.codebook_size, "LFQ");
   Tensor q = codes_of(indices.reshape({-1}));
-  return project_out_ ? project_out_->forward(q) : q;
+  return projection_.out(q);
+}
+
+QuantizerOutput LFQ::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
+  refuse_mask(mask, "LFQ", comm.rank());
+  LFQOutput o = forward(x, comm);
+  QuantizerOutput out;
+  out.quantized = o.quantized;
+  out.indices = as_columns(o.indices);
+  out.loss = o.loss;
+  out.layer_losses = {o.loss};
+  out.active_layers = 1;
+  return out;
 }
 
 }  // namespace vqddp

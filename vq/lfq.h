@@ -18,6 +18,7 @@
 #include "comm/communicator.h"
 #include "engine/nn.h"
 #include "vq/device_constants.h"
+#include "vq/quantizer.h"
 
 namespace vqddp {
 
@@ -41,14 +42,19 @@ struct LFQOutput {
   Tensor per_sample_entropy, codebook_entropy;
 };
 
-class LFQ : public Module {
+class LFQ : public Quantizer {
  public:
   LFQ(const LFQOptions& options, Generator& init_gen);
 
   // In training every rank must call and run backward (the entropy term's
   // all-reduce has a collective in its backward too).
   LFQOutput forward(const Tensor& x, Communicator& comm);
-  Tensor decode(const Tensor& indices) const;  // (N) -> (N, dim)
+  Tensor decode(const Tensor& indices) const override;  // (N) or (N, 1) -> (N, dim)
+  // The contract (vq/quantizer.h): indices (N, 1), loss and its one layer
+  // loss, no metrics; takes no mask.
+  QuantizerOutput quantize(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor()) override;
+  std::vector<int64_t> layer_sizes() const override { return {opt_.codebook_size}; }
+  int64_t dim() const override { return opt_.dim; }
 
   int64_t bits() const { return bits_; }
 
@@ -59,7 +65,7 @@ class LFQ : public Module {
   int64_t bits_;
   // (2^B, B) every code, for the entropy; uploaded once per device.
   DeviceConstants codebook_;
-  std::shared_ptr<Linear> project_in_, project_out_;
+  Projection projection_;
 };
 
 }  // namespace vqddp

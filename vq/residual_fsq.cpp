@@ -13,10 +13,7 @@ ResidualFSQ::ResidualFSQ(const ResidualFSQOptions& o, Generator& init_gen) : opt
   fsq_ = std::make_shared<FSQ>(FSQOptions{o.levels, 0, 1}, init_gen);
   code_dim_ = fsq_->code_dim();
   if (opt_.dim == 0) opt_.dim = code_dim_;
-  if (opt_.dim != code_dim_) {
-    project_in_ = register_module("project_in", std::make_shared<Linear>(opt_.dim, code_dim_, init_gen));
-    project_out_ = register_module("project_out", std::make_shared<Linear>(code_dim_, opt_.dim, init_gen));
-  }
+  projection_ = make_projection(opt_.dim, code_dim_, init_gen);
   for (int i = 0; i < o.num_quantizers; ++i) {
     std::vector<float> s;
     for (int l : o.levels) s.push_back(static_cast<float>(std::pow(double(l), -double(i))));
@@ -30,7 +27,7 @@ ResidualFSQOutput ResidualFSQ::forward(const Tensor& x) {
   VQDDP_CHECK(x.defined() && x.dim() == 2 && x.size(1) == opt_.dim, "ResidualFSQ expects [N, {}], got {}", opt_.dim,
               x.desc());
   const int q = opt_.num_quantizers;
-  Tensor z = project_in_ ? project_in_->forward(x) : x;  // (N, D)
+  Tensor z = projection_.in(x);  // (N, D)
   int64_t n = z.size(0);
   int last = last_active_layer(opt_.quantize_dropout, q, updates_state(), opt_.seed, dropout_step_);
   Device dev = z.device();
@@ -39,15 +36,14 @@ ResidualFSQOutput ResidualFSQ::forward(const Tensor& x) {
   for (int l = 0; l <= last; ++l) {
     const Tensor& scale = scales_.on(l, dev);
     Tensor scaled = div(residual, scale);
-    Tensor code = fsq_->quantize(scaled);                // (N, D)
+    Tensor code = fsq_->round_codes(scaled);                // (N, D)
     Tensor layer_idx = fsq_->codes_to_indices(code);
     Tensor quantized = mul(code, scale);
     residual = sub(residual, quantized.detach());
     sum = add(sum, quantized);
     idx_columns[l] = layer_idx;
   }
-  Tensor y = project_out_ ? project_out_->forward(sum) : sum;
-  return {y, stack_columns(idx_columns), last + 1};
+  return {projection_.out(sum), stack_columns(idx_columns), last + 1};
 }
 
 Tensor ResidualFSQ::decode(const Tensor& indices) const {
@@ -61,7 +57,13 @@ Tensor ResidualFSQ::decode(const Tensor& indices) const {
   for (int l = 0; l < q; ++l)
     sum = add(sum, codes_or_zero(layers[l], code_dim_,
                                  [&](const Tensor& i) { return mul(fsq_->indices_to_codes(i), scales_.on(l, dev)); }));
-  return project_out_ ? project_out_->forward(sum) : sum;
+  return projection_.out(sum);
+}
+
+QuantizerOutput ResidualFSQ::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
+  refuse_mask(mask, "ResidualFSQ", comm.rank());
+  ResidualFSQOutput o = forward(x);
+  return without_loss(o.quantized, o.indices, o.active_layers);
 }
 
 }  // namespace vqddp

@@ -10,6 +10,7 @@
 #include "vq/device_constants.h"
 #include "vq/fsq.h"
 #include "vq/quantize_dropout.h"
+#include "vq/quantizer.h"
 
 namespace vqddp {
 
@@ -27,20 +28,26 @@ struct ResidualFSQOutput {
   int active_layers = 0;
 };
 
-class ResidualFSQ : public Module {
+class ResidualFSQ : public Quantizer {
  public:
   ResidualFSQ(const ResidualFSQOptions& options, Generator& init_gen);
 
   // Training mode with grad on draws the dropout index; otherwise all layers run.
   ResidualFSQOutput forward(const Tensor& x);
-  Tensor decode(const Tensor& indices) const;
+  Tensor decode(const Tensor& indices) const override;
+  // The contract (vq/quantizer.h): a zero loss, no metrics, takes no mask.
+  QuantizerOutput quantize(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor()) override;
+  std::vector<int64_t> layer_sizes() const override {
+    return std::vector<int64_t>(opt_.num_quantizers, fsq_->codebook_size());
+  }
+  int64_t dim() const override { return opt_.dim; }
 
  private:
   ResidualFSQOptions opt_;
   int64_t code_dim_;
   std::shared_ptr<FSQ> fsq_;  // the per-layer quantizer (no state, no projection)
   DeviceConstants scales_;  // (D) per layer: L^-i, uploaded once per device
-  std::shared_ptr<Linear> project_in_, project_out_;
+  Projection projection_;
   Tensor dropout_step_;  // int64 (1)
 };
 

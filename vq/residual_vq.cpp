@@ -16,10 +16,7 @@ ResidualVQ::ResidualVQ(const ResidualVQOptions& o, Generator& init_gen) : opt_(o
               "ResidualVQ: {} codebook_sizes for {} quantizers", o.codebook_sizes.size(), o.num_quantizers);
   VQDDP_CHECK(!o.shared_codebook || o.codebook_sizes.empty(), "ResidualVQ: a shared codebook has one size");
   codebook_dim_ = o.codebook_dim > 0 ? o.codebook_dim : o.dim;
-  if (codebook_dim_ != o.dim) {
-    project_in_ = register_module("project_in", std::make_shared<Linear>(o.dim, codebook_dim_, init_gen));
-    project_out_ = register_module("project_out", std::make_shared<Linear>(codebook_dim_, o.dim, init_gen));
-  }
+  projection_ = make_projection(o.dim, codebook_dim_, init_gen);
   int books = o.shared_codebook ? 1 : o.num_quantizers;
   for (int l = 0; l < books; ++l) {
     CodebookOptions c = o.codebook;
@@ -39,7 +36,7 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
   const int q = opt_.num_quantizers;
   MaskedRows rows(mask, x.size(0), comm.rank());
   Tensor z = rows.compact(x);                       // (M, dim)
-  if (project_in_) z = project_in_->forward(z);     // (M, cd)
+  z = projection_.in(z);                            // (M, cd)
   int64_t m = z.size(0);
   bool update = updates_state();
   // Dropout starts once every codebook is initialised: until then all layers
@@ -61,15 +58,14 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
       continue;
     }
     Codebook& book = *books_[opt_.shared_codebook ? 0 : l];
-    Tensor prepared = book.prepare(residual, comm);
-    if (!book.ensure_initialised(prepared.detach(), comm)) {
+    std::optional<CodebookAssignment> a = book.nearest(residual, comm);  // Codebook::forward's first half
+    if (!a) {
       // No rank has rows: nothing to quantize on any rank.
       out.layer_losses.push_back(zero);
       out.metrics.push_back(CodebookMetrics::empty_world());
       continue;
     }
-    Tensor idx = book.assign(prepared);
-    Tensor code = book.lookup(idx, Indices::trusted);  // (M, cd), codebook before this step's update
+    const Tensor &prepared = a->prepared, &idx = a->indices, &code = a->codes;  // code: (M, cd)
     if (opt_.shared_codebook) {
       shared_ran = true;
       if (update) {
@@ -104,7 +100,7 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
   }
   out.loss = zero;
   for (const Tensor& l : out.layer_losses) out.loss = add(out.loss, l);
-  Tensor y = project_out_ ? project_out_->forward(sum) : sum;  // (M, dim)
+  Tensor y = projection_.out(sum);  // (M, dim)
   out.quantized = rows.expand(y, x);
   out.indices = rows.expand_indices(stack_columns(idx_columns));
   return out;
@@ -126,7 +122,21 @@ std::vector<Tensor> ResidualVQ::get_codes_from_indices(const Tensor& indices) co
 Tensor ResidualVQ::decode(const Tensor& indices) const {
   Tensor sum = zeros({indices.size(0), codebook_dim_}, DType::f32, codebook(0).embed.device());
   for (const Tensor& c : get_codes_from_indices(indices)) sum = add(sum, c);
-  return project_out_ ? project_out_->forward(sum) : sum;
+  return projection_.out(sum);
+}
+
+QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
+  QuantizerOutput out = forward(x, comm, mask);
+  if (!opt_.shared_codebook)
+    while (out.metrics.size() < static_cast<size_t>(opt_.num_quantizers))
+      out.metrics.push_back(CodebookMetrics::empty_world());
+  return out;
+}
+
+std::vector<int64_t> ResidualVQ::layer_sizes() const {
+  std::vector<int64_t> sizes;
+  for (int l = 0; l < opt_.num_quantizers; ++l) sizes.push_back(codebook(l).options().codebook_size);
+  return sizes;
 }
 
 }  // namespace vqddp

@@ -23,6 +23,7 @@
 
 #include "vq/codebook.h"
 #include "vq/quantize_dropout.h"
+#include "vq/quantizer.h"
 
 namespace vqddp {
 
@@ -39,26 +40,28 @@ struct ResidualVQOptions {
   uint64_t seed = 0;
 };
 
-struct ResidualVQOutput {
-  Tensor quantized;                      // (N, dim)
-  Tensor indices;                        // (N, Q) int64, -1 for dropped layers and masked rows
-  Tensor loss;                           // scalar: sum of the layer losses
-  std::vector<Tensor> layer_losses;      // Q scalars (0 for dropped layers)
-  std::vector<CodebookMetrics> metrics;  // per layer (one entry with a shared codebook)
-  int active_layers = 0;
-};
+// indices (N, Q) int64, -1 for dropped layers and masked rows; loss the sum
+// of Q layer_losses (0 for dropped layers); metrics per layer (one entry
+// with a shared codebook).
+using ResidualVQOutput = QuantizerOutput;
 
-class ResidualVQ : public Module {
+class ResidualVQ : public Quantizer {
  public:
   ResidualVQ(const ResidualVQOptions& options, Generator& init_gen);
 
   // Every rank must call in training. mask: undefined or int64 (N), 1 = keep.
   ResidualVQOutput forward(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor());
+  // The contract (vq/quantizer.h): forward, with one metrics entry per
+  // layer (separate codebooks): a layer that quantize dropout skipped has
+  // the metrics of an empty batch, what its indices (all -1) would count.
+  QuantizerOutput quantize(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor()) override;
 
   // Per layer (N, codebook_dim) codes for indices (N, Q); -1 gives zeros.
   std::vector<Tensor> get_codes_from_indices(const Tensor& indices) const;
   // project_out(sum of the layers' codes): the forward output in eval.
-  Tensor decode(const Tensor& indices) const;
+  Tensor decode(const Tensor& indices) const override;
+  std::vector<int64_t> layer_sizes() const override;
+  int64_t dim() const override { return opt_.dim; }
 
   const ResidualVQOptions& options() const { return opt_; }
   const Codebook& codebook(int layer) const { return *books_[opt_.shared_codebook ? 0 : layer]; }
@@ -66,7 +69,7 @@ class ResidualVQ : public Module {
  private:
   ResidualVQOptions opt_;
   int64_t codebook_dim_;
-  std::shared_ptr<Linear> project_in_, project_out_;
+  Projection projection_;
   std::vector<std::shared_ptr<Codebook>> books_;
   Tensor dropout_step_;  // int64 (1): training steps drawn so far (the dropout stream)
 };

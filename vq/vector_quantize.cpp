@@ -13,10 +13,7 @@ VectorQuantize::VectorQuantize(const VectorQuantizeOptions& o, Generator& init_g
   VQDDP_CHECK(codebook_dim_ > 0 && (o.codebook_dim > 0 || o.dim % o.heads == 0),
               "VectorQuantize: dim {} is not divisible by heads {}; set codebook_dim", o.dim, o.heads);
   int64_t inner = codebook_dim_ * o.heads;
-  if (inner != o.dim) {
-    project_in_ = register_module("project_in", std::make_shared<Linear>(o.dim, inner, init_gen));
-    project_out_ = register_module("project_out", std::make_shared<Linear>(inner, o.dim, init_gen));
-  }
+  projection_ = make_projection(o.dim, inner, init_gen);
   int books = o.separate_codebook_per_head ? o.heads : 1;
   for (int h = 0; h < books; ++h) {
     CodebookOptions c = o.codebook;
@@ -56,13 +53,13 @@ VectorQuantizeOutput VectorQuantize::forward(const Tensor& x, Communicator& comm
               comm.rank(), opt_.dim, x.desc());
   MaskedRows rows(mask, x.size(0), comm.rank());
   Tensor z = rows.compact(x);                 // (M, dim)
-  if (project_in_) z = project_in_->forward(z);  // (M, heads * cd)
+  z = projection_.in(z);  // (M, heads * cd)
   VectorQuantizeOutput out;
   Tensor q, idx;
   quantize_heads(z, comm, q, idx, out.metrics);
   out.loss = quantization_loss(q, z, opt_.commitment_weight, codebooks_[0]->options().learnable);
   Tensor y = straight_through(z, q);
-  if (project_out_) y = project_out_->forward(y);  // (M, dim)
+  y = projection_.out(y);  // (M, dim)
   out.quantized = rows.expand(y, x);
   out.indices = rows.expand_indices(opt_.heads == 1 ? reshape(idx, {-1}) : idx);
   return out;
@@ -84,7 +81,21 @@ Tensor VectorQuantize::decode(const Tensor& indices) const {
                   (indices.dim() == 1 ? opt_.heads == 1 : indices.dim() == 2 && indices.size(1) == opt_.heads),
               "decode: expected int64 indices [N] or [N, {}], got {}", opt_.heads, indices.desc());
   Tensor codes = codes_of(indices.reshape({-1, opt_.heads}));
-  return project_out_ ? project_out_->forward(codes) : codes;
+  return projection_.out(codes);
 }
+
+QuantizerOutput VectorQuantize::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
+  VectorQuantizeOutput o = forward(x, comm, mask);
+  QuantizerOutput out;
+  out.quantized = o.quantized;
+  out.indices = as_columns(o.indices);
+  out.loss = o.loss;
+  out.layer_losses = {o.loss};
+  out.metrics = std::move(o.metrics);
+  out.active_layers = opt_.heads;
+  return out;
+}
+
+std::vector<int64_t> VectorQuantize::layer_sizes() const { return std::vector<int64_t>(opt_.heads, opt_.codebook_size); }
 
 }  // namespace vqddp

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "vq/codebook.h"
+#include "vq/quantizer.h"
 
 namespace vqddp {
 
@@ -44,7 +45,7 @@ struct VectorQuantizeOutput {
   std::vector<CodebookMetrics> metrics;  // one per codebook
 };
 
-class VectorQuantize : public Module {
+class VectorQuantize : public Quantizer {
  public:
   VectorQuantize(const VectorQuantizeOptions& options, Generator& init_gen);
 
@@ -52,9 +53,14 @@ class VectorQuantize : public Module {
   // mask: undefined, or (N) int64 with 1 = keep, 0 = masked.
   VectorQuantizeOutput forward(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor());
 
+  // The contract (vq/quantizer.h): indices (N, heads), one column per head.
+  QuantizerOutput quantize(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor()) override;
+
   // Output (N, dim) for indices (N) or (N, heads); -1 rows give zeros before
   // project_out. No collective, no state change.
-  Tensor decode(const Tensor& indices) const;
+  Tensor decode(const Tensor& indices) const override;
+  std::vector<int64_t> layer_sizes() const override;
+  int64_t dim() const override { return opt_.dim; }
 
   const VectorQuantizeOptions& options() const { return opt_; }
   const std::vector<std::shared_ptr<Codebook>>& codebooks() const { return codebooks_; }
@@ -67,7 +73,7 @@ class VectorQuantize : public Module {
 
   VectorQuantizeOptions opt_;
   int64_t codebook_dim_;
-  std::shared_ptr<Linear> project_in_, project_out_;
+  Projection projection_;
   std::vector<std::shared_ptr<Codebook>> codebooks_;
 };
 

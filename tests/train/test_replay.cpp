@@ -31,7 +31,7 @@ void write_input(const std::string& path, const SafetensorsFile& g, std::map<std
   for (int i = 0; i < 6; ++i) t.emplace_back("x." + std::to_string(i), g.at("x." + std::to_string(i)));
   std::map<std::string, std::string> meta{{"decay", "0.9"},          {"eps", "1e-05"},
                                           {"commitment_weight", "0.25"}, {"kmeans_init", "false"},
-                                          {"threshold_ema_dead_code", "0"}, {"cosine", "false"}};
+                                          {"threshold_ema_dead_code", "0"}, {"use_cosine_sim", "false"}};
   for (auto& [k, v] : extra) meta[k] = v;
   safetensors_save(path, t, meta);
 }
@@ -83,9 +83,17 @@ TEST_CASE("replay errors name the file and the key or tensor, and write nothing"
     CHECK_FALSE(std::filesystem::exists(out));
   };
   write_input(in, g, {{"decay_rate", "0.9"}});
-  fails_with("unknown metadata key 'decay_rate'");
-  write_input(in, g, {{"cosine", "maybe"}});
-  fails_with("metadata 'cosine' must be \"true\" or \"false\"");
+  fails_with("in.safetensors metadata: unknown key 'decay_rate'");
+  write_input(in, g, {{"use_cosine_sim", "maybe"}});
+  fails_with("in.safetensors metadata: 'use_cosine_sim' must be true or false, got string");
+  // The config's name of the key, not another spelling of replay's own.
+  write_input(in, g, {{"cosine", "false"}});
+  fails_with("in.safetensors metadata: unknown key 'cosine'");
+  // The config's checks: the same range as a config's quantizer.decay.
+  write_input(in, g, {{"decay", "1.5"}});
+  fails_with("in.safetensors metadata: 'decay' must be in [0, 1]");
+  write_input(in, g, {{"learnable_codebook", "true"}});
+  fails_with("in.safetensors metadata: 'learnable_codebook' must be false");
   write_input(in, g, {}, true);
   fails_with("missing tensor 'embed_avg'");
   write_input(in, g);
@@ -100,9 +108,9 @@ TEST_CASE("replay errors name the file and the key or tensor, and write nothing"
                         {"x.0", ones({3, 5})}});
   fails_with("'x.0' must be float32 [N, 2]");
   write_input(in, g, {{"seed", "-1"}});
-  fails_with("in.safetensors: metadata 'seed' must be at least 0, got -1");
+  fails_with("in.safetensors metadata: 'seed' must be an integer in [0, 2^64 - 1], got number");
   write_input(in, g, {{"kmeans_iters", "2.5"}});
-  fails_with("in.safetensors: metadata 'kmeans_iters' must be an integer, got '2.5'");
+  fails_with("in.safetensors metadata: 'kmeans_iters' must be an integer, got number");
   // A non-finite row names the file, the batch, its rows and the rank.
   Tensor x1 = g.at("x.1").clone();
   x1.data<float>()[3 * x1.size(1)] = std::nanf("");

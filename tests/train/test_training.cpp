@@ -318,7 +318,7 @@ TEST_CASE("config errors name the key path and the expected type") {
   fails(j, "'schedule.batch_size' must be an integer, got number 2.5");
   j = base;
   j["quantizer"] = {{"type", "pq"}};
-  fails(j, "'quantizer.type' must be one of \"vq\", \"residual_vq\", \"fsq\", \"residual_fsq\", got \"pq\"");
+  fails(j, "'quantizer.type' must be one of \"vq\", \"residual_vq\", \"fsq\", \"residual_fsq\", \"lfq\", \"residual_lfq\", got \"pq\"");
   j = base;
   j["quantizer"] = {{"type", "fsq"}};
   fails(j, "'quantizer.levels' is required for type \"fsq\"");

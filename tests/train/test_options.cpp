@@ -1,0 +1,130 @@
+// One option reader: config files, command-line overrides and replay
+// metadata go through the same parsing and checks with the same key names
+// (vq/quantizer_options.h, train/config.h).
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "engine/error.h"
+#include "engine/json_strict.h"
+#include "engine/safetensors.h"
+#include "engine/tensor.h"
+#include "tests/engine/tmpdir.h"
+#include "tool/replay.h"
+#include "train/config.h"
+
+using namespace vqddp;
+
+namespace {
+
+std::string source_dir() {
+  const char* src = std::getenv("VQDDP_SOURCE_DIR");
+  return src ? src : ".";
+}
+
+std::vector<std::string> shipped_configs() {
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(source_dir() + "/examples"))
+    if (e.path().extension() == ".json") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Every codebook key, each away from its default.
+const nlohmann::json kCodebookKeys = {{"decay", 0.5},          {"eps", 1e-4},         {"threshold_ema_dead_code", 1.5},
+                                      {"kmeans_init", true},    {"kmeans_iters", 3},   {"use_cosine_sim", true},
+                                      {"cluster_size_init", "zeros"}, {"sync_codebook", false}};
+
+}  // namespace
+
+TEST_CASE("every shipped config round-trips through the one reader: the JSON it keeps reads back to the same config") {
+  std::vector<std::string> files = shipped_configs();
+  REQUIRE(files.size() >= 5);  // speech_codec, fashion_vq, fashion_fsq, the LFQ examples
+  std::set<std::string> types;
+  for (const std::string& f : files) {
+    CAPTURE(f);
+    Config a = load_config(f);
+    Config b = parse_config_text(a.source.dump(2), "round trip");
+    CHECK(a == b);
+    types.insert(a.quantizer.type);
+    // An override reads as if the file held it; nothing else changes.
+    Config c = parse_config(load_config_json(f), f, {{"--steps", "schedule.steps", 7}, {"--device", "run.device", "sim"}});
+    Config want = a;
+    want.schedule.steps = 7;
+    want.run.device = "sim";
+    CHECK(c == want);  // the source stays the file's: checkpoints store no command line
+  }
+  for (const std::string& t : quantizer_types()) {
+    CAPTURE(t);
+    CHECK(types.count(t) == 1);  // every type has a shipped example
+  }
+}
+
+TEST_CASE("a command-line override with a bad value is refused by the reader, naming the flag, the key and the choices") {
+  std::string f = source_dir() + "/examples/fashion_vq.json";
+  nlohmann::json j = load_config_json(f);
+  CHECK_THROWS_WITH_AS(parse_config(j, f, {{"--backend", "distributed.backend", "mpi"}}),
+                       doctest::Contains((f + " with --backend mpi: 'distributed.backend' must be one of \"single\", "
+                                              "\"thread\", \"nccl\", got \"mpi\"").c_str()),
+                       Error);
+  CHECK_THROWS_WITH_AS(parse_config(j, f, {{"--device", "run.device", "tpu"}}),
+                       doctest::Contains("with --device tpu: 'run.device' must be one of \"cpu\", \"cuda\", \"sim\""),
+                       Error);
+  // The file's own value is checked the same way.
+  j["distributed"]["backend"] = "mpi";
+  CHECK_THROWS_WITH_AS(parse_config(j, f), doctest::Contains("'distributed.backend' must be one of"), Error);
+}
+
+TEST_CASE("replay and train accept the same codebook keys and read them to the same options") {
+  nlohmann::json cfg = load_config_json(source_dir() + "/examples/fashion_vq.json");
+  for (const auto& [k, v] : kCodebookKeys.items()) cfg["quantizer"][k] = v;
+  Config c = parse_config(cfg, "config");
+
+  test::TempDir dir;
+  std::map<std::string, std::string> meta;
+  for (const auto& [k, v] : kCodebookKeys.items()) meta[k] = v.is_string() ? v.get<std::string>() : v.dump();
+  meta["commitment_weight"] = "0.25";
+  std::string in = dir.file("in.safetensors");
+  safetensors_save(in, {{"embed", ones({4, 2})}, {"embed_avg", ones({4, 2})}, {"cluster_size", ones({4})},
+                        {"x.0", ones({3, 2})}}, meta);
+  SafetensorsFile f = safetensors_load(in);
+  float weight = 0;
+  CodebookOptions r = replay_codebook_options(f, in, weight);
+  CHECK(weight == 0.25f);
+  CHECK(r == c.quantizer.codebook);
+  CHECK(r.decay == 0.5f);  // away from the default: the keys were read, not defaulted
+  CHECK(r.cosine);
+  CHECK_FALSE(r.cluster_size_init_ones);
+
+  // The same check refuses the same bad value in both.
+  cfg["quantizer"]["eps"] = 0;
+  CHECK_THROWS_WITH_AS(parse_config(cfg, "config"), doctest::Contains("config: 'quantizer.eps' must be positive"), Error);
+  meta["eps"] = "0";
+  safetensors_save(in, {{"embed", ones({4, 2})}, {"embed_avg", ones({4, 2})}, {"cluster_size", ones({4})},
+                        {"x.0", ones({3, 2})}}, meta);
+  CHECK_THROWS_WITH_AS(replay_codebook_options(safetensors_load(in), in, weight),
+                       doctest::Contains((in + " metadata: 'eps' must be positive").c_str()), Error);
+}
+
+TEST_CASE("LFQ types: their keys are read for lfq and residual_lfq only, codebook_size must be a power of two") {
+  nlohmann::json cfg = load_config_json(source_dir() + "/examples/fashion_vq.json");
+  cfg["quantizer"] = {{"type", "residual_lfq"}, {"codebook_size", 64}, {"num_quantizers", 2},
+                      {"entropy_loss_weight", 0.2}, {"diversity_gamma", 0.5}, {"commitment_loss_weight", 0.1}};
+  Config c = parse_config(cfg, "config");
+  CHECK(c.quantizer.entropy_loss_weight == 0.2f);
+  CHECK(c.quantizer.diversity_gamma == 0.5f);
+  CHECK(c.quantizer.commitment_loss_weight == 0.1f);
+  cfg["quantizer"]["codebook_size"] = 48;
+  CHECK_THROWS_WITH_AS(parse_config(cfg, "config"),
+                       doctest::Contains("config: 'quantizer.codebook_size' must be a power of two in [2, 65536] for "
+                                         "type \"residual_lfq\", got 48"),
+                       Error);
+  cfg["quantizer"] = {{"type", "vq"}, {"entropy_loss_weight", 0.2}};
+  CHECK_THROWS_WITH_AS(parse_config(cfg, "config"), doctest::Contains("unknown key 'quantizer.entropy_loss_weight'"),
+                       Error);
+  cfg["quantizer"] = {{"type", "lookup_free"}};
+  CHECK_THROWS_WITH_AS(parse_config(cfg, "config"),
+                       doctest::Contains("'quantizer.type' must be one of \"vq\", \"residual_vq\", \"fsq\", "
+                                         "\"residual_fsq\", \"lfq\", \"residual_lfq\""),
+                       Error);
+}

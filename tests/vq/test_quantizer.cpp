@@ -1,0 +1,128 @@
+// Every quantizer type through the Quantizer contract (vq/quantizer.h), made
+// by the factory from options: the DDP invariants (W ranks == 1 rank on the
+// whole batch, bit for bit, VQ_SEMANTICS.md section 7) hold through the
+// interface for every type, and the contract's shapes, decode, layer sizes
+// and bits say what they promise.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "engine/ops.h"
+#include "engine/streams.h"
+#include "tests/vq/harness.h"
+#include "vq/quantizer_options.h"
+
+namespace vqddp {
+namespace {
+
+using test::for_each_split;
+using test::per_rank;
+
+constexpr int64_t kDim = 8, kRows = 24;
+constexpr int kSteps = 3, kLayers = 3;
+
+// Options that exercise each type's state: k-means init, revival and
+// quantize dropout where the type has them.
+QuantizerOptions options_for(const std::string& type) {
+  QuantizerOptions q;
+  q.type = type;
+  q.codebook_size = 16;
+  q.num_quantizers = kLayers;
+  q.codebook.kmeans_init = true;
+  q.codebook.kmeans_iters = 3;
+  q.codebook.threshold_ema_dead_code = 1.5f;
+  q.quantize_dropout = true;
+  if (type == "fsq" || type == "residual_fsq") q.levels = {5, 4, 3};
+  return q;
+}
+
+std::shared_ptr<Quantizer> make(const QuantizerOptions& q) {
+  Generator gen(11, streams::kInit);
+  return make_quantizer(q, kDim, /*seed=*/5, gen);
+}
+
+struct Trace {
+  std::vector<NamedTensors> states;    // after each step
+  std::vector<Tensor> quantized, indices;  // each step's rows of this rank
+};
+
+// Steps of one rank on its shard of each step's global batch.
+Trace run(const QuantizerOptions& q, Communicator& comm, const std::vector<int64_t>& sizes) {
+  std::shared_ptr<Quantizer> m = make(q);
+  m->train();
+  Trace t;
+  for (int s = 0; s < kSteps; ++s) {
+    Generator data(100 + s);
+    Tensor x = rand_normal({kRows, kDim}, data);
+    QuantizerOutput out = m->quantize(test::shard(x, sizes, comm.rank()), comm);
+    t.quantized.push_back(out.quantized.detach().clone());
+    t.indices.push_back(out.indices.clone());
+    t.states.push_back(test::snapshot(*m));
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("every quantizer type through the Quantizer interface: W ranks' outputs, indices and state are == 1 rank's "
+          "on the whole batch, W = 2..3, every split") {
+  for (const std::string& type : quantizer_types()) {
+    CAPTURE(type);
+    QuantizerOptions q = options_for(type);
+    Trace one = per_rank(1, [&](Communicator& comm) { return run(q, comm, {kRows}); })[0];
+    for_each_split(kRows, 2, 3, [&](int w, const std::string& split) {
+      std::vector<int64_t> sizes = test::split_sizes(kRows, w, split);
+      std::vector<Trace> ranks = per_rank(w, [&](Communicator& comm) { return run(q, comm, sizes); });
+      for (int s = 0; s < kSteps; ++s) {
+        CAPTURE(s);
+        std::vector<Tensor> qs, is;
+        for (int r = 0; r < w; ++r) {
+          CAPTURE(r);
+          CHECK(test::first_difference(ranks[r].states[s], one.states[s]) == "");
+          qs.push_back(ranks[r].quantized[s]);
+          is.push_back(ranks[r].indices[s]);
+        }
+        CHECK(test::first_difference({{"quantized", concat(qs, 0)}, {"indices", concat(is, 0)}},
+                                     {{"quantized", one.quantized[s]}, {"indices", one.indices[s]}}) == "");
+      }
+    });
+  }
+}
+
+TEST_CASE("the Quantizer contract: indices (N, Q) within the layer sizes, a scalar loss, decode(indices) is the eval "
+          "output, bits = sum of log2(layer size)") {
+  for (const std::string& type : quantizer_types()) {
+    CAPTURE(type);
+    QuantizerOptions q = options_for(type);
+    run_ranks(1, [&](Communicator& comm) {
+      std::shared_ptr<Quantizer> m = make(q);
+      Generator data(3);
+      Tensor x = rand_normal({kRows, kDim}, data);
+      m->train();
+      QuantizerOutput train_out = m->quantize(x, comm);  // initialises codebooks (k-means)
+      CHECK(train_out.loss.dim() == 0);
+      m->eval();
+      QuantizerOutput out = m->quantize(x, comm);
+      std::vector<int64_t> sizes = m->layer_sizes();
+      bool residual = type.rfind("residual_", 0) == 0;
+      CHECK(sizes.size() == static_cast<size_t>(residual ? kLayers : 1));
+      CHECK(m->dim() == kDim);
+      CHECK(out.quantized.shape() == Shape{kRows, kDim});
+      REQUIRE(out.indices.shape() == Shape{kRows, static_cast<int64_t>(sizes.size())});
+      CHECK(out.active_layers == static_cast<int>(sizes.size()));  // eval never drops
+      std::vector<int64_t> idx = out.indices.to_vector<int64_t>();
+      for (size_t i = 0; i < idx.size(); ++i) CHECK((idx[i] >= 0 && idx[i] < sizes[i % sizes.size()]));
+      double bits = 0;
+      for (int64_t k : sizes) bits += std::log2(static_cast<double>(k));
+      CHECK(m->bits() == bits);
+      // The eval output is x + (code - x): within rounding of the codes.
+      test::check_close({{"decoded", m->decode(out.indices)}}, {{"decoded", out.quantized.detach()}}, 1e-5, 1e-5);
+      if (type == "fsq" || type == "lfq" || type == "residual_fsq" || type == "residual_lfq") {
+        Tensor mask = ones({kRows}, DType::i64);
+        CHECK_THROWS_WITH_AS(m->quantize(x, comm, mask), doctest::Contains("takes no mask"), Error);
+      }
+    }, test::kFast);
+  }
+}
+
+}  // namespace vqddp

@@ -1,0 +1,66 @@
+// Quantizer options as users write them (a config's "quantizer" section, a
+// replay file's metadata, an embedding program's code), the one reader of
+// those keys, and the factory that makes a Quantizer from them.
+//
+// Keys follow vector-quantize-pytorch where the concept exists there:
+//   type                      vq, residual_vq, fsq, residual_fsq, lfq, residual_lfq
+//   codebook_size, num_quantizers, codebook_dim, shared_codebook,
+//   commitment_weight, quantize_dropout, quantize_dropout_cutoff_index,
+//   quantize_dropout_multiple_of, levels (FSQ)
+//   codebook keys (read_codebook_options): decay, eps,
+//     threshold_ema_dead_code, kmeans_init, kmeans_iters, use_cosine_sim,
+//     learnable_codebook, cluster_size_init, sync_codebook
+//   LFQ keys (lfq, residual_lfq only): entropy_loss_weight,
+//     commitment_loss_weight, diversity_gamma, inv_temperature, codebook_scale
+// A bad value is refused by the reader, naming the key path and what is
+// allowed, before anything is built or read.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/config_reader.h"
+#include "engine/random.h"
+#include "vq/codebook.h"
+#include "vq/quantizer.h"
+
+namespace vqddp {
+
+struct QuantizerOptions {
+  std::string type = "residual_vq";  // one of quantizer_types()
+  int64_t codebook_size = 256;
+  int num_quantizers = 4;
+  int64_t codebook_dim = 0;  // 0: the quantizer's input width (no projection)
+  bool shared_codebook = false;
+  float commitment_weight = 1.f;
+  CodebookOptions codebook;  // decay, eps, threshold, kmeans, cosine, learnable, cluster_size_init, sync
+  bool quantize_dropout = false;
+  int quantize_dropout_cutoff_index = 0;
+  int quantize_dropout_multiple_of = 1;
+  std::vector<int> levels;  // FSQ
+  // LFQ (vector-quantize-pytorch's LFQ defaults).
+  float entropy_loss_weight = 0.1f;
+  float commitment_loss_weight = 0.25f;
+  float diversity_gamma = 1.f;
+  float inv_temperature = 100.f;
+  float codebook_scale = 1.f;
+  bool operator==(const QuantizerOptions&) const = default;
+};
+
+const std::vector<std::string>& quantizer_types();
+
+// The codebook keys (listed above) into `c`, with their checks. Reads only
+// those keys: the caller finishes the section.
+void read_codebook_options(ConfigSection& s, CodebookOptions& c);
+
+// A whole quantizer section into `q` (starting from q's values), checked;
+// finishes the section (unknown keys are errors).
+void read_quantizer_options(ConfigSection s, QuantizerOptions& q);
+
+// The Quantizer `q` describes, for inputs of width `dim`. `seed` keys its
+// shared random streams (codebook init, k-means, revival, dropout); its
+// initial weights (projections, codebooks) are drawn from `init_gen`.
+std::shared_ptr<Quantizer> make_quantizer(const QuantizerOptions& q, int64_t dim, uint64_t seed, Generator& init_gen);
+
+}  // namespace vqddp

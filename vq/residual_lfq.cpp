@@ -1,0 +1,72 @@
+#include "vq/residual_lfq.h"
+
+#include <cmath>
+
+#include "engine/ops.h"
+#include "vq/index_columns.h"
+
+namespace vqddp {
+
+ResidualLFQ::ResidualLFQ(const ResidualLFQOptions& o, Generator& init_gen) : opt_(o) {
+  VQDDP_CHECK(o.num_quantizers >= 1, "ResidualLFQ: num_quantizers {} must be positive", o.num_quantizers);
+  for (int i = 0; i < o.num_quantizers; ++i) {
+    LFQOptions l = o.lfq;
+    l.codebook_size = o.codebook_size;
+    l.dim = 0;  // the layers work in the projected space: no projection of their own
+    l.codebook_scale = static_cast<float>(std::ldexp(static_cast<double>(o.lfq.codebook_scale), -i));
+    layers_.push_back(std::make_shared<LFQ>(l, init_gen));  // LFQ checks codebook_size
+  }
+  bits_ = layers_[0]->bits();
+  if (opt_.dim == 0) opt_.dim = bits_;
+  projection_ = make_projection(opt_.dim, bits_, init_gen);
+  // Registered after the projection: layers hold no tensors, only their
+  // train/eval mode follows this module's.
+  for (int i = 0; i < o.num_quantizers; ++i) register_module("layer" + std::to_string(i), layers_[i]);
+  // Offsets the dropout stream id (engine/streams.h): never negative.
+  dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64), ValueRange::non_negative());
+}
+
+QuantizerOutput ResidualLFQ::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
+  refuse_mask(mask, "ResidualLFQ", comm.rank());
+  VQDDP_CHECK(x.defined() && x.dim() == 2 && x.size(1) == opt_.dim, "rank {}: ResidualLFQ expects [N, {}], got {}",
+              comm.rank(), opt_.dim, x.desc());
+  const int q = opt_.num_quantizers;
+  Tensor z = projection_.in(x);  // (N, B)
+  int64_t n = z.size(0);
+  const Device dev = z.device();
+  int last = last_active_layer(opt_.quantize_dropout, q, updates_state(), opt_.seed, dropout_step_);
+  QuantizerOutput out;
+  out.active_layers = last + 1;
+  const Tensor zero = full({}, 0.0, DType::f32, dev);  // the loss of a layer that did not run
+  Tensor residual = z, sum = zeros({n, bits_}, DType::f32, dev);
+  std::vector<Tensor> idx_columns(q, full({n}, -1, DType::i64, dev));  // -1: layer dropped
+  out.loss = zero;
+  for (int l = 0; l < q; ++l) {
+    if (l > last) {
+      out.layer_losses.push_back(zero);
+      continue;
+    }
+    LFQOutput o = layers_[l]->forward(residual, comm);
+    residual = sub(residual, o.quantized.detach());
+    sum = add(sum, o.quantized);
+    idx_columns[l] = o.indices;
+    out.layer_losses.push_back(o.loss);
+    out.loss = add(out.loss, o.loss);
+  }
+  out.quantized = projection_.out(sum);
+  out.indices = stack_columns(idx_columns);
+  return out;
+}
+
+Tensor ResidualLFQ::decode(const Tensor& indices) const {
+  const int q = opt_.num_quantizers;
+  VQDDP_CHECK(indices.dtype() == DType::i64 && indices.dim() == 2 && indices.size(1) == q,
+              "ResidualLFQ: expected int64 indices [N, {}], got {}", q, indices.desc());
+  Tensor sum = zeros({indices.size(0), bits_}, DType::f32, indices.device());
+  std::vector<Tensor> columns = split_columns(indices);
+  for (int l = 0; l < q; ++l)
+    sum = add(sum, codes_or_zero(columns[l], bits_, [&](const Tensor& i) { return layers_[l]->decode(i); }));
+  return projection_.out(sum);
+}
+
+}  // namespace vqddp
