@@ -1,0 +1,249 @@
+// examples/embed: vqddp inside a training loop of your own.
+//
+// A small autoencoder with a residual VQ bottleneck learns noisy sinusoid
+// frames, trained data-parallel on W thread ranks of this one process by the
+// loop below: no JSON config, no Trainer. It uses only the installed package
+// (<vqddp/vqddp.h>, found by pkg-config), so it is also the template for
+// putting vqddp into your own program. README "Embedding vqddp" walks through it.
+//
+//   embed [--world W] [--steps N] [--log-every K] [--checkpoint PATH] [--resume]
+//
+// --steps is the TOTAL step count: `--steps 400 --resume` after a 200-step
+// run trains steps 201..400 and ends where an uninterrupted 400-step run ends.
+#include <vqddp/vqddp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <numbers>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+using namespace vqddp;
+
+namespace {
+
+// The run's fixed settings. The checkpoint records them (run_config), and a
+// resume from a checkpoint made with other settings is refused.
+constexpr uint64_t kSeed = 1234;
+constexpr int64_t kBatch = 256;  // the GLOBAL batch, split over the ranks
+constexpr int64_t kFrame = 16;   // F: samples per frame, the model's input
+constexpr int64_t kHidden = 64;
+constexpr int64_t kLatent = 8;  // D: what the quantizer quantizes
+constexpr int kQuantizers = 3;
+constexpr int64_t kCodebookSize = 32;  // K, every layer
+constexpr float kLr = 3e-3f;
+// Data stream ids: a range of our own, below 2^32 like every shared stream
+// and apart from the library's ranges (engine/streams.h).
+constexpr uint64_t kDataStream = 0x70000000;
+
+constexpr const char* kUsage =
+    "usage: embed [--world W] [--steps N] [--log-every K] [--checkpoint PATH] [--resume]\n";
+
+struct Flags {
+  int world = 2;
+  int64_t steps = 200;
+  int64_t log_every = 20;
+  std::string checkpoint = "embed.safetensors";
+  bool resume = false;
+};
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+int64_t count_flag(std::string_view flag, std::string_view text, CountRange range) {
+  std::optional<int64_t> v = parse_int(text);
+  if (!v) throw UsageError(fmt::format("{} must be an integer, got '{}'", flag, text));
+  if (!range.contains(*v)) throw UsageError(fmt::format("{} {}", flag, range.violation(text)));
+  return *v;
+}
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view flag = argv[i];
+    if (flag == "--resume") {
+      f.resume = true;
+      continue;
+    }
+    if (flag != "--world" && flag != "--steps" && flag != "--log-every" && flag != "--checkpoint")
+      throw UsageError(fmt::format("unknown flag '{}'", flag));
+    if (i + 1 == argc) throw UsageError(fmt::format("{} needs a value", flag));
+    std::string_view value = argv[++i];
+    if (flag == "--world")  // at most one rank per row: every rank gets rows
+      f.world = static_cast<int>(count_flag(flag, value, {1, kBatch}));
+    else if (flag == "--steps")  // the data stream ids must stay below 2^32
+      f.steps = count_flag(flag, value, {1, 100000000});
+    else if (flag == "--log-every")
+      f.log_every = count_flag(flag, value, {1, limits::kNoLimit});
+    else if (value.empty())
+      throw UsageError("--checkpoint needs a path");
+    else
+      f.checkpoint = value;
+  }
+  return f;
+}
+
+// The global batch of step s (1-based), (kBatch, kFrame): sinusoids of random
+// amplitude, frequency and phase plus noise. A function of (kSeed, s) alone,
+// so a resumed run sees the batches an uninterrupted one does, on any number
+// of ranks. (Every rank draws it whole and keeps its share: cheap here; a
+// real loader would read only its own rows.)
+Tensor global_batch(int64_t step) {
+  Generator gen(kSeed, kDataStream + static_cast<uint64_t>(step));
+  std::vector<float> v(kBatch * kFrame);
+  for (int64_t n = 0; n < kBatch; ++n) {
+    const float amplitude = 0.5f + gen.uniform();
+    const float frequency = 0.2f + 0.8f * gen.uniform();
+    const float phase = 2.f * std::numbers::pi_v<float> * gen.uniform();
+    for (int64_t j = 0; j < kFrame; ++j)
+      v[n * kFrame + j] = amplitude * std::sin(frequency * static_cast<float>(j) + phase) + 0.05f * gen.normal();
+  }
+  return from_vector(v, {kBatch, kFrame});
+}
+
+std::shared_ptr<Sequential> mlp(int64_t in, int64_t out, Generator& gen) {
+  auto net = std::make_shared<Sequential>();
+  net->add(std::make_shared<Linear>(in, kHidden, gen))
+      .add(std::make_shared<Activation>([](const Tensor& t) { return gelu(t); }))
+      .add(std::make_shared<Linear>(kHidden, out, gen));
+  return net;
+}
+
+ResidualVQOptions quantizer_options() {
+  ResidualVQOptions q;
+  q.dim = kLatent;
+  q.num_quantizers = kQuantizers;
+  q.codebook_size = kCodebookSize;
+  q.codebook.decay = 0.95f;                 // EMA codebooks (the default kind)
+  q.codebook.kmeans_init = true;            // from the first batch, the same on every rank
+  q.codebook.kmeans_iters = 10;
+  q.codebook.threshold_ema_dead_code = 2.f; // revive codes whose EMA count falls below 2
+  q.seed = kSeed;                           // keys the codebooks' shared random streams
+  return q;
+}
+
+// x (N, F) -> encoder -> (N, D) -> ResidualVQ -> (N, D) -> decoder -> (N, F).
+// Registration order names the tensors ("encoder.0.weight",
+// "quantizer.layer0.embed", ...): DDP broadcasts and checkpoints store them
+// in that order, so it must depend on nothing but this code.
+struct Autoencoder : Module {
+  std::shared_ptr<Sequential> encoder, decoder;
+  std::shared_ptr<ResidualVQ> quantizer;
+
+  Autoencoder() {
+    // The same seed on every rank gives every rank the same initial weights
+    // (DDP broadcasts rank 0's anyway; this keeps 1 rank and W ranks alike).
+    Generator gen(kSeed, streams::kInit);
+    encoder = register_module("encoder", mlp(kFrame, kLatent, gen));
+    quantizer = register_module("quantizer", std::make_shared<ResidualVQ>(quantizer_options(), gen));
+    decoder = register_module("decoder", mlp(kLatent, kFrame, gen));
+  }
+};
+
+// The settings a bit-exact continuation depends on, stored in the
+// checkpoint's metadata; load_checkpoint compares these sections. The world
+// size is not one of them: the global batch is the same on any W.
+nlohmann::json run_config() {
+  const ResidualVQOptions q = quantizer_options();
+  return {{"model", {{"frame", kFrame}, {"hidden", kHidden}, {"latent", kLatent}}},
+          {"quantizer", {{"type", "residual_vq"}, {"num_quantizers", q.num_quantizers},
+                         {"codebook_size", q.codebook_size}, {"decay", q.codebook.decay},
+                         {"kmeans_iters", q.codebook.kmeans_iters},
+                         {"threshold_ema_dead_code", q.codebook.threshold_ema_dead_code}}},
+          {"data", {{"type", "sinusoids"}}},
+          {"optimizer", {{"type", "adamw"}, {"lr", kLr}}},
+          {"schedule", {{"batch_size", kBatch}}},
+          {"run", {{"seed", kSeed}}}};
+}
+
+// One rank's whole run; run_ranks calls it on W threads at once.
+void train_rank(Communicator& comm, const Flags& flags) {
+  const bool lead = comm.rank() == 0;
+  Autoencoder model;
+  const std::vector<Tensor> params = model.parameters();  // the codebooks are buffers, not parameters
+  AdamW optim(params, AdamWOptions{.lr = kLr});
+
+  // Every rank loads (parameters, codebook buffers, optimizer moments), and
+  // before DDP is built: its constructor broadcasts rank 0's state anyway.
+  int64_t done = 0;
+  if (flags.resume) {
+    const nlohmann::json config = run_config();
+    done = load_checkpoint(flags.checkpoint, model, optim, flags.steps, &config);
+    if (lead) fmt::print("resumed from step {}\n", done);
+  }
+  DistributedDataParallel ddp(model, comm);  // every rank constructs it (broadcasts)
+
+  // This rank's share: a contiguous block of rows. In rank order the blocks
+  // ARE the global batch, in its order, so the global row numbers the
+  // codebooks' k-means init and dead-code revival sample by are the ones a
+  // single rank would use: the quantizer sees what one rank would see.
+  const int64_t begin = kBatch * comm.rank() / comm.world_size();
+  const int64_t end = kBatch * (comm.rank() + 1) / comm.world_size();
+  const float scale = DistributedDataParallel::loss_scale(end - begin, kBatch);  // N_r / N
+
+  model.train();
+  for (int64_t step = done + 1; step <= flags.steps; ++step) {
+    Tensor x = global_batch(step).slice_rows(begin, end);  // (N_r, F)
+    Tensor z = model.encoder->forward(x);                  // (N_r, D)
+    // A collective: in training EVERY rank must call it, every step (the
+    // codebooks all-reduce their counts and sums here and update alike).
+    auto q = model.quantizer->forward(z, comm);
+    Tensor recon = model.decoder->forward(q.quantized);  // (N_r, F)
+    Tensor loss = add(mse_loss(recon, x), q.loss);        // this rank's mean loss
+    // Backpropagate this rank's SHARE of the global mean loss; DDP then sums
+    // the gradients, which gives the global batch's gradient, uneven shards
+    // included (averaging per-rank means would not).
+    mul(loss, scale).backward();
+    ddp.all_reduce_gradients();
+    clip_grad_norm(params, 1.f);  // after the all-reduce: every rank clips the same gradient
+    optim.step();
+    optim.zero_grad();
+
+    if (step % flags.log_every == 0 || step == flags.steps) {
+      // The global batch's mean loss: each rank's share, summed. Every rank
+      // knows which steps log, so all of them make this collective.
+      Tensor total = full({1}, loss.item<float>() * scale);
+      comm.all_reduce(total, ReduceOp::sum);
+      // Layer 0's metrics, from the GLOBAL code counts of this step (every
+      // rank holds the same numbers); the deeper layers' are q.metrics[1..].
+      const CodebookMetrics& m = q.metrics[0];
+      if (lead)
+        fmt::print("step {} loss {:.4f} perplexity {:.2f} codes used {}/{}\n", step, total.item<float>(),
+                   m.perplexity(), m.codes_used(), kCodebookSize);
+    }
+  }
+
+  // Parameters, buffers (codebooks, their EMA state, counters), optimizer
+  // state and the step, written atomically (temporary file + rename). All
+  // ranks hold the same state, so rank 0 alone writes it.
+  if (lead) save_checkpoint(flags.checkpoint, model, optim, flags.steps, run_config());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  try {
+    flags = parse_flags(argc, argv);
+  } catch (const UsageError& e) {
+    fmt::print(stderr, "embed: {}\n{}", e.what(), kUsage);
+    return 2;
+  }
+  try {
+    // W threads, one communicator each; an exception on any rank aborts the
+    // others (no hang) and the first one is rethrown here.
+    run_ranks(flags.world, [&](Communicator& comm) { train_rank(comm, flags); });
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "embed: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,93 @@
+// vqddp: the whole library in one include.
+//
+//   #include <vqddp/vqddp.h>      (pkg-config --cflags vqddp)
+//
+// engine/  tensors, autograd, ops, layers, optimizers, devices, safetensors
+// comm/    communicators (single, in-process thread ranks, NCCL), launch
+// vq/      quantizers behind one contract (vq/quantizer.h) and their parts
+// train/   config, schedule, model, DDP wrapper, checkpoints, trainer
+// data/    WAV and IDX readers and the data sets built on them
+//
+// Every installed header is included here (tests/install_package.sh checks
+// it), so a program that includes only this file sees the whole API.
+#pragma once
+
+// engine/
+#include "engine/autograd.h"
+#include "engine/blas.h"
+#include "engine/config_reader.h"
+#include "engine/count_limits.h"
+#include "engine/cpu_allocator.h"
+#include "engine/device.h"
+#include "engine/device_counters.h"
+#include "engine/device_plans.h"
+#include "engine/dtype.h"
+#include "engine/error.h"
+#include "engine/file_io.h"
+#include "engine/fixed_gemm.h"
+#include "engine/json_strict.h"
+#include "engine/kernel_math.h"
+#include "engine/nn.h"
+#include "engine/ops.h"
+#include "engine/optim.h"
+#include "engine/parallel.h"
+#include "engine/parse_number.h"
+#include "engine/random.h"
+#include "engine/safetensors.h"
+#include "engine/streams.h"
+#include "engine/tensor.h"
+
+// comm/
+#include "comm/all_reduce_grad.h"
+#include "comm/communicator.h"
+#include "comm/dist_env.h"
+#include "comm/errors.h"
+#include "comm/fingerprint.h"
+#include "comm/launch.h"
+#include "comm/launcher.h"
+#include "comm/nccl_communicator.h"
+#include "comm/rendezvous.h"
+#include "comm/single.h"
+#include "comm/staging.h"
+#include "comm/store.h"
+#include "comm/thread_group.h"
+#include "comm/watchdog.h"
+
+// vq/
+#include "vq/assign.h"
+#include "vq/code_stats.h"
+#include "vq/codebook.h"
+#include "vq/device_constants.h"
+#include "vq/fsq.h"
+#include "vq/index_columns.h"
+#include "vq/kmeans.h"
+#include "vq/lfq.h"
+#include "vq/losses.h"
+#include "vq/masked_rows.h"
+#include "vq/perplexity.h"
+#include "vq/quantize_dropout.h"
+#include "vq/quantizer.h"
+#include "vq/quantizer_options.h"
+#include "vq/residual_fsq.h"
+#include "vq/residual_lfq.h"
+#include "vq/residual_vq.h"
+#include "vq/sampler.h"
+#include "vq/vector_quantize.h"
+#include "vq/vq_kernels.h"
+#include "vq/vq_math.h"
+
+// train/
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/ddp.h"
+#include "train/metrics_log.h"
+#include "train/model.h"
+#include "train/run_dir.h"
+#include "train/schedule.h"
+#include "train/stop_signal.h"
+#include "train/trainer.h"
+
+// data/
+#include "data/dataset.h"
+#include "data/idx.h"
+#include "data/wav.h"
