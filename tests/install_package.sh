@@ -41,6 +41,12 @@ for r in fmt nlohmann_json openblas; do
 done
 [ -f "$libdir/libvqddp.a" ] || fail "no static library in $libdir"
 ls "$libdir"/libvqddp.so* >/dev/null 2>&1 || fail "no shared library in $libdir"
+# A CUDA build's installed library keeps the toolkit's lib64 as its run path
+# (no loader path of a fresh machine has it; meson install would drop it).
+if [ "$(pkg-config --variable=cuda vqddp)" = true ]; then
+  readelf -d "$libdir/libvqddp.so" | grep -q 'RUNPATH.*cuda' ||
+    fail "the installed libvqddp.so has no run path to the CUDA toolkit: $(readelf -d "$libdir/libvqddp.so" | grep -i path)"
+fi
 
 # Every header of the library's folders is installed and in the umbrella.
 for d in engine comm vq train data; do
