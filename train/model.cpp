@@ -32,7 +32,7 @@ std::shared_ptr<Sequential> mlp(int64_t in, int64_t hidden, int layers, int64_t 
 }  // namespace
 
 CodecModel::CodecModel(const ModelConfig& m, const QuantizerConfig& q, int64_t input_dim, uint64_t seed)
-    : mcfg_(m), qcfg_(q), input_dim_(input_dim) {
+    : mcfg_(m), input_dim_(input_dim) {
   Generator gen(seed, streams::kInit);  // the same initial weights on every rank (DDP broadcasts them anyway)
   int64_t latent = m.tokens * m.latent_dim;
   encoder_ = register_module("encoder", mlp(input_dim, m.hidden, m.hidden_layers, latent, m.activation, gen));

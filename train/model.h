@@ -41,7 +41,6 @@ class CodecModel : public Module {
  private:
 
   ModelConfig mcfg_;
-  QuantizerConfig qcfg_;
   int64_t input_dim_;
   std::shared_ptr<Sequential> encoder_, decoder_;
   std::shared_ptr<Quantizer> quantizer_;

@@ -28,7 +28,7 @@ Tensor entropy_rows(const Tensor& p) { return neg(sum(mul(p, vqddp::log(clamp(p,
 }  // namespace
 
 LFQ::LFQ(const LFQOptions& o, Generator& init_gen) : opt_(o) {
-  VQDDP_CHECK(o.codebook_size >= 2 && (o.codebook_size & (o.codebook_size - 1)) == 0 && o.codebook_size <= (1 << 16),
+  VQDDP_CHECK(lfq_codebook_size_ok(o.codebook_size),
               "LFQ: codebook_size {} must be a power of two in [2, 65536]", o.codebook_size);
   bits_ = 0;
   while ((int64_t{1} << bits_) < o.codebook_size) ++bits_;

@@ -22,6 +22,11 @@
 
 namespace vqddp {
 
+// Whether LFQ takes `codebook_size`: a power of two in [2, 65536] (every
+// code is a column of the entropy's (N, 2^B) matrix). The one check, for
+// the constructor and the config reader.
+constexpr bool lfq_codebook_size_ok(int64_t k) { return k >= 2 && (k & (k - 1)) == 0 && k <= (int64_t{1} << 16); }
+
 struct LFQOptions {
   int64_t dim = 0;  // 0: codebook_dim (no projection)
   int64_t codebook_size = 1024;  // a power of two, at most 2^16 (the entropy uses all codes)

@@ -25,8 +25,7 @@ void read_lfq_options(ConfigSection& s, QuantizerOptions& q) {
   if (!(q.commitment_loss_weight >= 0)) s.fail("commitment_loss_weight", "must not be negative");
   if (!(q.inv_temperature > 0)) s.fail("inv_temperature", "must be positive");
   if (!(q.codebook_scale > 0)) s.fail("codebook_scale", "must be positive");
-  // Every code is a column of the entropy's (N, 2^B) matrix (vq/lfq.h).
-  if ((q.codebook_size & (q.codebook_size - 1)) != 0 || q.codebook_size > (1 << 16))
+  if (!lfq_codebook_size_ok(q.codebook_size))
     s.fail("codebook_size", fmt::format("must be a power of two in [2, 65536] for type \"{}\", got {}", q.type,
                                         q.codebook_size));
 }
