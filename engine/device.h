@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "engine/dtype.h"
+#include "engine/conv_plan.h"
 #include "engine/kernel_math.h"
 
 namespace vqddp {
@@ -107,6 +108,10 @@ class DeviceKernels {
   // (masked rows, -1) are skipped. `counts` may be null.
   virtual void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
                               double* counts, double* sums) = 0;
+  // Convolution data movement by conv_plan.h's formulas: x [n, c, h, w] to
+  // cols [n * oh * ow, c * kh * kw], and the adjoint (every x element written).
+  virtual void im2col(const float* x, float* cols, const ConvPlan& plan) = 0;
+  virtual void col2im(const float* cols, float* x, const ConvPlan& plan) = 0;
   // dst[index[i], :] = src[i, :] * scale (index distinct, already checked).
   virtual void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                                float* dst) = 0;

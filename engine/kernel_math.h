@@ -31,8 +31,9 @@ VQDDP_HD float apply_binary(BinaryOp op, float a, float b) {
 
 // A unary op and its derivative. `low`/`high` are clamp's bounds.
 struct UnaryFn {
-  enum class Op : unsigned char { neg, square, sqrt, exp, log, relu, gelu, tanh, sigmoid, clamp, round };
+  enum class Op : unsigned char { neg, square, sqrt, exp, log, relu, gelu, tanh, sigmoid, clamp, round, elu, leaky_relu, silu };
   Op op;
+  // clamp's bounds; `low` is also elu's alpha and leaky_relu's negative slope.
   float low = 0.f, high = 0.f;
 
   // y = f(x)
@@ -53,6 +54,9 @@ struct UnaryFn {
         return high < t ? high : t;
       }
       case Op::round: return ::roundf(v);  // half away from zero, as std::round
+      case Op::elu: return v > 0.f ? v : low * ::expm1f(v);
+      case Op::leaky_relu: return v > 0.f ? v : low * v;
+      case Op::silu: return v / (1.f + ::expf(-v));
     }
     return 0.f;
   }
@@ -78,6 +82,12 @@ struct UnaryFn {
       case Op::sigmoid: return y * (1.f - y);
       case Op::clamp: return v >= low && v <= high ? 1.f : 0.f;
       case Op::round: return 0.f;  // a step function (FSQ passes the gradient straight through instead)
+      case Op::elu: return v > 0.f ? 1.f : y + low;  // alpha e^v = y + alpha
+      case Op::leaky_relu: return v > 0.f ? 1.f : low;
+      case Op::silu: {
+        float s = 1.f / (1.f + ::expf(-v));
+        return s * (1.f + v * (1.f - s));
+      }
     }
     return 0.f;
   }

@@ -12,6 +12,7 @@
 // index order, so every result is deterministic run to run.
 #pragma once
 
+#include <array>
 #include <vector>
 
 #include "engine/tensor.h"
@@ -49,6 +50,11 @@ Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // exact form: x * Phi(x), Phi the normal CDF
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
+// The codec activations: x for x > 0, else alpha (e^x - 1) / slope * x;
+// silu = x sigmoid(x) (swish).
+Tensor elu(const Tensor& x, float alpha = 1.f);
+Tensor leaky_relu(const Tensor& x, float slope = 0.01f);
+Tensor silu(const Tensor& x);
 // Gradient passes where low <= x <= high (boundaries included, as in PyTorch).
 Tensor clamp(const Tensor& x, float low, float high);
 // Half away from zero (std::round); gradient 0 (a step function: FSQ passes
@@ -73,6 +79,34 @@ Tensor argmax(const Tensor& x);
 // split or the device (fixed_gemm.h); backward: OpenBLAS / cuBLAS. No
 // transposed copy is ever made.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+
+// ---- convolution ---------------------------------------------------------------
+// PyTorch's conventions: x [N, C, L] (1-D) or [N, C, H, W] (2-D); a
+// convolution's weight [C_out, C / groups, (KH,) K], a transposed one's
+// [C, C_out / groups, (KH,) K]; bias [C_out] or undefined (none). The
+// output length is (L + 2 pad - dil (K - 1) - 1) / stride + 1, and for the
+// transposed (L - 1) stride - 2 pad + dil (K - 1) + output_padding + 1.
+// Built from unfold/fold (im2col/col2im) and matmul: the forward pass is
+// batch-invariant (a sample's output never depends on the rest of the
+// batch) and the same bits on every device; the weight and input gradients
+// use BLAS / cuBLAS like matmul's backward.
+struct ConvOptions {  // per dimension (h, w) for 2-D
+  std::array<int64_t, 2> stride{1, 1}, padding{0, 0}, dilation{1, 1}, output_padding{0, 0};
+  int64_t groups = 1;
+};
+struct Conv1dOptions {
+  int64_t stride = 1, padding = 0, dilation = 1, output_padding = 0, groups = 1;
+};
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o = {});
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o = {});
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvOptions& o = {});
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvOptions& o = {});
+// The data movement under them (engine/conv_plan.h), each the other's
+// backward: im2col of x [N, C, H, W] for a kernel kh x kw, giving
+// [N * OH * OW, C * kh * kw]; and col2im of such columns back onto an image
+// of `image` shape [N, C, H, W], overlapping entries summed.
+Tensor unfold(const Tensor& x, int64_t kh, int64_t kw, const ConvOptions& o);
+Tensor fold(const Tensor& cols, const Shape& image, int64_t kh, int64_t kw, const ConvOptions& o);
 
 // ---- shape -----------------------------------------------------------------------
 // View with a new shape (same storage); one dimension may be -1.

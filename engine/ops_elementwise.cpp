@@ -136,6 +136,9 @@ Tensor relu(const Tensor& x) { return unary_op("relu", x, {U::relu}); }
 Tensor gelu(const Tensor& x) { return unary_op("gelu", x, {U::gelu}); }
 Tensor tanh(const Tensor& x) { return unary_op("tanh", x, {U::tanh}); }
 Tensor sigmoid(const Tensor& x) { return unary_op("sigmoid", x, {U::sigmoid}); }
+Tensor elu(const Tensor& x, float alpha) { return unary_op("elu", x, {U::elu, alpha}); }
+Tensor leaky_relu(const Tensor& x, float slope) { return unary_op("leaky_relu", x, {U::leaky_relu, slope}); }
+Tensor silu(const Tensor& x) { return unary_op("silu", x, {U::silu}); }
 
 Tensor round(const Tensor& x) { return unary_op("round", x, {U::round}); }
 

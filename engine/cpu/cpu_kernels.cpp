@@ -308,6 +308,16 @@ class CpuKernels final : public DeviceKernels {
     }
   }
 
+  void im2col(const float* x, float* cols, const ConvPlan& plan) override {
+    for (int64_t r = 0; r < plan.rows(); ++r)
+      for (int64_t ch = 0; ch < plan.c; ++ch) im2col_taps(x, plan, r, ch, cols);
+  }
+
+  void col2im(const float* cols, float* x, const ConvPlan& plan) override {
+    int64_t n = plan.n * plan.c * plan.h * plan.w;
+    for (int64_t e = 0; e < n; ++e) x[e] = col2im_value(cols, plan, e);
+  }
+
   void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                        float* dst) override {
     for (int64_t i = 0; i < m; ++i)

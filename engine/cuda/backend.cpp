@@ -346,6 +346,14 @@ class CudaKernels final : public DeviceKernels {
       cuda::index_add_rows(src, index, n, d, k, counts, sums, scratch, bytes, stream());
     });
   }
+  void im2col(const float* x, float* cols, const ConvPlan& plan) override {
+    DeviceGuard guard(device_);
+    cuda::im2col(x, cols, plan, stream());
+  }
+  void col2im(const float* cols, float* x, const ConvPlan& plan) override {
+    DeviceGuard guard(device_);
+    cuda::col2im(cols, x, plan, stream());
+  }
   void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                        float* dst) override {
     DeviceGuard guard(device_);

@@ -46,6 +46,9 @@ void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCop
 void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out, cudaStream_t s);
 void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale, float* dst,
                      cudaStream_t s);
+// conv_plan.h's im2col and col2im (kernels_conv.cu).
+void im2col(const float* x, float* cols, const ConvPlan& plan, cudaStream_t s);
+void col2im(const float* cols, float* x, const ConvPlan& plan, cudaStream_t s);
 // Scratch memory index_add_rows needs for these sizes.
 size_t index_add_rows_scratch(int64_t n, int64_t d, int64_t k);
 // index_select's backward: float sums per code in ascending row order

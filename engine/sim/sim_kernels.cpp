@@ -65,6 +65,8 @@ class SimKernels final : public DeviceKernels {
                       double* sums) override {
     cpu_.index_add_rows(src, index, n, d, k, counts, sums);
   }
+  void im2col(const float* x, float* cols, const ConvPlan& plan) override { cpu_.im2col(x, cols, plan); }
+  void col2im(const float* cols, float* x, const ConvPlan& plan) override { cpu_.col2im(cols, x, plan); }
   void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                        float* dst) override {
     cpu_.index_copy_rows(src, index, m, d, scale, dst);

@@ -1,0 +1,67 @@
+#include "engine/nn_conv.h"
+
+#include <cmath>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+
+namespace vqddp {
+
+Tensor weight_norm(const Tensor& v, const Tensor& g) {
+  VQDDP_CHECK(v.dim() >= 2 && g.dim() == 1 && g.size(0) == v.size(0), "weight_norm: g {} must be [{}] for v {}",
+              g.desc(), v.dim() >= 1 ? v.size(0) : 0, v.desc());
+  Tensor flat = reshape(v, {v.size(0), -1});
+  Tensor norm = sqrt(sum(square(flat), 1, true));  // [O, 1]
+  return reshape(flat * (reshape(g, {g.size(0), 1}) / norm), v.shape());
+}
+
+ConvLayer::ConvLayer(const Shape& shape, int64_t out_channels, Generator& gen, bool normalize, bool with_bias) {
+  for (int64_t s : shape) VQDDP_CHECK(s > 0, "convolution weight {}: every size must be positive", shape_str(shape));
+  int64_t fan_in = shape_numel(shape) / shape[0];
+  float bound = 1.f / std::sqrt(static_cast<float>(fan_in));
+  Tensor w = rand_uniform(shape, gen, -bound, bound);
+  if (normalize) {
+    NoGradGuard no_grad;
+    Tensor norm = sqrt(sum(square(reshape(w, {shape[0], -1})), 1));
+    g_ = register_parameter("weight_g", norm);
+    v_ = register_parameter("weight_v", w);
+  } else {
+    weight_ = register_parameter("weight", w);
+  }
+  if (with_bias) bias = register_parameter("bias", rand_uniform({out_channels}, gen, -bound, bound));
+}
+
+Tensor ConvLayer::weight() const { return weight_.defined() ? weight_ : weight_norm(v_, g_); }
+
+namespace {
+
+void check_groups(const char* layer, int64_t in, int64_t out, int64_t groups) {
+  VQDDP_CHECK(groups >= 1 && in % groups == 0 && out % groups == 0,
+              "{}({}, {}): both channel counts must be divisible by groups {}", layer, in, out, groups);
+}
+
+}  // namespace
+
+Conv1d::Conv1d(int64_t in, int64_t out, int64_t k, Generator& gen, const Conv1dOptions& o, const ConvLayerOptions& l)
+    : ConvLayer((check_groups("Conv1d", in, out, o.groups), Shape{out, in / o.groups, k}), out, gen, l.weight_norm,
+                l.bias),
+      options(o) {}
+
+ConvTranspose1d::ConvTranspose1d(int64_t in, int64_t out, int64_t k, Generator& gen, const Conv1dOptions& o,
+                                 const ConvLayerOptions& l)
+    : ConvLayer((check_groups("ConvTranspose1d", in, out, o.groups), Shape{in, out / o.groups, k}), out, gen,
+                l.weight_norm, l.bias),
+      options(o) {}
+
+Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, Generator& gen, const ConvOptions& o, const ConvLayerOptions& l)
+    : ConvLayer((check_groups("Conv2d", in, out, o.groups), Shape{out, in / o.groups, k, k}), out, gen, l.weight_norm,
+                l.bias),
+      options(o) {}
+
+ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, int64_t k, Generator& gen, const ConvOptions& o,
+                                 const ConvLayerOptions& l)
+    : ConvLayer((check_groups("ConvTranspose2d", in, out, o.groups), Shape{in, out / o.groups, k, k}), out, gen,
+                l.weight_norm, l.bias),
+      options(o) {}
+
+}  // namespace vqddp

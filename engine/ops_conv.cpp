@@ -1,0 +1,163 @@
+// Convolutions as im2col/col2im (conv_plan.h) around the engine's matmul.
+//
+//   conv:            cols = unfold(x)       [N*OH*OW, C*K]
+//                    y    = cols W^T        [N*OH*OW, C_out]  -> [N, C_out, OH, OW]
+//   transposed conv: cols = x^T W           [N*H*W, C_out*K]
+//                    y    = fold(cols)      [N, C_out, OH, OW]
+// Groups run one such product per group on a channel slice of x and of W.
+// matmul's forward is batch-invariant (fixed_gemm.h) and unfold/fold are
+// per-sample gathers in a fixed order, so every forward here is too; the
+// backward passes are matmul's (BLAS) and each other.
+#include "engine/autograd.h"
+#include "engine/device_plans.h"
+#include "engine/ops.h"
+
+namespace vqddp {
+
+namespace {
+
+ConvPlan plan_for(const Shape& image, int64_t kh, int64_t kw, const ConvOptions& o) {
+  ConvPlan p;
+  p.n = image[0], p.c = image[1], p.h = image[2], p.w = image[3];
+  p.kh = kh, p.kw = kw;
+  p.sh = o.stride[0], p.sw = o.stride[1];
+  p.ph = o.padding[0], p.pw = o.padding[1];
+  p.dh = o.dilation[0], p.dw = o.dilation[1];
+  p.oh = conv_output_size(p.h, kh, p.sh, p.ph, p.dh);
+  p.ow = conv_output_size(p.w, kw, p.sw, p.pw, p.dw);
+  return p;
+}
+
+void check_options(const char* op, int64_t kh, int64_t kw, const ConvOptions& o) {
+  VQDDP_CHECK(kh >= 1 && kw >= 1, "{}: kernel size {}x{} must be at least 1", op, kh, kw);
+  for (int d = 0; d < 2; ++d) {
+    VQDDP_CHECK(o.stride[d] >= 1 && o.dilation[d] >= 1 && o.padding[d] >= 0, "{}: stride {} and dilation {} must be "
+                "at least 1 and padding {} at least 0", op, o.stride[d], o.dilation[d], o.padding[d]);
+    VQDDP_CHECK(o.output_padding[d] >= 0 && o.output_padding[d] < o.stride[d],
+                "{}: output_padding {} must be smaller than the stride {}", op, o.output_padding[d], o.stride[d]);
+  }
+  VQDDP_CHECK(o.groups >= 1, "{}: groups {} must be at least 1", op, o.groups);
+}
+
+// Channels [begin, begin + count) of x [N, C, ...] (a copy unless all).
+Tensor channels(const Tensor& x, int64_t begin, int64_t count) {
+  if (begin == 0 && count == x.size(1)) return x;
+  return transpose(slice_rows(transpose(x, 0, 1), begin, begin + count), 0, 1);
+}
+
+// [N*OH*OW, C] rows, one per position, to the image layout [N, C, OH, OW].
+Tensor rows_to_image(const Tensor& rows, int64_t n, int64_t oh, int64_t ow) {
+  int64_t c = rows.size(1);
+  return reshape(transpose(reshape(rows, {n, oh * ow, c}), 1, 2), {n, c, oh, ow});
+}
+
+Tensor add_bias(const Tensor& y, const Tensor& bias, const char* op) {
+  if (!bias.defined()) return y;
+  VQDDP_CHECK(bias.dim() == 1 && bias.size(0) == y.size(1), "{}: bias {} must be [{}]", op, bias.desc(), y.size(1));
+  return y + reshape(bias, {y.size(1), 1, 1});
+}
+
+Shape as_2d(const Shape& s) { return {s[0], s[1], 1, s[2]}; }
+
+ConvOptions options_2d(const Conv1dOptions& o) {
+  ConvOptions c;
+  c.stride = {1, o.stride};
+  c.padding = {0, o.padding};
+  c.dilation = {1, o.dilation};
+  c.output_padding = {0, o.output_padding};
+  c.groups = o.groups;
+  return c;
+}
+
+}  // namespace
+
+Tensor unfold(const Tensor& x, int64_t kh, int64_t kw, const ConvOptions& o) {
+  VQDDP_CHECK(x.dim() == 4 && x.dtype() == DType::f32, "unfold: x {} must be float32 [N, C, H, W]", x.desc());
+  check_options("unfold", kh, kw, o);
+  ConvPlan p = plan_for(x.shape(), kh, kw, o);
+  VQDDP_CHECK(p.oh >= 1 && p.ow >= 1, "unfold: input {} is smaller than the {}x{} kernel (dilation {}x{}, padding "
+              "{}x{})", x.desc(), kh, kw, o.dilation[0], o.dilation[1], o.padding[0], o.padding[1]);
+  Tensor cols = empty({p.rows(), p.col_width()}, DType::f32, x.device());
+  device_of("unfold", {&x}).im2col(static_cast<const float*>(x.raw_ptr()), static_cast<float*>(cols.raw_ptr()), p);
+  Shape image = x.shape();
+  return record_op("unfold", cols, {x}, [image, kh, kw, o](const Tensor& g) -> std::vector<Tensor> {
+    return {fold(g, image, kh, kw, o)};
+  });
+}
+
+Tensor fold(const Tensor& cols, const Shape& image, int64_t kh, int64_t kw, const ConvOptions& o) {
+  VQDDP_CHECK(image.size() == 4, "fold: image shape {} must be [N, C, H, W]", shape_str(image));
+  check_options("fold", kh, kw, o);
+  ConvPlan p = plan_for(image, kh, kw, o);
+  VQDDP_CHECK(p.oh >= 1 && p.ow >= 1 && cols.dim() == 2 && cols.size(0) == p.rows() && cols.size(1) == p.col_width() &&
+                  cols.dtype() == DType::f32,
+              "fold: columns {} do not match image {} with a {}x{} kernel (expected float32 [{}, {}])", cols.desc(),
+              shape_str(image), kh, kw, p.rows(), p.col_width());
+  Tensor x = empty(image, DType::f32, cols.device());
+  device_of("fold", {&cols}).col2im(static_cast<const float*>(cols.raw_ptr()), static_cast<float*>(x.raw_ptr()), p);
+  return record_op("fold", x, {cols}, [kh, kw, o](const Tensor& g) -> std::vector<Tensor> {
+    return {unfold(g, kh, kw, o)};
+  });
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvOptions& o) {
+  VQDDP_CHECK(x.dim() == 4 && weight.dim() == 4, "conv2d: x {} and weight {} must both be 4-D", x.desc(), weight.desc());
+  int64_t g = o.groups, cin = x.size(1), cout = weight.size(0), kh = weight.size(2), kw = weight.size(3);
+  VQDDP_CHECK(g >= 1 && cin % g == 0 && cout % g == 0 && weight.size(1) == cin / g,
+              "conv2d: weight {} does not fit x {} with groups {} (needs [C_out, {}, KH, KW], C_out divisible by {})",
+              weight.desc(), x.desc(), g, g >= 1 ? cin / g : 0, g);
+  int64_t cg = cin / g, og = cout / g;
+  std::vector<Tensor> parts;
+  int64_t oh = 0, ow = 0;
+  for (int64_t i = 0; i < g; ++i) {
+    Tensor cols = unfold(channels(x, i * cg, cg), kh, kw, o);
+    Tensor w = reshape(slice_rows(weight, i * og, (i + 1) * og), {og, cg * kh * kw});
+    parts.push_back(matmul(cols, w, false, true));
+  }
+  oh = conv_output_size(x.size(2), kh, o.stride[0], o.padding[0], o.dilation[0]);
+  ow = conv_output_size(x.size(3), kw, o.stride[1], o.padding[1], o.dilation[1]);
+  Tensor rows = g == 1 ? parts[0] : concat(parts, 1);
+  return add_bias(rows_to_image(rows, x.size(0), oh, ow), bias, "conv2d");
+}
+
+Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvOptions& o) {
+  VQDDP_CHECK(x.dim() == 4 && weight.dim() == 4, "conv_transpose2d: x {} and weight {} must both be 4-D", x.desc(),
+              weight.desc());
+  int64_t g = o.groups, cin = x.size(1), n = x.size(0), h = x.size(2), w = x.size(3);
+  int64_t og = weight.size(1), kh = weight.size(2), kw = weight.size(3);
+  VQDDP_CHECK(g >= 1 && cin % g == 0 && weight.size(0) == cin,
+              "conv_transpose2d: weight {} does not fit x {} with groups {} (needs [{}, C_out / groups, KH, KW])",
+              weight.desc(), x.desc(), g, cin);
+  check_options("conv_transpose2d", kh, kw, o);
+  int64_t cg = cin / g;
+  int64_t oh = (h - 1) * o.stride[0] - 2 * o.padding[0] + o.dilation[0] * (kh - 1) + o.output_padding[0] + 1;
+  int64_t ow = (w - 1) * o.stride[1] - 2 * o.padding[1] + o.dilation[1] * (kw - 1) + o.output_padding[1] + 1;
+  VQDDP_CHECK(oh >= 1 && ow >= 1, "conv_transpose2d: x {} gives an empty output with weight {}", x.desc(),
+              weight.desc());
+  std::vector<Tensor> parts;
+  for (int64_t i = 0; i < g; ++i) {
+    Tensor xg = channels(x, i * cg, cg);  // [N, cg, H, W] -> rows [N*H*W, cg]
+    Tensor rows = reshape(transpose(reshape(xg, {n, cg, h * w}), 1, 2), {n * h * w, cg});
+    Tensor wg = reshape(slice_rows(weight, i * cg, (i + 1) * cg), {cg, og * kh * kw});
+    parts.push_back(fold(matmul(rows, wg), {n, og, oh, ow}, kh, kw, o));
+  }
+  Tensor y = g == 1 ? parts[0] : concat(parts, 1);
+  return add_bias(y, bias, "conv_transpose2d");
+}
+
+Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o) {
+  VQDDP_CHECK(x.dim() == 3 && weight.dim() == 3, "conv1d: x {} must be [N, C, L] and weight {} [C_out, C / groups, K]",
+              x.desc(), weight.desc());
+  Tensor y = conv2d(reshape(x, as_2d(x.shape())), reshape(weight, as_2d(weight.shape())), bias, options_2d(o));
+  return reshape(y, {y.size(0), y.size(1), y.size(3)});
+}
+
+Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o) {
+  VQDDP_CHECK(x.dim() == 3 && weight.dim() == 3,
+              "conv_transpose1d: x {} must be [N, C, L] and weight {} [C, C_out / groups, K]", x.desc(), weight.desc());
+  Tensor y = conv_transpose2d(reshape(x, as_2d(x.shape())), reshape(weight, as_2d(weight.shape())), bias,
+                              options_2d(o));
+  return reshape(y, {y.size(0), y.size(1), y.size(3)});
+}
+
+}  // namespace vqddp

@@ -1,0 +1,254 @@
+// Convolutions (engine/ops_conv.cpp, engine/nn_conv.h): outputs against a
+// direct nested-loop reference, finite-difference gradients, the forward
+// pass's batch invariance, and the codec activations.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "engine/autograd.h"
+#include "engine/nn_conv.h"
+#include "engine/ops.h"
+#include "engine/random.h"
+#include "tests/engine/gradcheck.h"
+
+using namespace vqddp;
+using test::check_gradient;
+
+namespace {
+
+struct Geo {
+  int64_t n, cin, h, w, cout, kh, kw;
+  ConvOptions o;
+};
+
+Tensor randn(const Shape& s, uint64_t seed, bool grad = false) {
+  Generator g(seed, 0);
+  Tensor t = rand_normal(s, g);
+  t.set_requires_grad(grad);
+  return t;
+}
+
+// y[s, o, oy, ox] = b[o] + sum over (c in o's group, ky, kx) of
+//   w[o, c, ky, kx] x[s, g*cg + c, oy*sh - ph + ky*dh, ox*sw - pw + kx*dw].
+std::vector<double> conv_reference(const Tensor& x, const Tensor& w, const Tensor& b, const Geo& g, int64_t oh,
+                                   int64_t ow) {
+  int64_t groups = g.o.groups, cg = g.cin / groups, og = g.cout / groups;
+  std::vector<double> y(g.n * g.cout * oh * ow, 0.0);
+  const float *px = x.data<float>(), *pw = w.data<float>(), *pb = b.data<float>();
+  for (int64_t s = 0; s < g.n; ++s)
+    for (int64_t o = 0; o < g.cout; ++o)
+      for (int64_t oy = 0; oy < oh; ++oy)
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          double acc = pb[o];
+          for (int64_t c = 0; c < cg; ++c)
+            for (int64_t ky = 0; ky < g.kh; ++ky)
+              for (int64_t kx = 0; kx < g.kw; ++kx) {
+                int64_t iy = oy * g.o.stride[0] - g.o.padding[0] + ky * g.o.dilation[0];
+                int64_t ix = ox * g.o.stride[1] - g.o.padding[1] + kx * g.o.dilation[1];
+                if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) continue;
+                int64_t ci = o / og * cg + c;
+                acc += double(pw[((o * cg + c) * g.kh + ky) * g.kw + kx]) * px[((s * g.cin + ci) * g.h + iy) * g.w + ix];
+              }
+          y[((s * g.cout + o) * oh + oy) * ow + ox] = acc;
+        }
+  return y;
+}
+
+// The transposed convolution scatters: every x[s, i, iy, ix] adds
+// w[i, o, ky, kx] x to y[s, g*og + o, iy*sh - ph + ky*dh, ix*sw - pw + kx*dw].
+std::vector<double> conv_transpose_reference(const Tensor& x, const Tensor& w, const Tensor& b, const Geo& g,
+                                             int64_t oh, int64_t ow) {
+  int64_t groups = g.o.groups, cg = g.cin / groups, og = g.cout / groups;
+  std::vector<double> y(g.n * g.cout * oh * ow, 0.0);
+  const float *px = x.data<float>(), *pw = w.data<float>(), *pb = b.data<float>();
+  for (int64_t s = 0; s < g.n; ++s)
+    for (int64_t o = 0; o < g.cout; ++o)
+      for (int64_t e = 0; e < oh * ow; ++e) y[(s * g.cout + o) * oh * ow + e] = pb[o];
+  for (int64_t s = 0; s < g.n; ++s)
+    for (int64_t i = 0; i < g.cin; ++i)
+      for (int64_t iy = 0; iy < g.h; ++iy)
+        for (int64_t ix = 0; ix < g.w; ++ix)
+          for (int64_t o = 0; o < og; ++o)
+            for (int64_t ky = 0; ky < g.kh; ++ky)
+              for (int64_t kx = 0; kx < g.kw; ++kx) {
+                int64_t y0 = iy * g.o.stride[0] - g.o.padding[0] + ky * g.o.dilation[0];
+                int64_t x0 = ix * g.o.stride[1] - g.o.padding[1] + kx * g.o.dilation[1];
+                if (y0 < 0 || y0 >= oh || x0 < 0 || x0 >= ow) continue;
+                int64_t oc = i / cg * og + o;
+                y[((s * g.cout + oc) * oh + y0) * ow + x0] +=
+                    double(pw[((i * og + o) * g.kh + ky) * g.kw + kx]) * px[((s * g.cin + i) * g.h + iy) * g.w + ix];
+              }
+  return y;
+}
+
+void check_close(const Tensor& got, const std::vector<double>& want) {
+  REQUIRE(got.numel() == static_cast<int64_t>(want.size()));
+  const float* p = got.data<float>();
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::fabs(p[i] - want[i]) <= 1e-5 + 1e-5 * std::fabs(want[i]));
+  }
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data<float>(), b.data<float>(), a.numel() * sizeof(float)) == 0;
+}
+
+ConvOptions opts(int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t groups,
+                 int64_t oph = 0, int64_t opw = 0) {
+  ConvOptions o;
+  o.stride = {sh, sw};
+  o.padding = {ph, pw};
+  o.dilation = {dh, dw};
+  o.output_padding = {oph, opw};
+  o.groups = groups;
+  return o;
+}
+
+Conv1dOptions opts1(int64_t stride, int64_t pad, int64_t dil, int64_t groups, int64_t out_pad = 0) {
+  return {stride, pad, dil, out_pad, groups};
+}
+
+}  // namespace
+
+TEST_CASE("conv1d and conv2d equal a nested-loop reference with stride, padding, dilation and groups") {
+  const Geo cases[] = {
+      {2, 4, 1, 11, 6, 1, 3, opts(1, 2, 0, 1, 1, 1, 1)},   // 1-D, stride 2
+      {3, 4, 1, 13, 4, 1, 3, opts(1, 1, 0, 2, 1, 2, 2)},   // 1-D, dilation 2, groups 2
+      {1, 1, 1, 17, 3, 1, 7, opts(1, 1, 0, 3, 1, 1, 1)},   // 1-D, the codec's input conv
+      {2, 6, 1, 9, 6, 1, 4, opts(1, 3, 0, 0, 1, 1, 3)},    // 1-D, groups 3, no padding
+      {2, 3, 7, 6, 4, 3, 3, opts(2, 2, 1, 1, 1, 1, 1)},    // 2-D, stride 2
+      {2, 4, 8, 7, 6, 3, 2, opts(1, 2, 2, 0, 2, 1, 2)},    // 2-D, dilation, groups, unequal
+  };
+  for (const Geo& g : cases) {
+    CAPTURE(g.h);
+    CAPTURE(g.w);
+    CAPTURE(g.o.groups);
+    Tensor x = randn({g.n, g.cin, g.h, g.w}, 1), w = randn({g.cout, g.cin / g.o.groups, g.kh, g.kw}, 2),
+           b = randn({g.cout}, 3);
+    Tensor y = conv2d(x, w, b, g.o);
+    int64_t oh = y.size(2), ow = y.size(3);
+    CHECK(oh == (g.h + 2 * g.o.padding[0] - g.o.dilation[0] * (g.kh - 1) - 1) / g.o.stride[0] + 1);
+    CHECK(ow == (g.w + 2 * g.o.padding[1] - g.o.dilation[1] * (g.kw - 1) - 1) / g.o.stride[1] + 1);
+    check_close(y, conv_reference(x, w, b, g, oh, ow));
+    if (g.h == 1) {  // conv1d is the same computation on [N, C, L]
+      Conv1dOptions o1 = opts1(g.o.stride[1], g.o.padding[1], g.o.dilation[1], g.o.groups);
+      Tensor y1 = conv1d(reshape(x, {g.n, g.cin, g.w}), reshape(w, {g.cout, g.cin / g.o.groups, g.kw}), b, o1);
+      CHECK(y1.shape() == Shape{g.n, g.cout, ow});
+      CHECK(std::memcmp(y1.data<float>(), y.data<float>(), y.numel() * 4) == 0);
+    }
+  }
+}
+
+TEST_CASE("conv_transpose1d and conv_transpose2d equal a nested-loop reference, output_padding included") {
+  const Geo cases[] = {
+      {2, 4, 1, 5, 6, 1, 4, opts(1, 2, 0, 1, 1, 1, 1)},        // 1-D, the decoder's upsampling shape
+      {2, 4, 1, 6, 2, 1, 3, opts(1, 3, 0, 0, 1, 1, 2, 0, 2)},  // 1-D, groups 2, output_padding 2
+      {1, 3, 1, 7, 3, 1, 3, opts(1, 2, 0, 2, 1, 2, 1, 0, 1)},  // 1-D, dilation 2
+      {2, 4, 4, 4, 3, 4, 4, opts(2, 2, 1, 1, 1, 1, 1)},        // 2-D, the VQ-VAE decoder's 2x upsampling
+      {1, 4, 3, 5, 4, 3, 2, opts(2, 1, 0, 1, 1, 2, 2, 1, 0)},  // 2-D, groups, dilation, output_padding
+  };
+  for (const Geo& g : cases) {
+    CAPTURE(g.h);
+    CAPTURE(g.w);
+    CAPTURE(g.o.groups);
+    Tensor x = randn({g.n, g.cin, g.h, g.w}, 4), w = randn({g.cin, g.cout / g.o.groups, g.kh, g.kw}, 5),
+           b = randn({g.cout}, 6);
+    Tensor y = conv_transpose2d(x, w, b, g.o);
+    int64_t oh = y.size(2), ow = y.size(3);
+    CHECK(oh == (g.h - 1) * g.o.stride[0] - 2 * g.o.padding[0] + g.o.dilation[0] * (g.kh - 1) + g.o.output_padding[0] + 1);
+    CHECK(ow == (g.w - 1) * g.o.stride[1] - 2 * g.o.padding[1] + g.o.dilation[1] * (g.kw - 1) + g.o.output_padding[1] + 1);
+    check_close(y, conv_transpose_reference(x, w, b, g, oh, ow));
+    if (g.h == 1) {
+      Conv1dOptions o1 = opts1(g.o.stride[1], g.o.padding[1], g.o.dilation[1], g.o.groups, g.o.output_padding[1]);
+      Tensor y1 = conv_transpose1d(reshape(x, {g.n, g.cin, g.w}), reshape(w, {g.cin, g.cout / g.o.groups, g.kw}), b, o1);
+      CHECK(y1.shape() == Shape{g.n, g.cout, ow});
+      CHECK(std::memcmp(y1.data<float>(), y.data<float>(), y.numel() * 4) == 0);
+    }
+  }
+}
+
+TEST_CASE("unfold and fold are adjoint: <unfold(x), c> = <x, fold(c)>") {
+  ConvOptions o = opts(2, 3, 1, 2, 2, 1, 1);
+  Tensor x = randn({2, 3, 7, 8}, 7);
+  Tensor cols = unfold(x, 3, 2, o);
+  Tensor c = randn(cols.shape(), 8);
+  Tensor back = fold(c, x.shape(), 3, 2, o);
+  double lhs = 0, rhs = 0;
+  for (int64_t i = 0; i < c.numel(); ++i) lhs += double(cols.data<float>()[i]) * c.data<float>()[i];
+  for (int64_t i = 0; i < x.numel(); ++i) rhs += double(x.data<float>()[i]) * back.data<float>()[i];
+  CHECK(lhs == doctest::Approx(rhs).epsilon(1e-6));
+}
+
+TEST_CASE("gradient: conv1d, conv_transpose1d, conv2d, conv_transpose2d for input, weight and bias") {
+  check_gradient("conv1d stride 2 dilation 2 groups 2", [](auto& v) { return conv1d(v[0], v[1], v[2], opts1(2, 2, 2, 2)); },
+                 {randn({2, 4, 9}, 11, true), randn({4, 2, 3}, 12, true), randn({4}, 13, true)});
+  check_gradient("conv_transpose1d stride 2 output_padding 1 groups 2",
+                 [](auto& v) { return conv_transpose1d(v[0], v[1], v[2], opts1(2, 1, 1, 2, 1)); },
+                 {randn({2, 4, 4}, 14, true), randn({4, 3, 4}, 15, true), randn({6}, 16, true)});
+  check_gradient("conv2d stride 2 padding 1", [](auto& v) { return conv2d(v[0], v[1], v[2], opts(2, 1, 1, 1, 1, 2, 1)); },
+                 {randn({2, 2, 5, 6}, 17, true), randn({3, 2, 3, 3}, 18, true), randn({3}, 19, true)});
+  check_gradient("conv_transpose2d stride 2 padding 1",
+                 [](auto& v) { return conv_transpose2d(v[0], v[1], v[2], opts(2, 2, 1, 1, 1, 1, 1)); },
+                 {randn({2, 2, 3, 3}, 20, true), randn({2, 3, 4, 4}, 21, true), randn({3}, 22, true)});
+  check_gradient("weight_norm", [](auto& v) { return weight_norm(v[0], v[1]); },
+                 {randn({3, 2, 4}, 23, true), randn({3}, 24, true)});
+}
+
+TEST_CASE("gradient: elu, leaky_relu, silu") {
+  // Values at least 0.05 away from 0, where elu' and leaky_relu' jump.
+  Tensor x = from_vector({-1.9f, -0.4f, -0.1f, 0.1f, 0.3f, 0.6f, 1.8f, -0.7f, 0.45f, 0.95f}, {2, 5});
+  x.set_requires_grad(true);
+  check_gradient("elu", [](auto& v) { return elu(v[0], 0.7f); }, {x});
+  check_gradient("leaky_relu", [](auto& v) { return leaky_relu(v[0], 0.2f); }, {x});
+  check_gradient("silu", [](auto& v) { return silu(v[0]); }, {x});
+  Tensor y = elu(from_vector({-1.f, 2.f}, {2}), 0.5f);
+  CHECK(y.data<float>()[0] == doctest::Approx(0.5 * std::expm1(-1.0)));
+  CHECK(y.data<float>()[1] == 2.f);
+  CHECK(leaky_relu(from_vector({-2.f}, {1}), 0.1f).item<float>() == doctest::Approx(-0.2));
+  CHECK(silu(from_vector({1.f}, {1})).item<float>() == doctest::Approx(1.0 / (1.0 + std::exp(-1.0))));
+}
+
+TEST_CASE("forward conv: a sample's output is the same bits alone and at any position of any batch") {
+  Generator gen(5, 0);
+  Conv1d c1(3, 16, 7, gen, opts1(2, 3, 1, 1));
+  Conv1d c1g(16, 16, 3, gen, opts1(1, 2, 2, 4), {true, true});
+  ConvTranspose1d t1(16, 8, 8, gen, opts1(4, 2, 1, 1), {true, true});
+  Conv2d c2(3, 8, 4, gen, opts(2, 2, 1, 1, 1, 1, 1));
+  ConvTranspose2d t2(3, 4, 4, gen, opts(2, 2, 1, 1, 1, 1, 1));
+  const int64_t total = 9;
+  Tensor x1 = randn({total, 3, 40}, 30), x2 = randn({total, 3, 8, 8}, 31);
+  auto run1 = [&](const Tensor& x) { return t1.forward(elu(c1g.forward(leaky_relu(c1.forward(x))))); };
+  auto run2 = [&](const Tensor& x) { return concat({reshape(c2.forward(x), {x.size(0), -1}),
+                                                    reshape(t2.forward(x), {x.size(0), -1})}, 1); };
+  NoGradGuard no_grad;
+  Tensor whole1 = run1(x1), whole2 = run2(x2);
+  for (int64_t batch : {1, 2, 5, 9})
+    for (int64_t at : {int64_t{0}, total - batch}) {
+      CAPTURE(batch);
+      CAPTURE(at);
+      CHECK(same_bits(run1(slice_rows(x1, at, at + batch)), slice_rows(whole1, at, at + batch).clone()));
+      CHECK(same_bits(run2(slice_rows(x2, at, at + batch)), slice_rows(whole2, at, at + batch).clone()));
+    }
+}
+
+TEST_CASE("conv layers: weight normalization starts at the plain weight, names its parameters, and bad shapes throw") {
+  Generator a(1, 0), b(1, 0);
+  Conv1d plain(4, 6, 3, a, opts1(1, 1, 1, 2));
+  Conv1d normed(4, 6, 3, b, opts1(1, 1, 1, 2), {true, true});
+  auto names = normed.named_parameters();
+  REQUIRE(names.size() == 3);
+  CHECK(names[0].first == "weight_g");
+  CHECK(names[1].first == "weight_v");
+  CHECK(names[2].first == "bias");
+  Tensor wp = plain.weight(), wn = normed.weight();
+  for (int64_t i = 0; i < wp.numel(); ++i) CHECK(wn.data<float>()[i] == doctest::Approx(wp.data<float>()[i]));
+  CHECK_THROWS_WITH(conv1d(randn({2, 3, 10}, 1), randn({6, 2, 3}, 2), Tensor(), opts1(1, 0, 1, 2)),
+                    doctest::Contains("does not fit x"));
+  CHECK_THROWS_WITH(conv1d(randn({2, 4, 2}, 1), randn({6, 4, 5}, 2), Tensor()), doctest::Contains("smaller than"));
+  CHECK_THROWS_WITH(conv_transpose1d(randn({2, 4, 3}, 1), randn({4, 2, 3}, 2), Tensor(), opts1(2, 0, 1, 1, 2)),
+                    doctest::Contains("output_padding 2 must be smaller than the stride 2"));
+  Generator c(2, 0);
+  CHECK_THROWS_WITH(Conv1d(4, 6, 3, c, opts1(1, 0, 1, 4)), doctest::Contains("divisible by groups 4"));
+}
