@@ -42,12 +42,12 @@ VQDDP_HD int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, in
   return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
 }
 
-// im2col for column row `r` and channel `ch`: writes the kh * kw entries
-// cols[r, (ch, ky, kx)] for every tap.
-VQDDP_HD void im2col_taps(const float* x, const ConvPlan& p, int64_t r, int64_t ch, float* cols) {
-  int64_t ox = r % p.ow, oy = (r / p.ow) % p.oh, s = r / (p.ow * p.oh);
+// im2col for output position (sample s, oy, ox) and channel `ch`: writes
+// the kh * kw entries cols[(s, oy, ox), (ch, ky, kx)] for every tap.
+VQDDP_HD void im2col_taps_at(const float* x, const ConvPlan& p, int64_t s, int64_t oy, int64_t ox, int64_t ch,
+                             float* cols) {
   const float* img = x + (s * p.c + ch) * p.h * p.w;
-  float* out = cols + r * p.col_width() + ch * p.kh * p.kw;
+  float* out = cols + ((s * p.oh + oy) * p.ow + ox) * p.col_width() + ch * p.kh * p.kw;
   for (int64_t ky = 0; ky < p.kh; ++ky) {
     int64_t iy = oy * p.sh - p.ph + ky * p.dh;
     bool row_in = iy >= 0 && iy < p.h;
@@ -56,6 +56,11 @@ VQDDP_HD void im2col_taps(const float* x, const ConvPlan& p, int64_t r, int64_t 
       out[ky * p.kw + kx] = row_in && ix >= 0 && ix < p.w ? img[iy * p.w + ix] : 0.f;
     }
   }
+}
+
+// The same for column row r = (s, oy, ox).
+VQDDP_HD void im2col_taps(const float* x, const ConvPlan& p, int64_t r, int64_t ch, float* cols) {
+  im2col_taps_at(x, p, r / (p.ow * p.oh), (r / p.ow) % p.oh, r % p.ow, ch, cols);
 }
 
 // col2im for image element `e` (flat index into [n, c, h, w]).
@@ -74,6 +79,28 @@ VQDDP_HD float col2im_value(const float* cols, const ConvPlan& p, int64_t e) {
     }
   }
   return static_cast<float>(acc);
+}
+
+// col2im for a whole image row (`row` = (s, ch, iy) over [n, c, h]): the
+// same sums as col2im_value for each of its w elements, in the same order
+// (taps ascending, in double), so the same bits; but each tap visits only
+// the outputs that read this row, with no division per element (the CPU's
+// loop; a GPU thread per element uses col2im_value). `acc`: w doubles.
+VQDDP_HD void col2im_row(const float* cols, const ConvPlan& p, int64_t row, double* acc, float* x) {
+  int64_t iy = row % p.h, ch = (row / p.h) % p.c, s = row / (p.h * p.c);
+  for (int64_t ix = 0; ix < p.w; ++ix) acc[ix] = 0.0;
+  for (int64_t ky = 0; ky < p.kh; ++ky) {
+    int64_t ty = iy + p.ph - ky * p.dh;
+    if (ty < 0 || ty % p.sh != 0 || ty / p.sh >= p.oh) continue;
+    const float* base = cols + (s * p.oh + ty / p.sh) * p.ow * p.col_width() + (ch * p.kh + ky) * p.kw;
+    for (int64_t kx = 0; kx < p.kw; ++kx) {
+      int64_t off = kx * p.dw - p.pw;                       // ix = ox * sw + off
+      int64_t ox = off >= 0 ? 0 : (-off + p.sw - 1) / p.sw;  // first ox with ix >= 0
+      for (int64_t ix = ox * p.sw + off; ox < p.ow && ix < p.w; ++ox, ix += p.sw)
+        acc[ix] += base[ox * p.col_width() + kx];
+    }
+  }
+  for (int64_t ix = 0; ix < p.w; ++ix) x[row * p.w + ix] = static_cast<float>(acc[ix]);
 }
 
 }  // namespace vqddp

@@ -142,6 +142,14 @@ Linear::Linear(int64_t in, int64_t out, Generator& gen, bool with_bias) {
   if (with_bias) bias = register_parameter("bias", rand_uniform({out}, gen, -bound, bound));
 }
 
+Residual::Residual(std::shared_ptr<Layer> inner) : inner_(register_module("block", std::move(inner))) {}
+
+Tensor Residual::forward(const Tensor& x) {
+  Tensor y = inner_->forward(x);
+  VQDDP_CHECK(y.shape() == x.shape(), "Residual: the block maps {} to {}; it must keep the shape", x.desc(), y.desc());
+  return add(x, y);
+}
+
 Tensor Linear::forward(const Tensor& x) {
   VQDDP_CHECK(x.dim() == 2 && x.size(1) == weight.size(1), "Linear: expected input [N, {}], got {}", weight.size(1),
               x.desc());

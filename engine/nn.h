@@ -130,6 +130,17 @@ class Activation : public Layer {
   std::function<Tensor(const Tensor&)> fn_;
 };
 
+// x + inner(x): a residual block (inner must keep the shape). The child is
+// named "block".
+class Residual : public Layer {
+ public:
+  explicit Residual(std::shared_ptr<Layer> inner);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::shared_ptr<Layer> inner_;
+};
+
 // Applies its layers in order; children are named "0", "1", ...
 class Sequential : public Layer {
  public:

@@ -55,6 +55,8 @@ Tensor sigmoid(const Tensor& x);
 Tensor elu(const Tensor& x, float alpha = 1.f);
 Tensor leaky_relu(const Tensor& x, float slope = 0.01f);
 Tensor silu(const Tensor& x);
+// |x|; gradient sign(x), 0 at 0 (an L1 loss's).
+Tensor abs(const Tensor& x);
 // Gradient passes where low <= x <= high (boundaries included, as in PyTorch).
 Tensor clamp(const Tensor& x, float low, float high);
 // Half away from zero (std::round); gradient 0 (a step function: FSQ passes

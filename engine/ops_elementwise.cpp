@@ -139,6 +139,7 @@ Tensor sigmoid(const Tensor& x) { return unary_op("sigmoid", x, {U::sigmoid}); }
 Tensor elu(const Tensor& x, float alpha) { return unary_op("elu", x, {U::elu, alpha}); }
 Tensor leaky_relu(const Tensor& x, float slope) { return unary_op("leaky_relu", x, {U::leaky_relu, slope}); }
 Tensor silu(const Tensor& x) { return unary_op("silu", x, {U::silu}); }
+Tensor abs(const Tensor& x) { return unary_op("abs", x, {U::abs}); }
 
 Tensor round(const Tensor& x) { return unary_op("round", x, {U::round}); }
 

@@ -143,8 +143,10 @@ int run_train(int argc, char** argv) {
     return 128 + r.stopped_by;  // what a shell reports for a process the signal ended
   }
   if (!r.lead) return 0;  // another process of an nccl group: rank 0 reports
-  fmt::print("done: {} steps in {:.1f} s | validation mse {:.6f}, snr {:.2f} dB | {:.0f} bits per example{}\n", r.steps,
-             r.wall_seconds, r.validation_mse, r.validation_snr_db, r.bits_per_example,
+  fmt::print("done: {} steps in {:.1f} s | validation mse {:.6f}, snr {:.2f} dB{} | {:.0f} bits per example{}\n",
+             r.steps, r.wall_seconds, r.validation_mse, r.validation_snr_db,
+             r.validation_log_mel >= 0 ? fmt::format(", log-mel L1 {:.3f}", r.validation_log_mel) : "",
+             r.bits_per_example,
              r.bitrate > 0 ? fmt::format(", {:.2f} kbit/s", r.bitrate / 1000) : "");
   for (size_t l = 0; l < r.usage.size(); ++l)
     fmt::print("  layer {}: {} of {} codes used on validation, perplexity {:.1f}\n", l, r.usage[l].codes_used,

@@ -16,12 +16,29 @@ namespace vqddp {
 namespace {
 
 void read_model(ConfigSection s, ModelConfig& m) {
+  m.type = s.choice("type", m.type, {"mlp", "conv_codec", "conv_vqvae"});
   m.hidden = s.integer("hidden", m.hidden, limits::width);
   m.hidden_layers = static_cast<int>(s.integer("hidden_layers", m.hidden_layers, limits::layers));
   m.latent_dim = s.integer("latent_dim", m.latent_dim, limits::width);
   m.tokens = s.integer("tokens", m.tokens, limits::width);
-  m.activation = s.choice("activation", m.activation, {"gelu", "relu", "tanh"});
+  m.activation = s.choice("activation", m.activation, {"gelu", "relu", "tanh", "elu", "leaky_relu", "silu"});
   m.sigmoid_output = s.boolean("sigmoid_output", m.sigmoid_output);
+  bool codec = m.type == "conv_codec", vqvae = m.type == "conv_vqvae";
+  if (codec) m.channels = {32, 64, 128, 256}, m.strides = {2, 4, 5};
+  if (vqvae) m.channels = {32, 64};
+  m.channels = s.integers("channels", m.channels, limits::width);
+  m.strides = s.integers("strides", m.strides, limits::conv_stride);
+  m.residual_units = s.integer("residual_units", m.residual_units, limits::residual_units);
+  m.weight_norm = s.boolean("weight_norm", m.weight_norm);
+  m.waveform_loss = s.choice("waveform_loss", m.waveform_loss, {"l1", "l2"});
+  m.spectral_weight = s.number("spectral_weight", m.spectral_weight);
+  if (!(m.spectral_weight >= 0)) s.fail("spectral_weight", "must be at least 0");
+  if (codec && (m.strides.empty() || m.channels.size() != m.strides.size() + 1))
+    s.fail("channels", fmt::format("needs one entry more than strides for conv_codec ({} channels, {} strides)",
+                                   m.channels.size(), m.strides.size()));
+  if (vqvae && m.channels.size() != 2) s.fail("channels", "needs two entries for conv_vqvae (its two stages)");
+  if (!codec && !vqvae && (!m.channels.empty() || !m.strides.empty()))
+    s.fail(m.channels.empty() ? "strides" : "channels", fmt::format("is for the conv types, not model.type {}", m.type));
   s.finish();
 }
 

@@ -20,12 +20,25 @@
 namespace vqddp {
 
 struct ModelConfig {
-  int64_t hidden = 256;
-  int hidden_layers = 2;    // Linear + activation blocks on each side
+  // mlp: frame-level MLPs around the quantizer (small examples, tests);
+  // conv_codec: a SoundStream-style strided Conv1d encoder, the quantizer on
+  // every latent frame, a mirrored ConvTranspose1d decoder (waveforms);
+  // conv_vqvae: Conv2d down to a token grid, ConvTranspose2d up (images).
+  std::string type = "mlp";
+  int64_t hidden = 256;     // mlp
+  int hidden_layers = 2;    // mlp: Linear + activation blocks on each side
   int64_t latent_dim = 32;  // D of each token the quantizer sees
-  int64_t tokens = 1;       // tokens per example: the encoder emits tokens * latent_dim
+  int64_t tokens = 1;       // mlp: tokens per example (the encoder emits tokens * latent_dim)
   std::string activation = "gelu";
   bool sigmoid_output = false;  // decoder output in (0, 1) (images)
+  // conv_codec: channels of each stage, one more than strides; conv_vqvae:
+  // the two stages' channels. Empty: the type's default.
+  std::vector<int64_t> channels;
+  std::vector<int64_t> strides;  // conv_codec: downsampling per stage (their product per token)
+  int64_t residual_units = 1;    // conv_codec: dilated residual units per stage (dilation 1, 3, 9, ...)
+  bool weight_norm = true;       // conv types: every convolution weight-normalized
+  std::string waveform_loss = "l2";  // conv_codec: l1 or l2 (mse) on the waveform
+  double spectral_weight = 0;    // conv_codec: weight of the multi-resolution STFT loss
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -11,22 +11,11 @@ namespace vqddp {
 
 namespace {
 
-std::shared_ptr<Layer> activation(const std::string& name) {
-  if (name == "relu") return std::make_shared<Activation>([](const Tensor& t) { return relu(t); });
-  if (name == "tanh") return std::make_shared<Activation>([](const Tensor& t) { return vqddp::tanh(t); });
-  return std::make_shared<Activation>([](const Tensor& t) { return gelu(t); });
-}
-
-std::shared_ptr<Sequential> mlp(int64_t in, int64_t hidden, int layers, int64_t out, const std::string& act,
-                                Generator& gen) {
-  auto net = std::make_shared<Sequential>();
-  int64_t width = in;
-  for (int i = 0; i < layers; ++i) {
-    net->add(std::make_shared<Linear>(width, hidden, gen)).add(activation(act));
-    width = hidden;
-  }
-  net->add(std::make_shared<Linear>(width, out, gen));
-  return net;
+// Shape {n} followed by one example's shape.
+Shape batched(int64_t n, const Shape& example) {
+  Shape s{n};
+  s.insert(s.end(), example.begin(), example.end());
+  return s;
 }
 
 }  // namespace
@@ -34,33 +23,56 @@ std::shared_ptr<Sequential> mlp(int64_t in, int64_t hidden, int layers, int64_t 
 CodecModel::CodecModel(const ModelConfig& m, const QuantizerConfig& q, int64_t input_dim, uint64_t seed)
     : mcfg_(m), input_dim_(input_dim) {
   Generator gen(seed, streams::kInit);  // the same initial weights on every rank (DDP broadcasts them anyway)
-  int64_t latent = m.tokens * m.latent_dim;
-  encoder_ = register_module("encoder", mlp(input_dim, m.hidden, m.hidden_layers, latent, m.activation, gen));
-  decoder_ = register_module("decoder", mlp(latent, m.hidden, m.hidden_layers, input_dim, m.activation, gen));
+  net_ = make_network(m, input_dim, gen);
+  register_module("encoder", net_.encoder);
+  register_module("decoder", net_.decoder);
   quantizer_ = register_module("quantizer", make_quantizer(q, m.latent_dim, seed, gen));
+  if (m.spectral_weight > 0) {
+    // Windows of 8 to 32 ms at 8 kHz, hop a quarter window (DAC's choice of
+    // several resolutions, scaled to short segments).
+    VQDDP_CHECK(m.type == "conv_codec", "model.spectral_weight is for conv_codec (waveforms), not model.type {}",
+                m.type);
+    VQDDP_CHECK(input_dim >= 256, "model.spectral_weight needs data.frame >= 256 (the longest STFT window), got {}",
+                input_dim);
+    spectral_ = std::make_unique<MultiResolutionStftLoss>(
+        std::vector<std::pair<int64_t, int64_t>>{{64, 16}, {128, 32}, {256, 64}});
+  }
 }
 
 int CodecModel::num_layers() const { return quantizer_->num_layers(); }
 
 std::vector<int64_t> CodecModel::layer_sizes() const { return quantizer_->layer_sizes(); }
 
-double CodecModel::bits_per_example() const { return quantizer_->bits() * static_cast<double>(mcfg_.tokens); }
+double CodecModel::bits_per_example() const { return quantizer_->bits() * static_cast<double>(net_.tokens); }
+
+Tensor CodecModel::tokens_of(const Tensor& latent, int64_t n) const {
+  if (!net_.channels_first) return reshape(latent, {n * net_.tokens, mcfg_.latent_dim});
+  // [n, D, positions] -> [n, positions, D]: one row per token.
+  Tensor flat = reshape(latent, {n, mcfg_.latent_dim, net_.tokens});
+  return reshape(transpose(flat, 1, 2), {n * net_.tokens, mcfg_.latent_dim});
+}
+
+Tensor CodecModel::latent_of(const Tensor& tokens, int64_t n) const {
+  if (!net_.channels_first) return reshape(tokens, batched(n, net_.latent));
+  Tensor rows = reshape(tokens, {n, net_.tokens, mcfg_.latent_dim});
+  return reshape(transpose(rows, 1, 2), batched(n, net_.latent));
+}
 
 ModelOutput CodecModel::forward(const Tensor& x, Communicator& comm) {
   VQDDP_CHECK(x.dim() == 2 && x.size(1) == input_dim_, "rank {}: model expects [N, {}], got {}", comm.rank(),
               input_dim_, x.desc());
   int64_t n = x.size(0);
   ModelOutput out;
-  Tensor z = reshape(encoder_->forward(x), {n * mcfg_.tokens, mcfg_.latent_dim});
+  Tensor z = tokens_of(net_.encoder->forward(reshape(x, batched(n, net_.input))), n);
   QuantizerOutput o = quantizer_->quantize(z, comm);
   out.quantizer_loss = o.loss;
   out.indices = o.indices;
   out.metrics = std::move(o.metrics);
-  Tensor q = reshape(o.quantized, {n, mcfg_.tokens * mcfg_.latent_dim});
-  Tensor y = decoder_->forward(q);
+  Tensor y = reshape(net_.decoder->forward(latent_of(o.quantized, n)), {n, input_dim_});
   if (mcfg_.sigmoid_output) y = sigmoid(y);
   out.reconstruction = y;
-  out.reconstruction_loss = mse_or_zero(y, x);
+  out.reconstruction_loss = mcfg_.waveform_loss == "l1" ? mean_or_zero(vqddp::abs(sub(y, x))) : mse_or_zero(y, x);
+  if (spectral_) out.reconstruction_loss = add(out.reconstruction_loss, mul((*spectral_)(x, y), static_cast<float>(mcfg_.spectral_weight)));
   return out;
 }
 

@@ -1,10 +1,12 @@
-// The model the training layer trains: an MLP autoencoder with a quantizer
-// in the middle (a frame-level neural codec for audio, a VQ-VAE for images).
+// The model the training layer trains: an autoencoder with a quantizer in
+// the middle, of model.type mlp, conv_codec or conv_vqvae (train/networks.h).
 //
-//   x (N, F) -> encoder MLP -> (N, tokens * D) -> (N * tokens, D)
+//   x (N, F) -> encoder -> (N * tokens, D)
 //            -> quantizer (any vq/quantizer.h, made by make_quantizer)
-//            -> (N, tokens * D) -> decoder MLP -> reconstruction (N, F)
-//   loss = mse(reconstruction, x) + quantizer loss
+//            -> decoder -> reconstruction (N, F)
+//   loss = waveform/pixel loss (mse; l1 by model.waveform_loss)
+//        + model.spectral_weight * multi-resolution STFT loss (conv_codec)
+//        + quantizer loss
 #pragma once
 
 #include <memory>
@@ -12,6 +14,8 @@
 
 #include "comm/communicator.h"
 #include "train/config.h"
+#include "train/networks.h"
+#include "train/spectral.h"
 #include "vq/quantizer.h"
 
 namespace vqddp {
@@ -40,10 +44,15 @@ class CodecModel : public Module {
 
  private:
 
+  // (n, F) -> (n * tokens, D) and back.
+  Tensor tokens_of(const Tensor& latent, int64_t n) const;
+  Tensor latent_of(const Tensor& tokens, int64_t n) const;
+
   ModelConfig mcfg_;
   int64_t input_dim_;
-  std::shared_ptr<Sequential> encoder_, decoder_;
+  Network net_;
   std::shared_ptr<Quantizer> quantizer_;
+  std::unique_ptr<MultiResolutionStftLoss> spectral_;
 };
 
 }  // namespace vqddp

@@ -309,13 +309,15 @@ class CpuKernels final : public DeviceKernels {
   }
 
   void im2col(const float* x, float* cols, const ConvPlan& plan) override {
-    for (int64_t r = 0; r < plan.rows(); ++r)
-      for (int64_t ch = 0; ch < plan.c; ++ch) im2col_taps(x, plan, r, ch, cols);
+    for (int64_t s = 0; s < plan.n; ++s)
+      for (int64_t oy = 0; oy < plan.oh; ++oy)
+        for (int64_t ox = 0; ox < plan.ow; ++ox)
+          for (int64_t ch = 0; ch < plan.c; ++ch) im2col_taps_at(x, plan, s, oy, ox, ch, cols);
   }
 
   void col2im(const float* cols, float* x, const ConvPlan& plan) override {
-    int64_t n = plan.n * plan.c * plan.h * plan.w;
-    for (int64_t e = 0; e < n; ++e) x[e] = col2im_value(cols, plan, e);
+    std::vector<double> acc(static_cast<size_t>(plan.w));
+    for (int64_t row = 0; row < plan.n * plan.c * plan.h; ++row) col2im_row(cols, plan, row, acc.data(), x);
   }
 
   void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,

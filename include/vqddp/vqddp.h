@@ -84,8 +84,10 @@
 #include "train/ddp.h"
 #include "train/metrics_log.h"
 #include "train/model.h"
+#include "train/networks.h"
 #include "train/run_dir.h"
 #include "train/schedule.h"
+#include "train/spectral.h"
 #include "train/stop_signal.h"
 #include "train/trainer.h"
 

@@ -1,12 +1,19 @@
 // Every engine op on cuda:0 against the CPU reference, forward and
 // backward, with the error bound each one is allowed:
 //   exact (0):     + - * / (IEEE on both), neg, square, sqrt, relu, clamp,
-//                  copies (transpose, concat, slices, index_select, to)
-//   rtol 1e-6:     exp, log, tanh, sigmoid, gelu (CUDA's libm is within
-//                  2 ulp, glibc within 1), sums and means (double
+//                  copies (transpose, concat, slices, index_select, to),
+//                  leaky_relu, abs, unfold and fold (one formula in
+//                  engine/conv_plan.h; fold sums in double in a fixed tap
+//                  order, so forward and backward are exact too)
+//   rtol 1e-6:     exp, log, tanh, sigmoid, gelu, elu, silu (CUDA's libm is
+//                  within 2 ulp, glibc within 1), sums and means (double
 //                  accumulation in a different order, rounded once)
 //   rtol 1e-4:     matmul (cuBLAS and OpenBLAS sum K products in different
 //                  orders: error ~ sqrt(K) eps |a||b|), atol 1e-4
+//   exact forward, gradients rtol 1e-4 atol 1e-4: matmul's forward (the
+//                  fixed-order GEMM) and conv1d, conv_transpose1d, conv2d,
+//                  conv_transpose2d (that GEMM, unfold/fold, an exact bias
+//                  add); their backward is cuBLAS vs OpenBLAS
 #include "tests/engine/gradcheck.h"
 #include "engine/autograd.h"
 #include "engine/device.h"
@@ -82,6 +89,10 @@ TEST_CASE("elementwise ops match the CPU exactly, transcendental ones within 1e-
   compare("tanh", [](const V& v) { return tanh(v[0]); }, {a}, 1e-6, 1e-7);
   compare("sigmoid", [](const V& v) { return sigmoid(v[0]); }, {a}, 1e-6);
   compare("gelu", [](const V& v) { return gelu(v[0]); }, {a}, 1e-6, 1e-7);
+  compare("leaky_relu", [](const V& v) { return leaky_relu(v[0], 0.2f); }, {a}, 0);
+  compare("abs", [](const V& v) { return abs(v[0]); }, {a}, 0);
+  compare("elu", [](const V& v) { return elu(v[0], 0.7f); }, {a}, 1e-6, 1e-7);
+  compare("silu", [](const V& v) { return silu(v[0]); }, {a}, 1e-6, 1e-7);
 }
 
 TEST_CASE("reductions and losses match the CPU within 1e-6") {
@@ -134,6 +145,73 @@ TEST_CASE("matmul's backward on the GPU (cuBLAS) matches the CPU's (OpenBLAS) wi
       Tensor a = randn(ta ? Shape{70, 45} : Shape{45, 70}, 11), b = randn(tb ? Shape{33, 70} : Shape{70, 33}, 12);
       compare("matmul", [=](const V& v) { return matmul(v[0], v[1], ta, tb); }, {a, b}, 1e-4, 1e-4);
     }
+}
+
+TEST_CASE("convolutions on the GPU: forward has the CPU's bits, gradients within 1e-4") {
+  using V = std::vector<Tensor>;
+  auto opts = [](std::array<int64_t, 2> stride, std::array<int64_t, 2> pad, std::array<int64_t, 2> dil,
+                 std::array<int64_t, 2> out_pad = {0, 0}, int64_t groups = 1) {
+    ConvOptions o;
+    o.stride = stride, o.padding = pad, o.dilation = dil, o.output_padding = out_pad, o.groups = groups;
+    return o;
+  };
+  // unfold and fold: one formula on both devices (conv_plan.h), each the
+  // other's backward, so forward and gradient are exact.
+  Tensor img = randn({2, 3, 9, 11}, 20);
+  struct Geometry {
+    int64_t kh, kw;
+    ConvOptions o;
+  };
+  for (const Geometry& geo : {Geometry{3, 3, opts({1, 1}, {1, 1}, {1, 1})}, Geometry{2, 3, opts({2, 3}, {0, 2}, {1, 2})},
+                              Geometry{3, 2, opts({3, 1}, {2, 0}, {2, 1})}}) {
+    int64_t kh = geo.kh, kw = geo.kw;
+    ConvOptions o = geo.o;
+    CAPTURE(kh);
+    CAPTURE(kw);
+    compare("unfold", [=](const V& v) { return unfold(v[0], kh, kw, o); }, {img}, 0);
+    Shape shape = img.shape();
+    Tensor cols = unfold(img, kh, kw, o);  // only its shape matters
+    compare("fold", [=](const V& v) { return fold(v[0], shape, kh, kw, o); }, {randn(cols.shape(), 21)}, 0);
+  }
+
+  // The convolutions: compare() holds forward and gradients to 1e-4; the
+  // forward is then checked for equal bits on its own.
+  auto check = [](const char* name, const std::function<Tensor(const V&)>& f, const V& in) {
+    compare(name, f, in, 1e-4, 1e-4);
+    std::string op = name;
+    CAPTURE(op);
+    V gpu;
+    for (const Tensor& t : in) gpu.push_back(t.detach().to(kGpu));
+    V cpu;
+    for (const Tensor& t : in) cpu.push_back(t.detach());
+    check_matches(f(gpu), f(cpu), 0, 0);
+  };
+  Conv1dOptions c1;
+  c1.stride = 2, c1.padding = 3, c1.dilation = 2;
+  check("conv1d", [=](const V& v) { return conv1d(v[0], v[1], v[2], c1); },
+        {randn({3, 4, 37}, 22), randn({6, 4, 5}, 23), randn({6}, 24)});
+  Conv1dOptions c1g = c1;
+  c1g.groups = 2;
+  check("conv1d groups 2", [=](const V& v) { return conv1d(v[0], v[1], v[2], c1g); },
+        {randn({3, 4, 37}, 25), randn({6, 2, 5}, 26), randn({6}, 27)});
+  Conv1dOptions t1;
+  t1.stride = 3, t1.padding = 2, t1.dilation = 1, t1.output_padding = 2, t1.groups = 2;
+  check("conv_transpose1d groups 2 output_padding 2",
+        [=](const V& v) { return conv_transpose1d(v[0], v[1], v[2], t1); },
+        {randn({3, 4, 13}, 28), randn({4, 3, 6}, 29), randn({6}, 30)});
+  Conv1dOptions t1b;
+  t1b.stride = 5, t1b.padding = 3, t1b.output_padding = 1;
+  check("conv_transpose1d no bias", [=](const V& v) { return conv_transpose1d(v[0], v[1], Tensor(), t1b); },
+        {randn({2, 8, 9}, 31), randn({8, 4, 10}, 32)});
+  ConvOptions c2 = opts({2, 1}, {1, 2}, {1, 2});
+  check("conv2d", [=](const V& v) { return conv2d(v[0], v[1], v[2], c2); },
+        {randn({2, 3, 12, 10}, 33), randn({5, 3, 4, 3}, 34), randn({5}, 35)});
+  ConvOptions t2 = opts({2, 3}, {1, 0}, {1, 1}, {1, 2}, 1);
+  check("conv_transpose2d output_padding", [=](const V& v) { return conv_transpose2d(v[0], v[1], v[2], t2); },
+        {randn({2, 4, 6, 5}, 36), randn({4, 3, 4, 3}, 37), randn({3}, 38)});
+  ConvOptions t2g = opts({2, 2}, {1, 1}, {1, 1}, {0, 0}, 2);
+  check("conv_transpose2d groups 2", [=](const V& v) { return conv_transpose2d(v[0], v[1], v[2], t2g); },
+        {randn({2, 4, 7, 7}, 39), randn({4, 3, 4, 4}, 40), randn({6}, 41)});
 }
 
 TEST_CASE("shape ops are exact copies on the GPU") {

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "engine/autograd.h"
+#include "engine/conv_plan.h"
 #include "engine/nn_conv.h"
 #include "engine/ops.h"
 #include "engine/random.h"
@@ -196,13 +197,14 @@ TEST_CASE("gradient: conv1d, conv_transpose1d, conv2d, conv_transpose2d for inpu
                  {randn({3, 2, 4}, 23, true), randn({3}, 24, true)});
 }
 
-TEST_CASE("gradient: elu, leaky_relu, silu") {
+TEST_CASE("gradient: elu, leaky_relu, silu, abs") {
   // Values at least 0.05 away from 0, where elu' and leaky_relu' jump.
   Tensor x = from_vector({-1.9f, -0.4f, -0.1f, 0.1f, 0.3f, 0.6f, 1.8f, -0.7f, 0.45f, 0.95f}, {2, 5});
   x.set_requires_grad(true);
   check_gradient("elu", [](auto& v) { return elu(v[0], 0.7f); }, {x});
   check_gradient("leaky_relu", [](auto& v) { return leaky_relu(v[0], 0.2f); }, {x});
   check_gradient("silu", [](auto& v) { return silu(v[0]); }, {x});
+  check_gradient("abs", [](auto& v) { return vqddp::abs(v[0]); }, {x});
   Tensor y = elu(from_vector({-1.f, 2.f}, {2}), 0.5f);
   CHECK(y.data<float>()[0] == doctest::Approx(0.5 * std::expm1(-1.0)));
   CHECK(y.data<float>()[1] == 2.f);
@@ -251,4 +253,25 @@ TEST_CASE("conv layers: weight normalization starts at the plain weight, names i
                     doctest::Contains("output_padding 2 must be smaller than the stride 2"));
   Generator c(2, 0);
   CHECK_THROWS_WITH(Conv1d(4, 6, 3, c, opts1(1, 0, 1, 4)), doctest::Contains("divisible by groups 4"));
+}
+
+TEST_CASE("col2im: the CPU's row loop gives the bits of the per-element formula the GPU runs") {
+  // conv_plan.h: col2im_row (CPU) and col2im_value (one GPU thread per
+  // element) must add the same taps in the same order.
+  const ConvOptions geos[] = {opts(1, 1, 0, 0, 1, 1, 1), opts(2, 3, 1, 2, 1, 2, 1), opts(3, 2, 2, 0, 2, 3, 1),
+                              opts(1, 5, 0, 3, 1, 1, 1)};
+  for (const ConvOptions& o : geos) {
+    Shape image{2, 3, 9, 13};
+    ConvPlan p;
+    p.n = 2, p.c = 3, p.h = 9, p.w = 13, p.kh = 3, p.kw = 4;
+    p.sh = o.stride[0], p.sw = o.stride[1], p.ph = o.padding[0], p.pw = o.padding[1];
+    p.dh = o.dilation[0], p.dw = o.dilation[1];
+    p.oh = conv_output_size(p.h, p.kh, p.sh, p.ph, p.dh);
+    p.ow = conv_output_size(p.w, p.kw, p.sw, p.pw, p.dw);
+    Tensor cols = randn(Shape{p.rows(), p.col_width()}, 40);
+    Tensor rows = fold(cols, image, 3, 4, o);  // the CPU kernel: col2im_row
+    std::vector<float> each(static_cast<size_t>(shape_numel(image)));
+    for (size_t e = 0; e < each.size(); ++e) each[e] = col2im_value(cols.data<float>(), p, static_cast<int64_t>(e));
+    CHECK(std::memcmp(rows.data<float>(), each.data(), each.size() * sizeof(float)) == 0);
+  }
 }

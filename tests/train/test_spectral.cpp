@@ -1,0 +1,198 @@
+// Spectral losses (train/spectral.h): the conv1d STFT against a direct DFT,
+// gradients by finite differences, the loss's zero and empty cases, the mel
+// filterbank's shape and the clear errors for signals shorter than a frame.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "engine/autograd.h"
+#include "engine/error.h"
+#include "engine/ops.h"
+#include "engine/random.h"
+#include "tests/engine/gradcheck.h"
+#include "train/spectral.h"
+
+using namespace vqddp;
+using namespace vqddp::test;
+
+namespace {
+
+const double kTwoPi = 2 * std::numbers::pi;
+
+// |DFT| of each frame with a periodic Hann window, in double, O(n^2), with
+// the same epsilon under the sqrt as Stft::magnitude. [bins, frames] of one row.
+std::vector<std::vector<double>> direct_stft(const std::vector<double>& x, int64_t n_fft, int64_t hop) {
+  int64_t frames = (static_cast<int64_t>(x.size()) - n_fft) / hop + 1, bins = n_fft / 2 + 1;
+  std::vector<std::vector<double>> out(bins, std::vector<double>(frames));
+  for (int64_t t = 0; t < frames; ++t)
+    for (int64_t k = 0; k < bins; ++k) {
+      double re = 0, im = 0;
+      for (int64_t n = 0; n < n_fft; ++n) {
+        double v = x[t * hop + n] * (0.5 - 0.5 * std::cos(kTwoPi * n / n_fft));
+        re += v * std::cos(kTwoPi * k * n / n_fft);
+        im -= v * std::sin(kTwoPi * k * n / n_fft);
+      }
+      out[k][t] = std::sqrt(re * re + im * im + 1e-7);
+    }
+  return out;
+}
+
+// Smallest element of a host tensor.
+float min_of(const Tensor& t) {
+  std::vector<float> v = t.to_vector<float>();
+  return *std::min_element(v.begin(), v.end());
+}
+
+}  // namespace
+
+TEST_CASE("spectral: Stft magnitude of a bin-centred cosine peaks at its bin and matches a direct DFT") {
+  const int64_t n_fft = 64, hop = 16, len = 256, bins = n_fft / 2 + 1;
+  const int64_t peak[2] = {5, 12};
+  const double amp[2] = {1.0, 0.5}, phase[2] = {0.0, 0.7};
+  std::vector<double> rows[2];
+  std::vector<float> host;
+  for (int r = 0; r < 2; ++r)
+    for (int64_t n = 0; n < len; ++n) {
+      rows[r].push_back(static_cast<double>(static_cast<float>(amp[r] * std::cos(kTwoPi * peak[r] * n / n_fft + phase[r]))));
+      host.push_back(static_cast<float>(rows[r].back()));
+    }
+  Stft stft(n_fft, hop);
+  CHECK(stft.n_fft() == n_fft);
+  CHECK(stft.hop() == hop);
+  Tensor mag = stft.magnitude(from_vector(host, {2, len}));
+  const int64_t frames = (len - n_fft) / hop + 1;
+  REQUIRE(mag.shape() == Shape{2, bins, frames});
+  const float* m = mag.data<float>();
+  for (int r = 0; r < 2; ++r) {
+    auto ref = direct_stft(rows[r], n_fft, hop);
+    for (int64_t t = 0; t < frames; ++t) {
+      int64_t best = 0;
+      for (int64_t k = 0; k < bins; ++k) {
+        double got = m[(r * bins + k) * frames + t];
+        CHECK_MESSAGE(std::abs(got - ref[k][t]) <= 1e-4 * ref[k][t], "row ", r, " bin ", k, " frame ", t, ": ", got,
+                      " vs ", ref[k][t]);
+        if (got > m[(r * bins + best) * frames + t]) best = k;
+      }
+      CHECK(best == peak[r]);
+      // A Hann window turns a bin-centred cosine into amp * n_fft / 4 at its bin.
+      CHECK(m[(r * bins + peak[r]) * frames + t] == doctest::Approx(amp[r] * n_fft / 4).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("spectral: the same magnitudes from a copy on the simulated device") {
+  Generator gen(3, 1);
+  Tensor x = rand_uniform({3, 100}, gen, -1.f, 1.f);
+  Stft stft(32, 8);
+  Tensor cpu = stft.magnitude(x);
+  for (int pass = 0; pass < 2; ++pass) {  // the second pass uses the cached device kernels
+    Tensor sim = stft.magnitude(x.to(Device::sim())).to(Device::cpu());
+    CHECK(sim.to_vector<float>() == cpu.to_vector<float>());
+  }
+  LogMel mel(8000, 32, 8, 4);
+  CHECK(mel(x.to(Device::sim())).to(Device::cpu()).to_vector<float>() == mel(x).to_vector<float>());
+}
+
+TEST_CASE("spectral: gradcheck of the magnitude and of the multi-resolution loss") {
+  const int64_t n_fft = 8, hop = 4, len = 16;
+  Stft stft(n_fft, hop);
+  // Finite differences of sqrt are only accurate away from 0: a seed and
+  // amplitude whose every magnitude is far from it.
+  Tensor x = param({2, len}, 277, -2.f, 2.f);
+  {
+    NoGradGuard g;
+    REQUIRE(min_of(stft.magnitude(x)) > 0.5f);
+  }
+  check_gradient("stft magnitude", [&](const std::vector<Tensor>& in) { return stft.magnitude(in[0]); }, {x});
+
+  MultiResolutionStftLoss loss({{8, 4}, {4, 2}});
+  Tensor ref = param({2, len}, 1235, -4.f, 4.f).detach();
+  Tensor y = param({2, len}, 235, -4.f, 4.f);
+  {
+    // |.| has a kink at 0: every |X| - |Y| (and so its log) stays further
+    // from it than a step of 1e-2 in one sample can move it (a window
+    // weight is at most 1), and |Y| away from sqrt's steep region.
+    NoGradGuard g;
+    for (const Stft& s : loss.stfts()) {
+      REQUIRE(min_of(s.magnitude(y)) > 0.3f);
+      REQUIRE(min_of(abs(sub(s.magnitude(ref), s.magnitude(y)))) > 0.03f);
+    }
+  }
+  check_gradient("multi-resolution stft loss", [&](const std::vector<Tensor>& in) { return loss(ref, in[0]); }, {y});
+}
+
+TEST_CASE("spectral: the loss is 0 for y == x, positive otherwise, and 0 with a working backward for N == 0") {
+  MultiResolutionStftLoss loss({{16, 4}, {32, 8}, {8, 2}});
+  Generator gen(5, 2);
+  Tensor x = rand_uniform({3, 64}, gen, -1.f, 1.f);
+  Tensor y = x.clone().set_requires_grad(true);
+  Tensor same = loss(x, y);
+  CHECK(same.shape() == Shape{});
+  CHECK(same.item() == 0.f);
+  Tensor other = rand_uniform({3, 64}, gen, -1.f, 1.f).set_requires_grad(true);
+  Tensor diff = loss(x, other);
+  CHECK(diff.item() > 0.f);
+  diff.backward();
+  CHECK(other.grad().defined());
+
+  Tensor empty_x = zeros({0, 64});
+  Tensor empty_y = zeros({0, 64}).set_requires_grad(true);
+  Tensor none = loss(empty_x, empty_y);
+  CHECK(none.shape() == Shape{});
+  CHECK(none.item() == 0.f);
+  CHECK(none.requires_grad());
+  none.backward();
+  REQUIRE(empty_y.grad().defined());
+  CHECK(empty_y.grad().shape() == Shape{0, 64});
+  // The magnitudes of no rows have the right shape too.
+  CHECK(Stft(16, 4).magnitude(empty_x).shape() == Shape{0, 9, 13});
+}
+
+TEST_CASE("spectral: mel filters are non-negative triangles in increasing order; log_mel_l1 of x with itself is 0") {
+  const int64_t n_fft = 512, hop = 128, n_mels = 40, bins = n_fft / 2 + 1;
+  LogMel mel(16000, n_fft, hop, n_mels);
+  const Tensor& fb = mel.filterbank();
+  REQUIRE(fb.shape() == Shape{bins, n_mels});
+  const float* f = fb.data<float>();
+  int64_t last_peak = -1;
+  for (int64_t m = 0; m < n_mels; ++m) {
+    int64_t peak = 0;
+    for (int64_t b = 0; b < bins; ++b) {
+      CHECK(f[b * n_mels + m] >= 0.f);
+      CHECK(f[b * n_mels + m] <= 1.f);
+      if (f[b * n_mels + m] > f[peak * n_mels + m]) peak = b;
+    }
+    CHECK(f[peak * n_mels + m] > 0.f);
+    CHECK_MESSAGE(peak > last_peak, "filter ", m, " peaks at bin ", peak, " after bin ", last_peak);
+    last_peak = peak;
+  }
+
+  Generator gen(9, 3);
+  const int64_t n = 4, len = 1600, frames = (len - n_fft) / hop + 1;
+  Tensor x = rand_uniform({n, len}, gen, -1.f, 1.f);
+  Tensor y = rand_uniform({n, len}, gen, -1.f, 1.f);
+  CHECK(mel(x).shape() == Shape{n, n_mels, frames});
+  SumCount self = log_mel_l1(mel, x, x);
+  CHECK(self.sum == 0.0);
+  CHECK(self.count == static_cast<double>(n * n_mels * frames));
+  SumCount other = log_mel_l1(mel, x, y);
+  CHECK(other.sum > 0.0);
+  CHECK(other.count == self.count);
+  SumCount none = log_mel_l1(mel, zeros({0, len}), zeros({0, len}));
+  CHECK(none.sum == 0.0);
+  CHECK(none.count == 0.0);
+}
+
+TEST_CASE("spectral: a signal shorter than n_fft, or too many mels, is refused with a clear error") {
+  Tensor x = zeros({2, 32});
+  CHECK_THROWS_WITH_AS(Stft(64, 16).magnitude(x), doctest::Contains("n_fft = 64"), Error);
+  MultiResolutionStftLoss loss({{8, 4}, {64, 16}});
+  CHECK_THROWS_WITH_AS(loss(x, x), doctest::Contains("n_fft = 64"), Error);
+  CHECK_THROWS_WITH_AS(loss(zeros({0, 32}), zeros({0, 32})), doctest::Contains("L = 32"), Error);
+  CHECK_THROWS_WITH_AS(log_mel_l1(LogMel(16000, 64, 16, 8), x, x), doctest::Contains("n_fft"), Error);
+  CHECK_THROWS_WITH_AS(LogMel(16000, 64, 16, 80), doctest::Contains("n_mels 80 is too many for n_fft 64"), Error);
+  CHECK_THROWS_WITH_AS(Stft(1, 1), doctest::Contains("n_fft"), Error);
+  CHECK_THROWS_WITH_AS(MultiResolutionStftLoss({}), doctest::Contains("resolution"), Error);
+}

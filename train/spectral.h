@@ -1,0 +1,127 @@
+// Spectral losses and metrics for waveform codecs: STFT magnitudes, the
+// multi-resolution STFT loss (Parallel WaveGAN, DAC) and a log-mel distance
+// for evaluation.
+//
+// The STFT is a strided conv1d with fixed Hann-windowed cosine and sine
+// kernels instead of an FFT: it uses only engine ops, so it is differentiable
+// and runs on every device (and is batch-invariant like conv1d) with no new
+// dependency. The cost, O(n_fft^2) per frame instead of O(n_fft log n_fft),
+// is small at the sizes a codec loss uses (n_fft <= 2048).
+//
+// The fixed kernels are plain tensors, never module parameters or buffers:
+// they must not reach an optimizer or a checkpoint (they are rebuilt
+// bit-identically from n_fft whenever they are needed).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace vqddp {
+
+// STFT magnitudes with no padding (the frames cover the signal exactly as
+// far as they fit) and a periodic Hann window, as torch.stft(center=False).
+class Stft {
+ public:
+  // n_fft >= 2 samples per frame, hop >= 1 samples between frames.
+  Stft(int64_t n_fft, int64_t hop);
+
+  // x [N, L] waveforms, L >= n_fft -> |X| [N, n_fft / 2 + 1, frames] with
+  // frames = (L - n_fft) / hop + 1. magnitude = sqrt(re^2 + im^2 + 1e-7):
+  // the epsilon keeps the gradient finite on silent frames (sqrt'(0) is
+  // infinite). Differentiable w.r.t. x; x may be on any device.
+  Tensor magnitude(const Tensor& x) const;
+
+  int64_t n_fft() const { return n_fft_; }
+  int64_t hop() const { return hop_; }
+  int64_t bins() const { return n_fft_ / 2 + 1; }
+  // The number of frames for a signal of `length` samples; throws naming
+  // n_fft and the length when the signal is shorter than one frame.
+  int64_t frames(int64_t length) const;
+
+ private:
+  // The kernels on `device` (copied there on first use, then cached).
+  Tensor kernels_on(Device device) const;
+
+  int64_t n_fft_, hop_;
+  // Kernels per device, keyed by (kind, index); the CPU's entry is the host
+  // original [2 * bins, 1, n_fft]: cosine rows, then sine rows, window
+  // folded in. Shared by copies of this Stft (the values never change), so
+  // the loss below can hold Stfts by value; the mutex guards first use from
+  // several rank threads.
+  struct Cache {
+    std::mutex mu;
+    std::map<std::pair<int, int>, Tensor> kernels;
+  };
+  std::shared_ptr<Cache> cache_;
+};
+
+// The multi-resolution STFT loss, for each (n_fft, hop) resolution
+//   mean |log(|X| + 1e-5) - log(|Y| + 1e-5)| + mean | |X| - |Y| |,
+// summed over resolutions and divided by their number.
+class MultiResolutionStftLoss {
+ public:
+  // At least one resolution; each (n_fft, hop) as Stft requires.
+  explicit MultiResolutionStftLoss(std::vector<std::pair<int64_t, int64_t>> resolutions);
+
+  // x the reference, y the reconstruction, both [N, L] on one device, with
+  // L >= every n_fft (else an error naming the n_fft and L). A scalar; for
+  // N == 0 a zero that stays in x's and y's graphs, so a rank with no rows
+  // runs the same backward (and gradient all-reduce) as the others.
+  Tensor operator()(const Tensor& x, const Tensor& y) const;
+
+  const std::vector<Stft>& stfts() const { return stfts_; }
+
+ private:
+  std::vector<Stft> stfts_;
+};
+
+// Log-mel spectrogram, log(mel(|X|) + 1e-5), with triangular filters on the
+// HTK mel scale (2595 log10(1 + f / 700)) spaced evenly between 0 and
+// sample_rate / 2, unnormalised (each peaks at 1), applied to magnitudes
+// (power 1). For evaluation; differentiable all the same.
+class LogMel {
+ public:
+  // Throws if a filter would cover no STFT bin (n_mels too many for n_fft):
+  // that band would be a constant, not a measurement.
+  LogMel(double sample_rate, int64_t n_fft, int64_t hop, int64_t n_mels);
+
+  // x [N, L] -> [N, n_mels, frames].
+  Tensor operator()(const Tensor& x) const;
+
+  int64_t n_mels() const { return n_mels_; }
+  const Stft& stft() const { return stft_; }
+  // The host filterbank [n_fft / 2 + 1, n_mels]: column m is filter m.
+  const Tensor& filterbank() const { return filterbank_; }
+
+ private:
+  Stft stft_;
+  int64_t n_mels_;
+  Tensor filterbank_;  // [bins, n_mels], host
+  // The same filters as a kernel-size-1 conv1d weight [n_mels, bins, 1], so
+  // [N, bins, T] maps to [N, n_mels, T] without transposes; one copy per
+  // device as for the Stft kernels.
+  struct Cache {
+    std::mutex mu;
+    std::map<std::pair<int, int>, Tensor> weights;
+  };
+  std::shared_ptr<Cache> cache_;
+};
+
+// The log-mel L1 distance in parts that add across batches and ranks: the
+// sum over elements of |logmel(x) - logmel(y)| and the element count
+// (N * n_mels * frames), as host doubles; the distance is sum / count.
+// x and y [N, L] on any one device; {0, 0} for N == 0. No autograd (runs
+// under its own NoGradGuard); one device-to-host read.
+struct SumCount {
+  double sum = 0;
+  double count = 0;
+};
+SumCount log_mel_l1(const LogMel& mel, const Tensor& x, const Tensor& y);
+
+}  // namespace vqddp
