@@ -20,11 +20,11 @@ isas=(scalar)
 has avx2 && has fma && isas+=(avx2)
 has avx512f && has fma && isas+=(avx512)
 
-engine_cases='*fixed_gemm*,*forward matmul*,*encoder*'
+engine_cases='*fixed_gemm*,*forward matmul*,*encoder*,*forward conv*,*col2im*'
 vq_cases='*assign*,*bitwise*'
 # doctest passes a filter that matches nothing: insist on the cases we mean.
 selected() { "$1" -tc="$2" --count | sed -n 's/.*passing the current filters: //p'; }
-[ "$(selected "$test_engine" "$engine_cases")" -ge 5 ] || { echo "FAILED: '$engine_cases' selects too few engine cases"; exit 1; }
+[ "$(selected "$test_engine" "$engine_cases")" -ge 7 ] || { echo "FAILED: '$engine_cases' selects too few engine cases"; exit 1; }
 [ "$(selected "$test_vq" "$vq_cases")" -ge 10 ] || { echo "FAILED: '$vq_cases' selects too few vq cases"; exit 1; }
 
 runs=0

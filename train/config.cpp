@@ -71,7 +71,10 @@ void read_optimizer(ConfigSection s, OptimizerConfig& o) {
   o.eps = static_cast<float>(s.number("eps", o.eps));
   o.momentum = static_cast<float>(s.number("momentum", o.momentum));
   o.grad_clip = static_cast<float>(s.number("grad_clip", o.grad_clip));
+  o.lr_schedule = s.choice("lr_schedule", o.lr_schedule, {"constant", "cosine"});
+  o.final_lr_fraction = s.number("final_lr_fraction", o.final_lr_fraction);
   if (!(o.lr > 0)) s.fail("lr", "must be positive");
+  if (!(o.final_lr_fraction >= 0 && o.final_lr_fraction <= 1)) s.fail("final_lr_fraction", "must be in [0, 1]");
   s.finish();
 }
 

@@ -69,6 +69,10 @@ struct OptimizerConfig {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   float momentum = 0.f;
   float grad_clip = 1.f;  // 0: off
+  // constant, or cosine: lr * (f + (1 - f) (1 + cos(pi t / T)) / 2) at step
+  // t of T with f = final_lr_fraction, from lr down to f lr at the end.
+  std::string lr_schedule = "constant";
+  double final_lr_fraction = 0.1;
   bool operator==(const OptimizerConfig&) const = default;
 };
 

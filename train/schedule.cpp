@@ -1,5 +1,8 @@
 #include "train/schedule.h"
 
+#include <cmath>
+#include <numbers>
+
 #include <algorithm>
 #include <numeric>
 
@@ -127,6 +130,13 @@ std::vector<std::pair<int, int64_t>> ShardedSampler::rank_batch(int64_t step) {
   std::vector<std::pair<int, int64_t>> out;
   for (int64_t j = begin_; j < begin_ + shards_[rank_]; ++j) out.push_back(list[(pos * schedule_.batch_size + j) % n]);
   return out;
+}
+
+float learning_rate(const OptimizerConfig& o, int64_t step, int64_t total) {
+  if (o.lr_schedule == "constant" || total <= 1) return o.lr;
+  double t = static_cast<double>(step) / static_cast<double>(total - 1);  // 0 at the first step, 1 at the last
+  double f = o.final_lr_fraction;
+  return static_cast<float>(o.lr * (f + (1 - f) * 0.5 * (1 + std::cos(std::numbers::pi * t))));
 }
 
 }  // namespace vqddp

@@ -22,6 +22,11 @@
 
 namespace vqddp {
 
+// The learning rate of step `step` (0-based) of `total` (optimizer.lr_schedule):
+// a function of the agreed step count only, so every rank and a resumed run
+// use the same rate at the same step.
+float learning_rate(const OptimizerConfig& o, int64_t step, int64_t total);
+
 struct Schedule {
   std::vector<int64_t> per_source;  // examples from each source per epoch
   int64_t epoch_examples = 0;

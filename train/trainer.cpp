@@ -342,6 +342,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
       }
       mul(loss, DistributedDataParallel::loss_scale(x.size(0), schedule.batch_size)).backward();
       ddp.all_reduce_gradients();
+      optim->lr = learning_rate(cfg.optimizer, step, schedule.total_steps);
       if (opt.after_gradients) opt.after_gradients(step + 1, comm.rank(), model);
       if (cfg.optimizer.grad_clip > 0) clip_grad_norm(params, cfg.optimizer.grad_clip);
       optim->step();

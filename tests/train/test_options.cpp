@@ -12,6 +12,7 @@
 #include "tests/engine/tmpdir.h"
 #include "tool/replay.h"
 #include "train/config.h"
+#include "train/schedule.h"
 
 using namespace vqddp;
 
@@ -127,4 +128,21 @@ TEST_CASE("LFQ types: their keys are read for lfq and residual_lfq only, codeboo
                        doctest::Contains("'quantizer.type' must be one of \"vq\", \"residual_vq\", \"fsq\", "
                                          "\"residual_fsq\", \"lfq\", \"residual_lfq\""),
                        Error);
+}
+
+TEST_CASE("optimizer.lr_schedule: constant keeps lr; cosine runs from lr at the first step to final_lr_fraction lr at the last") {
+  OptimizerConfig o;
+  o.lr = 0.002f;
+  CHECK(learning_rate(o, 0, 100) == 0.002f);
+  CHECK(learning_rate(o, 99, 100) == 0.002f);
+  o.lr_schedule = "cosine";
+  o.final_lr_fraction = 0.1;
+  CHECK(learning_rate(o, 0, 100) == 0.002f);
+  CHECK(learning_rate(o, 99, 100) == doctest::Approx(0.0002));
+  CHECK(learning_rate(o, 50, 101) == doctest::Approx(0.0011));  // halfway: (1 + 0.1) / 2
+  for (int64_t s = 1; s < 100; ++s) CHECK(learning_rate(o, s, 100) < learning_rate(o, s - 1, 100));
+  nlohmann::json j = {{"optimizer", {{"lr_schedule", "linear"}}}, {"data", {{"sources", {{{"path", "x"}}}}}}};
+  CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("optimizer.lr_schedule"));
+  j["optimizer"] = {{"lr_schedule", "cosine"}, {"final_lr_fraction", 1.5}};
+  CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("optimizer.final_lr_fraction"));
 }

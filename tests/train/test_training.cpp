@@ -236,7 +236,7 @@ TEST_CASE("atomic checkpoint: a write that fails midway leaves the previous chec
 TEST_CASE("check-ddp passes on every shipped example, on the CPU and on sim, and fails on a deliberately broken variant") {
   const char* src = std::getenv("VQDDP_SOURCE_DIR");
   std::string root = src ? src : ".";
-  for (const std::string name : {"speech_codec", "fashion_vq", "fashion_fsq"}) {
+  for (const std::string name : {"speech_codec", "speech_codec_mlp", "fashion_conv_vqvae", "fashion_vq", "fashion_fsq"}) {
     CAPTURE(name);
     Config cfg = load_config(root + "/examples/" + name + ".json");
     cfg.data.max_examples = 2000;  // keeps the test quick; semantics do not depend on it
@@ -347,7 +347,9 @@ TEST_CASE("the built-in default run is examples/speech_codec.json and every ship
   std::string root = src ? src : ".";
   std::ifstream in(root + "/examples/speech_codec.json");
   CHECK(nlohmann::json::parse(in) == nlohmann::json::parse(default_config_json()));
-  for (const char* name : {"speech_codec", "fashion_vq", "fashion_fsq"}) load_config(root + "/examples/" + name + ".json");
+  for (const char* name : {"speech_codec", "speech_codec_mlp", "speech_codec_fsq", "speech_codec_lfq", "fashion_vq",
+                           "fashion_fsq", "fashion_lfq", "fashion_conv_vqvae"})
+    load_config(root + "/examples/" + name + ".json");
 }
 
 TEST_CASE("run.device is cpu by default, cuda or sim when asked, and any other value an error naming the key") {

@@ -1,0 +1,166 @@
+// The convolutional model types (model.type conv_codec and conv_vqvae,
+// train/networks.h): they learn, their ranks agree (check-ddp), their
+// tokens and bitrate follow the strides, and bad sizes are refused by key.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "comm/single.h"
+#include "engine/autograd.h"
+#include "engine/ops.h"
+#include "tests/train/small_run.h"
+#include "tool/check_ddp.h"
+#include "train/model.h"
+
+using namespace vqddp;
+using namespace vqddp::test;
+
+namespace {
+
+// Waveform segments of `f` samples: two sinusoids of random frequency and
+// phase each (learnable structure, unlike white noise), plus a little noise.
+Dataset tones(int64_t f, int64_t rows, int64_t validation, uint64_t seed) {
+  Generator g(seed, 0);
+  auto make = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n * f));
+    for (int64_t i = 0; i < n; ++i) {
+      float f1 = 0.05f + 0.3f * g.uniform(), f2 = 0.05f + 0.3f * g.uniform(), p = 6.28f * g.uniform();
+      for (int64_t t = 0; t < f; ++t)
+        v[i * f + t] = 0.3f * std::sin(f1 * t + p) + 0.2f * std::sin(f2 * t) + 0.01f * (g.uniform() - 0.5f);
+    }
+    return from_vector(v, {n, f});
+  };
+  Dataset d;
+  d.sources = {make(rows)};
+  d.weights = {1.0};
+  d.validation = make(validation);
+  d.example_dim = f;
+  d.examples_per_second = 8000.0 / f;  // audio: the validation computes the log-mel distance too
+  d.description = "tones";
+  return d;
+}
+
+// Images of 8 x 8: a bright square at a random place.
+Dataset squares(int64_t rows, int64_t validation, uint64_t seed) {
+  Generator g(seed, 0);
+  auto make = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n * 64), 0.f);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t y0 = static_cast<int64_t>(g.uniform_int(5)), x0 = static_cast<int64_t>(g.uniform_int(5));
+      for (int64_t y = y0; y < y0 + 3; ++y)
+        for (int64_t x = x0; x < x0 + 3; ++x) v[i * 64 + y * 8 + x] = 1.f;
+    }
+    return from_vector(v, {n, 64});
+  };
+  Dataset d;
+  d.sources = {make(rows)};
+  d.weights = {1.0};
+  d.validation = make(validation);
+  d.example_dim = 64;
+  d.description = "squares";
+  return d;
+}
+
+Config conv_config(const std::string& type, const std::string& dir) {
+  nlohmann::json model = type == "conv_codec"
+                             ? nlohmann::json{{"type", "conv_codec"}, {"channels", {4, 8, 8}}, {"strides", {2, 4}},
+                                              {"latent_dim", 4}, {"activation", "elu"}, {"spectral_weight", 0.1}}
+                             : nlohmann::json{{"type", "conv_vqvae"}, {"channels", {4, 8}}, {"latent_dim", 4},
+                                              {"activation", "leaky_relu"}, {"sigmoid_output", true}};
+  nlohmann::json j = {
+      {"model", model},
+      {"quantizer", {{"type", "residual_vq"}, {"num_quantizers", 2}, {"codebook_size", 16}, {"decay", 0.9},
+                     {"threshold_ema_dead_code", 1.0}, {"kmeans_iters", 3}}},
+      {"data", {{"type", type == "conv_codec" ? "wav_frames" : "fashion_mnist"}, {"sources", {{{"path", "unused"}}}},
+                {"frame", 256}}},
+      {"optimizer", {{"lr", 0.005}}},
+      {"schedule", {{"batch_size", 12}, {"epochs", 1}, {"log_every", 5}, {"validate_every", 0}}},
+      {"distributed", {{"world_size", 3}, {"timeout_s", 20}}},
+      {"run", {{"dir", dir}, {"seed", 5}}}};
+  return parse_config(j, "test");
+}
+
+std::string tmp(const std::string& name) {
+  const char* base = std::getenv("VQDDP_TEST_TMP");
+  return std::string(base ? base : "/tmp") + "/conv-models-" + name;
+}
+
+}  // namespace
+
+TEST_CASE("conv_codec and conv_vqvae: the validation error falls over a short 3-rank training run") {
+  for (const std::string type : {"conv_codec", "conv_vqvae"}) {
+    CAPTURE(type);
+    Config cfg = conv_config(type, tmp(type));
+    Dataset data = type == "conv_codec" ? tones(256, 240, 24, 1) : squares(240, 24, 2);
+    cfg.schedule.steps = 1;
+    TrainResult first = train(cfg, data, quiet());
+    cfg.schedule.steps = type == "conv_codec" ? 60 : 200;
+    TrainResult last = train(cfg, data, quiet());
+    MESSAGE(type, ": mse ", first.validation_mse, " -> ", last.validation_mse);
+    CHECK(last.validation_mse < 0.5 * first.validation_mse);
+    CHECK(last.validation_snr_db > first.validation_snr_db + 3);
+    if (type == "conv_codec") {
+      CHECK(first.validation_log_mel > 0);
+      CHECK(last.validation_log_mel < first.validation_log_mel);
+    } else {
+      CHECK(last.validation_log_mel == -1);  // images: no log-mel distance
+    }
+  }
+}
+
+TEST_CASE("conv_codec: one token per product-of-strides samples, bitrate and latent layout follow") {
+  Config cfg = conv_config("conv_codec", tmp("layout"));
+  CodecModel model(cfg.model, cfg.quantizer, 256, 1);
+  // 256 samples / (2 * 4) = 32 tokens of 2 x 4 bits.
+  CHECK(model.bits_per_example() == 32 * 8);
+  SingleCommunicator comm;
+  Generator init(2, 0);
+  model.forward(rand_normal({4, 256}, init), comm);  // a training-mode pass runs the k-means init
+  NoGradGuard no_grad;
+  model.eval();
+  Generator g(1, 0);
+  ModelOutput out = model.forward(rand_normal({3, 256}, g), comm);
+  CHECK(out.indices.shape() == Shape{3 * 32, 2});
+  CHECK(out.reconstruction.shape() == Shape{3, 256});
+  // A sample's tokens do not depend on the rest of the batch (the conv
+  // forward is batch-invariant), so sample 1 alone gives rows 32..63.
+  Generator h(1, 0);
+  Tensor x = rand_normal({3, 256}, h);
+  ModelOutput one = model.forward(slice_rows(x, 1, 2).clone(), comm);
+  std::vector<int64_t> all = out.indices.to_vector<int64_t>(), mine = one.indices.to_vector<int64_t>();
+  CHECK(std::vector<int64_t>(all.begin() + 64, all.begin() + 128) == mine);
+}
+
+TEST_CASE("conv model sizes that do not fit are refused naming the key") {
+  Config cfg = conv_config("conv_codec", tmp("bad"));
+  CHECK_THROWS_WITH(CodecModel(cfg.model, cfg.quantizer, 250, 1),
+                    doctest::Contains("data.frame 250 must be a multiple of the product of model.strides (8)"));
+  Config img = conv_config("conv_vqvae", tmp("bad"));
+  CHECK_THROWS_WITH(CodecModel(img.model, img.quantizer, 60, 1), doctest::Contains("square images with a side divisible by 4"));
+  nlohmann::json j = {{"model", {{"type", "conv_codec"}, {"channels", {4, 8}}, {"strides", {2, 4}}}},
+                      {"data", {{"sources", {{{"path", "x"}}}}}}};
+  CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("model.channels"));
+  j["model"] = {{"type", "mlp"}, {"strides", {2}}};
+  CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("model.strides"));
+  j["model"] = {{"type", "conv_codec"}, {"spectral_weight", -1}};
+  CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("model.spectral_weight"));
+  j["model"] = {{"type", "conv_vqvae"}, {"spectral_weight", 1}};
+  CHECK_THROWS_WITH(CodecModel(parse_config(j, "c.json").model, cfg.quantizer, 64, 1),
+                    doctest::Contains("model.spectral_weight is for conv_codec"));
+}
+
+TEST_CASE("check-ddp passes on both conv model types: codebook state bitwise, parameters within tolerance") {
+  for (const std::string type : {"conv_codec", "conv_vqvae"}) {
+    CAPTURE(type);
+    Config cfg = conv_config(type, tmp("ddp-" + type));
+    Dataset data = type == "conv_codec" ? tones(256, 120, 12, 3) : squares(120, 12, 4);
+    for (int world : {2, 4}) {
+      CAPTURE(world);
+      CheckDdpResult r = check_ddp(cfg, data, {.world = world, .steps = 3, .print = false});
+      CHECK_MESSAGE(r.passed, r.first_failure);
+      CHECK(r.ranks_identical);
+      CHECK(r.state_bitwise);
+      CHECK(r.worst_grad_abs > 0);
+    }
+  }
+}
