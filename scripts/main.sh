@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: install what is missing, build (release), and run the default
-# training run (examples/speech_codec.json: a residual-VQ speech codec on
-# Debian's asterisk prompts, 4 thread ranks), printing progress.
+# training run (examples/speech_codec.json: a convolutional residual-VQ speech
+# codec on Debian's asterisk prompts, 4 thread ranks), printing progress.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
