@@ -33,35 +33,13 @@ ConvLayer::ConvLayer(const Shape& shape, int64_t out_channels, Generator& gen, b
 
 Tensor ConvLayer::weight() const { return weight_.defined() ? weight_ : weight_norm(v_, g_); }
 
-namespace {
-
-void check_groups(const char* layer, int64_t in, int64_t out, int64_t groups) {
+Shape conv_weight_shape(int dims, bool transposed, int64_t in, int64_t out, int64_t kernel, int64_t groups) {
   VQDDP_CHECK(groups >= 1 && in % groups == 0 && out % groups == 0,
-              "{}({}, {}): both channel counts must be divisible by groups {}", layer, in, out, groups);
+              "Conv{}{}d({}, {}): both channel counts must be divisible by groups {}", transposed ? "Transpose" : "",
+              dims, in, out, groups);
+  Shape shape = transposed ? Shape{in, out / groups} : Shape{out, in / groups};
+  for (int d = 0; d < dims; ++d) shape.push_back(kernel);
+  return shape;
 }
-
-}  // namespace
-
-Conv1d::Conv1d(int64_t in, int64_t out, int64_t k, Generator& gen, const Conv1dOptions& o, const ConvLayerOptions& l)
-    : ConvLayer((check_groups("Conv1d", in, out, o.groups), Shape{out, in / o.groups, k}), out, gen, l.weight_norm,
-                l.bias),
-      options(o) {}
-
-ConvTranspose1d::ConvTranspose1d(int64_t in, int64_t out, int64_t k, Generator& gen, const Conv1dOptions& o,
-                                 const ConvLayerOptions& l)
-    : ConvLayer((check_groups("ConvTranspose1d", in, out, o.groups), Shape{in, out / o.groups, k}), out, gen,
-                l.weight_norm, l.bias),
-      options(o) {}
-
-Conv2d::Conv2d(int64_t in, int64_t out, int64_t k, Generator& gen, const ConvOptions& o, const ConvLayerOptions& l)
-    : ConvLayer((check_groups("Conv2d", in, out, o.groups), Shape{out, in / o.groups, k, k}), out, gen, l.weight_norm,
-                l.bias),
-      options(o) {}
-
-ConvTranspose2d::ConvTranspose2d(int64_t in, int64_t out, int64_t k, Generator& gen, const ConvOptions& o,
-                                 const ConvLayerOptions& l)
-    : ConvLayer((check_groups("ConvTranspose2d", in, out, o.groups), Shape{in, out / o.groups, k, k}), out, gen,
-                l.weight_norm, l.bias),
-      options(o) {}
 
 }  // namespace vqddp

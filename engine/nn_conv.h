@@ -35,36 +35,29 @@ struct ConvLayerOptions {
   bool bias = true;
 };
 
-class Conv1d : public ConvLayer {
+// The weight shape of a layer: [out, in / groups, k...] for a convolution,
+// [in, out / groups, k...] for a transposed one, with `dims` kernel sizes
+// k; throws naming the layer when a channel count is not divisible by groups.
+Shape conv_weight_shape(int dims, bool transposed, int64_t in, int64_t out, int64_t kernel, int64_t groups);
+
+// A convolution layer: `Op` (ops.h) with its options, the weight and bias of
+// ConvLayer. Square kernels for 2-D.
+template <class Options, Tensor (*Op)(const Tensor&, const Tensor&, const Tensor&, const Options&), int Dims,
+          bool Transposed>
+class Conv : public ConvLayer {
  public:
-  Conv1d(int64_t in, int64_t out, int64_t kernel, Generator& gen, const Conv1dOptions& o = {},
-         const ConvLayerOptions& layer = {});
-  Tensor forward(const Tensor& x) override { return conv1d(x, weight(), bias, options); }
-  Conv1dOptions options;
+  Conv(int64_t in, int64_t out, int64_t kernel, Generator& gen, const Options& o = {},
+       const ConvLayerOptions& layer = {})
+      : ConvLayer(conv_weight_shape(Dims, Transposed, in, out, kernel, o.groups), out, gen, layer.weight_norm,
+                  layer.bias),
+        options(o) {}
+  Tensor forward(const Tensor& x) override { return Op(x, weight(), bias, options); }
+  Options options;
 };
 
-class ConvTranspose1d : public ConvLayer {
- public:
-  ConvTranspose1d(int64_t in, int64_t out, int64_t kernel, Generator& gen, const Conv1dOptions& o = {},
-                  const ConvLayerOptions& layer = {});
-  Tensor forward(const Tensor& x) override { return conv_transpose1d(x, weight(), bias, options); }
-  Conv1dOptions options;
-};
-
-class Conv2d : public ConvLayer {
- public:
-  Conv2d(int64_t in, int64_t out, int64_t kernel, Generator& gen, const ConvOptions& o = {},
-         const ConvLayerOptions& layer = {});
-  Tensor forward(const Tensor& x) override { return conv2d(x, weight(), bias, options); }
-  ConvOptions options;
-};
-
-class ConvTranspose2d : public ConvLayer {
- public:
-  ConvTranspose2d(int64_t in, int64_t out, int64_t kernel, Generator& gen, const ConvOptions& o = {},
-                  const ConvLayerOptions& layer = {});
-  Tensor forward(const Tensor& x) override { return conv_transpose2d(x, weight(), bias, options); }
-  ConvOptions options;
-};
+using Conv1d = Conv<Conv1dOptions, conv1d, 1, false>;
+using ConvTranspose1d = Conv<Conv1dOptions, conv_transpose1d, 1, true>;
+using Conv2d = Conv<ConvOptions, conv2d, 2, false>;
+using ConvTranspose2d = Conv<ConvOptions, conv_transpose2d, 2, true>;
 
 }  // namespace vqddp
