@@ -42,6 +42,13 @@ VQDDP_HD int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, in
   return (in + 2 * pad - dilation * (kernel - 1) - 1) / stride + 1;
 }
 
+// Output length of a transposed convolution along one dimension: the input
+// length of the convolution it transposes, plus output_padding.
+VQDDP_HD int64_t conv_transpose_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad,
+                                            int64_t dilation, int64_t output_padding) {
+  return (in - 1) * stride - 2 * pad + dilation * (kernel - 1) + output_padding + 1;
+}
+
 // im2col for output position (sample s, oy, ox) and channel `ch`: writes
 // the kh * kw entries cols[(s, oy, ox), (ch, ky, kx)] for every tap.
 VQDDP_HD void im2col_taps_at(const float* x, const ConvPlan& p, int64_t s, int64_t oy, int64_t ox, int64_t ch,

@@ -108,16 +108,14 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
               weight.desc(), x.desc(), g, g >= 1 ? cin / g : 0, g);
   int64_t cg = cin / g, og = cout / g;
   std::vector<Tensor> parts;
-  int64_t oh = 0, ow = 0;
   for (int64_t i = 0; i < g; ++i) {
     Tensor cols = unfold(channels(x, i * cg, cg), kh, kw, o);
     Tensor w = reshape(slice_rows(weight, i * og, (i + 1) * og), {og, cg * kh * kw});
     parts.push_back(matmul(cols, w, false, true));
   }
-  oh = conv_output_size(x.size(2), kh, o.stride[0], o.padding[0], o.dilation[0]);
-  ow = conv_output_size(x.size(3), kw, o.stride[1], o.padding[1], o.dilation[1]);
+  ConvPlan p = plan_for(x.shape(), kh, kw, o);  // unfold checked it
   Tensor rows = g == 1 ? parts[0] : concat(parts, 1);
-  return add_bias(rows_to_image(rows, x.size(0), oh, ow), bias, "conv2d");
+  return add_bias(rows_to_image(rows, x.size(0), p.oh, p.ow), bias, "conv2d");
 }
 
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvOptions& o) {
@@ -130,8 +128,8 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
               weight.desc(), x.desc(), g, cin);
   check_options("conv_transpose2d", kh, kw, o);
   int64_t cg = cin / g;
-  int64_t oh = (h - 1) * o.stride[0] - 2 * o.padding[0] + o.dilation[0] * (kh - 1) + o.output_padding[0] + 1;
-  int64_t ow = (w - 1) * o.stride[1] - 2 * o.padding[1] + o.dilation[1] * (kw - 1) + o.output_padding[1] + 1;
+  int64_t oh = conv_transpose_output_size(h, kh, o.stride[0], o.padding[0], o.dilation[0], o.output_padding[0]);
+  int64_t ow = conv_transpose_output_size(w, kw, o.stride[1], o.padding[1], o.dilation[1], o.output_padding[1]);
   VQDDP_CHECK(oh >= 1 && ow >= 1, "conv_transpose2d: x {} gives an empty output with weight {}", x.desc(),
               weight.desc());
   std::vector<Tensor> parts;
