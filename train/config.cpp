@@ -9,36 +9,38 @@
 #include "engine/json_strict.h"
 #include "engine/config_reader.h"
 #include "comm/launch.h"
+#include "train/networks.h"
 #include "engine/count_limits.h"
 
 namespace vqddp {
 
 namespace {
 
+// Each model.type reads only its own keys, so a key of another type (hidden
+// on conv_codec, strides on mlp) is an unknown key naming the known ones,
+// never silently ignored.
 void read_model(ConfigSection s, ModelConfig& m) {
   m.type = s.choice("type", m.type, {"mlp", "conv_codec", "conv_vqvae"});
-  m.hidden = s.integer("hidden", m.hidden, limits::width);
-  m.hidden_layers = static_cast<int>(s.integer("hidden_layers", m.hidden_layers, limits::layers));
   m.latent_dim = s.integer("latent_dim", m.latent_dim, limits::width);
-  m.tokens = s.integer("tokens", m.tokens, limits::width);
   m.activation = s.choice("activation", m.activation, {"gelu", "relu", "tanh", "elu", "leaky_relu", "silu"});
   m.sigmoid_output = s.boolean("sigmoid_output", m.sigmoid_output);
-  bool codec = m.type == "conv_codec", vqvae = m.type == "conv_vqvae";
-  if (codec) m.channels = {32, 64, 128, 256}, m.strides = {2, 4, 5};
-  if (vqvae) m.channels = {32, 64};
-  m.channels = s.integers("channels", m.channels, limits::width);
-  m.strides = s.integers("strides", m.strides, limits::conv_stride);
-  m.residual_units = s.integer("residual_units", m.residual_units, limits::residual_units);
-  m.weight_norm = s.boolean("weight_norm", m.weight_norm);
-  m.waveform_loss = s.choice("waveform_loss", m.waveform_loss, {"l1", "l2"});
-  m.spectral_weight = s.number("spectral_weight", m.spectral_weight);
-  if (!(m.spectral_weight >= 0)) s.fail("spectral_weight", "must be at least 0");
-  if (codec && (m.strides.empty() || m.channels.size() != m.strides.size() + 1))
-    s.fail("channels", fmt::format("needs one entry more than strides for conv_codec ({} channels, {} strides)",
-                                   m.channels.size(), m.strides.size()));
-  if (vqvae && m.channels.size() != 2) s.fail("channels", "needs two entries for conv_vqvae (its two stages)");
-  if (!codec && !vqvae && (!m.channels.empty() || !m.strides.empty()))
-    s.fail(m.channels.empty() ? "strides" : "channels", fmt::format("is for the conv types, not model.type {}", m.type));
+  if (m.type == "mlp") {
+    m.hidden = s.integer("hidden", m.hidden, limits::width);
+    m.hidden_layers = static_cast<int>(s.integer("hidden_layers", m.hidden_layers, limits::layers));
+    m.tokens = s.integer("tokens", m.tokens, limits::width);
+  } else {
+    m.weight_norm = s.boolean("weight_norm", m.weight_norm);
+  }
+  if (m.type == "conv_codec") {
+    m.channels = s.integers("channels", {32, 64, 128, 256}, limits::width);
+    m.strides = s.integers("strides", {2, 4, 5}, limits::conv_stride);
+    m.residual_units = s.integer("residual_units", m.residual_units, limits::residual_units);
+    m.waveform_loss = s.choice("waveform_loss", m.waveform_loss, {"l1", "l2"});
+    m.spectral_weight = s.number("spectral_weight", m.spectral_weight);
+    if (!(m.spectral_weight >= 0)) s.fail("spectral_weight", "must be at least 0");
+  }
+  if (m.type == "conv_vqvae") m.channels = s.integers("channels", {32, 64}, limits::width);
+  if (auto [key, why] = conv_layout_problem(m); !key.empty()) s.fail(key, why);
   s.finish();
 }
 
@@ -132,9 +134,12 @@ void check_elements(const ConfigSection& root, const std::string& key, const std
 void check_sizes(const ConfigSection& root, const Config& c) {
   const ModelConfig& m = c.model;
   const QuantizerConfig& q = c.quantizer;
-  check_elements(root, "model.hidden", "hidden x hidden", {m.hidden, m.hidden});
-  check_elements(root, "model.latent_dim", "hidden x latent_dim x tokens", {m.hidden, m.latent_dim, m.tokens});
-  if (c.data.type == "wav_frames") check_elements(root, "data.frame", "frame x model.hidden", {c.data.frame, m.hidden});
+  if (m.type == "mlp") {
+    check_elements(root, "model.hidden", "hidden x hidden", {m.hidden, m.hidden});
+    check_elements(root, "model.latent_dim", "hidden x latent_dim x tokens", {m.hidden, m.latent_dim, m.tokens});
+    if (c.data.type == "wav_frames") check_elements(root, "data.frame", "frame x model.hidden", {c.data.frame, m.hidden});
+  }
+
   if (!q.levels.empty()) {
     std::optional<int64_t> n = product(std::vector<int64_t>(q.levels.begin(), q.levels.end()));
     if (!n || *n > limits::codebook_size.hi)

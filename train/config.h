@@ -32,7 +32,8 @@ struct ModelConfig {
   std::string activation = "gelu";
   bool sigmoid_output = false;  // decoder output in (0, 1) (images)
   // conv_codec: channels of each stage, one more than strides; conv_vqvae:
-  // the two stages' channels. Empty: the type's default.
+  // the two stages' channels (train/networks.h conv_layout_problem). The
+  // config reader fills in the type's default.
   std::vector<int64_t> channels;
   std::vector<int64_t> strides;  // conv_codec: downsampling per stage (their product per token)
   int64_t residual_units = 1;    // conv_codec: dilated residual units per stage (dilation 1, 3, 9, ...)

@@ -1,7 +1,5 @@
 #include "train/model.h"
 
-#include <cmath>
-
 #include "engine/ops.h"
 #include "engine/streams.h"
 #include "vq/losses.h"
@@ -29,9 +27,8 @@ CodecModel::CodecModel(const ModelConfig& m, const QuantizerConfig& q, int64_t i
   quantizer_ = register_module("quantizer", make_quantizer(q, m.latent_dim, seed, gen));
   if (m.spectral_weight > 0) {
     // Windows of 8 to 32 ms at 8 kHz, hop a quarter window (DAC's choice of
-    // several resolutions, scaled to short segments).
-    VQDDP_CHECK(m.type == "conv_codec", "model.spectral_weight is for conv_codec (waveforms), not model.type {}",
-                m.type);
+    // several resolutions, scaled to short segments). The config reader
+    // takes spectral_weight for conv_codec only.
     VQDDP_CHECK(input_dim >= 256, "model.spectral_weight needs data.frame >= 256 (the longest STFT window), got {}",
                 input_dim);
     spectral_ = std::make_unique<MultiResolutionStftLoss>(
@@ -72,7 +69,9 @@ ModelOutput CodecModel::forward(const Tensor& x, Communicator& comm) {
   if (mcfg_.sigmoid_output) y = sigmoid(y);
   out.reconstruction = y;
   out.reconstruction_loss = mcfg_.waveform_loss == "l1" ? mean_or_zero(vqddp::abs(sub(y, x))) : mse_or_zero(y, x);
-  if (spectral_) out.reconstruction_loss = add(out.reconstruction_loss, mul((*spectral_)(x, y), static_cast<float>(mcfg_.spectral_weight)));
+  if (spectral_)
+    out.reconstruction_loss =
+        add(out.reconstruction_loss, mul((*spectral_)(x, y), static_cast<float>(mcfg_.spectral_weight)));
   return out;
 }
 

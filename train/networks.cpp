@@ -1,7 +1,9 @@
 #include "train/networks.h"
 
 #include <cmath>
+#include <fmt/format.h>
 
+#include "engine/count_limits.h"
 #include "engine/error.h"
 #include "engine/nn_conv.h"
 #include "engine/ops.h"
@@ -51,6 +53,9 @@ Network mlp_network(const ModelConfig& m, int64_t input_dim, Generator& gen) {
 // to exactly L / s. The decoder mirrors it with ConvTranspose1d(k 2s,
 // stride s, same padding, output_padding 2 ceil(s/2) - s): L -> L s.
 
+// Padding of a stride-s layer of kernel 2s: L -> L / s down, L -> L s up.
+int64_t stride_padding(int64_t s) { return (s + 1) / 2; }
+
 struct Conv1dMaker {
   Generator& gen;
   ConvLayerOptions layer;
@@ -75,8 +80,7 @@ void residual_units(Sequential& net, const ModelConfig& m, int64_t ch, const Con
 }
 
 Network conv_codec_network(const ModelConfig& m, int64_t input_dim, Generator& gen) {
-  int64_t hop = 1;
-  for (int64_t s : m.strides) hop *= s;
+  int64_t hop = samples_per_token(m);
   VQDDP_CHECK(input_dim % hop == 0, "data.frame {} must be a multiple of the product of model.strides ({}) for "
               "conv_codec: each token covers that many samples", input_dim, hop);
   Conv1dMaker conv{gen, {.weight_norm = m.weight_norm, .bias = true}};
@@ -88,14 +92,14 @@ Network conv_codec_network(const ModelConfig& m, int64_t input_dim, Generator& g
   for (size_t i = 0; i < stages; ++i) {
     int64_t s = m.strides[i];
     residual_units(*n.encoder, m, ch[i], conv);
-    n.encoder->add(activation(m.activation)).add(conv(ch[i], ch[i + 1], 2 * s, {.stride = s, .padding = (s + 1) / 2}));
+    n.encoder->add(activation(m.activation)).add(conv(ch[i], ch[i + 1], 2 * s, {.stride = s, .padding = stride_padding(s)}));
   }
   n.encoder->add(activation(m.activation)).add(conv(ch[stages], m.latent_dim, 3, {.padding = 1}));
 
   n.decoder = std::make_shared<Sequential>();
   n.decoder->add(conv(m.latent_dim, ch[stages], 7, {.padding = 3}));
   for (size_t i = stages; i-- > 0;) {
-    int64_t s = m.strides[i], pad = (s + 1) / 2;
+    int64_t s = m.strides[i], pad = stride_padding(s);
     n.decoder->add(activation(m.activation))
         .add(conv.up(ch[i + 1], ch[i], 2 * s, {.stride = s, .padding = pad, .output_padding = 2 * pad - s}));
     residual_units(*n.decoder, m, ch[i], conv);
@@ -145,7 +149,31 @@ Network conv_vqvae_network(const ModelConfig& m, int64_t input_dim, Generator& g
 
 }  // namespace
 
+std::pair<std::string, std::string> conv_layout_problem(const ModelConfig& m) {
+  if (m.type == "conv_codec") {
+    if (m.strides.empty() || m.channels.size() != m.strides.size() + 1)
+      return {"channels", fmt::format("needs one entry more than strides for conv_codec ({} channels, {} strides)",
+                                      m.channels.size(), m.strides.size())};
+    int64_t hop = 1;
+    for (int64_t s : m.strides)
+      if (s < 1 || __builtin_mul_overflow(hop, s, &hop) || hop > limits::frame.hi)
+        return {"strides", fmt::format("must be positive with a product (samples per token) of at most {}, the "
+                                       "largest data.frame", limits::frame.hi)};
+  }
+  if (m.type == "conv_vqvae" && m.channels.size() != 2)
+    return {"channels", "needs two entries for conv_vqvae (its two stages)"};
+  return {};
+}
+
+int64_t samples_per_token(const ModelConfig& m) {
+  int64_t hop = 1;
+  for (int64_t s : m.strides) hop *= s;
+  return hop;
+}
+
 Network make_network(const ModelConfig& m, int64_t input_dim, Generator& gen) {
+  auto [key, why] = conv_layout_problem(m);
+  VQDDP_CHECK(key.empty(), "model.{} {}", key, why);
   if (m.type == "conv_codec") return conv_codec_network(m, input_dim, gen);
   if (m.type == "conv_vqvae") return conv_vqvae_network(m, input_dim, gen);
   return mlp_network(m, input_dim, gen);

@@ -11,6 +11,7 @@
 #include "tests/train/small_run.h"
 #include "tool/check_ddp.h"
 #include "train/model.h"
+#include "train/networks.h"
 
 using namespace vqddp;
 using namespace vqddp::test;
@@ -96,7 +97,6 @@ TEST_CASE("conv_codec and conv_vqvae: the validation error falls over a short 3-
     TrainResult first = train(cfg, data, quiet());
     cfg.schedule.steps = type == "conv_codec" ? 60 : 200;
     TrainResult last = train(cfg, data, quiet());
-    MESSAGE(type, ": mse ", first.validation_mse, " -> ", last.validation_mse);
     CHECK(last.validation_mse < 0.5 * first.validation_mse);
     CHECK(last.validation_snr_db > first.validation_snr_db + 3);
     if (type == "conv_codec") {
@@ -140,13 +140,22 @@ TEST_CASE("conv model sizes that do not fit are refused naming the key") {
   nlohmann::json j = {{"model", {{"type", "conv_codec"}, {"channels", {4, 8}}, {"strides", {2, 4}}}},
                       {"data", {{"sources", {{{"path", "x"}}}}}}};
   CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("model.channels"));
-  j["model"] = {{"type", "mlp"}, {"strides", {2}}};
-  CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("model.strides"));
+  j["model"] = {{"type", "conv_codec"}, {"channels", {4, 4, 4, 4, 4, 4}}, {"strides", {64, 64, 64, 64, 64}}};
+  CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("'model.strides' must be positive with a product"));
   j["model"] = {{"type", "conv_codec"}, {"spectral_weight", -1}};
   CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("model.spectral_weight"));
+  // Each type reads only its own keys: another type's key is unknown, never ignored.
+  j["model"] = {{"type", "mlp"}, {"strides", {2}}};
+  CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("unknown key 'model.strides'"));
   j["model"] = {{"type", "conv_vqvae"}, {"spectral_weight", 1}};
-  CHECK_THROWS_WITH(CodecModel(parse_config(j, "c.json").model, cfg.quantizer, 64, 1),
-                    doctest::Contains("model.spectral_weight is for conv_codec"));
+  CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("unknown key 'model.spectral_weight'"));
+  j["model"] = {{"type", "conv_codec"}, {"hidden", 256}};
+  CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("unknown key 'model.hidden'"));
+  // The same rule for a ModelConfig built in code (no reader in between).
+  ModelConfig bare;
+  bare.type = "conv_codec";
+  Generator gen(1, 0);
+  CHECK_THROWS_WITH(make_network(bare, 256, gen), doctest::Contains("model.channels needs one entry more than strides"));
 }
 
 TEST_CASE("check-ddp passes on both conv model types: codebook state bitwise, parameters within tolerance") {
@@ -154,8 +163,12 @@ TEST_CASE("check-ddp passes on both conv model types: codebook state bitwise, pa
     CAPTURE(type);
     Config cfg = conv_config(type, tmp("ddp-" + type));
     Dataset data = type == "conv_codec" ? tones(256, 120, 12, 3) : squares(120, 12, 4);
-    for (int world : {2, 4}) {
+    // Batch 12 on 2 and 4 ranks, and 3 on 4 ranks: one rank with no rows
+    // runs every conv, the quantizer and the losses on N = 0.
+    for (auto [world, batch] : {std::pair{2, 12}, std::pair{4, 12}, std::pair{4, 3}}) {
       CAPTURE(world);
+      CAPTURE(batch);
+      cfg.schedule.batch_size = batch;
       CheckDdpResult r = check_ddp(cfg, data, {.world = world, .steps = 3, .print = false});
       CHECK_MESSAGE(r.passed, r.first_failure);
       CHECK(r.ranks_identical);

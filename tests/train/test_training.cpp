@@ -170,6 +170,16 @@ TEST_CASE("bit-exact resume: 2S steps straight equal S steps, stop, resume, S st
   CHECK(report.find("K=16") != std::string::npos);
 }
 
+TEST_CASE("bit-exact resume with a cosine learning rate: the resumed steps use the rates of their step numbers") {
+  // A rate computed from the steps since the resume (or from a schedule
+  // length that differs on resume) would end in other bits.
+  Config cfg = small_config("unused");
+  cfg.optimizer.lr_schedule = "cosine";
+  cfg.optimizer.final_lr_fraction = 0.05;
+  TempDir a, b;
+  vqddp::test::check_bit_exact_resume(cfg, synthetic_data(), a.path().string(), b.path().string(), 8);
+}
+
 TEST_CASE("a checkpoint that does not match the model names the first mismatching tensor") {
   TempDir dir;
   Dataset data = synthetic_data();
