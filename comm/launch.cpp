@@ -1,9 +1,17 @@
 #include "comm/launch.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <thread>
+
+#include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
 #include "comm/rendezvous.h"
 #include "comm/single.h"
 #include "comm/thread_group.h"
+#include "engine/parallel.h"
 
 namespace vqddp {
 
@@ -38,8 +46,42 @@ void launch_nccl(const LaunchOptions& o, const std::function<void(Communicator&)
   fn(*comm);
 }
 
-// "nccl" is listed in every build; a build without NCCL says so when asked.
-constexpr Backend kBackends[] = {{"single", launch_single}, {"thread", launch_thread}, {"nccl", launch_nccl}};
+// How many ranks of `comm` run on this machine: one all_gather of a hash of
+// the host name.
+int ranks_on_this_node(Communicator& comm) {
+  char host[HOST_NAME_MAX + 1] = {};
+  gethostname(host, sizeof host - 1);
+  auto mine = static_cast<int64_t>(std::hash<std::string>{}(host));
+  std::vector<int64_t> all = all_gather(comm, from_vector(std::vector<int64_t>{mine}, {1})).to_vector<int64_t>();
+  return static_cast<int>(std::count(all.begin(), all.end(), mine));
+}
+
+// This process is one rank of the MPI job (mpirun, srun): rank and world
+// come from MPI. The engine's CPU threads are shared among the job's
+// processes on this node, as run_ranks shares them among thread ranks.
+// An error on one rank ends the whole job at once (after its message):
+// the others would only see it as a missed deadline, minutes later.
+void launch_mpi(const LaunchOptions& o, const std::function<void(Communicator&)>& fn) {
+  MpiOptions mpi = MpiOptions::from_environment(o.timeout);
+  mpi.check_fingerprints |= o.check_collectives;
+  std::unique_ptr<Communicator> comm = make_mpi_communicator(mpi);
+  int saved_threads = cpu_threads();
+  try {
+    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    cpu_set_threads(std::max(1, std::min(saved_threads, static_cast<int>(cores) / ranks_on_this_node(*comm))));
+    fn(*comm);
+  } catch (const std::exception& e) {
+    if (comm->world_size() > 1)
+      mpi_abort_job(fmt::format("vqddp: mpi rank {} of {} failed: {}", comm->rank(), comm->world_size(), e.what()));
+    cpu_set_threads(saved_threads);
+    throw;
+  }
+  cpu_set_threads(saved_threads);
+}
+
+// "nccl" and "mpi" are listed in every build; a build without NCCL says so when asked.
+constexpr Backend kBackends[] = {{"single", launch_single}, {"thread", launch_thread}, {"nccl", launch_nccl},
+                                {"mpi", launch_mpi}};
 
 }  // namespace
 

@@ -5,59 +5,12 @@
 #include <exception>
 #include <thread>
 
+#include "comm/rank_order.h"
 #include "comm/staging.h"
 #include "engine/blas.h"
 #include "engine/parallel.h"
 
 namespace vqddp {
-
-namespace {
-
-// [begin, end) of the elements rank `rank` works on, in 16-element blocks so
-// two ranks never write the same cache line of a float buffer.
-std::pair<int64_t, int64_t> share_of(int64_t n, int rank, int world) {
-  int64_t blocks = (n + 15) / 16;
-  int64_t b0 = blocks * rank / world, b1 = blocks * (rank + 1) / world;
-  return {std::min(n, b0 * 16), std::min(n, b1 * 16)};
-}
-
-// Reduces elements [begin, end) of every rank's input into every rank's
-// output. Works in cache-sized blocks: a block of rank 0 is combined with
-// rank 1's, then rank 2's, ... (ascending rank order for every element, the
-// same order one thread would use), so the inner loops vectorise and the
-// bits do not depend on how the elements were split among the ranks.
-template <class T, class Combine>
-void reduce_blocks(const std::vector<const T*>& in, const std::vector<T*>& out, int64_t begin, int64_t end,
-                   Combine combine, bool average) {
-  constexpr int64_t kBlock = 2048;
-  T acc[kBlock];
-  int world = static_cast<int>(in.size());
-  for (int64_t b = begin; b < end; b += kBlock) {
-    int64_t n = std::min(kBlock, end - b);
-    std::memcpy(acc, in[0] + b, n * sizeof(T));
-    for (int r = 1; r < world; ++r) {
-      const T* src = in[r] + b;
-      for (int64_t i = 0; i < n; ++i) acc[i] = combine(acc[i], src[i]);
-    }
-    if constexpr (std::is_floating_point_v<T>)
-      if (average)
-        for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] / static_cast<T>(world);
-    for (int r = 0; r < world; ++r) std::memcpy(out[r] + b, acc, n * sizeof(T));
-  }
-}
-
-template <class T>
-void reduce_share(const std::vector<const T*>& in, const std::vector<T*>& out, int64_t begin, int64_t end, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::avg:
-      return reduce_blocks(in, out, begin, end, [](T a, T b) { return a + b; }, op == ReduceOp::avg);
-    case ReduceOp::max: return reduce_blocks(in, out, begin, end, [](T a, T b) { return std::max(a, b); }, false);
-    case ReduceOp::min: return reduce_blocks(in, out, begin, end, [](T a, T b) { return std::min(a, b); }, false);
-  }
-}
-
-}  // namespace
 
 class ThreadCommunicator final : public Communicator {
  public:
@@ -71,11 +24,11 @@ class ThreadCommunicator final : public Communicator {
     if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { all_reduce(h, op); })) return;
     run(Fingerprint(fmt::format("all_reduce({})", reduce_op_name(op)), t.dtype(), t.numel()), t.raw_data(), t.raw_data(), [&] {
       int w = world_size();
-      auto [begin, end] = share_of(t.numel(), rank_, w);
+      auto [begin, end] = rank_share(t.numel(), rank_, w);
       switch (t.dtype()) {
-        case DType::f32: return reduce_share<float>(inputs<float>(), outputs<float>(), begin, end, op);
-        case DType::f64: return reduce_share<double>(inputs<double>(), outputs<double>(), begin, end, op);
-        case DType::i64: return reduce_share<int64_t>(inputs<int64_t>(), outputs<int64_t>(), begin, end, op);
+        case DType::f32: return rank_ordered_reduce<float>(inputs<float>(), outputs<float>(), begin, end, op);
+        case DType::f64: return rank_ordered_reduce<double>(inputs<double>(), outputs<double>(), begin, end, op);
+        case DType::i64: return rank_ordered_reduce<int64_t>(inputs<int64_t>(), outputs<int64_t>(), begin, end, op);
       }
     });
     t.bump_version();

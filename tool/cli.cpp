@@ -10,6 +10,7 @@
 
 #include "comm/dist_env.h"
 #include "comm/launcher.h"
+#include "comm/mpi_communicator.h"
 #include "engine/blas.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
@@ -111,7 +112,14 @@ std::string resume_command(int argc, char** argv, const Config& cfg) {
 
 // `vqddp launch -- vqddp train` with thread ranks would start one complete
 // run per process, all writing into one run directory.
+// Under mpirun or srun (several MPI processes) any backend but "mpi" would
+// do the same.
 void refuse_thread_ranks_under_launcher(const std::string& backend) {
+  if (backend == "mpi") return;
+  VQDDP_CHECK(!mpi_launched_world(),
+              "train: this process is one of several started by mpirun or srun, but the backend is \"{}\": every "
+              "process would train a whole run of its own into the same run directory. Use --backend mpi",
+              backend);
   if (backend == "nccl" || !dist_env_present(std::getenv)) return;
   DistEnv env = dist_env_from_process();
   VQDDP_CHECK(env.world_size == 1,
@@ -129,6 +137,9 @@ int run_train(int argc, char** argv) {
   VQDDP_CHECK(cfg.distributed.backend != "nccl" || !args.has("world"),
               "--world does not apply to --backend nccl: its world is WORLD_SIZE, one process per GPU (start them with "
               "`vqddp launch --nproc N -- vqddp train ...`)");
+  VQDDP_CHECK(cfg.distributed.backend != "mpi" || !args.has("world"),
+              "--world does not apply to --backend mpi: its world is the MPI job's, one process per rank (start them "
+              "with `mpirun -np N vqddp train ... --backend mpi`)");
   refuse_thread_ranks_under_launcher(cfg.distributed.backend);
   Dataset data = load_dataset(cfg.data);
   TrainOptions opt;
@@ -142,7 +153,7 @@ int run_train(int argc, char** argv) {
                  stop_signal_name(r.stopped_by), r.steps, checkpoint_path(cfg), resume_command(argc, argv, cfg));
     return 128 + r.stopped_by;  // what a shell reports for a process the signal ended
   }
-  if (!r.lead) return 0;  // another process of an nccl group: rank 0 reports
+  if (!r.lead) return 0;  // another process of an nccl or mpi group: rank 0 reports
   fmt::print("done: {} steps in {:.1f} s | validation mse {:.6f}, snr {:.2f} dB{} | {:.0f} bits per example{}\n",
              r.steps, r.wall_seconds, r.validation_mse, r.validation_snr_db,
              r.validation_log_mel >= 0 ? fmt::format(", log-mel L1 {:.3f}", r.validation_log_mel) : "",

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "engine/file_io.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "vq/perplexity.h"
@@ -39,6 +40,12 @@ std::string inspect_checkpoint(const std::string& path) {
                threshold, perplexity(cs, k));
   }
   if (!any) out += fmt::format("  no EMA codebooks (quantizer {} keeps no code statistics)\n", cfg.quantizer.type);
+  // One line per tensor with its CRC-32C: two runs that should agree bit for
+  // bit (a thread and an MPI run, a resumed and a straight one) are compared
+  // with diff, whatever their metadata (step, config, backend) says.
+  for (const auto& [name, t] : f.tensors)
+    out += fmt::format("tensor {} {} {} crc32c {:08x}\n", name, dtype_name(t.dtype()), shape_str(t.shape()),
+                       crc32c(t.raw_data(), t.nbytes()));
   return out;
 }
 

@@ -3,7 +3,7 @@
 //   #include <vqddp/vqddp.h>      (pkg-config --cflags vqddp)
 //
 // engine/  tensors, autograd, ops, layers, optimizers, devices, safetensors
-// comm/    communicators (single, in-process thread ranks, NCCL), launch
+// comm/    communicators (single, in-process thread ranks, NCCL, MPI), launch
 // vq/      quantizers behind one contract (vq/quantizer.h) and their parts
 // train/   config, schedule, model, DDP wrapper, checkpoints, trainer
 // data/    WAV and IDX readers and the data sets built on them
@@ -47,7 +47,9 @@
 #include "comm/fingerprint.h"
 #include "comm/launch.h"
 #include "comm/launcher.h"
+#include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
+#include "comm/rank_order.h"
 #include "comm/rendezvous.h"
 #include "comm/single.h"
 #include "comm/staging.h"

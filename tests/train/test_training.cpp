@@ -168,6 +168,11 @@ TEST_CASE("bit-exact resume: 2S steps straight equal S steps, stop, resume, S st
   CHECK(report.find("step 8") != std::string::npos);
   CHECK(report.find("quantizer.layer2") != std::string::npos);
   CHECK(report.find("K=16") != std::string::npos);
+  // and lists every tensor with its checksum, for diffing two runs.
+  SafetensorsFile f = read_checkpoint(b.file("checkpoint.safetensors"));
+  const auto& [name, t] = f.tensors.front();
+  CHECK(report.find(fmt::format("tensor {} {} {} crc32c {:08x}\n", name, dtype_name(t.dtype()), shape_str(t.shape()),
+                                crc32c(t.raw_data(), t.nbytes()))) != std::string::npos);
 }
 
 TEST_CASE("bit-exact resume with a cosine learning rate: the resumed steps use the rates of their step numbers") {

@@ -1,0 +1,406 @@
+#include "comm/mpi_communicator.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "vqddp_config.h"
+
+namespace vqddp {
+
+MpiOptions MpiOptions::from_environment(std::chrono::milliseconds timeout) {
+  const char* v = std::getenv("VQDDP_MPI_CHECK");
+  return {timeout, v && std::strcmp(v, "1") == 0};
+}
+
+bool mpi_launched_world() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
+    if (const char* v = std::getenv(name); v && *v && std::strcmp(v, "1") != 0) return true;
+  return false;
+}
+
+}  // namespace vqddp
+
+#if !VQDDP_HAVE_MPI
+
+namespace vqddp {
+
+bool mpi_built() { return false; }
+
+std::unique_ptr<Communicator> make_mpi_communicator(const MpiOptions&) {
+  VQDDP_THROW("backend 'mpi' is not in this build of vqddp (it was built without MPI; install Open MPI, e.g. "
+              "`apt-get install libopenmpi-dev openmpi-bin` as scripts/deps.sh does, and rebuild)");
+}
+
+void mpi_abort_job(const std::string& message) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  std::exit(kMpiAbortExit);
+}
+
+}  // namespace vqddp
+
+#else
+
+#include <mpi.h>
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "comm/fingerprint.h"
+#include "comm/rank_order.h"
+#include "comm/staging.h"
+
+namespace vqddp {
+
+bool mpi_built() { return true; }
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// MPI is started once per process (by the first communicator, unless the
+// program started it) and finished at exit.
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+void ensure_mpi() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) return;  // the program's own MPI_Init; it finalises too
+    int provided = 0;
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    VQDDP_CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed with code {}", rc);
+    VQDDP_CHECK(provided >= MPI_THREAD_SERIALIZED,
+                "this MPI library provides thread level {}, vqddp needs MPI_THREAD_SERIALIZED ({})", provided,
+                MPI_THREAD_SERIALIZED);
+    std::atexit(finalize_at_exit);
+  });
+}
+
+std::string mpi_error(int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return fmt::format("MPI error {}", rc);
+  return std::string(text, len);
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i64: return MPI_INT64_T;
+  }
+  return MPI_FLOAT;
+}
+
+// MPI counts are int: a collective of more elements is refused, naming it,
+// instead of wrapping.
+int mpi_count(int64_t n, const std::string& what) {
+  VQDDP_CHECK(n >= 0 && n <= INT_MAX, "mpi: {} moves {} elements at once, more than MPI's int count ({}); split the "
+              "tensor", what, n, INT_MAX);
+  return static_cast<int>(n);
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(const MpiOptions& options) : options_(options) {
+    ensure_mpi();
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_);
+    // Our own duplicate: a program's MPI traffic on the world communicator
+    // never matches ours, and errors come back as codes (the world's default
+    // handler would end the process before our message). The duplicate is a
+    // collective too, under the same deadline.
+    MPI_Request req;
+    check(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &req), "communicator duplicate", 0);
+    wait(req, "communicator duplicate (are all processes of the MPI job creating their communicator?)", 0,
+         Clock::now() + options_.timeout);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  }
+
+  ~MpiCommunicator() override {
+    bool unwinding = std::uncaught_exceptions() > 0 && world_ > 1;
+    if ((failed_ && failure_ != CommFailure::desync) || unwinding)
+      mpi_abort_job(failed_ && failure_ != CommFailure::desync
+                        ? failure_message_
+                        : fmt::format("mpi rank {}: the communicator was destroyed while an exception propagated; "
+                                      "ending the job so no other rank waits for this one",
+                                      rank_));
+    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string backend() const override { return "mpi"; }
+
+  void all_reduce(Tensor& t, ReduceOp op) override {
+    check_all_reduce(t, op);
+    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { all_reduce(h, op); })) return;
+    run(Fingerprint(fmt::format("all_reduce({})", reduce_op_name(op)), t.dtype(), t.numel()), [&](Call& c) {
+      switch (t.dtype()) {
+        case DType::f32: return reduce<float>(t, op, c);
+        case DType::f64: return reduce<double>(t, op, c);
+        case DType::i64: return reduce<int64_t>(t, op, c);
+      }
+    });
+    t.bump_version();
+    count(t.nbytes());
+  }
+
+  void broadcast(Tensor& t, int root) override {
+    check_broadcast(t, root);
+    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { broadcast(h, root); })) return;
+    run(Fingerprint("broadcast", t.dtype(), t.numel(), root), [&](Call& c) {
+      c.keep(t);
+      c.issue(MPI_Ibcast(t.raw_data(), mpi_count(t.numel(), c.what), mpi_type(t.dtype()), root, comm_, &c.req));
+      c.wait();
+    });
+    if (rank_ != root) t.bump_version();
+    count(t.nbytes());
+  }
+
+  void all_gather(const Tensor& in, Tensor& out) override {
+    check_all_gather(in, out);
+    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { all_gather(i, h); })) return;
+    run(Fingerprint("all_gather", in.dtype(), in.numel()), [&](Call& c) {
+      c.keep(in);
+      c.keep(out);
+      int n = mpi_count(in.numel(), c.what);
+      mpi_count(out.numel(), c.what);
+      // In place when this rank's input already is its block of the output
+      // (MPI forbids a send buffer that overlaps the receive buffer).
+      bool in_place = in.raw_data() == static_cast<const char*>(out.raw_data()) + rank_ * in.nbytes();
+      c.issue(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.raw_data(), n, mpi_type(in.dtype()), out.raw_data(), n,
+                             mpi_type(in.dtype()), comm_, &c.req));
+      c.wait();
+    });
+    out.bump_version();
+    count(out.nbytes());
+  }
+
+  void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) override {
+    check_all_gather_rows(in, counts, out);
+    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { all_gather_rows(i, counts, h); })) return;
+    int64_t row = shape_numel(Shape(in.shape().begin() + 1, in.shape().end()));  // elements per row
+    run(Fingerprint("all_gather_rows", in.dtype(), row, -1, counts), [&](Call& c) {
+      c.keep(in);
+      c.keep(out);
+      mpi_count(out.numel(), c.what);  // every offset below fits too
+      std::vector<int> elems(world_), offsets(world_);
+      int64_t at = 0;
+      for (int q = 0; q < world_; ++q) {
+        elems[q] = static_cast<int>(counts[q] * row);
+        offsets[q] = static_cast<int>(at);
+        at += counts[q] * row;
+      }
+      bool in_place = in.raw_data() == static_cast<const char*>(out.raw_data()) + offsets[rank_] * dtype_size(in.dtype());
+      c.issue(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : in.raw_data(), elems[rank_], mpi_type(in.dtype()),
+                              out.raw_data(), elems.data(), offsets.data(), mpi_type(in.dtype()), comm_, &c.req));
+      c.wait();
+    });
+    out.bump_version();
+    count(out.nbytes());
+  }
+
+  void barrier() override {
+    run(Fingerprint("barrier", DType::f32, 0), [&](Call& c) {
+      c.issue(MPI_Ibarrier(comm_, &c.req));
+      c.wait();
+    });
+    count(0);
+  }
+
+ private:
+  // One collective in flight: its name, sequence number and deadline, the
+  // request being waited for, and the buffers MPI may still write into.
+  struct Call {
+    MpiCommunicator& self;
+    std::string what;
+    uint64_t seq;
+    Clock::time_point deadline;
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::vector<Tensor> buffers = {};
+
+    void keep(const Tensor& t) { buffers.push_back(t); }
+    void issue(int rc) { self.check(rc, what, seq); }
+    // Waits for `req` under the deadline; on a timeout the buffers stay
+    // alive for good (MPI may still write into them until the job ends).
+    void wait() {
+      try {
+        self.wait(req, what, seq, deadline);
+      } catch (...) {
+        self.abandoned_.insert(self.abandoned_.end(), buffers.begin(), buffers.end());
+        throw;
+      }
+    }
+  };
+
+  template <class F>
+  static bool staged_on_host(const Tensor& in, Tensor& out, F collective) {
+    return staged_on(Device::cpu(), in, out, collective);
+  }
+
+  // Refuses calls after a failure (the first one is raised again), checks
+  // the ranks' fingerprints when asked, then runs the collective's body.
+  template <class Body>
+  void run(const Fingerprint& fp, Body body) {
+    if (failed_) throw_comm_failure(failure_, failure_message_);
+    uint64_t seq = seq_++;
+    Clock::time_point deadline = Clock::now() + options_.timeout;
+    if (options_.check_fingerprints) compare_fingerprints(fp, seq, deadline);
+    Call call{*this, fp.str(), seq, deadline};
+    body(call);
+  }
+
+  // all_reduce of `t` (numel n) in rank order (see the header).
+  template <class T>
+  void reduce(Tensor& t, ReduceOp op, Call& c) {
+    const int64_t n = t.numel();
+    if (n == 0 || world_ == 1) return;  // a world of one: x, and x / 1 == x for avg
+    T* data = t.data<T>();
+    MPI_Datatype type = mpi_type(t.dtype());
+    c.keep(t);
+    if (n * world_ * static_cast<int64_t>(sizeof(T)) <= kGatherReduceBytes) {
+      // Every rank's whole tensor, then the reduce on every rank.
+      Tensor all = empty({world_ * n}, t.dtype());
+      c.keep(all);
+      c.issue(MPI_Iallgather(data, static_cast<int>(n), type, all.raw_data(), static_cast<int>(n), type, comm_, &c.req));
+      c.wait();
+      std::vector<const T*> in;
+      for (int q = 0; q < world_; ++q) in.push_back(all.data<T>() + q * n);
+      rank_ordered_reduce<T>(in, {data}, 0, n, op);
+      return;
+    }
+    // Reduce-scatter: rank q gets every rank's copy of share q ...
+    mpi_count(n, c.what);
+    std::vector<int> share_len(world_), share_at(world_);
+    for (int q = 0; q < world_; ++q) {
+      auto [b, e] = rank_share(n, q, world_);
+      share_at[q] = static_cast<int>(b);
+      share_len[q] = static_cast<int>(e - b);
+    }
+    const int mine = share_len[rank_];
+    mpi_count(static_cast<int64_t>(world_) * mine, c.what);
+    Tensor copies = empty({static_cast<int64_t>(world_) * mine}, t.dtype());
+    c.keep(copies);
+    std::vector<int> recv_len(world_, mine), recv_at(world_);
+    for (int q = 0; q < world_; ++q) recv_at[q] = q * mine;
+    c.issue(MPI_Ialltoallv(data, share_len.data(), share_at.data(), type, copies.raw_data(), recv_len.data(),
+                           recv_at.data(), type, comm_, &c.req));
+    c.wait();
+    // ... reduces it in rank order into its place in `t` ...
+    std::vector<const T*> in;
+    for (int q = 0; q < world_; ++q) in.push_back(copies.data<T>() + static_cast<int64_t>(q) * mine);
+    rank_ordered_reduce<T>(in, {data + share_at[rank_]}, 0, mine, op);
+    // ... and every rank gathers the reduced shares.
+    c.issue(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, data, share_len.data(), share_at.data(), type, comm_, &c.req));
+    c.wait();
+  }
+
+  // The ranks' fingerprints of call #seq, gathered (as an uncounted
+  // collective under the call's deadline) and compared on every rank.
+  void compare_fingerprints(const Fingerprint& fp, uint64_t seq, Clock::time_point deadline) {
+    FingerprintWords mine = encode_fingerprint(fp, seq);
+    std::vector<int64_t> all(static_cast<size_t>(world_) * kFingerprintWords);
+    std::string what = fmt::format("fingerprint check of {}", fp.str());
+    MPI_Request req;
+    check(MPI_Iallgather(mine.data(), kFingerprintWords, MPI_INT64_T, all.data(), kFingerprintWords, MPI_INT64_T, comm_,
+                         &req),
+          what, seq);
+    try {
+      wait(req, what, seq, deadline);
+    } catch (...) {
+      abandoned_words_.push_back(std::move(all));  // MPI may still write into it
+      throw;
+    }
+    std::vector<std::string> each;
+    bool same = true;
+    for (int r = 0; r < world_; ++r) {
+      FingerprintWords w;
+      std::copy(all.begin() + r * kFingerprintWords, all.begin() + (r + 1) * kFingerprintWords, w.begin());
+      same &= w == mine;
+      each.push_back(describe_fingerprint(w));
+    }
+    // Every rank gathered the same words, so every rank throws alike.
+    if (!same) fail(CommFailure::desync, fmt::format("mpi rank {}: {}", rank_, desync_message(seq, each)));
+  }
+
+  // Polls `req` until it completes or `deadline` passes. Yields the core
+  // for the first 20 ms (a collective among ranks that are all there moves
+  // its data within that, and MPI progresses only while it is polled), then
+  // sleeps 100 us between polls so a rank waiting for a slow peer leaves
+  // the CPU to the ranks on the same node.
+  void wait(MPI_Request& req, const std::string& what, uint64_t seq, Clock::time_point deadline) {
+    Clock::time_point start = Clock::now();
+    for (;;) {
+      int done = 0;
+      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what, seq);
+      if (done) return;
+      Clock::time_point now = Clock::now();
+      if (now >= deadline)
+        fail(CommFailure::timeout,
+             fmt::format("mpi rank {}: {} #{} did not complete within its deadline of {} ms (a rank is missing, "
+                         "stuck, or called a different collective); the MPI job is ended",
+                         rank_, what, seq, options_.timeout.count()));
+      if (now - start < std::chrono::milliseconds(20))
+        std::this_thread::yield();
+      else
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+  void check(int rc, const std::string& what, uint64_t seq) {
+    if (rc != MPI_SUCCESS)
+      fail(CommFailure::aborted, fmt::format("mpi rank {}: {} #{} failed: {}", rank_, what, seq, mpi_error(rc)));
+  }
+
+  // Records the first failure (raised again by every later call) and throws.
+  [[noreturn]] void fail(CommFailure kind, const std::string& message) {
+    if (!failed_) {
+      failed_ = true;
+      failure_ = kind;
+      failure_message_ = message;
+    }
+    throw_comm_failure(failure_, failure_message_);
+  }
+
+  MpiOptions options_;
+  int rank_ = 0, world_ = 1;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  uint64_t seq_ = 0;
+  bool failed_ = false;
+  CommFailure failure_ = CommFailure::aborted;
+  std::string failure_message_;
+  std::vector<Tensor> abandoned_;
+  std::vector<std::vector<int64_t>> abandoned_words_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator(const MpiOptions& options) {
+  return std::make_unique<MpiCommunicator>(options);
+}
+
+void mpi_abort_job(const std::string& message) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  std::fflush(stderr);
+  std::fflush(stdout);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, kMpiAbortExit);
+  std::_Exit(kMpiAbortExit);
+}
+
+}  // namespace vqddp
+
+#endif

@@ -1,0 +1,190 @@
+// The MPI backend's suite: one process per rank, started by mpirun
+// (tests/mpirun.sh), each running the same doctest cases on its rank's
+// communicator (same cases, same order: the collectives match).
+//   mpirun -np 3 build/tests/mpi_peer
+//   mpirun -np 3 build/tests/mpi_peer --scenario skip|desync
+// The scenarios end the job as a user's failing run would; tests/mpirun.sh
+// checks what every rank printed and how the job ended.
+// Exits 77 (meson: SKIP) when the build has no MPI.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "comm/mpi_communicator.h"
+#include "comm/thread_group.h"
+#include "tests/comm/closed_form.h"
+
+using namespace vqddp;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::unique_ptr<Communicator> g_comm;
+
+// Rank r's values for an all_reduce of n elements: magnitudes spread over
+// many binades and both signs, so the order of a sum shows in its bits.
+Tensor order_sensitive(int rank, int64_t n, DType dtype) {
+  std::mt19937_64 gen(1000003 * (rank + 1) + n);
+  std::uniform_real_distribution<double> mantissa(-1, 1);
+  std::uniform_int_distribution<int> exponent(-12, 12);
+  std::vector<double> v(n);
+  for (double& x : v) x = std::ldexp(mantissa(gen), exponent(gen));
+  Tensor t = from_vector(v, {n});
+  if (dtype == DType::f64) return t;
+  Tensor f = empty({n}, DType::f32);
+  for (int64_t i = 0; i < n; ++i) f.data<float>()[i] = static_cast<float>(v[i]);
+  return f;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("mpi: closed-form collectives on host tensors and on tensors staged from the sim device") {
+  test::closed_form_collectives(*g_comm, Device::cpu());
+  test::closed_form_collectives(*g_comm, Device::sim());
+}
+
+TEST_CASE("mpi: all_reduce gives the thread backend's bits for the same world, on both paths") {
+  Communicator& comm = *g_comm;
+  const int w = comm.world_size();
+  // Below and above kGatherReduceBytes for every world size: 1, 37 and 700
+  // take the gather path, 50'000 and 100'003 the reduce-scatter.
+  for (int64_t n : {int64_t{1}, int64_t{37}, int64_t{700}, int64_t{50'000}, int64_t{100'003}})
+    for (DType dt : {DType::f32, DType::f64})
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
+        CAPTURE(n);
+        CAPTURE(std::string(dtype_name(dt)));
+        CAPTURE(std::string(reduce_op_name(op)));
+        Tensor mine = order_sensitive(comm.rank(), n, dt);
+        comm.all_reduce(mine, op);
+        // The same inputs reduced by W thread ranks in this process.
+        std::vector<Tensor> by_threads(w);
+        run_ranks(w, [&](Communicator& c) {
+          Tensor t = order_sensitive(c.rank(), n, dt);
+          c.all_reduce(t, op);
+          by_threads[c.rank()] = t;
+        });
+        CHECK(same_bits(mine, by_threads[0]));
+      }
+  // The inputs are order-sensitive: summed in descending rank order (what an
+  // MPI_Allreduce may do) some element differs, so the check above could
+  // fail. (With two ranks, a + b == b + a: nothing to show.)
+  if (w >= 3) {
+    const int64_t n = 1000;
+    std::vector<Tensor> in;
+    for (int r = 0; r < w; ++r) in.push_back(order_sensitive(r, n, DType::f32));
+    Tensor ours = order_sensitive(comm.rank(), n, DType::f32);
+    comm.all_reduce(ours, ReduceOp::sum);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      float down = in[w - 1].data<float>()[i];
+      for (int r = w - 2; r >= 0; --r) down += in[r].data<float>()[i];
+      differ += down != ours.data<float>()[i];
+    }
+    CHECK(differ > 0);
+  }
+}
+
+TEST_CASE("mpi: int64 sums are exact and equal on every rank; a 0-element all_reduce takes part") {
+  Communicator& comm = *g_comm;
+  Tensor big = full({70'000}, 0.0, DType::i64);
+  for (int64_t i = 0; i < big.numel(); ++i) big.data<int64_t>()[i] = (int64_t{1} << 40) + comm.rank() * i;
+  comm.all_reduce(big, ReduceOp::sum);
+  int64_t w = comm.world_size();
+  for (int64_t i = 0; i < big.numel(); ++i) CHECK(big.data<int64_t>()[i] == w * (int64_t{1} << 40) + w * (w - 1) / 2 * i);
+  Tensor none = empty({0}, DType::f32);
+  uint64_t before = comm.counters().collectives;
+  comm.all_reduce(none, ReduceOp::sum);
+  comm.barrier();
+  CHECK(comm.counters().collectives == before + 2);
+}
+
+namespace {
+
+// Rank W-1 skips the second all_reduce and goes on to exit; every other
+// rank must get a TimeoutError naming it within the deadline (2 s), print
+// it, and end the job.
+int scenario_skip() {
+  auto comm = make_mpi_communicator({.timeout = 2s});
+  const int r = comm->rank(), w = comm->world_size();
+  Tensor t = full({8}, 1.0);
+  comm->all_reduce(t, ReduceOp::sum);  // agreed
+  if (r == w - 1) {
+    std::printf("rank %d: skipping all_reduce #1\n", r);
+    std::fflush(stdout);
+    return 0;  // its exit waits in MPI_Finalize until the job is ended
+  }
+  auto start = Clock::now();
+  try {
+    comm->all_reduce(t, ReduceOp::sum);
+    std::printf("rank %d: no error\n", r);
+  } catch (const TimeoutError& e) {
+    double s = std::chrono::duration<double>(Clock::now() - start).count();
+    std::printf("rank %d: TimeoutError after %.1f s: %s\n", r, s, e.what());
+    try {
+      comm->barrier();
+    } catch (const TimeoutError&) {
+      std::printf("rank %d: the next call raised it again\n", r);
+    }
+  }
+  std::fflush(stdout);
+  // Every waiting rank reaches its deadline at about the same moment: let
+  // them all print before the first one's abort ends the job.
+  std::this_thread::sleep_for(1s);
+  return 0;  // the failed communicator's destructor ends the job
+}
+
+// With the fingerprint check on, rank 0 sums where the others take the max:
+// every rank gets the DesyncError, listing every rank's call.
+int scenario_desync() {
+  auto comm = make_mpi_communicator({.timeout = 30s, .check_fingerprints = true});
+  const int r = comm->rank();
+  Tensor t = full({8}, 1.0);
+  comm->all_reduce(t, ReduceOp::sum);
+  try {
+    comm->all_reduce(t, r == 0 ? ReduceOp::sum : ReduceOp::max);
+    std::printf("rank %d: no error\n", r);
+  } catch (const DesyncError& e) {
+    std::printf("rank %d: DesyncError: %s\n", r, e.what());
+    try {
+      comm->barrier();
+    } catch (const DesyncError&) {
+      std::printf("rank %d: the next call raised it again\n", r);
+    }
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!mpi_built()) {
+    std::printf("mpi_peer skipped: this build has no MPI\n");
+    return 77;
+  }
+  if (argc == 3 && std::strcmp(argv[1], "--scenario") == 0) {
+    if (std::strcmp(argv[2], "skip") == 0) return scenario_skip();
+    if (std::strcmp(argv[2], "desync") == 0) return scenario_desync();
+    std::fprintf(stderr, "mpi_peer: unknown scenario '%s'\n", argv[2]);
+    return 2;
+  }
+  try {
+    g_comm = make_mpi_communicator({.timeout = 60s});
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mpi_peer: %s\n", e.what());
+    return 2;
+  }
+  doctest::Context context(argc, argv);
+  int rc = context.run();
+  g_comm.reset();
+  return rc;
+}

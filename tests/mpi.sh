@@ -1,0 +1,71 @@
+#!/bin/sh
+# The MPI backend's multi-process tests: mpirun on this machine
+# (127.0.0.1, as root in CI, more processes than cores), each under a time
+# limit so that a hang fails instead of stalling the suite.
+#   mpi.sh HAVE_MPI peer NP MPI_PEER          the doctest cases on NP ranks
+#   mpi.sh HAVE_MPI skip NP MPI_PEER          a skipped collective: TimeoutError on the others, job ended
+#   mpi.sh HAVE_MPI desync NP MPI_PEER        a desync with the check on: DesyncError on every rank
+#   mpi.sh HAVE_MPI train NP VQDDP CONFIG     30 steps on NP processes == --backend thread --world NP
+# Exits 77 (skip) only when the build has no MPI (HAVE_MPI is meson's).
+set -u
+[ "$1" = true ] || { echo "mpi: skipped, this build has no MPI"; exit 77; }
+mode=$2
+np=$3
+shift 3
+command -v mpirun > /dev/null || { echo "mpi: the build has MPI but mpirun is not on PATH (apt-get install openmpi-bin)" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "mpi $mode: $*" >&2; [ -f "$tmp/out" ] && cat "$tmp/out" >&2; exit 1; }
+
+# Open MPI refuses root without these; the shared-memory transport (vader)
+# without the single-copy mechanism, which containers often forbid (ptrace).
+run() {
+  timeout 240 mpirun --allow-run-as-root --oversubscribe --bind-to none --host "127.0.0.1:$np" -np "$np" \
+    --mca btl self,vader --mca btl_vader_single_copy_mechanism none "$@" > "$tmp/out" 2>&1
+}
+
+case $mode in
+  peer)
+    run "$1"
+    rc=$?
+    cat "$tmp/out"
+    exit $rc ;;
+  skip)
+    start=$(date +%s)
+    run "$1" --scenario skip
+    rc=$?
+    took=$(( $(date +%s) - start ))
+    [ $rc -ne 124 ] || fail "the job did not end (killed after 240 s)"
+    [ $rc -ne 0 ] || fail "the job exited 0 after a timeout"
+    [ "$(grep -c "TimeoutError after" "$tmp/out")" -eq $((np - 1)) ] || fail "expected $((np - 1)) ranks with a TimeoutError"
+    [ "$(grep -c "TimeoutError after .*all_reduce(sum) float32 x8 #1 did not complete within its deadline of 2000 ms" "$tmp/out")" -eq $((np - 1)) ] ||
+      fail "the TimeoutErrors do not name all_reduce #1 and its deadline"
+    [ "$(grep -c "the next call raised it again" "$tmp/out")" -eq $((np - 1)) ] || fail "a later call did not raise"
+    if grep "TimeoutError after" "$tmp/out" | grep -qv "after 2\.[0-4] s"; then fail "a TimeoutError came late"; fi
+    cat "$tmp/out"
+    echo "mpi skip: $((np - 1)) ranks timed out at the 2 s deadline; the job ended with status $rc after $took s" ;;
+  desync)
+    run "$1" --scenario desync || fail "exit status $?"
+    [ "$(grep -c "DesyncError: mpi rank .*#1: ranks called different collectives" "$tmp/out")" -eq "$np" ] ||
+      fail "expected a DesyncError on each of the $np ranks"
+    grep -q "rank 0: #1 all_reduce(sum)" "$tmp/out" && grep -q "rank $((np - 1)): #1 all_reduce(max)" "$tmp/out" ||
+      fail "the DesyncError does not list every rank's call"
+    [ "$(grep -c "the next call raised it again" "$tmp/out")" -eq "$np" ] || fail "a later call did not raise"
+    cat "$tmp/out" ;;
+  train)
+    vqddp=$1
+    config=$2
+    run "$vqddp" train "$config" --backend mpi --steps 30 --dir "$tmp/mpi" || fail "the mpi run failed"
+    grep -q "$np ranks (mpi, cpu)" "$tmp/out" || fail "the mpi run did not report $np mpi ranks"
+    [ "$(grep -c "^train:" "$tmp/out")" -eq 1 ] || fail "not only rank 0 printed"
+    "$vqddp" train "$config" --backend thread --world "$np" --steps 30 --dir "$tmp/thread" > "$tmp/thread.out" 2>&1 ||
+      { cat "$tmp/thread.out" >&2; fail "the thread run failed"; }
+    for b in mpi thread; do
+      "$vqddp" inspect "$tmp/$b/checkpoint.safetensors" | grep '^tensor ' > "$tmp/$b.tensors" ||
+        fail "inspect of the $b checkpoint failed"
+    done
+    [ -s "$tmp/mpi.tensors" ] || fail "no tensors listed"
+    diff "$tmp/mpi.tensors" "$tmp/thread.tensors" || fail "the checkpoints' tensors differ"
+    echo "mpi train: 30 steps on $np mpi processes == $np thread ranks, $(wc -l < "$tmp/mpi.tensors") tensors bit-identical" ;;
+  *) fail "unknown mode" ;;
+esac
