@@ -1,19 +1,31 @@
-// Thread-backend all_reduce: bandwidth against memcpy, and latency.
+// all_reduce of the host backends: bandwidth against memcpy, and latency.
+//
+//   build/bench/bench_comm_allreduce [--backend thread]        4 rank threads
+//   mpirun -np 4 build/bench/bench_comm_allreduce --backend mpi   4 processes
 //
 // Prints (a) the effective bandwidth of a 64 MiB float32 all_reduce(sum)
-// across 4 rank threads (bytes per rank / time per call) as a ratio to a
-// plain memcpy of the same 64 MiB in the same process, and (b) the latency
-// of a 1-element all_reduce across 4 ranks. Not a test: numbers only.
+// across 4 ranks (bytes per rank / time per call) as a ratio to a plain
+// memcpy of the same 64 MiB in the same process, and (b) the latency of a
+// 1-element all_reduce across 4 ranks, also as a ratio to a memcpy of its 4
+// bytes. Both backends reduce in ascending rank order (comm/rank_order.h).
+// With --backend mpi it also times MPI's own MPI_Allreduce (any order, no
+// deadline) on the same buffers: what the rank order and the polling cost.
+// Not a test: numbers only.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "bench/timing.h"
-#include "comm/thread_group.h"
+#include "comm/launch.h"
 #include "engine/blas.h"
+#include "vqddp_config.h"
+#if VQDDP_HAVE_MPI
+#include <mpi.h>
+#endif
 
 using namespace vqddp;
 using Clock = std::chrono::steady_clock;
@@ -24,9 +36,12 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 }  // namespace
 
-int main(int, char** argv) {
+int main(int argc, char** argv) {
   blas_prefer_fast_core(argv);
-  constexpr int kWorld = 4, kReps = 7;
+  std::string backend = "thread";
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--backend") == 0) backend = argv[i + 1];
+  constexpr int kWorld = 4, kReps = 7, kCalls = 2000;
   constexpr int64_t kFloats = 64 * 1024 * 1024 / 4;
   constexpr double kBytes = kFloats * 4.0;
 
@@ -39,10 +54,17 @@ int main(int, char** argv) {
     copy_times.push_back(seconds_since(t));
   }
   double copy_bw = kBytes / bench::median(copy_times);
+  // A 4-byte memcpy, through a volatile pointer so it is not folded away.
+  float one_src = 1.f, one_dst = 0.f;
+  void* (*volatile copy)(void*, const void*, size_t) = std::memcpy;
+  auto t0 = Clock::now();
+  for (int i = 0; i < kCalls * 100; ++i) copy(&one_dst, &one_src, sizeof one_src);
+  double copy_one = seconds_since(t0) / (kCalls * 100);
 
-  std::vector<double> reduce_times;
-  double per_call_latency = 0;
-  run_ranks(kWorld, [&](Communicator& comm) {
+  std::vector<double> reduce_times, native_times;
+  double per_call_latency = 0, native_latency = 0;
+  int world = 0, lead = 0;
+  launch_ranks({.backend = backend, .world_size = kWorld}, [&](Communicator& comm) {
     Tensor t = full({kFloats}, 1.0);
     comm.all_reduce(t, ReduceOp::sum);  // warm-up
     for (int i = 0; i < kReps; ++i) {
@@ -52,20 +74,44 @@ int main(int, char** argv) {
       if (comm.rank() == 0) reduce_times.push_back(seconds_since(start));
     }
     Tensor one = zeros({1});
-    constexpr int kCalls = 2000;
     for (int i = 0; i < 100; ++i) comm.all_reduce(one, ReduceOp::sum);
     comm.barrier();
     auto start = Clock::now();
     for (int i = 0; i < kCalls; ++i) comm.all_reduce(one, ReduceOp::sum);
-    if (comm.rank() == 0) per_call_latency = seconds_since(start) / kCalls;
+    if (comm.rank() == 0) {
+      per_call_latency = seconds_since(start) / kCalls;
+      world = comm.world_size();
+      lead = 1;
+    }
+#if VQDDP_HAVE_MPI
+    if (comm.backend() == "mpi") {
+      for (int i = 0; i < kReps; ++i) {
+        comm.barrier();
+        auto at = Clock::now();
+        MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), static_cast<int>(kFloats), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        if (comm.rank() == 0) native_times.push_back(seconds_since(at));
+      }
+      comm.barrier();
+      auto at = Clock::now();
+      for (int i = 0; i < kCalls; ++i) MPI_Allreduce(MPI_IN_PLACE, one.raw_data(), 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      if (comm.rank() == 0) native_latency = seconds_since(at) / kCalls;
+    }
+#endif
   });
+  if (!lead) return 0;  // another process of an mpi job: rank 0 reports
   double reduce_bw = kBytes / bench::median(reduce_times);
 
-  fmt::print("thread backend, {} ranks on {} cores\n", kWorld, std::thread::hardware_concurrency());
+  fmt::print("{} backend, {} ranks on {} cores\n", backend, world, std::thread::hardware_concurrency());
   fmt::print("memcpy 64 MiB:               {:8.2f} ms  {:6.2f} GB/s\n", kBytes / copy_bw * 1e3, copy_bw / 1e9);
-  fmt::print("all_reduce(sum) 64 MiB x {}:  {:8.2f} ms  {:6.2f} GB/s effective (bytes per rank / time)\n", kWorld,
+  fmt::print("all_reduce(sum) 64 MiB x {}:  {:8.2f} ms  {:6.2f} GB/s effective (bytes per rank / time)\n", world,
              kBytes / reduce_bw * 1e3, reduce_bw / 1e9);
   fmt::print("ratio all_reduce / memcpy bandwidth: {:.3f}\n", reduce_bw / copy_bw);
-  fmt::print("all_reduce(sum) of 1 float x {}: {:.2f} us per call\n", kWorld, per_call_latency * 1e6);
+  fmt::print("all_reduce(sum) of 1 float x {}: {:.2f} us per call ({:.0f}x a 4-byte memcpy of {:.1f} ns)\n", world,
+             per_call_latency * 1e6, per_call_latency / copy_one, copy_one * 1e9);
+  if (!native_times.empty())
+    fmt::print("MPI's own MPI_Allreduce (unordered): 64 MiB {:.2f} ms (ours / it: {:.2f}x), 1 float {:.2f} us (ours / "
+               "it: {:.2f}x)\n",
+               bench::median(native_times) * 1e3, bench::median(reduce_times) / bench::median(native_times),
+               native_latency * 1e6, per_call_latency / native_latency);
   return 0;
 }

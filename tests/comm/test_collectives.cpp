@@ -198,8 +198,9 @@ TEST_CASE("launch_ranks picks the backend by name and rejects unknown names") {
   launch_ranks({.backend = "single"}, [&](Communicator& comm) { CHECK(comm.backend() == "single"); });
   CHECK_THROWS_WITH_AS(launch_ranks({.backend = "single", .world_size = 2}, [](Communicator&) {}),
                        doctest::Contains("exactly one rank"), Error);
-  CHECK_THROWS_WITH_AS(launch_ranks({.backend = "mpi"}, [](Communicator&) {}),
-                       doctest::Contains("unknown communication backend 'mpi' (known: single, thread"), Error);
+  CHECK_THROWS_WITH_AS(launch_ranks({.backend = "gloo"}, [](Communicator&) {}),
+                       doctest::Contains("unknown communication backend 'gloo' (known: single, thread, nccl, mpi)"),
+                       Error);
 }
 
 TEST_CASE("argument errors name the rank") {
