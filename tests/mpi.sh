@@ -41,7 +41,8 @@ case $mode in
     [ "$(grep -c "TimeoutError after .*all_reduce(sum) float32 x8 #1 did not complete within its deadline of 2000 ms" "$tmp/out")" -eq $((np - 1)) ] ||
       fail "the TimeoutErrors do not name all_reduce #1 and its deadline"
     [ "$(grep -c "the next call raised it again" "$tmp/out")" -eq $((np - 1)) ] || fail "a later call did not raise"
-    if grep "TimeoutError after" "$tmp/out" | grep -qv "after 2\.[0-4] s"; then fail "a TimeoutError came late"; fi
+    # At the deadline, not before; up to 2 s late on a machine busy with other tests.
+    if grep "TimeoutError after" "$tmp/out" | grep -qv "after [23]\.[0-9] s"; then fail "a TimeoutError came early or late"; fi
     cat "$tmp/out"
     echo "mpi skip: $((np - 1)) ranks timed out at the 2 s deadline; the job ended with status $rc after $took s" ;;
   desync)

@@ -64,15 +64,15 @@ TEST_CASE("every shipped config round-trips through the one reader: the JSON it 
 TEST_CASE("a command-line override with a bad value is refused by the reader, naming the flag, the key and the choices") {
   std::string f = source_dir() + "/examples/fashion_vq.json";
   nlohmann::json j = load_config_json(f);
-  CHECK_THROWS_WITH_AS(parse_config(j, f, {{"--backend", "distributed.backend", "mpi"}}),
-                       doctest::Contains((f + " with --backend mpi: 'distributed.backend' must be one of \"single\", "
-                                              "\"thread\", \"nccl\", got \"mpi\"").c_str()),
+  CHECK_THROWS_WITH_AS(parse_config(j, f, {{"--backend", "distributed.backend", "gloo"}}),
+                       doctest::Contains((f + " with --backend gloo: 'distributed.backend' must be one of \"single\", "
+                                              "\"thread\", \"nccl\", \"mpi\", got \"gloo\"").c_str()),
                        Error);
   CHECK_THROWS_WITH_AS(parse_config(j, f, {{"--device", "run.device", "tpu"}}),
                        doctest::Contains("with --device tpu: 'run.device' must be one of \"cpu\", \"cuda\", \"sim\""),
                        Error);
   // The file's own value is checked the same way.
-  j["distributed"]["backend"] = "mpi";
+  j["distributed"]["backend"] = "gloo";
   CHECK_THROWS_WITH_AS(parse_config(j, f), doctest::Contains("'distributed.backend' must be one of"), Error);
 }
 
