@@ -45,6 +45,7 @@ void mpi_abort_job(const std::string& message) {
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <climits>
 #include <exception>
 #include <mutex>
@@ -62,12 +63,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Set when a collective timed out or failed: the ranks no longer agree on
+// what comes next, so MPI_Finalize (which waits for every process) could
+// wait forever, e.g. after a communicator whose creation missed its
+// deadline because a process never started.
+std::atomic<bool> g_job_failed{false};
+
 // MPI is started once per process (by the first communicator, unless the
-// program started it) and finished at exit.
+// program started it) and finished at exit, or the job aborted after a
+// failure.
 void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  if (g_job_failed) mpi_abort_job("vqddp: exiting after a failed MPI collective; ending the MPI job");
+  MPI_Finalize();
 }
 
 void ensure_mpi() {
@@ -244,11 +254,6 @@ class MpiCommunicator final : public Communicator {
     }
   };
 
-  template <class F>
-  static bool staged_on_host(const Tensor& in, Tensor& out, F collective) {
-    return staged_on(Device::cpu(), in, out, collective);
-  }
-
   // Refuses calls after a failure (the first one is raised again), checks
   // the ranks' fingerprints when asked, then runs the collective's body.
   template <class Body>
@@ -365,6 +370,7 @@ class MpiCommunicator final : public Communicator {
 
   // Records the first failure (raised again by every later call) and throws.
   [[noreturn]] void fail(CommFailure kind, const std::string& message) {
+    if (kind != CommFailure::desync) g_job_failed = true;  // a desync is seen alike by every rank
     if (!failed_) {
       failed_ = true;
       failure_ = kind;

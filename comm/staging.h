@@ -31,4 +31,11 @@ bool staged_on(Device home, const Tensor& in, Tensor& out, F collective) {
   return true;
 }
 
+// The host backends' form (thread, mpi): they reduce in host memory, and
+// tensors on a device go through the host.
+template <class F>
+bool staged_on_host(const Tensor& in, Tensor& out, F collective) {
+  return staged_on(Device::cpu(), in, out, collective);
+}
+
 }  // namespace vqddp

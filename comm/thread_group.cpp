@@ -19,6 +19,10 @@ class ThreadCommunicator final : public Communicator {
   int world_size() const override { return group_.world_size(); }
   std::string backend() const override { return "thread"; }
 
+  // Tensors on a GPU (W rank threads sharing one device) are staged through
+  // the host (staged_on_host), each rank's copy waiting for its own stream;
+  // the host code is the same rank-ordered one, so GPU ranks get the CPU's
+  // bitwise determinism, fingerprints and deadlines.
   void all_reduce(Tensor& t, ReduceOp op) override {
     check_all_reduce(t, op);
     if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { all_reduce(h, op); })) return;
@@ -80,15 +84,6 @@ class ThreadCommunicator final : public Communicator {
   }
 
  private:
-  // Tensors on a GPU (W rank threads sharing one device) are staged through
-  // the host, each rank's copy waiting for its own stream; the host code is
-  // the same rank-ordered one, so GPU ranks get the CPU's bitwise
-  // determinism, fingerprints and deadlines.
-  template <class F>
-  static bool staged_on_host(const Tensor& in, Tensor& out, F collective) {
-    return staged_on(Device::cpu(), in, out, collective);
-  }
-
   // Arrive (fingerprint check), do this rank's share of the work, complete.
   template <class Work>
   void run(Fingerprint fp, const void* in, void* out, Work work) {

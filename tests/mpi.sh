@@ -4,6 +4,7 @@
 # limit so that a hang fails instead of stalling the suite.
 #   mpi.sh HAVE_MPI peer NP MPI_PEER          the doctest cases on NP ranks
 #   mpi.sh HAVE_MPI skip NP MPI_PEER          a skipped collective: TimeoutError on the others, job ended
+#   mpi.sh HAVE_MPI late NP MPI_PEER          a process 4 s late: TimeoutError from the creation, job ended
 #   mpi.sh HAVE_MPI desync NP MPI_PEER        a desync with the check on: DesyncError on every rank
 #   mpi.sh HAVE_MPI train NP VQDDP CONFIG     30 steps on NP processes == --backend thread --world NP
 # Exits 77 (skip) only when the build has no MPI (HAVE_MPI is meson's).
@@ -45,6 +46,15 @@ case $mode in
     if grep "TimeoutError after" "$tmp/out" | grep -qv "after [23]\.[0-9] s"; then fail "a TimeoutError came early or late"; fi
     cat "$tmp/out"
     echo "mpi skip: $((np - 1)) ranks timed out at the 2 s deadline; the job ended with status $rc after $took s" ;;
+  late)
+    run "$1" --scenario late
+    rc=$?
+    [ $rc -ne 124 ] || fail "the job did not end (killed after 240 s)"
+    [ $rc -ne 0 ] || fail "the job exited 0 after a timeout"
+    [ "$(grep -c "TimeoutError after [23]\.[0-9] s: .*communicator duplicate .*did not complete within its deadline of 2000 ms" "$tmp/out")" -eq $((np - 1)) ] ||
+      fail "expected $((np - 1)) ranks with a TimeoutError from the communicator's creation at the 2 s deadline"
+    cat "$tmp/out"
+    echo "mpi late: $((np - 1)) ranks timed out creating the communicator; the job ended with status $rc" ;;
   desync)
     run "$1" --scenario desync || fail "exit status $?"
     [ "$(grep -c "DesyncError: mpi rank .*#1: ranks called different collectives" "$tmp/out")" -eq "$np" ] ||

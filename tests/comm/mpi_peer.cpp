@@ -2,7 +2,7 @@
 // (tests/mpirun.sh), each running the same doctest cases on its rank's
 // communicator (same cases, same order: the collectives match).
 //   mpirun -np 3 build/tests/mpi_peer
-//   mpirun -np 3 build/tests/mpi_peer --scenario skip|desync
+//   mpirun -np 3 build/tests/mpi_peer --scenario skip|late|desync
 // The scenarios end the job as a user's failing run would; tests/mpirun.sh
 // checks what every rank printed and how the job ended.
 // Exits 77 (meson: SKIP) when the build has no MPI.
@@ -146,6 +146,32 @@ int scenario_skip() {
   return 0;  // the failed communicator's destructor ends the job
 }
 
+// The last process creates its second communicator 4 s late: every other
+// one gets a TimeoutError from the creation at its 2 s deadline and exits,
+// and the job ends (no process waits forever in MPI_Finalize for the late
+// one). (The first communicator starts MPI, whose MPI_Init waits for every
+// process with no deadline of ours: mpirun ends a job whose process dies
+// before it.)
+int scenario_late() {
+  auto first = make_mpi_communicator({.timeout = 60s});
+  const int r = first->rank(), w = first->world_size();
+  first->barrier();
+  if (r == w - 1) std::this_thread::sleep_for(4s);
+  auto start = Clock::now();
+  try {
+    auto comm = make_mpi_communicator({.timeout = 2s});
+    std::printf("rank %d: no error\n", r);
+  } catch (const TimeoutError& e) {
+    double s = std::chrono::duration<double>(Clock::now() - start).count();
+    std::printf("rank %d: TimeoutError after %.1f s: %s\n", r, s, e.what());
+    std::fflush(stdout);
+    std::this_thread::sleep_for(1s);  // every waiting rank prints before the first exit ends the job
+    return 1;
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
 // With the fingerprint check on, rank 0 sums where the others take the max:
 // every rank gets the DesyncError, listing every rank's call.
 int scenario_desync() {
@@ -178,6 +204,7 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[1], "--scenario") == 0) {
     if (std::strcmp(argv[2], "skip") == 0) return scenario_skip();
     if (std::strcmp(argv[2], "desync") == 0) return scenario_desync();
+    if (std::strcmp(argv[2], "late") == 0) return scenario_late();
     std::fprintf(stderr, "mpi_peer: unknown scenario '%s'\n", argv[2]);
     return 2;
   }
