@@ -45,6 +45,8 @@ void Communicator::check_all_gather_rows(const Tensor& in, const std::vector<int
   VQDDP_CHECK(in.dim() >= 1, "rank {}: all_gather_rows needs at least one dimension, got {}", rank(), in.desc());
   VQDDP_CHECK(static_cast<int>(counts.size()) == world_size(), "rank {}: all_gather_rows got {} counts for a world of {}",
               rank(), counts.size(), world_size());
+  for (size_t q = 0; q < counts.size(); ++q)
+    VQDDP_CHECK(counts[q] >= 0, "rank {}: all_gather_rows counts[{}] = {} is negative", rank(), q, counts[q]);
   VQDDP_CHECK(counts[rank()] == in.size(0), "rank {}: all_gather_rows counts[{}] = {} but the input has {} rows", rank(),
               rank(), counts[rank()], in.size(0));
   int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});

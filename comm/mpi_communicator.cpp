@@ -69,30 +69,38 @@ using Clock = std::chrono::steady_clock;
 // deadline because a process never started.
 std::atomic<bool> g_job_failed{false};
 
-// MPI is started once per process (by the first communicator, unless the
-// program started it) and finished at exit, or the job aborted after a
-// failure.
-void finalize_at_exit() {
+bool g_we_initialized = false;
+
+bool mpi_finalized() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (finalized) return;
+  return finalized;
+}
+
+// MPI is started once per process (by the first communicator, unless the
+// program started it) and finished at exit (by whoever started it), or the
+// job aborted after a failure (whoever started it: the program's own
+// MPI_Finalize would wait forever too).
+void at_exit() {
+  if (mpi_finalized()) return;
   if (g_job_failed) mpi_abort_job("vqddp: exiting after a failed MPI collective; ending the MPI job");
-  MPI_Finalize();
+  if (g_we_initialized) MPI_Finalize();
 }
 
 void ensure_mpi() {
   static std::once_flag once;
   std::call_once(once, [] {
+    std::atexit(at_exit);
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized) return;  // the program's own MPI_Init; it finalises too
+    g_we_initialized = true;
     int provided = 0;
     int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
     VQDDP_CHECK(rc == MPI_SUCCESS, "MPI_Init_thread failed with code {}", rc);
     VQDDP_CHECK(provided >= MPI_THREAD_SERIALIZED,
                 "this MPI library provides thread level {}, vqddp needs MPI_THREAD_SERIALIZED ({})", provided,
                 MPI_THREAD_SERIALIZED);
-    std::atexit(finalize_at_exit);
   });
 }
 
@@ -130,10 +138,20 @@ class MpiCommunicator final : public Communicator {
     // never matches ours, and errors come back as codes (the world's default
     // handler would end the process before our message). The duplicate is a
     // collective too, under the same deadline.
+    // Into a slot of its own, left allocated if the deadline passes: MPI
+    // writes the new communicator there whenever the late ranks arrive,
+    // after this object is gone.
+    auto slot = std::make_unique<MPI_Comm>(MPI_COMM_NULL);
     MPI_Request req;
-    check(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &req), "communicator duplicate", 0);
-    wait(req, "communicator duplicate (are all processes of the MPI job creating their communicator?)", 0,
-         Clock::now() + options_.timeout);
+    const std::string what = "the communicator's creation (does every process of the job create it?)";
+    check(MPI_Comm_idup(MPI_COMM_WORLD, slot.get(), &req), what, 0);
+    try {
+      wait(req, what, 0, Clock::now() + options_.timeout);
+    } catch (...) {
+      slot.release();
+      throw;
+    }
+    comm_ = *slot;
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   }
 
@@ -145,7 +163,7 @@ class MpiCommunicator final : public Communicator {
                         : fmt::format("mpi rank {}: the communicator was destroyed while an exception propagated; "
                                       "ending the job so no other rank waits for this one",
                                       rank_));
-    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    if (comm_ != MPI_COMM_NULL && !mpi_finalized()) MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
@@ -182,15 +200,11 @@ class MpiCommunicator final : public Communicator {
     check_all_gather(in, out);
     if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { all_gather(i, h); })) return;
     run(Fingerprint("all_gather", in.dtype(), in.numel()), [&](Call& c) {
-      c.keep(in);
       c.keep(out);
       int n = mpi_count(in.numel(), c.what);
       mpi_count(out.numel(), c.what);
-      // In place when this rank's input already is its block of the output
-      // (MPI forbids a send buffer that overlaps the receive buffer).
-      bool in_place = in.raw_data() == static_cast<const char*>(out.raw_data()) + rank_ * in.nbytes();
-      c.issue(MPI_Iallgather(in_place ? MPI_IN_PLACE : in.raw_data(), n, mpi_type(in.dtype()), out.raw_data(), n,
-                             mpi_type(in.dtype()), comm_, &c.req));
+      const void* send = send_buffer(in, out, static_cast<const char*>(out.raw_data()) + rank_ * in.nbytes(), c);
+      c.issue(MPI_Iallgather(send, n, mpi_type(in.dtype()), out.raw_data(), n, mpi_type(in.dtype()), comm_, &c.req));
       c.wait();
     });
     out.bump_version();
@@ -202,19 +216,20 @@ class MpiCommunicator final : public Communicator {
     if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { all_gather_rows(i, counts, h); })) return;
     int64_t row = shape_numel(Shape(in.shape().begin() + 1, in.shape().end()));  // elements per row
     run(Fingerprint("all_gather_rows", in.dtype(), row, -1, counts), [&](Call& c) {
-      c.keep(in);
       c.keep(out);
       mpi_count(out.numel(), c.what);  // every offset below fits too
-      std::vector<int> elems(world_), offsets(world_);
+      int* elems = c.array(world_);
+      int* offsets = c.array(world_);
       int64_t at = 0;
       for (int q = 0; q < world_; ++q) {
         elems[q] = static_cast<int>(counts[q] * row);
         offsets[q] = static_cast<int>(at);
         at += counts[q] * row;
       }
-      bool in_place = in.raw_data() == static_cast<const char*>(out.raw_data()) + offsets[rank_] * dtype_size(in.dtype());
-      c.issue(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : in.raw_data(), elems[rank_], mpi_type(in.dtype()),
-                              out.raw_data(), elems.data(), offsets.data(), mpi_type(in.dtype()), comm_, &c.req));
+      const void* send =
+          send_buffer(in, out, static_cast<const char*>(out.raw_data()) + offsets[rank_] * dtype_size(in.dtype()), c);
+      c.issue(MPI_Iallgatherv(send, elems[rank_], mpi_type(in.dtype()), out.raw_data(), elems, offsets,
+                              mpi_type(in.dtype()), comm_, &c.req));
       c.wait();
     });
     out.bump_version();
@@ -231,7 +246,9 @@ class MpiCommunicator final : public Communicator {
 
  private:
   // One collective in flight: its name, sequence number and deadline, the
-  // request being waited for, and the buffers MPI may still write into.
+  // request being waited for, and everything MPI may still read or write
+  // until the request completes: the tensors, and the count and offset
+  // arrays (MPI-3 lets a non-blocking collective read them until then).
   struct Call {
     MpiCommunicator& self;
     std::string what;
@@ -239,16 +256,21 @@ class MpiCommunicator final : public Communicator {
     Clock::time_point deadline;
     MPI_Request req = MPI_REQUEST_NULL;
     std::vector<Tensor> buffers = {};
+    std::vector<std::vector<int>> arrays = {};
 
     void keep(const Tensor& t) { buffers.push_back(t); }
+    // An int array of n elements that lives as long as the call (its data
+    // pointer stays put when more arrays are added).
+    int* array(size_t n) { return arrays.emplace_back(n).data(); }
     void issue(int rc) { self.check(rc, what, seq); }
-    // Waits for `req` under the deadline; on a timeout the buffers stay
-    // alive for good (MPI may still write into them until the job ends).
+    // Waits for `req` under the deadline; on a timeout the buffers and
+    // arrays stay allocated for good (MPI may still use them until the job
+    // ends).
     void wait() {
       try {
         self.wait(req, what, seq, deadline);
       } catch (...) {
-        self.abandoned_.insert(self.abandoned_.end(), buffers.begin(), buffers.end());
+        self.abandoned_.push_back(std::move(*this));
         throw;
       }
     }
@@ -264,6 +286,17 @@ class MpiCommunicator final : public Communicator {
     if (options_.check_fingerprints) compare_fingerprints(fp, seq, deadline);
     Call call{*this, fp.str(), seq, deadline};
     body(call);
+  }
+
+  // What a gather sends from: MPI_IN_PLACE when this rank's input already is
+  // its block of the output (`slot`); a copy when it shares the output's
+  // storage anywhere else (MPI forbids a send buffer that overlaps the
+  // receive buffer); else the input itself.
+  static const void* send_buffer(const Tensor& in, const Tensor& out, const void* slot, Call& c) {
+    if (in.raw_data() == slot) return MPI_IN_PLACE;
+    Tensor from = in.shares_storage(out) ? in.clone() : in;
+    c.keep(from);
+    return from.raw_data();
   }
 
   // all_reduce of `t` (numel n) in rank order (see the header).
@@ -287,7 +320,8 @@ class MpiCommunicator final : public Communicator {
     }
     // Reduce-scatter: rank q gets every rank's copy of share q ...
     mpi_count(n, c.what);
-    std::vector<int> share_len(world_), share_at(world_);
+    int* share_len = c.array(world_);
+    int* share_at = c.array(world_);
     for (int q = 0; q < world_; ++q) {
       auto [b, e] = rank_share(n, q, world_);
       share_at[q] = static_cast<int>(b);
@@ -297,17 +331,20 @@ class MpiCommunicator final : public Communicator {
     mpi_count(static_cast<int64_t>(world_) * mine, c.what);
     Tensor copies = empty({static_cast<int64_t>(world_) * mine}, t.dtype());
     c.keep(copies);
-    std::vector<int> recv_len(world_, mine), recv_at(world_);
-    for (int q = 0; q < world_; ++q) recv_at[q] = q * mine;
-    c.issue(MPI_Ialltoallv(data, share_len.data(), share_at.data(), type, copies.raw_data(), recv_len.data(),
-                           recv_at.data(), type, comm_, &c.req));
+    int* recv_len = c.array(world_);
+    int* recv_at = c.array(world_);
+    for (int q = 0; q < world_; ++q) {
+      recv_len[q] = mine;
+      recv_at[q] = q * mine;
+    }
+    c.issue(MPI_Ialltoallv(data, share_len, share_at, type, copies.raw_data(), recv_len, recv_at, type, comm_, &c.req));
     c.wait();
     // ... reduces it in rank order into its place in `t` ...
     std::vector<const T*> in;
     for (int q = 0; q < world_; ++q) in.push_back(copies.data<T>() + static_cast<int64_t>(q) * mine);
     rank_ordered_reduce<T>(in, {data + share_at[rank_]}, 0, mine, op);
     // ... and every rank gathers the reduced shares.
-    c.issue(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, data, share_len.data(), share_at.data(), type, comm_, &c.req));
+    c.issue(MPI_Iallgatherv(MPI_IN_PLACE, 0, type, data, share_len, share_at, type, comm_, &c.req));
     c.wait();
   }
 
@@ -315,23 +352,19 @@ class MpiCommunicator final : public Communicator {
   // collective under the call's deadline) and compared on every rank.
   void compare_fingerprints(const Fingerprint& fp, uint64_t seq, Clock::time_point deadline) {
     FingerprintWords mine = encode_fingerprint(fp, seq);
-    std::vector<int64_t> all(static_cast<size_t>(world_) * kFingerprintWords);
-    std::string what = fmt::format("fingerprint check of {}", fp.str());
-    MPI_Request req;
-    check(MPI_Iallgather(mine.data(), kFingerprintWords, MPI_INT64_T, all.data(), kFingerprintWords, MPI_INT64_T, comm_,
-                         &req),
-          what, seq);
-    try {
-      wait(req, what, seq, deadline);
-    } catch (...) {
-      abandoned_words_.push_back(std::move(all));  // MPI may still write into it
-      throw;
-    }
+    Call c{*this, fmt::format("fingerprint check of {}", fp.str()), seq, deadline};
+    Tensor send = from_vector(std::vector<int64_t>(mine.begin(), mine.end()), {kFingerprintWords});
+    Tensor all = empty({world_ * kFingerprintWords}, DType::i64);
+    c.keep(send);
+    c.keep(all);
+    c.issue(MPI_Iallgather(send.raw_data(), kFingerprintWords, MPI_INT64_T, all.raw_data(), kFingerprintWords,
+                           MPI_INT64_T, comm_, &c.req));
+    c.wait();
     std::vector<std::string> each;
     bool same = true;
     for (int r = 0; r < world_; ++r) {
       FingerprintWords w;
-      std::copy(all.begin() + r * kFingerprintWords, all.begin() + (r + 1) * kFingerprintWords, w.begin());
+      std::copy_n(all.data<int64_t>() + r * kFingerprintWords, kFingerprintWords, w.begin());
       same &= w == mine;
       each.push_back(describe_fingerprint(w));
     }
@@ -339,14 +372,15 @@ class MpiCommunicator final : public Communicator {
     if (!same) fail(CommFailure::desync, fmt::format("mpi rank {}: {}", rank_, desync_message(seq, each)));
   }
 
-  // Polls `req` until it completes or `deadline` passes. Yields the core
-  // for the first 20 ms (a collective among ranks that are all there moves
-  // its data within that, and MPI progresses only while it is polled), then
-  // sleeps 100 us between polls so a rank waiting for a slow peer leaves
-  // the CPU to the ranks on the same node.
+  // Polls `req` until it completes or `deadline` passes. MPI moves a
+  // non-blocking collective's data only while it is polled, so: for the
+  // first 200 ms (a collective among ranks that are all there completes
+  // within that) every poll yields the core and polls again; after that, a
+  // rank waits for a slow or missing peer, and sleeps 100 us after every
+  // burst of 16 polls, leaving the CPU to the ranks on the same node.
   void wait(MPI_Request& req, const std::string& what, uint64_t seq, Clock::time_point deadline) {
     Clock::time_point start = Clock::now();
-    for (;;) {
+    for (int polls = 1;; ++polls) {
       int done = 0;
       check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), what, seq);
       if (done) return;
@@ -356,7 +390,7 @@ class MpiCommunicator final : public Communicator {
              fmt::format("mpi rank {}: {} #{} did not complete within its deadline of {} ms (a rank is missing, "
                          "stuck, or called a different collective); the MPI job is ended",
                          rank_, what, seq, options_.timeout.count()));
-      if (now - start < std::chrono::milliseconds(20))
+      if (now - start < std::chrono::milliseconds(200) || polls % 16 != 0)
         std::this_thread::yield();
       else
         std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -386,8 +420,7 @@ class MpiCommunicator final : public Communicator {
   bool failed_ = false;
   CommFailure failure_ = CommFailure::aborted;
   std::string failure_message_;
-  std::vector<Tensor> abandoned_;
-  std::vector<std::vector<int64_t>> abandoned_words_;
+  std::vector<Call> abandoned_;
 };
 
 }  // namespace

@@ -74,6 +74,23 @@ TEST_CASE("mpi: all_reduce gives the thread backend's bits for the same world, o
         });
         CHECK(same_bits(mine, by_threads[0]));
       }
+  // In place in a row view (invariant 5) on the reduce-scatter path: the
+  // rows around it untouched.
+  {
+    const int64_t cols = 40'000;
+    Tensor frame = order_sensitive(comm.rank(), 3 * cols, DType::f32).reshape({3, cols});
+    Tensor before = frame.clone();
+    Tensor view = frame.slice_rows(1, 3);
+    comm.all_reduce(view, ReduceOp::sum);
+    std::vector<Tensor> by_threads(w);
+    run_ranks(w, [&](Communicator& c) {
+      Tensor t = order_sensitive(c.rank(), 3 * cols, DType::f32).reshape({3, cols}).slice_rows(1, 3).clone();
+      c.all_reduce(t, ReduceOp::sum);
+      by_threads[c.rank()] = t;
+    });
+    CHECK(same_bits(view.clone(), by_threads[0]));
+    CHECK(same_bits(frame.slice_rows(0, 1).clone(), before.slice_rows(0, 1).clone()));
+  }
   // The inputs are order-sensitive: summed in descending rank order (what an
   // MPI_Allreduce may do) some element differs, so the check above could
   // fail. (With two ranks, a + b == b + a: nothing to show.)
@@ -93,7 +110,8 @@ TEST_CASE("mpi: all_reduce gives the thread backend's bits for the same world, o
   }
 }
 
-TEST_CASE("mpi: int64 sums are exact and equal on every rank; a 0-element all_reduce takes part") {
+TEST_CASE("mpi: int64 sums are exact and equal on every rank; a 0-element all_reduce takes part (the fingerprint "
+          "check would see a rank that skipped it)") {
   Communicator& comm = *g_comm;
   Tensor big = full({70'000}, 0.0, DType::i64);
   for (int64_t i = 0; i < big.numel(); ++i) big.data<int64_t>()[i] = (int64_t{1} << 40) + comm.rank() * i;
@@ -140,9 +158,10 @@ int scenario_skip() {
     }
   }
   std::fflush(stdout);
-  // Every waiting rank reaches its deadline at about the same moment: let
-  // them all print before the first one's abort ends the job.
-  std::this_thread::sleep_for(1s);
+  // Every waiting rank reaches its deadline at about the same moment (the
+  // script accepts up to 2 s late): let them all print before the first
+  // one's abort ends the job.
+  std::this_thread::sleep_for(3s);
   return 0;  // the failed communicator's destructor ends the job
 }
 
@@ -165,7 +184,9 @@ int scenario_late() {
     double s = std::chrono::duration<double>(Clock::now() - start).count();
     std::printf("rank %d: TimeoutError after %.1f s: %s\n", r, s, e.what());
     std::fflush(stdout);
-    std::this_thread::sleep_for(1s);  // every waiting rank prints before the first exit ends the job
+    // Every waiting rank prints before the first exit ends the job (the
+    // script accepts timeouts up to 2 s late).
+    std::this_thread::sleep_for(3s);
     return 1;
   }
   std::fflush(stdout);
@@ -209,7 +230,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    g_comm = make_mpi_communicator({.timeout = 60s});
+    // With the fingerprint check: a case that fails on one rank only (and
+    // skips its remaining collectives) is a DesyncError on every rank, not
+    // gathers of different sizes matched by MPI.
+    g_comm = make_mpi_communicator({.timeout = 60s, .check_fingerprints = true});
   } catch (const std::exception& e) {
     std::fprintf(stderr, "mpi_peer: %s\n", e.what());
     return 2;

@@ -204,6 +204,12 @@ TEST_CASE("launch_ranks picks the backend by name and rejects unknown names") {
 }
 
 TEST_CASE("argument errors name the rank") {
+  // A negative count could still add up to the right total.
+  CHECK_THROWS_WITH_AS(run_ranks(2, [](Communicator& comm) {
+                         Tensor out = zeros({1, 2});
+                         comm.all_gather_rows(zeros({comm.rank() == 0 ? 2 : 0, 2}), {2, -1}, out);
+                       }, kFast),
+                       doctest::Contains("all_gather_rows counts[1] = -1 is negative"), Error);
   CHECK_THROWS_WITH_AS(run_ranks(2, [](Communicator& comm) {
                          Tensor t = arange(3);
                          comm.all_reduce(t, ReduceOp::avg);
