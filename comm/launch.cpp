@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <thread>
 
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
@@ -65,18 +64,14 @@ void launch_mpi(const LaunchOptions& o, const std::function<void(Communicator&)>
   MpiOptions mpi = MpiOptions::from_environment(o.timeout);
   mpi.check_fingerprints |= o.check_collectives;
   std::unique_ptr<Communicator> comm = make_mpi_communicator(mpi);
-  int saved_threads = cpu_threads();
   try {
-    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    cpu_set_threads(std::max(1, std::min(saved_threads, static_cast<int>(cores) / ranks_on_this_node(*comm))));
+    CpuShareScope share(ranks_on_this_node(*comm));
     fn(*comm);
   } catch (const std::exception& e) {
     if (comm->world_size() > 1)
       mpi_abort_job(fmt::format("vqddp: mpi rank {} of {} failed: {}", comm->rank(), comm->world_size(), e.what()));
-    cpu_set_threads(saved_threads);
     throw;
   }
-  cpu_set_threads(saved_threads);
 }
 
 // "nccl" and "mpi" are listed in every build; a build without NCCL says so when asked.

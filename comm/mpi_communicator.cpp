@@ -156,13 +156,11 @@ class MpiCommunicator final : public Communicator {
   }
 
   ~MpiCommunicator() override {
-    bool unwinding = std::uncaught_exceptions() > 0 && world_ > 1;
-    if ((failed_ && failure_ != CommFailure::desync) || unwinding)
-      mpi_abort_job(failed_ && failure_ != CommFailure::desync
-                        ? failure_message_
-                        : fmt::format("mpi rank {}: the communicator was destroyed while an exception propagated; "
-                                      "ending the job so no other rank waits for this one",
-                                      rank_));
+    if (failed_ && failure_ != CommFailure::desync) mpi_abort_job(failure_message_);
+    if (std::uncaught_exceptions() > 0 && world_ > 1)
+      mpi_abort_job(fmt::format("mpi rank {}: the communicator was destroyed while an exception propagated; ending "
+                                "the job so no other rank waits for this one",
+                                rank_));
     if (comm_ != MPI_COMM_NULL && !mpi_finalized()) MPI_Comm_free(&comm_);
   }
 

@@ -7,7 +7,6 @@
 
 #include "comm/rank_order.h"
 #include "comm/staging.h"
-#include "engine/blas.h"
 #include "engine/parallel.h"
 
 namespace vqddp {
@@ -207,10 +206,7 @@ void ThreadGroup::rendezvous(int rank, const Call* call, const char* phase) {
 
 void run_ranks(int world_size, const std::function<void(Communicator&)>& fn, ThreadGroupOptions options) {
   ThreadGroup group(world_size, options);
-  int saved_threads = cpu_threads();
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  // Never more than before (OPENBLAS_NUM_THREADS is respected).
-  cpu_set_threads(std::max(1, std::min(saved_threads, static_cast<int>(cores) / world_size)));
+  CpuShareScope share(world_size);
 
   std::mutex first_mu;
   std::exception_ptr first;
@@ -235,7 +231,6 @@ void run_ranks(int world_size, const std::function<void(Communicator&)>& fn, Thr
       }
     });
   for (auto& t : threads) t.join();
-  cpu_set_threads(saved_threads);
   if (first) std::rethrow_exception(first);
 }
 

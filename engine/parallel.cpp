@@ -117,6 +117,13 @@ void cpu_set_threads(int n) {
 
 int cpu_threads() { return thread_count().load(); }
 
+CpuShareScope::CpuShareScope(int ranks) : saved_(cpu_threads()) {
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_threads(std::min(saved_, cores / std::max(1, ranks)));
+}
+
+CpuShareScope::~CpuShareScope() { cpu_set_threads(saved_); }
+
 void parallel_for(int64_t tasks, TaskFn fn) {
   int threads = cpu_threads();
   if (threads <= 1 || tasks <= 1) {

@@ -2,8 +2,8 @@
 // backward GEMMs) and by our own kernels (engine/cpu/), and a small pool
 // that runs our kernels' tasks.
 //
-// Rank threads that compute concurrently each want one thread, so
-// run_ranks sets the count with cpu_set_threads() and restores it after.
+// Ranks that compute concurrently on one machine (run_ranks' threads, an
+// MPI job's processes on a node) share its cores through CpuShareScope.
 // Our kernels' results never depend on how their tasks are spread over
 // threads (each task owns whole output elements), so the count, and whether
 // the pool was free, change speed only, never bits.
@@ -19,6 +19,21 @@ namespace vqddp {
 // Sets the thread count of OpenBLAS and of the pool (at least 1).
 void cpu_set_threads(int n);
 int cpu_threads();
+
+// While it lives, the count is this machine's share for one of `ranks`
+// ranks computing at once: max(1, min(count before, cores / ranks)), never
+// more than before (OPENBLAS_NUM_THREADS is respected). Restores the count
+// before when it goes.
+class CpuShareScope {
+ public:
+  explicit CpuShareScope(int ranks);
+  ~CpuShareScope();
+  CpuShareScope(const CpuShareScope&) = delete;
+  CpuShareScope& operator=(const CpuShareScope&) = delete;
+
+ private:
+  int saved_;
+};
 
 // A non-owning reference to a callable taking a task number: a lambda
 // passed to parallel_for is neither copied nor allocated (the forward
