@@ -17,6 +17,7 @@
 #include "comm/mpi_communicator.h"
 #include "comm/thread_group.h"
 #include "tests/comm/closed_form.h"
+#include "tests/vq/quantizer_trace.h"
 
 using namespace vqddp;
 using namespace std::chrono_literals;
@@ -123,6 +124,28 @@ TEST_CASE("mpi: int64 sums are exact and equal on every rank; a 0-element all_re
   comm.all_reduce(none, ReduceOp::sum);
   comm.barrier();
   CHECK(comm.counters().collectives == before + 2);
+}
+
+TEST_CASE("mpi: every quantizer type, every split of the batch: this rank's state, metrics and rows after every step "
+          "are == 1 rank's on the whole batch (invariants 1 and 2 across processes)") {
+  Communicator& comm = *g_comm;
+  for (const std::string& type : quantizer_types()) {
+    CAPTURE(type);
+    const QuantizerOptions q = test::options_for(type);
+    test::Trace one = test::per_rank(1, [&](Communicator& c) { return test::run(q, c, {test::kRows}); })[0];
+    for (const std::string& split : test::kSplitKinds) {
+      CAPTURE(split);
+      std::vector<int64_t> sizes = test::split_sizes(test::kRows, comm.world_size(), split);
+      test::Trace mine = test::run(q, comm, sizes);
+      test::check_traces_equal(std::vector<test::Trace>{mine}, one);
+      for (int s = 0; s < test::kSteps; ++s) {
+        CAPTURE(s);
+        CHECK(test::first_difference({{"quantized", mine.quantized[s]}, {"indices", mine.indices[s]}},
+                                     {{"quantized", test::shard(one.quantized[s], sizes, comm.rank())},
+                                      {"indices", test::shard(one.indices[s], sizes, comm.rank())}}) == "");
+      }
+    }
+  }
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include "engine/ops.h"
 #include "engine/streams.h"
 #include "tests/vq/harness.h"
+#include "tests/vq/quantizer_trace.h"
 #include "vq/quantizer_options.h"
 
 namespace vqddp {
@@ -17,52 +18,14 @@ namespace {
 
 using test::for_each_split;
 using test::per_rank;
-
-constexpr int64_t kDim = 8, kRows = 24;
-constexpr int kSteps = 3, kLayers = 3;
-
-// Options that exercise each type's state: k-means init, revival and
-// quantize dropout where the type has them.
-QuantizerOptions options_for(const std::string& type) {
-  QuantizerOptions q;
-  q.type = type;
-  q.codebook_size = 16;
-  q.num_quantizers = kLayers;
-  q.codebook.kmeans_init = true;
-  q.codebook.kmeans_iters = 3;
-  q.codebook.threshold_ema_dead_code = 1.5f;
-  q.quantize_dropout = true;
-  if (type == "fsq" || type == "residual_fsq") q.levels = {5, 4, 3};
-  return q;
-}
-
-std::shared_ptr<Quantizer> make(const QuantizerOptions& q) {
-  Generator gen(11, streams::kInit);
-  return make_quantizer(q, kDim, /*seed=*/5, gen);
-}
-
-struct Trace {
-  std::vector<NamedTensors> states;                  // after each step
-  std::vector<std::vector<CodebookMetrics>> metrics;  // each step's, from the global counts
-  std::vector<Tensor> quantized, indices;            // each step's rows of this rank
-};
-
-// Steps of one rank on its shard of each step's global batch.
-Trace run(const QuantizerOptions& q, Communicator& comm, const std::vector<int64_t>& sizes) {
-  std::shared_ptr<Quantizer> m = make(q);
-  m->train();
-  Trace t;
-  for (int s = 0; s < kSteps; ++s) {
-    Generator data(100 + s);
-    Tensor x = rand_normal({kRows, kDim}, data);
-    QuantizerOutput out = m->quantize(test::shard(x, sizes, comm.rank()), comm);
-    t.quantized.push_back(out.quantized.detach().clone());
-    t.indices.push_back(out.indices.clone());
-    t.states.push_back(test::snapshot(*m));
-    t.metrics.push_back(out.metrics);
-  }
-  return t;
-}
+using test::kDim;
+using test::kRows;
+using test::kSteps;
+using test::kLayers;
+using test::options_for;
+using test::make;
+using test::Trace;
+using test::run;
 
 }  // namespace
 
