@@ -10,12 +10,23 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
+#include <vector>
 
 #include "engine/parse_number.h"
 
 namespace vqddp::limits {
 
 inline constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
+
+// A product of counts, or nullopt when it overflows int64: for combinations
+// of counts that are each in range but whose product may not be.
+inline std::optional<int64_t> product(const std::vector<int64_t>& factors) {
+  int64_t n = 1;
+  for (int64_t f : factors)
+    if (__builtin_mul_overflow(n, f, &n)) return std::nullopt;
+  return n;
+}
 
 inline constexpr CountRange world{1, 1024};                 // thread ranks; --world, distributed.world_size
 inline constexpr CountRange steps{1, int64_t{1} << 40};     // --steps (0 in a config means "use epochs")

@@ -37,10 +37,9 @@ void read_model(ConfigSection s, ModelConfig& m) {
     m.residual_units = s.integer("residual_units", m.residual_units, limits::residual_units);
     m.waveform_loss = s.choice("waveform_loss", m.waveform_loss, {"l1", "l2"});
     m.spectral_weight = s.number("spectral_weight", m.spectral_weight);
-    if (!(m.spectral_weight >= 0)) s.fail("spectral_weight", "must be at least 0");
   }
   if (m.type == "conv_vqvae") m.channels = s.integers("channels", {32, 64}, limits::width);
-  if (auto [key, why] = conv_layout_problem(m); !key.empty()) s.fail(key, why);
+  if (auto [key, why] = model_config_problem(m); !key.empty()) s.fail(key, why);
   s.finish();
 }
 
@@ -111,21 +110,13 @@ void read_run(ConfigSection s, RunConfig& r) {
   s.finish();
 }
 
-// A product of sizes, or nullopt when it overflows int64.
-std::optional<int64_t> product(const std::vector<int64_t>& factors) {
-  int64_t n = 1;
-  for (int64_t f : factors)
-    if (__builtin_mul_overflow(n, f, &n)) return std::nullopt;
-  return n;
-}
-
 std::string shown(std::optional<int64_t> n) { return n ? fmt::format("{}", *n) : std::string("more than 2^63"); }
 
 // Sizes whose product a tensor must hold are refused by key before anything
 // is allocated: the allocator would otherwise say only std::bad_alloc.
 void check_elements(const ConfigSection& root, const std::string& key, const std::string& formula,
                     const std::vector<int64_t>& factors) {
-  std::optional<int64_t> n = product(factors);
+  std::optional<int64_t> n = limits::product(factors);
   if (!n || *n > limits::kMaxTensorElements)
     root.fail(key, fmt::format("gives {} = {} elements, more than the {} one tensor may hold", formula, shown(n),
                                limits::kMaxTensorElements));
@@ -141,7 +132,7 @@ void check_sizes(const ConfigSection& root, const Config& c) {
   }
 
   if (!q.levels.empty()) {
-    std::optional<int64_t> n = product(std::vector<int64_t>(q.levels.begin(), q.levels.end()));
+    std::optional<int64_t> n = limits::product(std::vector<int64_t>(q.levels.begin(), q.levels.end()));
     if (!n || *n > limits::codebook_size.hi)
       root.fail("quantizer.levels", fmt::format("give an implicit codebook of {} codes (their product), more than the "
                                                 "{} codebook_size allows", shown(n), limits::codebook_size.hi));

@@ -32,7 +32,7 @@ struct ModelConfig {
   std::string activation = "gelu";
   bool sigmoid_output = false;  // decoder output in (0, 1) (images)
   // conv_codec: channels of each stage, one more than strides; conv_vqvae:
-  // the two stages' channels (train/networks.h conv_layout_problem). The
+  // the two stages' channels (train/networks.h model_config_problem). The
   // config reader fills in the type's default.
   std::vector<int64_t> channels;
   std::vector<int64_t> strides;  // conv_codec: downsampling per stage (their product per token)

@@ -28,7 +28,8 @@ CodecModel::CodecModel(const ModelConfig& m, const QuantizerConfig& q, int64_t i
   if (m.spectral_weight > 0) {
     // Windows of 8 to 32 ms at 8 kHz, hop a quarter window (DAC's choice of
     // several resolutions, scaled to short segments). The config reader
-    // takes spectral_weight for conv_codec only.
+    // takes spectral_weight for conv_codec only, and make_network refuses it
+    // on other types built in code (model_config_problem).
     VQDDP_CHECK(input_dim >= 256, "model.spectral_weight needs data.frame >= 256 (the longest STFT window), got {}",
                 input_dim);
     spectral_ = std::make_unique<MultiResolutionStftLoss>(

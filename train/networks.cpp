@@ -1,6 +1,8 @@
 #include "train/networks.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <fmt/format.h>
 
 #include "engine/count_limits.h"
@@ -80,7 +82,7 @@ void residual_units(Sequential& net, const ModelConfig& m, int64_t ch, const Con
 }
 
 Network conv_codec_network(const ModelConfig& m, int64_t input_dim, Generator& gen) {
-  int64_t hop = samples_per_token(m);
+  int64_t hop = *limits::product(m.strides);  // bounded by model_config_problem
   VQDDP_CHECK(input_dim % hop == 0, "data.frame {} must be a multiple of the product of model.strides ({}) for "
               "conv_codec: each token covers that many samples", input_dim, hop);
   Conv1dMaker conv{gen, {.weight_norm = m.weight_norm, .bias = true}};
@@ -149,30 +151,27 @@ Network conv_vqvae_network(const ModelConfig& m, int64_t input_dim, Generator& g
 
 }  // namespace
 
-std::pair<std::string, std::string> conv_layout_problem(const ModelConfig& m) {
+std::pair<std::string, std::string> model_config_problem(const ModelConfig& m) {
   if (m.type == "conv_codec") {
     if (m.strides.empty() || m.channels.size() != m.strides.size() + 1)
       return {"channels", fmt::format("needs one entry more than strides for conv_codec ({} channels, {} strides)",
                                       m.channels.size(), m.strides.size())};
-    int64_t hop = 1;
-    for (int64_t s : m.strides)
-      if (s < 1 || __builtin_mul_overflow(hop, s, &hop) || hop > limits::frame.hi)
-        return {"strides", fmt::format("must be positive with a product (samples per token) of at most {}, the "
-                                       "largest data.frame", limits::frame.hi)};
+    std::optional<int64_t> hop = limits::product(m.strides);
+    if (std::any_of(m.strides.begin(), m.strides.end(), [](int64_t s) { return s < 1; }) || !hop ||
+        *hop > limits::frame.hi)
+      return {"strides", fmt::format("must be positive with a product (samples per token) of at most {}, the "
+                                     "largest data.frame", limits::frame.hi)};
   }
   if (m.type == "conv_vqvae" && m.channels.size() != 2)
     return {"channels", "needs two entries for conv_vqvae (its two stages)"};
+  if (!(m.spectral_weight >= 0)) return {"spectral_weight", "must be at least 0"};
+  if (m.spectral_weight > 0 && m.type != "conv_codec")
+    return {"spectral_weight", fmt::format("applies to conv_codec only (an STFT loss on audio), not {}", m.type)};
   return {};
 }
 
-int64_t samples_per_token(const ModelConfig& m) {
-  int64_t hop = 1;
-  for (int64_t s : m.strides) hop *= s;
-  return hop;
-}
-
 Network make_network(const ModelConfig& m, int64_t input_dim, Generator& gen) {
-  auto [key, why] = conv_layout_problem(m);
+  auto [key, why] = model_config_problem(m);
   VQDDP_CHECK(key.empty(), "model.{} {}", key, why);
   if (m.type == "conv_codec") return conv_codec_network(m, input_dim, gen);
   if (m.type == "conv_vqvae") return conv_vqvae_network(m, input_dim, gen);

@@ -29,15 +29,12 @@ struct Network {
   bool channels_first = false;  // latent is [D, positions...] (the conv types)
 };
 
-// What is wrong with model.channels and model.strides for model.type, as
-// {"channels" or "strides", why}, or {"", ""} when they fit: the one rule,
-// which the config reader reports naming the key and make_network throws
-// for a ModelConfig built in code.
-std::pair<std::string, std::string> conv_layout_problem(const ModelConfig& m);
-
-// Samples per conv_codec token: the product of model.strides (which
-// conv_layout_problem keeps within a data.frame).
-int64_t samples_per_token(const ModelConfig& m);
+// What is wrong with the keys that depend on model.type (channels and
+// strides for the conv types, spectral_weight for conv_codec only), as
+// {key, why}, or {"", ""} when they fit: the one rule, which the config
+// reader reports naming the key and make_network throws for a ModelConfig
+// built in code.
+std::pair<std::string, std::string> model_config_problem(const ModelConfig& m);
 
 // Builds the model.type's network for examples of `input_dim` values,
 // drawing initial weights from `gen`; a size that does not fit (a frame not

@@ -214,13 +214,14 @@ TEST_CASE("gradient: elu, leaky_relu, silu, abs") {
 
 TEST_CASE("forward conv: a sample's output is the same bits alone and at any position of any batch") {
   // Every new forward op: the four convolutions (stride, padding, dilation,
-  // groups, weight normalization) and elu, leaky_relu, silu, abs.
+  // weight normalization; groups on the 1-D ones, which run through the 2-D
+  // code) and elu, leaky_relu, silu, abs.
   Generator gen(5, 0);
   Conv1d c1(3, 16, 7, gen, opts1(2, 3, 1, 1));
   Conv1d c1g(16, 16, 3, gen, opts1(1, 2, 2, 4), {true, true});
   ConvTranspose1d t1(16, 8, 8, gen, opts1(4, 2, 1, 1), {true, true});
-  Conv2d c2(3, 8, 4, gen, opts(2, 2, 1, 1, 1, 1, 1));
-  ConvTranspose2d t2(3, 4, 4, gen, opts(2, 2, 1, 1, 1, 1, 1));
+  Conv2d c2(3, 8, 4, gen, opts(2, 2, 1, 1, 1, 1, 1), {true, true});
+  ConvTranspose2d t2(3, 4, 4, gen, opts(2, 2, 1, 1, 1, 1, 1), {true, true});
   const int64_t total = 9;
   Tensor x1 = randn({total, 3, 40}, 30), x2 = randn({total, 3, 8, 8}, 31);
   auto run1 = [&](const Tensor& x) { return vqddp::abs(t1.forward(silu(elu(c1g.forward(leaky_relu(c1.forward(x))))))); };

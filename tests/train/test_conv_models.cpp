@@ -156,6 +156,19 @@ TEST_CASE("conv model sizes that do not fit are refused naming the key") {
   bare.type = "conv_codec";
   Generator gen(1, 0);
   CHECK_THROWS_WITH(make_network(bare, 256, gen), doctest::Contains("model.channels needs one entry more than strides"));
+  // Strides the reader's ranges never let through: not positive, or a
+  // product that overflows int64.
+  bare.channels = {4, 4, 4};
+  for (std::vector<int64_t> strides : {std::vector<int64_t>{2, 0}, {int64_t{1} << 40, int64_t{1} << 40}}) {
+    bare.strides = strides;
+    CHECK_THROWS_WITH(make_network(bare, 256, gen), doctest::Contains("model.strides must be positive with a product"));
+  }
+  // A spectral loss on a model that is not an audio codec, built in code.
+  ModelConfig image;
+  image.type = "mlp";
+  image.spectral_weight = 0.5;
+  CHECK_THROWS_WITH(make_network(image, 784, gen),
+                    doctest::Contains("model.spectral_weight applies to conv_codec only (an STFT loss on audio), not mlp"));
 }
 
 TEST_CASE("check-ddp passes on both conv model types: codebook state bitwise, parameters within tolerance") {
