@@ -71,6 +71,8 @@ class Communicator {
     ++counters_.collectives;
     counters_.bytes += bytes;
   }
+  // Elements per row (dimension 0) of an all_gather_rows input.
+  static int64_t row_numel(const Tensor& in) { return shape_numel(Shape(in.shape().begin() + 1, in.shape().end())); }
   // Argument checks every backend shares; `op` names the call in messages.
   void check_all_reduce(const Tensor& t, ReduceOp op) const;
   void check_broadcast(const Tensor& t, int root) const;

@@ -212,7 +212,7 @@ class MpiCommunicator final : public Communicator {
   void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) override {
     check_all_gather_rows(in, counts, out);
     if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { all_gather_rows(i, counts, h); })) return;
-    int64_t row = shape_numel(Shape(in.shape().begin() + 1, in.shape().end()));  // elements per row
+    int64_t row = row_numel(in);
     run(Fingerprint("all_gather_rows", in.dtype(), row, -1, counts), [&](Call& c) {
       c.keep(out);
       mpi_count(out.numel(), c.what);  // every offset below fits too

@@ -168,7 +168,7 @@ class NcclCommunicator final : public Communicator {
   void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) override {
     check_all_gather_rows(in, counts, out);
     if (staged(in, out, [&](const Tensor& i, Tensor& d) { all_gather_rows(i, counts, d); })) return;
-    int64_t row = shape_numel(Shape(in.shape().begin() + 1, in.shape().end()));
+    int64_t row = row_numel(in);
     run(Fingerprint("all_gather_rows", in.dtype(), row, -1, counts), [&](cudaStream_t s) {
       size_t row_bytes = row * dtype_size(in.dtype());
       char* dst = static_cast<char*>(out.raw_ptr());

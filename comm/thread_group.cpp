@@ -63,7 +63,7 @@ class ThreadCommunicator final : public Communicator {
   void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) override {
     check_all_gather_rows(in, counts, out);
     if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { all_gather_rows(i, counts, h); })) return;
-    int64_t row = shape_numel(Shape(in.shape().begin() + 1, in.shape().end()));  // elements per row
+    int64_t row = row_numel(in);
     run(Fingerprint("all_gather_rows", in.dtype(), row, -1, counts), in.raw_data(), out.raw_data(), [&] {
       size_t row_bytes = row * dtype_size(in.dtype());
       char* dst = static_cast<char*>(out.raw_data());
