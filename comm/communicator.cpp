@@ -1,5 +1,7 @@
 #include "comm/communicator.h"
 
+#include "engine/ops.h"
+
 #include <numeric>
 
 namespace vqddp {
@@ -60,6 +62,16 @@ Tensor all_gather(Communicator& comm, const Tensor& in) {
   Tensor out = empty(with_rows(in, in.size(0) * comm.world_size()), in.dtype(), in.device());
   comm.all_gather(in, out);
   return out;
+}
+
+void Communicator::reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) {
+  VQDDP_CHECK(in.defined() && in.dim() == 2 && in.dtype() == DType::f32 && out.defined() && out.dim() == 1 &&
+                  out.size(0) == in.size(1) && out.dtype() == DType::f32,
+              "rank {}: reduce_units needs float32 partials [units, n] and an output [n], got {} and {}", rank(),
+              in.desc(), out.desc());
+  Tensor rows = vqddp::all_gather_rows(*this, in, counts);  // (units, n), global unit order
+  // One ascending double sum per column (ops.h), the same kernel for any split.
+  out.copy_(rows.size(0) == 0 ? zeros({in.size(1)}, DType::f32, in.device()) : sum(rows.detach(), 0));
 }
 
 Tensor all_gather_rows(Communicator& comm, const Tensor& in, const std::vector<int64_t>& counts) {

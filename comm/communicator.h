@@ -64,6 +64,16 @@ class Communicator {
   // Every rank must call. Returns once all ranks have arrived.
   virtual void barrier() = 0;
 
+  // The sum of exact data parallelism (engine/exact_batch.h). Every rank
+  // must call, with the same `counts` (units per rank, length W). Rank r
+  // passes its units' float32 partials [counts[r], n]. Writes into `out` [n]
+  // the sum of all units' rows taken in global unit order (rank 0's units
+  // first), accumulated in double and rounded to float32 once: the same bits
+  // on every rank and for any split of the same rows over any number of
+  // ranks. This default gathers every row to every rank (all_gather_rows)
+  // and adds them there.
+  virtual void reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out);
+
   const CommCounters& counters() const { return counters_; }
 
  protected:

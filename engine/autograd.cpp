@@ -1,14 +1,28 @@
 #include "engine/autograd.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "engine/exact_batch.h"
 #include "engine/ops.h"
 
 namespace vqddp {
 
 namespace {
 thread_local bool t_grad_enabled = true;
+// The node whose backward formula runs now in an exact step's first phase:
+// which of its inputs want unit partials.
+thread_local const std::vector<bool>* t_unit_inputs = nullptr;
+
+bool is_batch_free(const Tensor& t) { return t.impl()->autograd && t.impl()->autograd->batch_free; }
+}  // namespace
+
+bool wants_unit_partials(size_t i) { return t_unit_inputs && i < t_unit_inputs->size() && (*t_unit_inputs)[i]; }
+
+Tensor mark_batch_free(Tensor t) {
+  t.autograd_meta().batch_free = true;
+  return t;
 }
 
 bool grad_enabled() { return t_grad_enabled; }
@@ -46,7 +60,9 @@ Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs
   if (!any_requires_grad(inputs)) return out;
   auto node = std::make_shared<Node>();
   node->name = name;
+  node->batch_free = true;
   for (const Tensor& t : inputs) {
+    if (t.defined() && !is_batch_free(t)) node->batch_free = false;
     node->inputs.push_back(t.defined() && t.requires_grad() ? t.impl()->autograd : nullptr);
     node->input_shapes.push_back(t.defined() ? t.shape() : Shape{});
   }
@@ -54,6 +70,7 @@ Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs
   node->backward = std::move(backward);
   AutogradMeta& meta = out.autograd_meta();
   meta.requires_grad = true;
+  meta.batch_free = node->batch_free;
   meta.grad_fn = std::move(node);
   return out;
 }
@@ -90,6 +107,71 @@ void accumulate(Tensor& slot, const Tensor& g) {
 
 }  // namespace
 
+namespace {
+
+// Runs `node`'s backward formula on its pending gradient and passes each
+// input's gradient on: into the producing node's pending sum, a leaf's
+// .grad, or (when `units` is given: an exact step's first phase) the unit
+// partials of a batch-free input.
+struct Boundary {
+  std::shared_ptr<AutogradMeta> meta;
+  Shape shape;
+  Tensor partials;  // [units, ...shape]
+};
+
+void run_node(Node* node, std::unordered_map<Node*, Tensor>& pending, std::vector<Boundary>* units) {
+  auto it = pending.find(node);
+  if (it == pending.end()) return;  // no gradient flows into this node
+  Tensor grad_out = std::move(it->second);
+  pending.erase(it);
+  for (const auto& [storage, version] : node->saved)
+    VQDDP_CHECK(storage->version.load(std::memory_order_relaxed) == version,
+                "backward of '{}': a tensor it saved was modified in place after the forward (version {}, saved at "
+                "{}); clone it before writing, or run backward first",
+                node->name, storage->version.load(std::memory_order_relaxed), version);
+  std::vector<bool> wants(node->inputs.size(), false);
+  if (units)
+    for (size_t i = 0; i < wants.size(); ++i) wants[i] = node->inputs[i] && node->inputs[i]->batch_free;
+  t_unit_inputs = &wants;
+  std::vector<Tensor> grads;
+  try {
+    grads = node->backward(grad_out);
+  } catch (...) {
+    t_unit_inputs = nullptr;
+    throw;
+  }
+  t_unit_inputs = nullptr;
+  VQDDP_CHECK(grads.size() == node->inputs.size(), "backward of '{}' returned {} gradients for {} inputs", node->name,
+              grads.size(), node->inputs.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const auto& in = node->inputs[i];
+    if (!in || !grads[i].defined()) continue;
+    if (wants[i]) {
+      Shape expected{static_cast<int64_t>(exact_batch()->unit_examples.size())};
+      expected.insert(expected.end(), node->input_shapes[i].begin(), node->input_shapes[i].end());
+      VQDDP_CHECK(grads[i].shape() == expected,
+                  "backward of '{}': input {} ({}) is batch-free and the op batched, so its gradient is a sum over "
+                  "the batch that an exact step takes by units, as [{}]; got {} ('{}' does not support exact data "
+                  "parallelism for this input)", node->name, i, shape_str(node->input_shapes[i]),
+                  shape_str(expected), shape_str(grads[i].shape()), node->name);
+      auto b = std::find_if(units->begin(), units->end(), [&](const Boundary& x) { return x.meta == in; });
+      if (b == units->end())
+        units->push_back({in, node->input_shapes[i], grads[i].clone()});
+      else
+        accumulate(b->partials, grads[i]);
+      continue;
+    }
+    VQDDP_CHECK(grads[i].shape() == node->input_shapes[i], "backward of '{}': gradient {} has shape {}, input has {}",
+                node->name, i, shape_str(grads[i].shape()), shape_str(node->input_shapes[i]));
+    if (in->grad_fn)
+      accumulate(pending[in->grad_fn.get()], grads[i]);
+    else
+      accumulate(in->grad, grads[i]);
+  }
+}
+
+}  // namespace
+
 void Tensor::backward() const {
   VQDDP_CHECK(defined(), "backward() on an undefined tensor");
   VQDDP_CHECK(numel() == 1, "backward() needs a one-element tensor, got {}", desc());
@@ -97,35 +179,43 @@ void Tensor::backward() const {
   NoGradGuard no_grad;  // the backward pass itself is not recorded
   AutogradMeta& root = autograd_meta();
   Tensor seed = ones(shape(), DType::f32, device());  // on the loss's device: a CPU seed fails the first device op
+  const ExactBatch* exact = exact_batch();
+  VQDDP_CHECK(!exact || exact->reduce, "backward() in an exact step that has no unit reducer");
   if (!root.grad_fn) {
     accumulate(root.grad, seed);
     return;
   }
   std::unordered_map<Node*, Tensor> pending{{root.grad_fn.get(), seed}};
-  for (Node* node : reverse_topological_order(root.grad_fn.get())) {
-    auto it = pending.find(node);
-    if (it == pending.end()) continue;  // no gradient flows into this node
-    Tensor grad_out = std::move(it->second);
-    pending.erase(it);
-    for (const auto& [storage, version] : node->saved)
-      VQDDP_CHECK(storage->version.load(std::memory_order_relaxed) == version,
-                  "backward of '{}': a tensor it saved was modified in place after the forward (version {}, saved at "
-                  "{}); clone it before writing, or run backward first",
-                  node->name, storage->version.load(std::memory_order_relaxed), version);
-    std::vector<Tensor> grads = node->backward(grad_out);
-    VQDDP_CHECK(grads.size() == node->inputs.size(), "backward of '{}' returned {} gradients for {} inputs",
-                node->name, grads.size(), node->inputs.size());
-    for (size_t i = 0; i < grads.size(); ++i) {
-      const auto& in = node->inputs[i];
-      if (!in || !grads[i].defined()) continue;
-      VQDDP_CHECK(grads[i].shape() == node->input_shapes[i], "backward of '{}': gradient {} has shape {}, input has {}",
-                  node->name, i, shape_str(grads[i].shape()), shape_str(node->input_shapes[i]));
-      if (in->grad_fn)
-        accumulate(pending[in->grad_fn.get()], grads[i]);
-      else
-        accumulate(in->grad, grads[i]);
-    }
+  std::vector<Node*> order = reverse_topological_order(root.grad_fn.get());
+  if (!exact) {
+    for (Node* node : order) run_node(node, pending, nullptr);
+    return;
   }
+  // Phase 1: the batched nodes; each batch-free input they reach collects
+  // unit partials (in the order reached, which the graph alone decides, so
+  // every rank lists the same boundaries in the same order).
+  std::vector<Boundary> boundaries;
+  for (Node* node : order)
+    if (!node->batch_free) run_node(node, pending, &boundaries);
+  // One reduction over the ranks for all of them: the global sums.
+  std::vector<Tensor> partials;
+  for (const Boundary& b : boundaries) partials.push_back(b.partials);
+  std::vector<Tensor> sums = exact->reduce(partials);
+  VQDDP_CHECK(sums.size() == boundaries.size(), "exact step: the reducer returned {} sums for {} partials",
+              sums.size(), boundaries.size());
+  for (size_t i = 0; i < sums.size(); ++i) {
+    VQDDP_CHECK(sums[i].shape() == boundaries[i].shape, "exact step: reduced gradient {} has shape {}, expected {}", i,
+                shape_str(sums[i].shape()), shape_str(boundaries[i].shape));
+    AutogradMeta& in = *boundaries[i].meta;
+    if (in.grad_fn)
+      accumulate(pending[in.grad_fn.get()], sums[i]);
+    else
+      accumulate(in.grad, sums[i]);
+  }
+  // Phase 2: the batch-free graph (weight norm and the like) on the global
+  // sums, the same on every rank.
+  for (Node* node : order)
+    if (node->batch_free) run_node(node, pending, nullptr);
 }
 
 }  // namespace vqddp

@@ -26,6 +26,10 @@ struct Node;
 
 struct AutogradMeta {
   bool requires_grad = false;
+  // The same value on every rank: a parameter, a constant, or computed from
+  // those alone (engine/exact_batch.h). Where a batched op meets it, its
+  // gradient is a sum over the batch, taken by units in an exact step.
+  bool batch_free = false;
   Tensor grad;                    // accumulated gradient (leaves only)
   std::shared_ptr<Node> grad_fn;  // op that produced the tensor; null for leaves
 };
@@ -43,6 +47,7 @@ struct Node {
   // gradient.
   std::vector<std::pair<std::shared_ptr<Storage>, uint64_t>> saved;
   BackwardFn backward;
+  bool batch_free = false;  // every input batch-free: the output is too
 
   // Releases the graph behind this node iteratively: a long chain (a
   // training loop that never calls backward) would otherwise be destroyed
@@ -78,5 +83,16 @@ Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs
 
 // True when an op on these inputs would be recorded.
 bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// Inside a backward formula: true when input `i`'s gradient must be
+// returned as unit partials [units, ...input shape] instead of a sum
+// (backward() of an exact step, engine/exact_batch.h, at a batch-free input
+// of a batched op). A formula that ignores it fails with a message naming
+// the op, never silently.
+bool wants_unit_partials(size_t i);
+
+// Marks a tensor that is the same on every rank and is no parameter (a
+// constant operand such as a scalar) as batch-free; returns it.
+Tensor mark_batch_free(Tensor t);
 
 }  // namespace vqddp

@@ -1,6 +1,7 @@
 // Elementwise ops: broadcasting binary ops and unary math, with backward.
 #include "engine/autograd.h"
 #include "engine/device_plans.h"
+#include "engine/exact_batch.h"
 #include "engine/kernel_math.h"
 #include "engine/ops.h"
 
@@ -34,7 +35,12 @@ Tensor binary_op(const char* op, const Tensor& a, const Tensor& b, Tensor out, c
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   Shape sa = a.shape(), sb = b.shape();
   return record_op(op, std::move(out), {a, b}, saved, [=](const Tensor& g) -> std::vector<Tensor> {
-    return {need_a ? sum_to_shape(ga(g), sa) : Tensor(), need_b ? sum_to_shape(gb(g), sb) : Tensor()};
+    // A batch-free operand broadcast over a batched one (a bias, a scale):
+    // its gradient is a sum over the batch, by units in an exact step.
+    auto to = [op](size_t i, const Tensor& grad, const Shape& shape) {
+      return wants_unit_partials(i) ? unit_sum_to_shape(grad, shape, op) : sum_to_shape(grad, shape);
+    };
+    return {need_a ? to(0, ga(g), sa) : Tensor(), need_b ? to(1, gb(g), sb) : Tensor()};
   });
 }
 
@@ -110,9 +116,10 @@ Tensor div(const Tensor& a, const Tensor& b) {
       [da, db](const Tensor& g) { return neg(div(mul(g, da), mul(db, db))); });
 }
 
-// The scalar lives on a's device, so scalar forms work on any device.
+// The scalar lives on a's device, so scalar forms work on any device; it is
+// a constant, so a weight times 2 stays batch-free (exact_batch.h).
 static Tensor scalar_like(const Tensor& a, float b) {
-  return a.defined() ? full({}, b, DType::f32, a.device()) : scalar(b);
+  return mark_batch_free(a.defined() ? full({}, b, DType::f32, a.device()) : scalar(b));
 }
 Tensor add(const Tensor& a, float b) { return add(a, scalar_like(a, b)); }
 Tensor sub(const Tensor& a, float b) { return sub(a, scalar_like(a, b)); }

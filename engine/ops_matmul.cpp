@@ -1,11 +1,15 @@
 // matmul with transpose flags: the only GEMM entry point of the engine.
 //
 // The forward product is batch-invariant (fixed_gemm.h: one fma chain per
-// element, on the CPU and in the CUDA kernel alike); the backward products
-// go to OpenBLAS/cuBLAS, whose speed they keep: a gradient is a sum over
-// the batch, so its bits depend on the split over ranks whatever we do.
+// element, on the CPU and in the CUDA kernel alike). The backward products:
+// - in an exact step (exact_batch.h), the fixed-order GEMM as well: a
+//   batched operand's gradient row by row, and a batch-free operand's (a
+//   weight's) as one partial per unit, reduced over the ranks by the step;
+// - otherwise OpenBLAS/cuBLAS, for their speed (the gradient of a weight is
+//   then a sum over the batch whose bits depend on the split).
 #include "engine/autograd.h"
 #include "engine/device_plans.h"
+#include "engine/exact_batch.h"
 #include "engine/ops.h"
 
 namespace vqddp {
@@ -13,6 +17,68 @@ namespace vqddp {
 namespace {
 
 enum class Gemm { fixed_order, library };
+
+// One unit's partial: C[m, n] = op(A) op(B) with the fixed-order chain over
+// k (zeros when the unit has no rows) into `c`, which has `m * n` floats.
+void unit_gemm(DeviceKernels& dk, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+               const float* b, int64_t ldb, Tensor c) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    c.fill_(0);
+    return;
+  }
+  dk.gemm_fixed(ta, tb, m, n, k, a, lda, b, ldb, static_cast<float*>(c.raw_ptr()), n);
+}
+
+// Unit partials [units, ...B's shape] of dB for a batch-free B and a batched
+// A whose rows are C's rows (ta false): unit u's rows [lo, hi) of A and g
+// give dB_u = A_u^T g_u (B [k, n]) or g_u^T A_u (B [n, k], tb).
+Tensor unit_partials_of_b(const Tensor& a, const Tensor& b, const Tensor& g, bool ta, bool tb) {
+  VQDDP_CHECK(!ta, "matmul: a batch-free right operand {} with a transposed batched left operand {} is not supported "
+              "in an exact step", b.desc(), a.desc());
+  std::vector<int64_t> bounds = unit_row_bounds(a, "matmul");
+  int64_t k = a.size(1), n = g.size(1), units = static_cast<int64_t>(bounds.size()) - 1;
+  Tensor out = empty({units, b.numel()}, DType::f32, g.device());
+  DeviceKernels& dk = device_of("matmul backward", {&a, &g});
+  auto* pa = static_cast<const float*>(a.raw_ptr());
+  auto* pg = static_cast<const float*>(g.raw_ptr());
+  for (int64_t u = 0; u < units; ++u) {
+    int64_t lo = bounds[u], rows = bounds[u + 1] - lo;
+    Tensor c = out.slice_rows(u, u + 1);
+    if (tb)
+      unit_gemm(dk, true, false, n, k, rows, pg + lo * n, n, pa + lo * k, k, c);
+    else
+      unit_gemm(dk, true, false, k, n, rows, pa + lo * k, k, pg + lo * n, n, c);
+  }
+  Shape shape{units};
+  shape.insert(shape.end(), b.shape().begin(), b.shape().end());
+  return out.reshape(shape);
+}
+
+// The mirror case: a batch-free A and a batched B whose rows are C's
+// columns (tb): unit u's rows [lo, hi) of B and columns of g give
+// dA_u = g_u B_u (A [m, k]) or B_u^T g_u^T (A [k, m], ta).
+Tensor unit_partials_of_a(const Tensor& a, const Tensor& b, const Tensor& g, bool ta, bool tb) {
+  VQDDP_CHECK(tb, "matmul: a batch-free left operand {} with a batched right operand {} that is not transposed is "
+              "not supported in an exact step", a.desc(), b.desc());
+  std::vector<int64_t> bounds = unit_row_bounds(b, "matmul");
+  int64_t k = b.size(1), m = g.size(0), n = g.size(1), units = static_cast<int64_t>(bounds.size()) - 1;
+  Tensor out = empty({units, a.numel()}, DType::f32, g.device());
+  DeviceKernels& dk = device_of("matmul backward", {&b, &g});
+  auto* pb = static_cast<const float*>(b.raw_ptr());
+  auto* pg = static_cast<const float*>(g.raw_ptr());
+  for (int64_t u = 0; u < units; ++u) {
+    int64_t lo = bounds[u], rows = bounds[u + 1] - lo;
+    Tensor c = out.slice_rows(u, u + 1);
+    if (ta)
+      unit_gemm(dk, true, true, k, m, rows, pb + lo * k, k, pg + lo, n, c);
+    else
+      unit_gemm(dk, false, false, m, k, rows, pg + lo, n, pb + lo * k, k, c);
+  }
+  Shape shape{units};
+  shape.insert(shape.end(), a.shape().begin(), a.shape().end());
+  return out.reshape(shape);
+}
 
 Tensor matmul_with(Gemm kind, const Tensor& a, const Tensor& b, bool ta, bool tb) {
   VQDDP_CHECK(a.dtype() == DType::f32 && b.dtype() == DType::f32, "matmul: expected float32, got {} and {}",
@@ -41,9 +107,15 @@ Tensor matmul_with(Gemm kind, const Tensor& a, const Tensor& b, bool ta, bool tb
   return record_op("matmul", out, {a, b}, {a, b}, [=](const Tensor& g) -> std::vector<Tensor> {
     // C = op(A) op(B):  dA = g op(B)^T (or its transpose), dB = op(A)^T g (or its transpose).
     Tensor ga, gb;
-    const Gemm lib = Gemm::library;
-    if (need_a) ga = ta ? matmul_with(lib, db, g, tb, true) : matmul_with(lib, g, db, false, !tb);
-    if (need_b) gb = tb ? matmul_with(lib, g, da, true, ta) : matmul_with(lib, da, g, !ta, false);
+    const Gemm kind = exact_batch() ? Gemm::fixed_order : Gemm::library;
+    if (need_a)
+      ga = wants_unit_partials(0) ? unit_partials_of_a(da, db, g, ta, tb)
+           : ta                   ? matmul_with(kind, db, g, tb, true)
+                                  : matmul_with(kind, g, db, false, !tb);
+    if (need_b)
+      gb = wants_unit_partials(1) ? unit_partials_of_b(da, db, g, ta, tb)
+           : tb                   ? matmul_with(kind, g, da, true, ta)
+                                  : matmul_with(kind, da, g, !ta, false);
     return {ga, gb};
   });
 }

@@ -2,6 +2,7 @@
 // index_select), each with its backward.
 #include "engine/autograd.h"
 #include "engine/device_plans.h"
+#include "engine/exact_batch.h"
 #include "engine/ops.h"
 
 namespace vqddp {
@@ -180,15 +181,30 @@ Tensor index_select(const Tensor& x, const Tensor& index, Indices from) {
   k.gather_rows(x.raw_ptr(), static_cast<const int64_t*>(index.raw_ptr()), m, row * es, out.raw_ptr());
   Shape in_shape = x.shape();
   Tensor idx = index.clone();  // the caller may reuse its index buffer
-  return record_op("index_select", out, {x}, [in_shape, idx, row, rows](const Tensor& g) -> std::vector<Tensor> {
+  // The index takes part in the batched/batch-free decision (exact_batch.h):
+  // a codebook's rows picked by a batch's indices are batched.
+  return record_op("index_select", out, {x, index}, [in_shape, idx, row, rows](const Tensor& g) -> std::vector<Tensor> {
     // Float sums in ascending position order on every device (the CPU's
     // historical bits, which a learnable codebook's lookup gradient and the
-    // golden files pin).
-    Tensor gx = empty(in_shape, DType::f32, g.device());
-    device_of("index_select backward", {&g, &idx})
-        .index_add_rows_f32(static_cast<const float*>(g.raw_ptr()), static_cast<const int64_t*>(idx.raw_ptr()),
-                            idx.numel(), row, rows, static_cast<float*>(gx.raw_ptr()));
-    return {gx};
+    // golden files pin). In an exact step, one such sum per unit.
+    DeviceKernels& k = device_of("index_select backward", {&g, &idx});
+    auto add_rows = [&](int64_t lo, int64_t hi, float* into) {
+      k.index_add_rows_f32(static_cast<const float*>(g.raw_ptr()) + lo * row,
+                           static_cast<const int64_t*>(idx.raw_ptr()) + lo, hi - lo, row, rows, into);
+    };
+    if (!wants_unit_partials(0)) {
+      Tensor gx = empty(in_shape, DType::f32, g.device());
+      add_rows(0, idx.numel(), static_cast<float*>(gx.raw_ptr()));
+      return {gx, Tensor()};
+    }
+    std::vector<int64_t> bounds = unit_row_bounds(g, "index_select");
+    int64_t units = static_cast<int64_t>(bounds.size()) - 1;
+    Tensor parts = empty({units, rows * row}, DType::f32, g.device());
+    for (int64_t u = 0; u < units; ++u)
+      add_rows(bounds[u], bounds[u + 1], static_cast<float*>(parts.slice_rows(u, u + 1).raw_ptr()));
+    Shape shape{units};
+    shape.insert(shape.end(), in_shape.begin(), in_shape.end());
+    return {parts.reshape(shape), Tensor()};
   });
 }
 

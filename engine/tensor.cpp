@@ -129,6 +129,7 @@ Tensor& Tensor::set_requires_grad(bool on) {
   AutogradMeta& meta = autograd_meta();
   VQDDP_CHECK(!meta.grad_fn, "set_requires_grad on a non-leaf tensor (result of '{}')", meta.grad_fn->name);
   meta.requires_grad = on;
+  meta.batch_free = on;  // a trainable leaf is a parameter: the same on every rank
   return *this;
 }
 

@@ -96,6 +96,9 @@ class Tensor {
   void set_grad(const Tensor& g);
   void zero_grad();  // drops the gradient (next backward starts from zero)
   // Backpropagates from this one-element tensor into every leaf it depends on.
+  // Inside an exact step (engine/exact_batch.h) every sum over the batch is
+  // taken by units and reduced over the ranks on the way: every rank must
+  // call it, and ends with the global batch's gradients.
   void backward() const;
   // Same storage, no history, requires_grad false.
   Tensor detach() const;

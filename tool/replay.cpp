@@ -8,6 +8,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "comm/single.h"
 #include "comm/thread_group.h"
 #include "engine/ops.h"
 #include "engine/parse_number.h"
@@ -158,10 +159,11 @@ int run_replay(const ReplayOptions& opt) {
   });
 
   NamedTensors out = final_state;
+  SingleCommunicator whole;  // the loss of the whole joined batch, on this thread
   for (size_t s = 0; s < steps; ++s) {
     Tensor q = concat(quantized[s], 0);  // (N, D), rank order = batch order
     out.emplace_back(fmt::format("indices.{}", s), concat(indices[s], 0));
-    out.emplace_back(fmt::format("loss.{}", s), commitment_loss(q, batches[s], weight));
+    out.emplace_back(fmt::format("loss.{}", s), commitment_loss(q, batches[s], weight, whole));
     out.emplace_back(fmt::format("perplexity.{}", s), scalar(static_cast<float>(metrics[s].perplexity())));
     out.emplace_back(fmt::format("revived.{}", s), full({}, metrics[s].codes_revived(), DType::i64));
   }

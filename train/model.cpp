@@ -69,10 +69,11 @@ ModelOutput CodecModel::forward(const Tensor& x, Communicator& comm) {
   Tensor y = reshape(net_.decoder->forward(latent_of(o.quantized, n)), {n, input_dim_});
   if (mcfg_.sigmoid_output) y = sigmoid(y);
   out.reconstruction = y;
-  out.reconstruction_loss = mcfg_.waveform_loss == "l1" ? mean_or_zero(vqddp::abs(sub(y, x))) : mse_or_zero(y, x);
+  out.reconstruction_loss =
+      mcfg_.waveform_loss == "l1" ? mean_or_zero(vqddp::abs(sub(y, x)), comm) : mse_or_zero(y, x, comm);
   if (spectral_)
     out.reconstruction_loss =
-        add(out.reconstruction_loss, mul((*spectral_)(x, y), static_cast<float>(mcfg_.spectral_weight)));
+        add(out.reconstruction_loss, mul((*spectral_)(x, y, comm), static_cast<float>(mcfg_.spectral_weight)));
   return out;
 }
 

@@ -27,6 +27,13 @@ std::vector<int64_t> even_shards(int64_t rows, int world) {
   return s;
 }
 
+std::vector<int64_t> unit_sizes(int64_t batch_size) {
+  int64_t per = (batch_size + kMaxUnitsPerBatch - 1) / kMaxUnitsPerBatch;
+  std::vector<int64_t> units;
+  for (int64_t at = 0; at < batch_size; at += per) units.push_back(std::min(per, batch_size - at));
+  return units;
+}
+
 Schedule plan_schedule(const std::vector<int64_t>& sizes, const std::vector<double>& weights, const ScheduleConfig& c) {
   VQDDP_CHECK(!sizes.empty() && sizes.size() == weights.size(), "schedule: {} sources with {} weights", sizes.size(),
               weights.size());
@@ -100,9 +107,28 @@ int64_t shard_begin(const std::vector<int64_t>& shards, int rank) {
   return std::accumulate(shards.begin(), shards.begin() + rank, int64_t{0});
 }
 
-ShardedSampler::ShardedSampler(Schedule schedule, std::vector<int64_t> sizes, uint64_t seed, int rank, int world)
-    : schedule_(std::move(schedule)), sizes_(std::move(sizes)), seed_(seed), rank_(rank),
-      shards_(even_shards(schedule_.batch_size, world)), begin_(shard_begin(shards_, rank)) {}
+ShardedSampler::ShardedSampler(Schedule schedule, std::vector<int64_t> sizes, uint64_t seed, int rank, int world,
+                               std::vector<int64_t> rank_units)
+    : schedule_(std::move(schedule)), sizes_(std::move(sizes)), seed_(seed), rank_(rank) {
+  std::vector<int64_t> units = unit_sizes(schedule_.batch_size);
+  const auto total = static_cast<int64_t>(units.size());
+  if (rank_units.empty()) rank_units = even_shards(total, world);
+  VQDDP_CHECK(static_cast<int>(rank_units.size()) == world &&
+                  std::all_of(rank_units.begin(), rank_units.end(), [](int64_t u) { return u >= 0; }) &&
+                  std::accumulate(rank_units.begin(), rank_units.end(), int64_t{0}) == total,
+              "sampler: {} unit counts for {} ranks must be non-negative and add up to the batch's {} units "
+              "(batch_size {})", rank_units.size(), world, total, schedule_.batch_size);
+  rank_units_ = std::move(rank_units);
+  for (int r = 0, u = 0; r < world; ++r) {
+    int64_t examples = 0;
+    for (int64_t i = 0; i < rank_units_[r]; ++i, ++u) {
+      examples += units[u];
+      if (r == rank) unit_examples_.push_back(units[u]);
+    }
+    shards_.push_back(examples);
+  }
+  begin_ = shard_begin(shards_, rank);
+}
 
 const std::vector<std::pair<int, int64_t>>& ShardedSampler::epoch_list(int64_t epoch) {
   if (epoch == cached_epoch_) return list_;

@@ -11,7 +11,11 @@
 // Each epoch draws per_source[i] examples from source i (without
 // replacement while the source has enough rows) and shuffles them, all from
 // a shared stream keyed by (seed, epoch): every rank builds the same list
-// and takes its contiguous share of each global batch.
+// and takes its contiguous share of each global batch. A share is whole
+// UNITS (engine/exact_batch.h): a global batch is cut into runs of
+// ceil(batch_size / 32) consecutive examples (the last may be shorter),
+// fixed by position alone, so every sum over the batch has the same bits on
+// any number of ranks.
 #pragma once
 
 #include <utility>
@@ -65,17 +69,29 @@ int64_t agree_start_step(int64_t step, Communicator& comm);
 // Rows of `rows` split into `world` contiguous shards, as even as possible
 // (the first rows % world ranks get one more).
 std::vector<int64_t> even_shards(int64_t rows, int world);
+
+// The most units a global batch is cut into: bounds the unit partials an
+// exact step keeps (units x parameters) and still leaves up to 32 ranks work.
+constexpr int64_t kMaxUnitsPerBatch = 32;
+// Examples in each unit of a global batch of `batch_size`, in order.
+std::vector<int64_t> unit_sizes(int64_t batch_size);
 // First row of rank `rank`'s shard: the rows of the ranks before it.
 int64_t shard_begin(const std::vector<int64_t>& shards, int rank);
 
 class ShardedSampler {
  public:
-  ShardedSampler(Schedule schedule, std::vector<int64_t> source_sizes, uint64_t seed, int rank, int world);
+  // `rank_units`: units of each rank (length `world`, summing to the
+  // batch's units); empty: as even as possible (even_shards).
+  ShardedSampler(Schedule schedule, std::vector<int64_t> source_sizes, uint64_t seed, int rank, int world,
+                 std::vector<int64_t> rank_units = {});
 
   // (source, row) of this rank's share of global step `step` (0-based).
   std::vector<std::pair<int, int64_t>> rank_batch(int64_t step);
   // Rows each rank gets in every global batch.
   const std::vector<int64_t>& shard_sizes() const { return shards_; }
+  // Units of each rank, and the examples of each of this rank's units.
+  const std::vector<int64_t>& rank_units() const { return rank_units_; }
+  const std::vector<int64_t>& unit_examples() const { return unit_examples_; }
 
  private:
   const std::vector<std::pair<int, int64_t>>& epoch_list(int64_t epoch);
@@ -84,6 +100,7 @@ class ShardedSampler {
   std::vector<int64_t> sizes_;
   uint64_t seed_;
   int rank_;
+  std::vector<int64_t> rank_units_, unit_examples_;
   std::vector<int64_t> shards_;
   int64_t begin_;  // shard_begin(shards_, rank_)
   int64_t cached_epoch_ = -1;

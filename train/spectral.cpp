@@ -1,11 +1,13 @@
 #include "train/spectral.h"
 
+
 #include <algorithm>
 #include <cmath>
 #include <numbers>
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
+#include "vq/losses.h"
 
 namespace vqddp {
 
@@ -123,7 +125,7 @@ MultiResolutionStftLoss::MultiResolutionStftLoss(std::vector<std::pair<int64_t, 
   for (auto [n_fft, hop] : resolutions) stfts_.emplace_back(n_fft, hop);
 }
 
-Tensor MultiResolutionStftLoss::operator()(const Tensor& x, const Tensor& y) const {
+Tensor MultiResolutionStftLoss::operator()(const Tensor& x, const Tensor& y, Communicator& comm) const {
   check_waveforms("MultiResolutionStftLoss (reference x)", x);
   check_waveforms("MultiResolutionStftLoss (reconstruction y)", y);
   VQDDP_CHECK(x.shape() == y.shape() && x.device() == y.device(),
@@ -133,12 +135,11 @@ Tensor MultiResolutionStftLoss::operator()(const Tensor& x, const Tensor& y) con
   for (const Stft& s : stfts_)
     VQDDP_CHECK(x.size(1) >= s.n_fft(), "MultiResolutionStftLoss: resolution n_fft = {} (hop {}) is longer than the "
                 "signal, L = {}; use L >= n_fft", s.n_fft(), s.hop(), x.size(1));
-  if (x.size(0) == 0) return mul(add(sum(x), sum(y)), 0.f);
   Tensor total;
   for (const Stft& s : stfts_) {
-    Tensor mx = s.magnitude(x), my = s.magnitude(y);
-    Tensor log_term = mean(abs(sub(log(add(mx, kLogEps)), log(add(my, kLogEps)))));
-    Tensor lin_term = mean(abs(sub(mx, my)));
+    Tensor mx = s.magnitude(x), my = s.magnitude(y);  // (N, bins, frames)
+    Tensor log_term = mean_or_zero(abs(sub(log(add(mx, kLogEps)), log(add(my, kLogEps)))), comm);
+    Tensor lin_term = mean_or_zero(abs(sub(mx, my)), comm);
     Tensor term = add(log_term, lin_term);
     total = total.defined() ? add(total, term) : term;
   }

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "engine/tensor.h"
 
 namespace vqddp {
@@ -70,10 +71,12 @@ class MultiResolutionStftLoss {
   explicit MultiResolutionStftLoss(std::vector<std::pair<int64_t, int64_t>> resolutions);
 
   // x the reference, y the reconstruction, both [N, L] on one device, with
-  // L >= every n_fft (else an error naming the n_fft and L). A scalar; for
-  // N == 0 a zero that stays in x's and y's graphs, so a rank with no rows
-  // runs the same backward (and gradient all-reduce) as the others.
-  Tensor operator()(const Tensor& x, const Tensor& y) const;
+  // L >= every n_fft (else an error naming the n_fft and L). A scalar: the
+  // means over the global batch in an exact step (vq/losses.h), over this
+  // rank's rows otherwise; for N == 0 the rank's terms are zeros that stay
+  // in x's and y's graphs, so it runs the same collectives and backward as
+  // the others.
+  Tensor operator()(const Tensor& x, const Tensor& y, Communicator& comm) const;
 
   const std::vector<Stft>& stfts() const { return stfts_; }
 

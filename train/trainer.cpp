@@ -7,12 +7,15 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "comm/batch_reduce.h"
 #include "comm/launch.h"
 #include "engine/autograd.h"
 #include "engine/device.h"
+#include "engine/exact_batch.h"
 #include "engine/file_io.h"
 #include "engine/ops.h"
 #include "engine/optim.h"
@@ -88,25 +91,20 @@ struct StepLog {
 };
 
 // Reads a logged step's numbers: the only place a training step waits for
-// the device (README "Device transfers"). One all-reduce of the loss sums
-// and one read; the code usage from the codebooks' own global counts
+// the device (README "Device transfers"). The losses are the global batch's
+// already (an exact step's means are global on every rank): one read each.
+// The code usage comes from the codebooks' own global counts
 // (CodebookMetrics: one read per layer), or, for quantizers without per-layer
 // codebooks (FSQ, a shared codebook), from the layers' indices counted on
-// the device, all-reduced together and read once per layer. Every rank gets
-// the same numbers, so a non-finite loss or a flagged row throws on every
-// rank alike.
-StepLog step_log(const ModelOutput& out, const Tensor& loss, int64_t rows, const std::vector<int64_t>& sizes,
-                 Communicator& comm) {
+// the device, all-reduced together (whole counts: exact in any order) and
+// read once per layer. Every rank gets the same numbers, so a non-finite
+// loss or a flagged row throws on every rank alike.
+StepLog step_log(const ModelOutput& out, const Tensor& loss, const std::vector<int64_t>& sizes, Communicator& comm) {
   NoGradGuard no_grad;
   const Device dev = loss.device();
-  const float n = static_cast<float>(rows);
-  Tensor sums = concat({reshape(mul(loss.detach(), n), {1}), reshape(mul(out.reconstruction_loss.detach(), n), {1}),
-                        full({1}, n, DType::f32, dev)});
-  comm.all_reduce(sums, ReduceOp::sum);
-  const std::vector<float> p = sums.to_vector<float>();
   StepLog log;
-  log.loss = p[0] / std::max(1.f, p[2]);
-  log.recon = p[1] / std::max(1.f, p[2]);
+  log.loss = loss.item<float>();
+  log.recon = out.reconstruction_loss.item<float>();
   std::vector<CodebookMetrics> layers;
   for (const CodebookMetrics& m : out.metrics) log.revived += m.codes_revived();
   if (out.metrics.size() == sizes.size()) {
@@ -183,17 +181,21 @@ struct Validation {
   std::vector<LayerUsage> usage;
 };
 
-// Eval mode, no grad: no module issues a collective; one all-reduce at the end.
+// Eval mode, no grad: no module issues a collective; one reduce_units at
+// the end. The validation set is cut into chunks of kChunk examples fixed by
+// position, each rank taking whole chunks; a chunk's sums (and its log-mel
+// windows, over its frames laid end to end) depend on its examples alone,
+// and the chunks' sums are added in chunk order, so every number is the
+// same on any number of ranks.
 Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, Device device) {
   NoGradGuard no_grad;
   model.eval();
-  std::vector<int64_t> shards = even_shards(data.validation.size(0), comm.world_size());
-  int64_t begin = shard_begin(shards, comm.rank());
-  std::vector<int64_t> sizes = model.layer_sizes();
-  std::vector<float> stats(3, 0.f);  // sum x^2, sum err^2, elements
-  double signal = 0, error = 0;
-  std::vector<float> hist;
   constexpr int64_t kChunk = 4096;
+  const int64_t rows = data.validation.size(0), chunks = (rows + kChunk - 1) / kChunk;
+  std::vector<int64_t> rank_chunks = even_shards(chunks, comm.world_size());
+  int64_t first = shard_begin(rank_chunks, comm.rank());
+  std::vector<int64_t> sizes = model.layer_sizes();
+  int64_t codes = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
   // Audio: the log-mel L1 distance of 32 ms windows (hop 8 ms, 40 mels) over
   // each chunk's frames laid end to end, which are consecutive samples of
   // the held-out clips whatever data.frame is, so the MLP's 40-sample
@@ -202,34 +204,30 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
   const double rate = data.examples_per_second * static_cast<double>(data.example_dim);
   std::optional<LogMel> mel;
   if (audio) mel.emplace(rate, 256, 64, 40);
-  SumCount mel_l1;
-  for (int64_t at = begin; at < begin + shards[comm.rank()]; at += kChunk) {
-    Tensor x = data.validation.slice_rows(at, std::min(at + kChunk, begin + shards[comm.rank()]));  // (n, F)
+  // Per chunk: sum x^2, sum err^2, elements, log-mel sum and count, then the
+  // code histogram of every layer.
+  const int64_t width = 5 + codes;
+  std::vector<float> packed;
+  for (int64_t c = first; c < first + rank_chunks[comm.rank()]; ++c) {
+    Tensor x = data.validation.slice_rows(c * kChunk, std::min(rows, (c + 1) * kChunk));  // (n, F)
     ModelOutput out = model.forward(x.to(device), comm);
     Tensor y = out.reconstruction.to(Device::cpu());  // (n, F)
-    if (mel && x.numel() >= 256) {
-      SumCount c = log_mel_l1(*mel, reshape(x, {1, x.numel()}), reshape(y, {1, y.numel()}));
-      mel_l1.sum += c.sum;
-      mel_l1.count += c.count;
-    }
+    SumCount mel_l1;
+    if (mel && x.numel() >= 256) mel_l1 = log_mel_l1(*mel, reshape(x, {1, x.numel()}), reshape(y, {1, y.numel()}));
+    double signal = 0, error = 0;
     const float *px = x.data<float>(), *py = y.data<float>();
     for (int64_t i = 0; i < x.numel(); ++i) {
       signal += double(px[i]) * px[i];
       error += (double(px[i]) - py[i]) * (double(px[i]) - py[i]);
     }
-    std::vector<float> h;
-    append_histograms(out.indices, sizes, h);
-    if (hist.empty()) hist.assign(h.size(), 0.f);
-    for (size_t i = 0; i < h.size(); ++i) hist[i] += h[i];
+    std::vector<float> row{static_cast<float>(signal), static_cast<float>(error), static_cast<float>(x.numel()),
+                           static_cast<float>(mel_l1.sum), static_cast<float>(mel_l1.count)};
+    append_histograms(out.indices, sizes, row);
+    packed.insert(packed.end(), row.begin(), row.end());
   }
-  if (hist.empty()) append_histograms(zeros({0, static_cast<int64_t>(sizes.size())}, DType::i64), sizes, hist);
-  // Sums travel as float32; the double partials keep each rank's sum exact enough.
-  std::vector<float> packed{static_cast<float>(signal), static_cast<float>(error),
-                            static_cast<float>(shards[comm.rank()] * data.example_dim),
-                            static_cast<float>(mel_l1.sum), static_cast<float>(mel_l1.count)};
-  packed.insert(packed.end(), hist.begin(), hist.end());
-  Tensor t = from_vector(packed, {static_cast<int64_t>(packed.size())});
-  comm.all_reduce(t, ReduceOp::sum);
+  Tensor mine = from_vector(packed, {rank_chunks[comm.rank()], width});
+  Tensor t = empty({width});
+  comm.reduce_units(mine, rank_chunks, t);
   const float* p = t.data<float>();
   Validation v;
   v.mse = p[2] > 0 ? p[1] / p[2] : 0;
@@ -303,7 +301,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
     }
     step = agree_start_step(step, comm);
     DistributedDataParallel ddp(model, comm);
-    ShardedSampler sampler(schedule, sizes, cfg.run.seed, comm.rank(), comm.world_size());
+    ShardedSampler sampler(schedule, sizes, cfg.run.seed, comm.rank(), comm.world_size(), opt.rank_units);
     int64_t last = opt.stop_at_step > 0 ? std::min(opt.stop_at_step, schedule.total_steps) : schedule.total_steps;
     std::vector<int64_t> layer_sizes = model.layer_sizes();
     if (lead && opt.print) {
@@ -332,16 +330,21 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
       Tensor x = host_x.to(device);
       ModelOutput out;
       Tensor loss;
-      try {
-        out = model.forward(x, comm);
-        loss = add(out.reconstruction_loss, out.quantizer_loss);
-        health = add(health, sub(loss.detach(), loss.detach()));
-      } catch (const NonFiniteError& e) {
-        throw NonFiniteError(fmt::format("step {}, rank {}: {}; {}", step + 1, comm.rank(), e.what(),
-                                         nonfinite_origin(host_x, model)));
+      {
+        // An exact step: every sum over the batch by units (engine/exact_batch.h),
+        // so the loss is the global batch's on every rank and backward() ends
+        // with its gradients, the same bits as one rank on the whole batch.
+        ExactBatchScope exact(exact_batch_for(comm, sampler.unit_examples(), sampler.rank_units()));
+        try {
+          out = model.forward(x, comm);
+          loss = add(out.reconstruction_loss, out.quantizer_loss);
+          health = add(health, sub(loss.detach(), loss.detach()));
+        } catch (const NonFiniteError& e) {
+          throw NonFiniteError(fmt::format("step {}, rank {}: {}; {}", step + 1, comm.rank(), e.what(),
+                                           nonfinite_origin(host_x, model)));
+        }
+        loss.backward();
       }
-      mul(loss, DistributedDataParallel::loss_scale(x.size(0), schedule.batch_size)).backward();
-      ddp.all_reduce_gradients();
       optim->lr = learning_rate(cfg.optimizer, step, schedule.total_steps);
       if (opt.after_gradients) opt.after_gradients(step + 1, comm.rank(), model);
       if (cfg.optimizer.grad_clip > 0) clip_grad_norm(params, cfg.optimizer.grad_clip);
@@ -367,7 +370,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
       if (logs) {
         StepLog log;
         try {
-          log = step_log(out, loss, x.size(0), layer_sizes, comm);
+          log = step_log(out, loss, layer_sizes, comm);
         } catch (const NonFiniteError& e) {
           throw NonFiniteError(fmt::format("step {} (logged), rank {}: {}; {}", done, comm.rank(), e.what(),
                                            nonfinite_origin(host_x, model)));

@@ -1,9 +1,11 @@
 // The training loop: data-parallel steps on W ranks, validation, progress,
 // metrics, checkpoints.
 //
-// One step on every rank: its share of the global batch -> forward ->
-// backward of (local loss * N_r / N) -> gradient all-reduce (sum) -> clip
-// -> optimizer step. Every decision that could make ranks call different
+// One step on every rank, an exact step (engine/exact_batch.h): its share
+// of the global batch (whole units) -> forward, whose losses are global-batch
+// means -> backward, which reduces the units' gradient partials over the
+// ranks on the way -> clip -> optimizer step. Every tensor of the run is
+// thus the same bits on any number of ranks and any split as on one rank. Every decision that could make ranks call different
 // collectives (how many steps, when to log, validate or checkpoint) reads
 // the schedule that rank 0 broadcast at start, never a clock or a per-rank
 // float. Validation runs in eval mode under no-grad: the modules issue no
@@ -62,6 +64,10 @@ struct TrainOptions {
   // their all-reduce), before clipping and the optimizer step; step = the
   // number of the step being taken, counted from 1 as after_step counts.
   std::function<void(int64_t step, int rank, const CodecModel& model)> after_gradients;
+  // Units of the global batch each rank trains on (length W, adding up to
+  // the batch's units, train/schedule.h); empty: as even as possible. For
+  // tests of uneven splits and ranks without rows.
+  std::vector<int64_t> rank_units;
   // Polled on every rank after every step: non-zero (a signal number) asks
   // to stop. The ranks agree on it with one all-reduce (max), so all of them
   // stop after the same step, which is checkpointed. Unset: no collective.

@@ -7,10 +7,10 @@
 //   p_n = softmax(2 * inv_temperature * z_n . c_k) over all 2^B codes c_k
 //   loss = entropy_loss_weight * entropy_loss
 //        + commitment_weight * mse(z, q.detach())
-// The codebook term needs the average code probability of the GLOBAL batch,
-// so the per-rank sums of p are all-reduced inside autograd
-// (comm/all_reduce_grad.h): the gradient is the global one. Inference issues
-// no collective and returns a zero loss.
+// The codebook term needs the average code probability of the GLOBAL batch:
+// the sums of p over every rank's rows come from one differentiable
+// collective (comm/batch_reduce.h), so the gradient is the global one.
+// Inference issues no collective and returns a zero loss.
 #pragma once
 
 #include <memory>

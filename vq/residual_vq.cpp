@@ -78,7 +78,7 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
       out.metrics.push_back({});
     }
     out.layer_losses.push_back(
-        quantization_loss(code, residual, opt_.commitment_weight, book.options().learnable));
+        quantization_loss(code, residual, opt_.commitment_weight, book.options().learnable, comm));
     Tensor quantized = straight_through(residual, code);
     residual = sub(residual, quantized.detach());
     sum = add(sum, quantized);

@@ -57,7 +57,7 @@ VectorQuantizeOutput VectorQuantize::forward(const Tensor& x, Communicator& comm
   VectorQuantizeOutput out;
   Tensor q, idx;
   quantize_heads(z, comm, q, idx, out.metrics);
-  out.loss = quantization_loss(q, z, opt_.commitment_weight, codebooks_[0]->options().learnable);
+  out.loss = quantization_loss(q, z, opt_.commitment_weight, codebooks_[0]->options().learnable, comm);
   Tensor y = straight_through(z, q);
   y = projection_.out(y);  // (M, dim)
   out.quantized = rows.expand(y, x);

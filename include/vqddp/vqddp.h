@@ -24,6 +24,7 @@
 #include "engine/device_plans.h"
 #include "engine/dtype.h"
 #include "engine/error.h"
+#include "engine/exact_batch.h"
 #include "engine/file_io.h"
 #include "engine/fixed_gemm.h"
 #include "engine/json_strict.h"
@@ -40,7 +41,7 @@
 #include "engine/tensor.h"
 
 // comm/
-#include "comm/all_reduce_grad.h"
+#include "comm/batch_reduce.h"
 #include "comm/communicator.h"
 #include "comm/dist_env.h"
 #include "comm/errors.h"

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "comm/single.h"
 #include "engine/autograd.h"
 #include "engine/error.h"
 #include "engine/ops.h"
@@ -18,6 +19,8 @@ using namespace vqddp;
 using namespace vqddp::test;
 
 namespace {
+
+SingleCommunicator one;  // the losses of these tests span one rank
 
 const double kTwoPi = 2 * std::numbers::pi;
 
@@ -120,7 +123,7 @@ TEST_CASE("spectral: gradcheck of the magnitude and of the multi-resolution loss
       REQUIRE(min_of(abs(sub(s.magnitude(ref), s.magnitude(y)))) > 0.03f);
     }
   }
-  check_gradient("multi-resolution stft loss", [&](const std::vector<Tensor>& in) { return loss(ref, in[0]); }, {y});
+  check_gradient("multi-resolution stft loss", [&](const std::vector<Tensor>& in) { return loss(ref, in[0], one); }, {y});
 }
 
 TEST_CASE("spectral: the loss is 0 for y == x, positive otherwise, and 0 with a working backward for N == 0") {
@@ -128,18 +131,18 @@ TEST_CASE("spectral: the loss is 0 for y == x, positive otherwise, and 0 with a 
   Generator gen(5, 2);
   Tensor x = rand_uniform({3, 64}, gen, -1.f, 1.f);
   Tensor y = x.clone().set_requires_grad(true);
-  Tensor same = loss(x, y);
+  Tensor same = loss(x, y, one);
   CHECK(same.shape() == Shape{});
   CHECK(same.item() == 0.f);
   Tensor other = rand_uniform({3, 64}, gen, -1.f, 1.f).set_requires_grad(true);
-  Tensor diff = loss(x, other);
+  Tensor diff = loss(x, other, one);
   CHECK(diff.item() > 0.f);
   diff.backward();
   CHECK(other.grad().defined());
 
   Tensor empty_x = zeros({0, 64});
   Tensor empty_y = zeros({0, 64}).set_requires_grad(true);
-  Tensor none = loss(empty_x, empty_y);
+  Tensor none = loss(empty_x, empty_y, one);
   CHECK(none.shape() == Shape{});
   CHECK(none.item() == 0.f);
   CHECK(none.requires_grad());
@@ -189,8 +192,8 @@ TEST_CASE("spectral: a signal shorter than n_fft, or too many mels, is refused w
   Tensor x = zeros({2, 32});
   CHECK_THROWS_WITH_AS(Stft(64, 16).magnitude(x), doctest::Contains("n_fft = 64"), Error);
   MultiResolutionStftLoss loss({{8, 4}, {64, 16}});
-  CHECK_THROWS_WITH_AS(loss(x, x), doctest::Contains("n_fft = 64"), Error);
-  CHECK_THROWS_WITH_AS(loss(zeros({0, 32}), zeros({0, 32})), doctest::Contains("L = 32"), Error);
+  CHECK_THROWS_WITH_AS(loss(x, x, one), doctest::Contains("n_fft = 64"), Error);
+  CHECK_THROWS_WITH_AS(loss(zeros({0, 32}), zeros({0, 32}), one), doctest::Contains("L = 32"), Error);
   CHECK_THROWS_WITH_AS(log_mel_l1(LogMel(16000, 64, 16, 8), x, x), doctest::Contains("n_fft"), Error);
   CHECK_THROWS_WITH_AS(LogMel(16000, 64, 16, 80), doctest::Contains("n_mels 80 is too many for n_fft 64"), Error);
   CHECK_THROWS_WITH_AS(Stft(1, 1), doctest::Contains("n_fft"), Error);

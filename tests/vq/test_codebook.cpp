@@ -474,7 +474,7 @@ TEST_CASE("golden: six EMA steps match the numpy reference (tests/vq/golden), W 
                 shard(f.at("indices." + std::to_string(s)), sizes, comm.rank()).to_vector<int64_t>());
           CHECK(out.metrics.perplexity() == doctest::Approx(f.at("perplexity." + std::to_string(s)).item<float>()).epsilon(1e-5));
           if (w == 1) {
-            float loss = commitment_loss(out.quantize, x, weight).item<float>();
+            float loss = commitment_loss(out.quantize, x, weight, comm).item<float>();
             CHECK(loss == doctest::Approx(f.at("loss." + std::to_string(s)).item<float>()).epsilon(1e-5));
           }
         }

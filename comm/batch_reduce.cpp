@@ -1,0 +1,120 @@
+#include "comm/batch_reduce.h"
+
+#include "engine/autograd.h"
+#include "engine/ops.h"
+
+namespace vqddp {
+
+namespace {
+
+Shape without_rows(const Shape& s) { return Shape(s.begin() + 1, s.end()); }
+
+// g repeated for every row of a tensor of `shape` [M, ...].
+Tensor to_every_row(const Tensor& g, const Shape& shape) {
+  Shape one{1};
+  one.insert(one.end(), shape.begin() + 1, shape.end());
+  return add(zeros(shape, DType::f32, g.device()), reshape(g, one));
+}
+
+}  // namespace
+
+Tensor batch_sum(const Tensor& x, Communicator& comm) {
+  VQDDP_CHECK(x.defined() && x.dtype() == DType::f32 && x.dim() >= 1,
+              "rank {}: batch_sum needs float32 rows [M, ...], got {}", comm.rank(), x.defined() ? x.desc() : "none");
+  const ExactBatch* exact = exact_batch();
+  Shape rest = without_rows(x.shape()), in_shape = x.shape();
+  int64_t n = shape_numel(rest);
+  Tensor out = empty({n}, DType::f32, x.device());
+  if (exact) {
+    Shape one{1};
+    one.insert(one.end(), rest.begin(), rest.end());
+    Tensor partials = unit_sum_to_shape(x.detach(), one, "batch_sum");
+    comm.reduce_units(partials.reshape({partials.size(0), n}), exact->rank_units, out);
+  } else {
+    out.copy_(reshape(sum(x.detach(), 0), {n}));
+    comm.all_reduce(out, ReduceOp::sum);
+  }
+  Communicator* c = &comm;
+  return record_op("batch_sum", out.reshape(rest), {x}, [c, in_shape, exact = exact != nullptr](const Tensor& g) {
+    Tensor global = g;
+    if (!exact) {
+      global = g.clone();
+      c->all_reduce(global, ReduceOp::sum);
+    }
+    return std::vector<Tensor>{to_every_row(global, in_shape)};
+  });
+}
+
+Tensor batch_mean(const Tensor& x, Communicator& comm) {
+  VQDDP_CHECK(x.defined() && x.dtype() == DType::f32, "rank {}: batch_mean needs a float32 tensor", comm.rank());
+  const ExactBatch* exact = exact_batch();
+  if (!exact) return x.numel() == 0 ? mul(sum(x), 0.f) : mean(x);
+  // Per unit: (sum of its elements, their count), added over the global
+  // batch in unit order; the count stays exact in float32 up to 2^24.
+  std::vector<int64_t> bounds = unit_row_bounds(x, "batch_mean");
+  int64_t units = static_cast<int64_t>(bounds.size()) - 1, per_row = shape_numel(without_rows(x.shape()));
+  std::vector<float> counts;
+  for (int64_t u = 0; u < units; ++u) counts.push_back(static_cast<float>((bounds[u + 1] - bounds[u]) * per_row));
+  Tensor sums = reshape(unit_sum_to_shape(x.detach(), {}, "batch_mean"), {units, 1});
+  Tensor partials = concat({sums, from_vector(counts, {units, 1}).to(x.device())}, 1);  // (units, 2)
+  Tensor global = empty({2}, DType::f32, x.device());
+  comm.reduce_units(partials, exact->rank_units, global);
+  Tensor count = clamp(slice_rows(global, 1, 2), 1.f, 3.4e38f);  // (1)
+  Tensor value = reshape(div(slice_rows(global, 0, 1), count), {});
+  Shape shape = x.shape();
+  return record_op("batch_mean", value, {x}, {count}, [count, shape](const Tensor& g) {
+    return std::vector<Tensor>{add(zeros(shape, DType::f32, g.device()), div(reshape(g, {1}), count))};
+  });
+}
+
+std::vector<Tensor> reduce_unit_partials(Communicator& comm, const std::vector<Tensor>& partials,
+                                         const std::vector<int64_t>& rank_units) {
+  if (partials.empty()) return {};
+  int64_t units = partials[0].size(0), total = 0;
+  for (const Tensor& p : partials) {
+    VQDDP_CHECK(p.dim() >= 1 && p.size(0) == units, "rank {}: unit partials {} do not have {} units", comm.rank(),
+                p.desc(), units);
+    total += shape_numel(without_rows(p.shape()));
+  }
+  // One row per unit holding every tensor's partial side by side: one
+  // collective for the whole step.
+  Device device = partials[0].device();
+  Tensor packed = empty({units, total}, DType::f32, device);
+  for (int64_t u = 0; u < units; ++u) {
+    Tensor row = packed.slice_rows(u, u + 1).reshape({total});
+    int64_t at = 0;
+    for (const Tensor& p : partials) {
+      int64_t n = shape_numel(without_rows(p.shape()));
+      row.slice_rows(at, at + n).copy_(p.slice_rows(u, u + 1).reshape({n}));
+      at += n;
+    }
+  }
+  Tensor sums = empty({total}, DType::f32, device);
+  comm.reduce_units(packed, rank_units, sums);
+  std::vector<Tensor> out;
+  int64_t at = 0;
+  for (const Tensor& p : partials) {
+    Shape shape = without_rows(p.shape());
+    int64_t n = shape_numel(shape);
+    out.push_back(sums.slice_rows(at, at + n).reshape(shape));
+    at += n;
+  }
+  return out;
+}
+
+ExactBatch exact_batch_for(Communicator& comm, std::vector<int64_t> unit_examples, std::vector<int64_t> rank_units) {
+  VQDDP_CHECK(static_cast<int>(rank_units.size()) == comm.world_size() &&
+                  rank_units[comm.rank()] == static_cast<int64_t>(unit_examples.size()),
+              "rank {}: an exact step of {} units, but the ranks' unit counts are {}", comm.rank(),
+              unit_examples.size(), rank_units.size());
+  ExactBatch b;
+  b.unit_examples = std::move(unit_examples);
+  b.rank_units = rank_units;
+  Communicator* c = &comm;
+  b.reduce = [c, rank_units](const std::vector<Tensor>& partials) {
+    return reduce_unit_partials(*c, partials, rank_units);
+  };
+  return b;
+}
+
+}  // namespace vqddp
