@@ -51,12 +51,11 @@ Tensor batch_mean(const Tensor& x, Communicator& comm) {
   if (!exact) return x.numel() == 0 ? mul(sum(x), 0.f) : mean(x);
   // Per unit: (sum of its elements, their count), added over the global
   // batch in unit order; the count stays exact in float32 up to 2^24.
-  std::vector<int64_t> bounds = unit_row_bounds(x, "batch_mean");
-  int64_t units = static_cast<int64_t>(bounds.size()) - 1, per_row = shape_numel(without_rows(x.shape()));
-  std::vector<float> counts;
-  for (int64_t u = 0; u < units; ++u) counts.push_back(static_cast<float>((bounds[u + 1] - bounds[u]) * per_row));
-  Tensor sums = reshape(unit_sum_to_shape(x.detach(), {}, "batch_mean"), {units, 1});
-  Tensor partials = concat({sums, from_vector(counts, {units, 1}).to(x.device())}, 1);  // (units, 2)
+  // (The counts are sums of ones on the device: no transfer.)
+  Tensor sums = unit_sum_to_shape(x.detach(), {}, "batch_mean");
+  int64_t units = sums.size(0);
+  Tensor counts = unit_sum_to_shape(full(x.shape(), 1.0, DType::f32, x.device()), {}, "batch_mean");
+  Tensor partials = concat({reshape(sums, {units, 1}), reshape(counts, {units, 1})}, 1);  // (units, 2)
   Tensor global = empty({2}, DType::f32, x.device());
   comm.reduce_units(partials, exact->rank_units, global);
   Tensor count = clamp(slice_rows(global, 1, 2), 1.f, 3.4e38f);  // (1)

@@ -3,7 +3,10 @@
 # every OpenBLAS core this CPU can execute, with 1 and 2 threads, and with
 # each of our instruction sets: none of these may change a forward bit
 # (engine/fixed_gemm.h), so every run must pass. OpenBLAS picks its core
-# when it loads, so each setting is its own process.
+# when it loads, so each setting is its own process. And the backward: a
+# short exact training run (engine/exact_batch.h) ends in the same
+# checkpoint tensors under every core and thread count (check-ddp proves
+# W ranks == 1 rank within one setting; this, one setting == another).
 # usage: cpu_invariance.sh TEST_ENGINE TEST_VQ VQDDP EXAMPLES_DIR
 set -euo pipefail
 test_engine=$1 test_vq=$2 vqddp=$3 examples=$4
@@ -28,6 +31,7 @@ selected() { "$1" -tc="$2" --count | sed -n 's/.*passing the current filters: //
 [ "$(selected "$test_vq" "$vq_cases")" -ge 10 ] || { echo "FAILED: '$vq_cases' selects too few vq cases"; exit 1; }
 
 runs=0
+reference=""
 for core in "${cores[@]}"; do
   for threads in 1 2; do
     for isa in "${isas[@]}"; do
@@ -39,6 +43,15 @@ for core in "${cores[@]}"; do
         { echo "FAILED: vq under $core/$threads/$isa"; "$test_vq" -tc="$vq_cases" | tail -20; exit 1; }
       runs=$((runs + 1))
     done
+    run_dir=$(mktemp -d)
+    "$vqddp" train "$examples/speech_codec_mlp.json" --steps 3 --world 3 --dir "$run_dir" >"$log" 2>&1 ||
+      { echo "FAILED: training under $core/$threads"; tail -30 "$log"; exit 1; }
+    tensors=$("$vqddp" inspect "$run_dir/checkpoint.safetensors" | grep '^tensor')
+    rm -rf "$run_dir"
+    [ -n "$reference" ] || reference=$tensors
+    [ "$tensors" = "$reference" ] ||
+      { echo "FAILED: the checkpoint of 3 training steps under $core/$threads differs from ${cores[0]}/1's:";
+        diff <(echo "$reference") <(echo "$tensors") | head; exit 1; }
     # check-ddp once per core and thread count (the instruction set changes no bit, proven above).
     for ex in "$examples"/*.json; do
       "$vqddp" check-ddp "$ex" --world 4 --steps 1 >"$log" 2>&1 ||

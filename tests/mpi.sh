@@ -7,6 +7,7 @@
 #   mpi.sh HAVE_MPI late NP MPI_PEER          a process 4 s late: TimeoutError from the creation, job ended
 #   mpi.sh HAVE_MPI desync NP MPI_PEER        a desync with the check on: DesyncError on every rank
 #   mpi.sh HAVE_MPI train NP VQDDP CONFIG     30 steps on NP processes == --backend thread --world NP
+#                                            == --world 1 (exact data parallelism)
 # Exits 77 (skip) only when the build has no MPI (HAVE_MPI is meson's).
 set -u
 [ "$1" = true ] || { echo "mpi: skipped, this build has no MPI"; exit 77; }
@@ -71,12 +72,15 @@ case $mode in
     [ "$(grep -c "^train:" "$tmp/out")" -eq 1 ] || fail "not only rank 0 printed"
     "$vqddp" train "$config" --backend thread --world "$np" --steps 30 --dir "$tmp/thread" > "$tmp/thread.out" 2>&1 ||
       { cat "$tmp/thread.out" >&2; fail "the thread run failed"; }
-    for b in mpi thread; do
+    "$vqddp" train "$config" --backend thread --world 1 --steps 30 --dir "$tmp/one" > "$tmp/one.out" 2>&1 ||
+      { cat "$tmp/one.out" >&2; fail "the 1-rank run failed"; }
+    for b in mpi thread one; do
       "$vqddp" inspect "$tmp/$b/checkpoint.safetensors" | grep '^tensor ' > "$tmp/$b.tensors" ||
         fail "inspect of the $b checkpoint failed"
     done
     [ -s "$tmp/mpi.tensors" ] || fail "no tensors listed"
     diff "$tmp/mpi.tensors" "$tmp/thread.tensors" || fail "the checkpoints' tensors differ"
-    echo "mpi train: 30 steps on $np mpi processes == $np thread ranks, $(wc -l < "$tmp/mpi.tensors") tensors bit-identical" ;;
+    diff "$tmp/mpi.tensors" "$tmp/one.tensors" || fail "the mpi checkpoint's tensors differ from 1 rank's"
+    echo "mpi train: 30 steps on $np mpi processes == $np thread ranks == 1 rank, $(wc -l < "$tmp/mpi.tensors") tensors bit-identical" ;;
   *) fail "unknown mode" ;;
 esac

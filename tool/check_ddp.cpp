@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <mutex>
 
 #include "train/checkpoint.h"
 #include "engine/count_limits.h"
@@ -71,13 +72,82 @@ static Config thread_ranks(const Config& cfg, int world) {
   return c;
 }
 
+namespace {
+
+// Whole-run mode: every checkpoint tensor after every step, 1 rank vs every
+// one of W ranks, byte for byte.
+CheckDdpResult check_whole_run(const Config& cfg, const Dataset& data, const CheckDdpOptions& o) {
+  CheckDdpResult r;
+  std::vector<NamedTensors> one(o.steps);
+  {
+    TrainOptions opt = quiet();
+    opt.after_step = [&](int64_t step, int, const CodecModel& model, Optimizer& optim) {
+      one[step - 1] = host_copies(checkpoint_tensors(model, optim));
+    };
+    train(thread_ranks(cfg, 1), data, opt);
+  }
+  r.tensors = static_cast<int64_t>(one[0].size());
+  std::mutex mu;
+  TrainOptions opt = quiet();
+  opt.after_step = [&](int64_t step, int rank, const CodecModel& model, Optimizer& optim) {
+    NamedTensors got = host_copies(checkpoint_tensors(model, optim));
+    const NamedTensors& want = one[step - 1];
+    std::string failure;
+    for (size_t i = 0; i < want.size() && failure.empty(); ++i) {
+      const Tensor &a = got[i].second, &b = want[i].second;
+      if (got[i].first != want[i].first || a.shape() != b.shape() || a.dtype() != b.dtype()) {
+        failure = fmt::format("step {}: rank {} holds '{}' {} where 1 rank holds '{}' {}", step, rank, got[i].first,
+                              a.desc(), want[i].first, b.desc());
+        continue;
+      }
+      if (std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0) continue;
+      int64_t differing = 0, first = -1;
+      double worst = 0;
+      for (int64_t j = 0; j < a.numel(); ++j) {
+        size_t w = dtype_size(a.dtype());
+        if (std::memcmp(static_cast<const char*>(a.raw_data()) + j * w, static_cast<const char*>(b.raw_data()) + j * w,
+                        w) == 0)
+          continue;
+        if (first < 0) first = j;
+        ++differing;
+        double d = std::abs(element(a, j) - element(b, j));
+        if (!(d <= worst)) worst = d;  // a NaN sticks
+      }
+      failure = fmt::format("step {}: '{}' differs on rank {} of {} from 1 rank in {} of {} elements (first [{}]: {} vs "
+                            "{}; largest difference {:.3g})", step, want[i].first, rank, o.world, differing, a.numel(),
+                            first, element(a, first), element(b, first), worst);
+    }
+    std::lock_guard lock(mu);
+    // The earliest step wins (steps finish in order); within it, the first rank to report.
+    if (!failure.empty() && r.first_failure.empty()) r.first_failure = failure;
+  };
+  try {
+    train(thread_ranks(cfg, o.world), data, opt);
+  } catch (const Error& e) {
+    r.ranks_identical = false;
+    r.first_failure = fmt::format("the {} ranks failed: {}", o.world, e.what());
+  }
+  r.passed = r.first_failure.empty();
+  r.state_bitwise = r.passed;
+  if (o.print) {
+    fmt::print("check-ddp: a whole run of {} step{} on 1 rank and on {} thread ranks: every one of the {} checkpoint "
+               "tensors (parameters, optimizer state, codebooks, counters) bit for bit after every step\n",
+               o.steps, o.steps == 1 ? "" : "s", o.world, r.tensors);
+    fmt::print("check-ddp: {}{}\n", r.passed ? "PASSED" : "FAILED", r.passed ? "" : " (" + r.first_failure + ")");
+  }
+  return r;
+}
+
+}  // namespace
+
 CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions& o) {
   // Zero steps would compare nothing and pass: a check that proves nothing.
   VQDDP_CHECK(limits::check_steps.contains(o.steps), "check-ddp: steps {}",
               limits::check_steps.violation(std::to_string(o.steps)));
   VQDDP_CHECK(limits::world.contains(o.world), "check-ddp: world {}", limits::world.violation(std::to_string(o.world)));
-  CheckDdpResult r;
   cfg.schedule.steps = o.steps;
+  if (o.mode == CheckDdpOptions::Mode::whole_run) return check_whole_run(cfg, data, o);
+  CheckDdpResult r;
   std::filesystem::path tmp =
       std::filesystem::temp_directory_path() / fmt::format("vqddp-check-ddp-{}-{}", ::getpid(), o.world);
   std::filesystem::create_directories(tmp);

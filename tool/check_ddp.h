@@ -1,7 +1,14 @@
 // `vqddp check-ddp`: proves a config's data-parallel semantics before GPU
 // hours are spent on it.
 //
-// The run goes once on 1 rank over whole global batches, saving its full
+// Whole-run mode (the default): training is exact (engine/exact_batch.h),
+// so S steps on W thread ranks must give, after EVERY step, every
+// checkpoint tensor (parameters, optimizer moments, codebooks, counters,
+// random-stream states) bit for bit as S steps on 1 rank from the same
+// start. No tolerance: the first step and tensor that differ are named.
+//
+// Per-step mode (--mode step), the check from before training was exact:
+// the run goes once on 1 rank over whole global batches, saving its full
 // state (parameters, buffers, optimizer) before every step. Then, for every
 // step, W thread ranks start from that same state and take the same step on
 // shards of the same batch. Compared, per step:
@@ -39,6 +46,8 @@
 namespace vqddp {
 
 struct CheckDdpOptions {
+  enum class Mode { whole_run, per_step };
+  Mode mode = Mode::whole_run;
   int world = 4;
   int64_t steps = 5;
   double rtol = 1e-4;
@@ -53,6 +62,7 @@ struct CheckDdpResult {
   double worst_abs = 0;          // largest |W-rank - 1-rank| over every parameter and step
   double worst_grad_abs = 0;     // the same for the all-reduced gradients
   std::string first_failure;     // "step 3: 'quantizer.layer0.embed'[12] ..." when failed
+  int64_t tensors = 0;           // whole run: checkpoint tensors compared after each step
 };
 
 CheckDdpResult check_ddp(Config config, const Dataset& data, const CheckDdpOptions& options);

@@ -36,9 +36,11 @@ void usage() {
       "commands:\n"
       "  train [CONFIG] [--resume CKPT] [--world N] [--backend B] [--device cpu|cuda|sim] [--steps S] [--dir RUN_DIR]\n"
       "        train from a JSON config (without one: the built-in speech codec run, examples/speech_codec.json)\n"
-      "  check-ddp CONFIG --world N [--steps S] [--rtol R] [--atol A] [--device cpu|cuda|sim]\n"
-      "        take every step on 1 rank and on N thread ranks from the same state and batch: quantizer state\n"
-      "        must match bit for bit, gradients (before the optimizer step) and parameters within rtol/atol\n"
+      "  check-ddp CONFIG --world N [--steps S] [--mode run|step] [--rtol R] [--atol A] [--device cpu|cuda|sim]\n"
+      "        run: S steps on 1 rank and on N thread ranks from the same start; every checkpoint tensor must\n"
+      "        match bit for bit after every step (the first step and tensor that differ are named)\n"
+      "        step: every step again on N ranks from the 1-rank state: quantizer state bit for bit, gradients\n"
+      "        (before the optimizer step) and parameters within rtol/atol\n"
       "  inspect CHECKPOINT\n"
       "        step, config, and per codebook: used and dead codes, perplexity\n"
       "  replay IN OUT [--world W] [--shards LIST]\n"
@@ -167,13 +169,16 @@ int run_train(int argc, char** argv) {
 }
 
 int run_check_ddp(int argc, char** argv) {
-  CliArgs args("check-ddp", argc, argv, 2, {"world", "steps", "rtol", "atol", "device"});
+  CliArgs args("check-ddp", argc, argv, 2, {"world", "steps", "mode", "rtol", "atol", "device"});
   args.expect_positional(1, "a config file");
   VQDDP_CHECK(args.has("world"), "check-ddp: --world N is required");
   Config cfg = config_from(args, false);
   CheckDdpOptions o;
   o.world = cfg.distributed.world_size;
   o.steps = args.get_int("steps", o.steps, limits::check_steps);
+  std::string mode = args.get("mode", "run");
+  VQDDP_CHECK(mode == "run" || mode == "step", "check-ddp: --mode must be run or step, got '{}'", mode);
+  o.mode = mode == "run" ? CheckDdpOptions::Mode::whole_run : CheckDdpOptions::Mode::per_step;
   o.rtol = args.get_double("rtol", o.rtol);
   o.atol = args.get_double("atol", o.atol);
   Dataset data = load_dataset(cfg.data);

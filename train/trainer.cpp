@@ -103,8 +103,9 @@ StepLog step_log(const ModelOutput& out, const Tensor& loss, const std::vector<i
   NoGradGuard no_grad;
   const Device dev = loss.device();
   StepLog log;
-  log.loss = loss.item<float>();
-  log.recon = out.reconstruction_loss.item<float>();
+  const std::vector<float> losses = concat({reshape(loss, {1}), reshape(out.reconstruction_loss, {1})}).to_vector<float>();
+  log.loss = losses[0];
+  log.recon = losses[1];
   std::vector<CodebookMetrics> layers;
   for (const CodebookMetrics& m : out.metrics) log.revived += m.codes_revived();
   if (out.metrics.size() == sizes.size()) {

@@ -32,6 +32,8 @@ namespace {
 // resume from a checkpoint made with other settings is refused.
 constexpr uint64_t kSeed = 1234;
 constexpr int64_t kBatch = 256;  // the GLOBAL batch, split over the ranks
+constexpr int64_t kUnit = 8;     // examples per unit (exact steps: engine/exact_batch.h)
+constexpr int64_t kUnits = kBatch / kUnit;
 constexpr int64_t kFrame = 16;   // F: samples per frame, the model's input
 constexpr int64_t kHidden = 64;
 constexpr int64_t kLatent = 8;  // D: what the quantizer quantizes
@@ -180,42 +182,46 @@ void train_rank(Communicator& comm, const Flags& flags) {
   }
   DistributedDataParallel ddp(model, comm);  // every rank constructs it (broadcasts)
 
-  // This rank's share: a contiguous block of rows. In rank order the blocks
-  // ARE the global batch, in its order, so the global row numbers the
-  // codebooks' k-means init and dead-code revival sample by are the ones a
-  // single rank would use: the quantizer sees what one rank would see.
-  const int64_t begin = kBatch * comm.rank() / comm.world_size();
-  const int64_t end = kBatch * (comm.rank() + 1) / comm.world_size();
-  const float scale = DistributedDataParallel::loss_scale(end - begin, kBatch);  // N_r / N
+  // This rank's share: whole UNITS of kUnit consecutive examples, a
+  // contiguous block. In rank order the blocks ARE the global batch, in its
+  // order, so the global row numbers the codebooks' k-means init and
+  // dead-code revival sample by are the ones a single rank would use. Units
+  // make training exact (engine/exact_batch.h): every sum over the batch is
+  // taken per unit and added in unit order, so W ranks give 1 rank's bits.
+  const int world = comm.world_size();
+  std::vector<int64_t> rank_units;  // units of each rank
+  for (int r = 0; r < world; ++r) rank_units.push_back(kUnits * (r + 1) / world - kUnits * r / world);
+  const int64_t begin = kUnit * (kUnits * comm.rank() / world);
+  const int64_t end = begin + kUnit * rank_units[comm.rank()];
 
   model.train();
   for (int64_t step = done + 1; step <= flags.steps; ++step) {
     Tensor x = global_batch(step).slice_rows(begin, end);  // (N_r, F)
-    Tensor z = model.encoder->forward(x);                  // (N_r, D)
-    // A collective: in training EVERY rank must call it, every step (the
-    // codebooks all-reduce their counts and sums here and update alike).
-    auto q = model.quantizer->forward(z, comm);
-    Tensor recon = model.decoder->forward(q.quantized);  // (N_r, F)
-    Tensor loss = add(mse_loss(recon, x), q.loss);        // this rank's mean loss
-    // Backpropagate this rank's SHARE of the global mean loss; DDP then sums
-    // the gradients, which gives the global batch's gradient, uneven shards
-    // included (averaging per-rank means would not).
-    mul(loss, scale).backward();
-    ddp.all_reduce_gradients();
-    clip_grad_norm(params, 1.f);  // after the all-reduce: every rank clips the same gradient
+    Tensor loss;
+    CodebookMetrics m;
+    {
+      // An exact step: its means are over the GLOBAL batch (one collective
+      // each, the same value on every rank), and backward() reduces the
+      // gradient over the ranks on the way (one collective).
+      ExactBatchScope exact(exact_batch_for(comm, std::vector<int64_t>(rank_units[comm.rank()], kUnit), rank_units));
+      Tensor z = model.encoder->forward(x);  // (N_r, D)
+      // A collective: in training EVERY rank must call it, every step (the
+      // codebooks all-reduce their counts and sums here and update alike).
+      auto q = model.quantizer->forward(z, comm);
+      Tensor recon = model.decoder->forward(q.quantized);  // (N_r, F)
+      loss = add(mse_or_zero(recon, x, comm), q.loss);     // the global batch's mean loss
+      loss.backward();  // every rank ends with the global batch's gradients
+      m = q.metrics[0];
+    }
+    clip_grad_norm(params, 1.f);  // every rank clips the same gradient
     optim.step();
     optim.zero_grad();
 
     if (step % flags.log_every == 0 || step == flags.steps) {
-      // The global batch's mean loss: each rank's share, summed. Every rank
-      // knows which steps log, so all of them make this collective.
-      Tensor total = full({1}, loss.item<float>() * scale);
-      comm.all_reduce(total, ReduceOp::sum);
       // Layer 0's metrics, from the GLOBAL code counts of this step (every
       // rank holds the same numbers); the deeper layers' are q.metrics[1..].
-      const CodebookMetrics& m = q.metrics[0];
       if (lead)
-        fmt::print("step {} loss {:.4f} perplexity {:.2f} codes used {}/{}\n", step, total.item<float>(),
+        fmt::print("step {} loss {:.4f} perplexity {:.2f} codes used {}/{}\n", step, loss.item<float>(),
                    m.perplexity(), m.codes_used(), kCodebookSize);
     }
   }

@@ -171,7 +171,7 @@ TEST_CASE("conv model sizes that do not fit are refused naming the key") {
                     doctest::Contains("model.spectral_weight applies to conv_codec only (an STFT loss on audio), not mlp"));
 }
 
-TEST_CASE("check-ddp passes on both conv model types: codebook state bitwise, parameters within tolerance") {
+TEST_CASE("check-ddp passes on both conv model types: every checkpoint tensor bit for bit over a whole run") {
   for (const std::string type : {"conv_codec", "conv_vqvae"}) {
     CAPTURE(type);
     Config cfg = conv_config(type, tmp("ddp-" + type));
@@ -182,11 +182,10 @@ TEST_CASE("check-ddp passes on both conv model types: codebook state bitwise, pa
       CAPTURE(world);
       CAPTURE(batch);
       cfg.schedule.batch_size = batch;
+      // A whole run: every checkpoint tensor bit for bit after every step.
       CheckDdpResult r = check_ddp(cfg, data, {.world = world, .steps = 3, .print = false});
       CHECK_MESSAGE(r.passed, r.first_failure);
-      CHECK(r.ranks_identical);
-      CHECK(r.state_bitwise);
-      CHECK(r.worst_grad_abs > 0);
+      CHECK(r.tensors > 0);
     }
   }
 }

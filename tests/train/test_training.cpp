@@ -248,10 +248,12 @@ TEST_CASE("atomic checkpoint: a write that fails midway leaves the previous chec
   CHECK(files == 1);  // no temporary file left behind
 }
 
-TEST_CASE("check-ddp passes on every shipped example, on the CPU and on sim, and fails on a deliberately broken variant") {
+TEST_CASE("check-ddp passes a whole run of every shipped example bit for bit, on the CPU and on sim, and fails on a "
+          "deliberately broken variant") {
   const char* src = std::getenv("VQDDP_SOURCE_DIR");
   std::string root = src ? src : ".";
-  for (const std::string name : {"speech_codec", "speech_codec_mlp", "fashion_conv_vqvae", "fashion_vq", "fashion_fsq"}) {
+  for (const std::string name : {"speech_codec", "speech_codec_spectral", "speech_codec_mlp", "speech_codec_fsq",
+                                 "speech_codec_lfq", "fashion_conv_vqvae", "fashion_vq", "fashion_fsq", "fashion_lfq"}) {
     CAPTURE(name);
     Config cfg = load_config(root + "/examples/" + name + ".json");
     cfg.data.max_examples = 2000;  // keeps the test quick; semantics do not depend on it
@@ -265,9 +267,7 @@ TEST_CASE("check-ddp passes on every shipped example, on the CPU and on sim, and
       cfg.run.device = device;
       CheckDdpResult r = check_ddp(cfg, data, {.world = 4, .steps = 3, .print = false});
       CHECK_MESSAGE(r.passed, r.first_failure);
-      CHECK(r.ranks_identical);
-      CHECK(r.state_bitwise);
-      CHECK(r.worst_grad_abs > 0);  // the gradients were compared (and differ by rounding)
+      CHECK(r.tensors > 30);  // parameters, optimizer moments and codebooks were compared
     }
   }
   // EMA statistics not reduced across ranks: each rank's codebook drifts.
@@ -278,43 +278,36 @@ TEST_CASE("check-ddp passes on every shipped example, on the CPU and on sim, and
   // Zero or negative steps would compare nothing and print PASSED.
   CHECK_THROWS_WITH_AS(check_ddp(broken, data, {.world = 4, .steps = -1, .print = false}),
                        doctest::Contains("check-ddp: steps must be in [1, 100000], got -1"), Error);
-  CheckDdpResult r = check_ddp(broken, data, {.world = 4, .steps = 2, .print = false});
-  CHECK_FALSE(r.passed);
-  CHECK_FALSE(r.ranks_identical);
-  // With revival on too, the drift shows in the codebook tensors: revival
-  // runs the same collectives on every step whatever the cluster sizes (which
-  // codes expired is known on the device only), so diverged sizes can no
-  // longer make ranks call different collectives.
-  CHECK_FALSE(r.state_bitwise);
-  CHECK(r.first_failure.find("'quantizer.codebook.") != std::string::npos);
-  broken.quantizer.codebook.threshold_ema_dead_code = 0;
-  r = check_ddp(broken, data, {.world = 4, .steps = 2, .print = false});
-  CHECK_FALSE(r.passed);
-  CHECK_FALSE(r.state_bitwise);
-  CHECK(r.first_failure.find("'quantizer.codebook.") != std::string::npos);
+  // With revival on too, the drift shows in the codebook tensors of step 1:
+  // revival runs the same collectives on every step whatever the cluster
+  // sizes (which codes expired is known on the device only), so diverged
+  // sizes can no longer make ranks call different collectives.
+  for (int threshold : {2, 0}) {
+    broken.quantizer.codebook.threshold_ema_dead_code = threshold;
+    for (auto mode : {CheckDdpOptions::Mode::whole_run, CheckDdpOptions::Mode::per_step}) {
+      CheckDdpResult r = check_ddp(broken, data, {.mode = mode, .world = 4, .steps = 2, .print = false});
+      CHECK_FALSE(r.passed);
+      CHECK_FALSE(r.state_bitwise);
+      CHECK_MESSAGE(r.first_failure.find("step 1: '") == 0, r.first_failure);
+      CHECK_MESSAGE(r.first_failure.find("quantizer.codebook.") != std::string::npos, r.first_failure);
+    }
+  }
 }
 
-TEST_CASE("check-ddp holds quantizer state to bitwise equality whatever the tolerance, and compares the all-reduced "
-          "gradients before the optimizer step within it") {
+TEST_CASE("check-ddp per step: exact steps leave nothing to tolerate, gradients and parameters are bitwise too") {
   const char* src = std::getenv("VQDDP_SOURCE_DIR");
   Config cfg = load_config(std::string(src ? src : ".") + "/examples/fashion_vq.json");
   cfg.data.max_examples = 2000;
   Dataset data = load_dataset(cfg.data);
-  // Tolerance 0: the gradients (split-dependent sums) must fail, the
-  // quantizer state (k-means init, EMA, revival) still passes bit for bit.
-  CheckDdpResult r = check_ddp(cfg, data, {.world = 3, .steps = 2, .rtol = 0, .atol = 0, .print = false});
-  CHECK_FALSE(r.passed);
+  // Tolerance 0: before training was exact, the gradients (sums in a
+  // split-dependent order) failed this; now every tensor is compared bitwise.
+  CheckDdpResult r = check_ddp(
+      cfg, data, {.mode = CheckDdpOptions::Mode::per_step, .world = 3, .steps = 2, .rtol = 0, .atol = 0, .print = false});
+  CHECK_MESSAGE(r.passed, r.first_failure);
   CHECK(r.ranks_identical);
   CHECK(r.state_bitwise);
-  CHECK(r.worst_grad_abs > 0);
-  CHECK(r.worst_abs > 0);  // the parameters after the optimizer step were compared too (and differ by rounding)
-  // Gradients are compared before the parameters, so they are the first failure.
-  CHECK_MESSAGE(r.first_failure.find("step 1: '") == 0, r.first_failure);
-  CHECK_MESSAGE(r.first_failure.find("' gradient[") != std::string::npos, r.first_failure);
-  // The shipped tolerance passes the same run.
-  r = check_ddp(cfg, data, {.world = 3, .steps = 2, .print = false});
-  CHECK_MESSAGE(r.passed, r.first_failure);
-  CHECK(r.worst_grad_abs <= 1e-6);
+  CHECK(r.worst_grad_abs == 0);
+  CHECK(r.worst_abs == 0);
 }
 
 TEST_CASE("config errors name the key path and the expected type") {

@@ -1,0 +1,147 @@
+// Exact data parallelism (engine/exact_batch.h): a whole run on W ranks,
+// any split of the batch into whole units (uneven, ranks without rows), is
+// bit for bit the run on 1 rank in every checkpoint tensor, on the CPU and
+// on sim; and a run stopped on W ranks resumes on W' ranks into the bytes
+// of the uninterrupted run.
+#include <doctest/doctest.h>
+
+#include <mutex>
+
+#include "comm/batch_reduce.h"
+#include "comm/thread_group.h"
+#include "engine/autograd.h"
+#include "engine/ops.h"
+#include "tests/engine/tmpdir.h"
+#include "tests/train/small_run.h"
+#include "train/checkpoint.h"
+
+using namespace vqddp;
+using namespace vqddp::test;
+
+namespace {
+
+// k-means init, revival, quantize dropout (small_config), the cosine
+// schedule and clipping that binds, for `steps` steps.
+Config exact_config(const std::string& dir, const std::string& type, int64_t steps) {
+  Config cfg = small_config(dir, type == "lfq" ? "residual_vq" : type);
+  if (type == "lfq") {
+    nlohmann::json q = {{"type", "residual_lfq"}, {"num_quantizers", 2}, {"codebook_size", 16},
+                        {"entropy_loss_weight", 0.1}, {"diversity_gamma", 1.0}};
+    cfg.quantizer = parse_config({{"model", {{"hidden", 32}, {"hidden_layers", 1}, {"latent_dim", 4}}},
+                                  {"quantizer", q},
+                                  {"data", {{"type", "wav_frames"}, {"sources", {{{"path", "unused"}}}}}},
+                                  {"run", {{"dir", dir}}}},
+                                 "test")
+                        .quantizer;
+  }
+  cfg.schedule.steps = steps;
+  cfg.optimizer.lr_schedule = "cosine";
+  cfg.optimizer.grad_clip = 0.05f;  // small enough to scale most steps
+  return cfg;
+}
+
+// Every rank's checkpoint tensors after the last step; checks that every
+// rank holds rank 0's bytes and returns those.
+NamedTensors final_state(const Config& cfg, const Dataset& data, int world, std::vector<int64_t> rank_units,
+                         TrainOptions opt = {}) {
+  Config c = cfg;
+  c.distributed.world_size = world;
+  opt.print = false;
+  opt.validate = false;
+  opt.checkpoints = false;
+  opt.rank_units = std::move(rank_units);
+  const int64_t last = cfg.schedule.steps;
+  std::vector<NamedTensors> ranks(world);
+  std::mutex mu;
+  opt.after_step = [&](int64_t step, int rank, const CodecModel& model, Optimizer& optim) {
+    if (step != last) return;
+    NamedTensors t = copies_on(checkpoint_tensors(model, optim), Device::cpu());
+    std::lock_guard lock(mu);
+    ranks[rank] = std::move(t);
+  };
+  train(c, data, opt);
+  for (int r = 1; r < world; ++r) CHECK_MESSAGE(bitwise_equal(ranks[r], ranks[0]), "rank " << r);
+  return ranks[0];
+}
+
+}  // namespace
+
+TEST_CASE("a whole run on W ranks, any split into whole units, is bit for bit the 1-rank run (W = 1..8)") {
+  TempDir dir;
+  Dataset data = synthetic_data();
+  for (const std::string type : {"residual_vq", "fsq", "lfq"}) {
+    CAPTURE(type);
+    Config cfg = exact_config(dir.path().string(), type, 20);
+    NamedTensors one = final_state(cfg, data, 1, {});
+    REQUIRE(one.size() > 10);
+    // Batch 30: 30 units of one example. Even splits for every W, and
+    // uneven ones with ranks that hold no rows.
+    std::vector<std::pair<int, std::vector<int64_t>>> splits{{3, {20, 0, 10}}, {8, {1, 5, 0, 9, 4, 0, 6, 5}}};
+    if (type == "residual_vq")
+      for (int w = 2; w <= 8; ++w) splits.push_back({w, {}});
+    for (const auto& [world, units] : splits) {
+      CAPTURE(world);
+      CAPTURE(units.empty() ? std::string("even") : fmt::format("{}", fmt::join(units, ",")));
+      CHECK(first_difference(final_state(cfg, data, world, units), one) == "");
+    }
+  }
+}
+
+TEST_CASE("a whole run on sim (every device path of the step) equals the CPU run, on 1 and on 3 uneven ranks") {
+  TempDir dir;
+  Dataset data = synthetic_data();
+  Config cfg = exact_config(dir.path().string(), "residual_vq", 20);
+  NamedTensors cpu = final_state(cfg, data, 1, {});
+  cfg.run.device = "sim";
+  CHECK(first_difference(final_state(cfg, data, 1, {}), cpu) == "");
+  CHECK(first_difference(final_state(cfg, data, 3, {4, 0, 26}), cpu) == "");
+}
+
+TEST_CASE("elastic resume: stopped on W ranks and resumed on W' ranks ends in the bytes of the uninterrupted run") {
+  TempDir dir;
+  Dataset data = synthetic_data();
+  Config cfg = exact_config(dir.path().string() + "/straight", "residual_vq", 20);
+  NamedTensors straight = final_state(cfg, data, 1, {});
+  for (auto [first, second] : {std::pair{4, 3}, std::pair{1, 5}}) {
+    CAPTURE(first);
+    CAPTURE(second);
+    Config c = cfg;
+    c.run.dir = dir.path().string() + fmt::format("/elastic-{}-{}", first, second);
+    c.distributed.world_size = first;
+    TrainOptions stop;
+    stop.print = false;
+    stop.stop_at_step = 8;
+    train(c, data, stop);
+    TrainOptions resume;
+    resume.resume = c.run.dir + "/checkpoint.safetensors";
+    CHECK(first_difference(final_state(c, data, second, {}, resume), straight) == "");
+  }
+}
+
+TEST_CASE("an exact step gives every rank the global batch's loss and gradient of a linear layer and its bias") {
+  // 5 examples of 2 rows each (x [10, 3]) through y = x W^T + b and the
+  // global mean of y^2: W ranks on whole units == 1 rank, bit for bit.
+  Generator g(11, 0);
+  Tensor x = rand_normal({10, 3}, g), w0 = rand_normal({4, 3}, g), b0 = rand_normal({4}, g);
+  auto step = [&](Communicator& comm, const std::vector<int64_t>& rank_units) {
+    std::vector<int64_t> bounds{0};
+    for (int64_t u : rank_units) bounds.push_back(bounds.back() + u);
+    std::vector<int64_t> mine(rank_units[comm.rank()], 1);
+    Tensor w = w0.clone().set_requires_grad(true), b = b0.clone().set_requires_grad(true);
+    ExactBatchScope exact(exact_batch_for(comm, mine, rank_units));
+    Tensor xs = x.slice_rows(2 * bounds[comm.rank()], 2 * bounds[comm.rank() + 1]);
+    Tensor loss = batch_mean(square(add(matmul(xs, w, false, true), b)), comm);
+    loss.backward();
+    return std::vector<Tensor>{loss.detach(), w.grad(), b.grad()};
+  };
+  std::vector<Tensor> one;
+  run_ranks(1, [&](Communicator& comm) { one = step(comm, {5}); });
+  for (auto units : {std::vector<int64_t>{2, 3}, std::vector<int64_t>{0, 4, 1}, std::vector<int64_t>{1, 1, 1, 2, 0}}) {
+    std::mutex mu;
+    run_ranks(static_cast<int>(units.size()), [&](Communicator& comm) {
+      std::vector<Tensor> got = step(comm, units);
+      std::lock_guard lock(mu);
+      for (size_t i = 0; i < got.size(); ++i) CHECK(bitwise_equal({{"t", got[i]}}, {{"t", one[i]}}));
+    });
+  }
+}
