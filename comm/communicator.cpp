@@ -1,5 +1,6 @@
 #include "comm/communicator.h"
 
+#include "comm/rank_order.h"
 #include "engine/ops.h"
 
 #include <numeric>
@@ -64,14 +65,27 @@ Tensor all_gather(Communicator& comm, const Tensor& in) {
   return out;
 }
 
-void Communicator::reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) {
+void Communicator::check_reduce_units(const Tensor& in, const std::vector<int64_t>& counts, const Tensor& out) const {
   VQDDP_CHECK(in.defined() && in.dim() == 2 && in.dtype() == DType::f32 && out.defined() && out.dim() == 1 &&
-                  out.size(0) == in.size(1) && out.dtype() == DType::f32,
-              "rank {}: reduce_units needs float32 partials [units, n] and an output [n], got {} and {}", rank(),
-              in.desc(), out.desc());
+                  out.size(0) == in.size(1) && out.dtype() == DType::f32 && in.device() == out.device(),
+              "rank {}: reduce_units needs float32 partials [units, n] and an output [n] on one device, got {} and {}",
+              rank(), in.defined() ? in.desc() : "none", out.defined() ? out.desc() : "none");
+  VQDDP_CHECK(static_cast<int>(counts.size()) == world_size() && counts[rank()] == in.size(0),
+              "rank {}: reduce_units of {} units with counts for {} ranks ({} here)", rank(), in.size(0), counts.size(),
+              static_cast<int>(counts.size()) > rank() ? counts[rank()] : -1);
+}
+
+void Communicator::reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) {
+  check_reduce_units(in, counts, out);
   Tensor rows = vqddp::all_gather_rows(*this, in, counts);  // (units, n), global unit order
-  // One ascending double sum per column (ops.h), the same kernel for any split.
-  out.copy_(rows.size(0) == 0 ? zeros({in.size(1)}, DType::f32, in.device()) : sum(rows.detach(), 0));
+  if (rows.device().is_cpu()) {
+    const int64_t n = in.size(1);
+    ordered_unit_sum({rows.data<float>()}, {rows.size(0)}, n, {out.data<float>()}, 0, n);
+    out.bump_version();
+  } else {
+    // The engine's sum along dimension 0: one ascending double sum per column.
+    out.copy_(rows.size(0) == 0 ? zeros({in.size(1)}, DType::f32, in.device()) : sum(rows, 0));
+  }
 }
 
 Tensor all_gather_rows(Communicator& comm, const Tensor& in, const std::vector<int64_t>& counts) {

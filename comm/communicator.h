@@ -71,7 +71,7 @@ class Communicator {
   // first), accumulated in double and rounded to float32 once: the same bits
   // on every rank and for any split of the same rows over any number of
   // ranks. This default gathers every row to every rank (all_gather_rows)
-  // and adds them there.
+  // and adds them there; the thread backend reads the rows in place.
   virtual void reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out);
 
   const CommCounters& counters() const { return counters_; }
@@ -88,6 +88,7 @@ class Communicator {
   void check_broadcast(const Tensor& t, int root) const;
   void check_all_gather(const Tensor& in, const Tensor& out) const;
   void check_all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, const Tensor& out) const;
+  void check_reduce_units(const Tensor& in, const std::vector<int64_t>& counts, const Tensor& out) const;
 
  private:
   CommCounters counters_;

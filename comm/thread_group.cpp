@@ -76,6 +76,21 @@ class ThreadCommunicator final : public Communicator {
     count(out.nbytes());
   }
 
+  // Each rank adds its share of the columns over every rank's units, read
+  // in place, and writes them into every rank's output: the units' rows
+  // are read once, never gathered.
+  void reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) override {
+    check_reduce_units(in, counts, out);
+    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { reduce_units(i, counts, h); })) return;
+    int64_t n = in.size(1);
+    run(Fingerprint("reduce_units", in.dtype(), n, -1, counts), in.raw_data(), out.raw_data(), [&] {
+      auto [begin, end] = rank_share(n, rank_, world_size());
+      ordered_unit_sum(inputs<float>(), counts, n, outputs<float>(), begin, end);
+    });
+    out.bump_version();
+    count(in.nbytes());
+  }
+
   void barrier() override {
     ThreadGroup::Call call{Fingerprint("barrier", DType::f32, 0), seq_++, nullptr, nullptr};
     group_.rendezvous(rank_, &call, "arrival");
