@@ -1,11 +1,17 @@
 #include "vq/masked_rows.h"
 
+#include "engine/exact_batch.h"
 #include "engine/ops.h"
 
 namespace vqddp {
 
 MaskedRows::MaskedRows(const Tensor& mask, int64_t rows, int rank) : rows_(rows) {
   if (!mask.defined()) return;
+  // Kept rows differ per example, so the batch's units (engine/exact_batch.h)
+  // would no longer be whole rows per example: refused rather than summed
+  // by the wrong units.
+  VQDDP_CHECK(exact_batch() == nullptr, "rank {}: a quantizer mask cannot be used in an exact step (the masked rows "
+              "break the batch's units); train masked data outside ExactBatchScope", rank);
   VQDDP_CHECK(mask.dtype() == DType::i64 && mask.shape() == Shape{rows}, "rank {}: mask must be int64 [{}], got {}",
               rank, rows, mask.desc());
   // The row lists are built on the host (the mask is read once); index

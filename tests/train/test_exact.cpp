@@ -14,6 +14,7 @@
 #include "tests/engine/tmpdir.h"
 #include "tests/train/small_run.h"
 #include "train/checkpoint.h"
+#include "vq/masked_rows.h"
 
 using namespace vqddp;
 using namespace vqddp::test;
@@ -144,4 +145,17 @@ TEST_CASE("an exact step gives every rank the global batch's loss and gradient o
       for (size_t i = 0; i < got.size(); ++i) CHECK(bitwise_equal({{"t", got[i]}}, {{"t", one[i]}}));
     });
   }
+}
+
+TEST_CASE("a quantizer mask is refused in an exact step, and an op without unit partials fails naming itself") {
+  run_ranks(1, [&](Communicator& comm) {
+    ExactBatchScope exact(exact_batch_for(comm, {1, 1, 1}, {3}));
+    Tensor mask = from_vector(std::vector<int64_t>{1, 0, 1}, {3});
+    CHECK_THROWS_WITH_AS(MaskedRows(mask, 3, 0), doctest::Contains("mask cannot be used in an exact step"), Error);
+    // concat has no unit partials for a parameter beside batched rows.
+    Tensor w = zeros({3, 1}).set_requires_grad(true);
+    Tensor x = ones({3, 2});
+    Tensor loss = batch_mean(concat({x, w}, 1), comm);
+    CHECK_THROWS_WITH_AS(loss.backward(), doctest::Contains("'concat' does not support exact data parallelism"), Error);
+  });
 }
