@@ -5,6 +5,7 @@
 // of the uninterrupted run.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <mutex>
 
 #include "comm/batch_reduce.h"
@@ -41,14 +42,23 @@ Config exact_config(const std::string& dir, const std::string& type, int64_t ste
   return cfg;
 }
 
-// Every rank's checkpoint tensors after the last step; checks that every
-// rank holds rank 0's bytes and returns those.
-NamedTensors final_state(const Config& cfg, const Dataset& data, int world, std::vector<int64_t> rank_units,
-                         TrainOptions opt = {}) {
+// What a run leaves: every checkpoint tensor after the last step (every
+// rank must hold rank 0's bytes), and, with `logged`, every metrics line
+// (loss, recon, perplexity, codes used, revived; validation) but its speed
+// and the last validation's numbers.
+struct RunState {
+  NamedTensors tensors;
+  std::vector<std::string> metrics;
+  std::vector<double> validation;
+};
+
+RunState final_state(const Config& cfg, const Dataset& data, int world, std::vector<int64_t> rank_units,
+                     TrainOptions opt = {}, bool logged = false) {
   Config c = cfg;
   c.distributed.world_size = world;
-  opt.print = false;
-  opt.validate = false;
+  c.run.dir += fmt::format("/w{}-{}", world, fmt::join(rank_units, "-"));
+  opt.print = logged;
+  opt.validate = logged;
   opt.checkpoints = false;
   opt.rank_units = std::move(rank_units);
   const int64_t last = cfg.schedule.steps;
@@ -60,9 +70,19 @@ NamedTensors final_state(const Config& cfg, const Dataset& data, int world, std:
     std::lock_guard lock(mu);
     ranks[rank] = std::move(t);
   };
-  train(c, data, opt);
-  for (int r = 1; r < world; ++r) CHECK_MESSAGE(bitwise_equal(ranks[r], ranks[0]), "rank " << r);
-  return ranks[0];
+  TrainResult r = train(c, data, opt);
+  for (int q = 1; q < world; ++q) CHECK_MESSAGE(bitwise_equal(ranks[q], ranks[0]), "rank " << q);
+  RunState out{ranks[0], {}, {r.validation_mse, r.validation_snr_db, r.validation_log_mel}};
+  for (const LayerUsage& u : r.usage) out.validation.insert(out.validation.end(), {u.perplexity, double(u.codes_used)});
+  if (logged) {
+    std::ifstream in(c.run.dir + "/metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      nlohmann::json j = nlohmann::json::parse(line);
+      j.erase("steps_per_s");
+      out.metrics.push_back(j.dump());
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -73,8 +93,9 @@ TEST_CASE("a whole run on W ranks, any split into whole units, is bit for bit th
   for (const std::string type : {"residual_vq", "fsq", "lfq"}) {
     CAPTURE(type);
     Config cfg = exact_config(dir.path().string(), type, 20);
-    NamedTensors one = final_state(cfg, data, 1, {});
-    REQUIRE(one.size() > 10);
+    RunState one = final_state(cfg, data, 1, {}, {}, true);
+    REQUIRE(one.tensors.size() > 10);
+    REQUIRE(one.metrics.size() >= 7);  // log_every 3 and validate_every 4 over 20 steps
     // Batch 30: 30 units of one example. Even splits for every W, and
     // uneven ones with ranks that hold no rows.
     std::vector<std::pair<int, std::vector<int64_t>>> splits{{3, {20, 0, 10}}, {8, {1, 5, 0, 9, 4, 0, 6, 5}}};
@@ -83,7 +104,13 @@ TEST_CASE("a whole run on W ranks, any split into whole units, is bit for bit th
     for (const auto& [world, units] : splits) {
       CAPTURE(world);
       CAPTURE(units.empty() ? std::string("even") : fmt::format("{}", fmt::join(units, ",")));
-      CHECK(first_difference(final_state(cfg, data, world, units), one) == "");
+      // The uneven splits also log and validate: every metric the same too.
+      RunState w = final_state(cfg, data, world, units, {}, !units.empty());
+      CHECK(first_difference(w.tensors, one.tensors) == "");
+      if (!units.empty()) {
+        CHECK(w.metrics == one.metrics);
+        CHECK(w.validation == one.validation);
+      }
     }
   }
 }
@@ -92,17 +119,17 @@ TEST_CASE("a whole run on sim (every device path of the step) equals the CPU run
   TempDir dir;
   Dataset data = synthetic_data();
   Config cfg = exact_config(dir.path().string(), "residual_vq", 20);
-  NamedTensors cpu = final_state(cfg, data, 1, {});
+  NamedTensors cpu = final_state(cfg, data, 1, {}).tensors;
   cfg.run.device = "sim";
-  CHECK(first_difference(final_state(cfg, data, 1, {}), cpu) == "");
-  CHECK(first_difference(final_state(cfg, data, 3, {4, 0, 26}), cpu) == "");
+  CHECK(first_difference(final_state(cfg, data, 1, {}).tensors, cpu) == "");
+  CHECK(first_difference(final_state(cfg, data, 3, {4, 0, 26}).tensors, cpu) == "");
 }
 
 TEST_CASE("elastic resume: stopped on W ranks and resumed on W' ranks ends in the bytes of the uninterrupted run") {
   TempDir dir;
   Dataset data = synthetic_data();
   Config cfg = exact_config(dir.path().string() + "/straight", "residual_vq", 20);
-  NamedTensors straight = final_state(cfg, data, 1, {});
+  NamedTensors straight = final_state(cfg, data, 1, {}).tensors;
   for (auto [first, second] : {std::pair{4, 3}, std::pair{1, 5}}) {
     CAPTURE(first);
     CAPTURE(second);
@@ -115,7 +142,7 @@ TEST_CASE("elastic resume: stopped on W ranks and resumed on W' ranks ends in th
     train(c, data, stop);
     TrainOptions resume;
     resume.resume = c.run.dir + "/checkpoint.safetensors";
-    CHECK(first_difference(final_state(c, data, second, {}, resume), straight) == "");
+    CHECK(first_difference(final_state(c, data, second, {}, resume).tensors, straight) == "");
   }
 }
 
