@@ -29,7 +29,7 @@ if [ "${VQDDP_TEST_QUICK:-0}" != 1 ]; then
   # instrumented and would be reported as races with themselves.
   bash scripts/build.sh build-tsan "${sanitized[@]}" -Dtsan=true -- tests/test_comm tests/test_vq tests/test_train
   OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
-    meson test -C build-tsan --no-rebuild --print-errorlogs comm vq train
+    meson test -C build-tsan --no-rebuild --print-errorlogs --timeout-multiplier 2 comm vq train
   logs+=(build-asan/meson-logs/testlog.txt build-tsan/meson-logs/testlog.txt)
 fi
 # One closing line with the doctest case counts of every suite that ran.

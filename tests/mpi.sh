@@ -8,6 +8,7 @@
 #   mpi.sh HAVE_MPI desync NP MPI_PEER        a desync with the check on: DesyncError on every rank
 #   mpi.sh HAVE_MPI train NP VQDDP CONFIG     30 steps on NP processes == --backend thread --world NP
 #                                            == --world 1 (exact data parallelism)
+#   mpi.sh HAVE_MPI check-ddp NP VQDDP CONFIG BROKEN   check-ddp --backend mpi passes CONFIG, fails BROKEN
 # Exits 77 (skip) only when the build has no MPI (HAVE_MPI is meson's).
 set -u
 [ "$1" = true ] || { echo "mpi: skipped, this build has no MPI"; exit 77; }
@@ -82,5 +83,16 @@ case $mode in
     diff "$tmp/mpi.tensors" "$tmp/thread.tensors" || fail "the checkpoints' tensors differ"
     diff "$tmp/mpi.tensors" "$tmp/one.tensors" || fail "the mpi checkpoint's tensors differ from 1 rank's"
     echo "mpi train: 30 steps on $np mpi processes == $np thread ranks == 1 rank, $(wc -l < "$tmp/mpi.tensors") tensors bit-identical" ;;
+  check-ddp)
+    vqddp=$1
+    run "$vqddp" check-ddp "$2" --backend mpi --steps 3 || fail "check-ddp --backend mpi failed"
+    [ "$(grep -c "^check-ddp: PASSED" "$tmp/out")" -eq 1 ] || fail "expected one PASSED line (rank 0's)"
+    grep -q "on 1 rank and on $np mpi ranks" "$tmp/out" || fail "the check did not report $np mpi ranks"
+    cat "$tmp/out"
+    run "$vqddp" check-ddp "$3" --backend mpi --steps 2 && fail "check-ddp --backend mpi passed a broken config"
+    grep -q "^check-ddp: FAILED" "$tmp/out" || fail "no FAILED line"
+    grep -q "check-ddp: mpi rank [0-9]*: step 1: 'buffer.quantizer.codebook" "$tmp/out" ||
+      fail "no rank named the first step and tensor that differ"
+    echo "mpi check-ddp: a whole run on $np mpi processes == 1 rank; the unsynced codebook fails at step 1" ;;
   *) fail "unknown mode" ;;
 esac

@@ -9,6 +9,8 @@
 #include <map>
 #include <mutex>
 
+#include "comm/launch.h"
+#include "engine/ops.h"
 #include "train/checkpoint.h"
 #include "engine/count_limits.h"
 #include "train/trainer.h"
@@ -121,18 +123,39 @@ CheckDdpResult check_whole_run(const Config& cfg, const Dataset& data, const Che
     // The earliest step wins (steps finish in order); within it, the first rank to report.
     if (!failure.empty() && r.first_failure.empty()) r.first_failure = failure;
   };
+  const bool mpi = o.backend == "mpi";
+  Config wide = thread_ranks(cfg, o.world);
+  if (mpi) wide.distributed.backend = "mpi";
   try {
-    train(thread_ranks(cfg, o.world), data, opt);
+    train(wide, data, opt);
   } catch (const Error& e) {
     r.ranks_identical = false;
     r.first_failure = fmt::format("the {} ranks failed: {}", o.world, e.what());
   }
+  int world = o.world;
+  bool lead = true;
+  if (mpi) {
+    // Each process compared its own rank: one collective agrees on the
+    // outcome, and a failing rank says why on its own stderr.
+    bool any = false;
+    int rank = 0;
+    launch_ranks({.backend = "mpi"}, [&](Communicator& comm) {
+      Tensor failed = full({1}, r.first_failure.empty() ? 0.0 : 1.0, DType::i64);
+      comm.all_reduce(failed, ReduceOp::max);
+      any = failed.data<int64_t>()[0] != 0;
+      world = comm.world_size();
+      rank = comm.rank();
+    });
+    lead = rank == 0;
+    if (!r.first_failure.empty()) fmt::print(stderr, "check-ddp: mpi rank {}: {}\n", rank, r.first_failure);
+    if (any && r.first_failure.empty()) r.first_failure = "another mpi rank differs from 1 rank (its stderr says how)";
+  }
   r.passed = r.first_failure.empty();
   r.state_bitwise = r.passed;
-  if (o.print) {
-    fmt::print("check-ddp: a whole run of {} step{} on 1 rank and on {} thread ranks: every one of the {} checkpoint "
+  if (o.print && lead) {
+    fmt::print("check-ddp: a whole run of {} step{} on 1 rank and on {} {} ranks: every one of the {} checkpoint "
                "tensors (parameters, optimizer state, codebooks, counters) bit for bit after every step\n",
-               o.steps, o.steps == 1 ? "" : "s", o.world, r.tensors);
+               o.steps, o.steps == 1 ? "" : "s", world, mpi ? "mpi" : "thread", r.tensors);
     fmt::print("check-ddp: {}{}\n", r.passed ? "PASSED" : "FAILED", r.passed ? "" : " (" + r.first_failure + ")");
   }
   return r;

@@ -6,6 +6,7 @@
 // checkpoint tensor (parameters, optimizer moments, codebooks, counters,
 // random-stream states) bit for bit as S steps on 1 rank from the same
 // start. No tolerance: the first step and tensor that differ are named.
+// With backend "mpi" the W ranks are the processes of an MPI job.
 //
 // Per-step mode (--mode step), the check from before training was exact:
 // the run goes once on 1 rank over whole global batches, saving its full
@@ -48,6 +49,11 @@ namespace vqddp {
 struct CheckDdpOptions {
   enum class Mode { whole_run, per_step };
   Mode mode = Mode::whole_run;
+  // "thread": W thread ranks of this process. "mpi" (whole-run mode only,
+  // under mpirun or srun): the W ranks are this MPI job's processes, each
+  // comparing its own rank with a 1-rank run it trains itself; `world` is
+  // the job's size then, not this field.
+  std::string backend = "thread";
   int world = 4;
   int64_t steps = 5;
   double rtol = 1e-4;

@@ -36,9 +36,11 @@ void usage() {
       "commands:\n"
       "  train [CONFIG] [--resume CKPT] [--world N] [--backend B] [--device cpu|cuda|sim] [--steps S] [--dir RUN_DIR]\n"
       "        train from a JSON config (without one: the built-in speech codec run, examples/speech_codec.json)\n"
-      "  check-ddp CONFIG --world N [--steps S] [--mode run|step] [--rtol R] [--atol A] [--device cpu|cuda|sim]\n"
+      "  check-ddp CONFIG (--world N | --backend mpi) [--steps S] [--mode run|step] [--rtol R] [--atol A]\n"
+      "            [--device cpu|cuda|sim]\n"
       "        run: S steps on 1 rank and on N thread ranks from the same start; every checkpoint tensor must\n"
-      "        match bit for bit after every step (the first step and tensor that differ are named)\n"
+      "        match bit for bit after every step (the first step and tensor that differ are named); under\n"
+      "        mpirun with --backend mpi the N ranks are the job's processes\n"
       "        step: every step again on N ranks from the 1-rank state: quantizer state bit for bit, gradients\n"
       "        (before the optimizer step) and parameters within rtol/atol\n"
       "  inspect CHECKPOINT\n"
@@ -169,11 +171,19 @@ int run_train(int argc, char** argv) {
 }
 
 int run_check_ddp(int argc, char** argv) {
-  CliArgs args("check-ddp", argc, argv, 2, {"world", "steps", "mode", "rtol", "atol", "device"});
+  CliArgs args("check-ddp", argc, argv, 2, {"world", "backend", "steps", "mode", "rtol", "atol", "device"});
   args.expect_positional(1, "a config file");
-  VQDDP_CHECK(args.has("world"), "check-ddp: --world N is required");
+  const std::string backend = args.get("backend", "thread");
+  VQDDP_CHECK(backend == "thread" || backend == "mpi", "check-ddp: --backend must be thread or mpi, got '{}'", backend);
+  VQDDP_CHECK(backend == "mpi" || args.has("world"), "check-ddp: --world N is required");
+  VQDDP_CHECK(backend != "mpi" || !args.has("world"),
+              "check-ddp: --world does not apply to --backend mpi: its world is the MPI job's (start it with "
+              "`mpirun -np N vqddp check-ddp CONFIG --backend mpi`)");
+  VQDDP_CHECK(backend != "mpi" || args.get("mode", "run") == "run", "check-ddp: --backend mpi compares whole runs "
+              "(--mode run)");
   Config cfg = config_from(args, false);
   CheckDdpOptions o;
+  o.backend = backend;
   o.world = cfg.distributed.world_size;
   o.steps = args.get_int("steps", o.steps, limits::check_steps);
   std::string mode = args.get("mode", "run");

@@ -3,6 +3,7 @@
 // so every kind of state is exercised, in a few seconds.
 #pragma once
 
+#include <cstdlib>
 #include <string>
 
 #include "engine/ops.h"
@@ -43,6 +44,13 @@ inline Dataset synthetic_data(int64_t f = 16) {
   d.example_dim = f;
   d.description = "synthetic";
   return d;
+}
+
+// Whether this is a sanitized build (VQDDP_TEST_SANITIZED=1, set by
+// tests/meson.build): its longest cases run fewer settings.
+inline bool sanitized_build() {
+  const char* v = std::getenv("VQDDP_TEST_SANITIZED");
+  return v && std::string(v) == "1";
 }
 
 // No progress lines.

@@ -90,17 +90,20 @@ RunState final_state(const Config& cfg, const Dataset& data, int world, std::vec
 TEST_CASE("a whole run on W ranks, any split into whole units, is bit for bit the 1-rank run (W = 1..8)") {
   TempDir dir;
   Dataset data = synthetic_data();
+  // Sanitized builds: 8 steps and the even splits of W = 2, 5 and 8 only.
+  const bool light = sanitized_build();
   for (const std::string type : {"residual_vq", "fsq", "lfq"}) {
     CAPTURE(type);
-    Config cfg = exact_config(dir.path().string(), type, 20);
+    Config cfg = exact_config(dir.path().string(), type, light ? 8 : 20);
     RunState one = final_state(cfg, data, 1, {}, {}, true);
     REQUIRE(one.tensors.size() > 10);
-    REQUIRE(one.metrics.size() >= 7);  // log_every 3 and validate_every 4 over 20 steps
+    REQUIRE(one.metrics.size() >= (light ? 3u : 7u));  // log_every 3 and validate_every 4
     // Batch 30: 30 units of one example. Even splits for every W, and
     // uneven ones with ranks that hold no rows.
     std::vector<std::pair<int, std::vector<int64_t>>> splits{{3, {20, 0, 10}}, {8, {1, 5, 0, 9, 4, 0, 6, 5}}};
     if (type == "residual_vq")
-      for (int w = 2; w <= 8; ++w) splits.push_back({w, {}});
+      for (int w = 2; w <= 8; ++w)
+        if (!light || w == 2 || w == 5 || w == 8) splits.push_back({w, {}});
     for (const auto& [world, units] : splits) {
       CAPTURE(world);
       CAPTURE(units.empty() ? std::string("even") : fmt::format("{}", fmt::join(units, ",")));
