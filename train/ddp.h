@@ -3,17 +3,21 @@
 //
 // At construction every parameter and buffer is broadcast from rank 0, so
 // ranks start identical even if they were initialised differently.
-// Gradients: each rank backpropagates its share of the global loss, i.e.
-// its local mean loss times N_r / N (loss_scale()), and all_reduce_gradients()
-// then SUMS the gradients over ranks, in buckets of about bucket_bytes.
-// With uneven shards this is exactly the gradient of the global batch mean
-// (a plain average of per-rank means would weight a rank with 3 rows like
-// one with 300), and terms over global statistics that all-reduce inside
-// autograd (LFQ's codebook entropy) come out exact too.
 //
-// Every parameter takes part in every reduction: one without a gradient on
-// this rank (unused this step) contributes zeros, so the bucket layout and
-// the number of collectives never differ between ranks.
+// Gradients, the exact way (what the trainer does): open an ExactBatchScope
+// per step (engine/exact_batch.h, comm/batch_reduce.h exact_batch_for); the
+// losses are then global-batch means and backward() itself reduces the
+// gradients over the ranks, bit for bit what one rank computes on the whole
+// batch. all_reduce_gradients() is not called then.
+//
+// Gradients, the classic way (a loop without exact steps): each rank
+// backpropagates its share of the global loss, its local mean loss times
+// N_r / N (loss_scale()), and all_reduce_gradients() then SUMS the gradients
+// over ranks, in buckets of about bucket_bytes. With uneven shards this is
+// the gradient of the global batch mean up to float rounding, whose bits
+// depend on the split. Every parameter takes part in every reduction: one
+// without a gradient on this rank contributes zeros, so the bucket layout
+// and the number of collectives never differ between ranks.
 #pragma once
 
 #include <vector>
