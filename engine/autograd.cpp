@@ -141,7 +141,7 @@ void run_node(Node* node, std::unordered_map<Node*, Tensor>& pending, std::vecto
     throw;
   }
   t_unit_inputs = nullptr;
-  VQDDP_CHECK(grads.size() == node->inputs.size(), "backward of '{}' returned {} gradients for {} inputs", node->name,
+  VQDDP_ASSERT(grads.size() == node->inputs.size(), "backward of '{}' returned {} gradients for {} inputs", node->name,
               grads.size(), node->inputs.size());
   for (size_t i = 0; i < grads.size(); ++i) {
     const auto& in = node->inputs[i];
@@ -149,7 +149,7 @@ void run_node(Node* node, std::unordered_map<Node*, Tensor>& pending, std::vecto
     if (wants[i]) {
       Shape expected{static_cast<int64_t>(exact_batch()->unit_examples.size())};
       expected.insert(expected.end(), node->input_shapes[i].begin(), node->input_shapes[i].end());
-      VQDDP_CHECK(grads[i].shape() == expected,
+      VQDDP_ASSERT(grads[i].shape() == expected,
                   "backward of '{}': input {} ({}) is batch-free and the op batched, so its gradient is a sum over "
                   "the batch that an exact step takes by units, as [{}]; got {} ('{}' does not support exact data "
                   "parallelism for this input)", node->name, i, shape_str(node->input_shapes[i]),
@@ -161,7 +161,7 @@ void run_node(Node* node, std::unordered_map<Node*, Tensor>& pending, std::vecto
         accumulate(b->partials, grads[i]);
       continue;
     }
-    VQDDP_CHECK(grads[i].shape() == node->input_shapes[i], "backward of '{}': gradient {} has shape {}, input has {}",
+    VQDDP_ASSERT(grads[i].shape() == node->input_shapes[i], "backward of '{}': gradient {} has shape {}, input has {}",
                 node->name, i, shape_str(grads[i].shape()), shape_str(node->input_shapes[i]));
     if (in->grad_fn)
       accumulate(pending[in->grad_fn.get()], grads[i]);

@@ -24,7 +24,7 @@ ExactBatchScope::~ExactBatchScope() { t_batch = nullptr; }
 
 std::vector<int64_t> unit_row_bounds(const Tensor& batched, const char* op) {
   const ExactBatch* b = exact_batch();
-  VQDDP_CHECK(b != nullptr, "{}: unit partials outside an exact step", op);
+  VQDDP_ASSERT(b != nullptr, "{}: unit partials outside an exact step", op);
   VQDDP_CHECK(batched.dim() >= 1, "{}: a batched tensor {} has no batch dimension (exact data parallelism: a "
               "parameter met a batched scalar)", op, batched.desc());
   int64_t rows = batched.size(0), examples = b->examples();

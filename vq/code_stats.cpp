@@ -8,12 +8,12 @@
 namespace vqddp {
 
 Tensor code_stats(const Tensor& x, const Tensor& indices, const StatsLayout& layout, int rank) {
-  VQDDP_CHECK(x.dim() == 2 && indices.dim() == 1 && indices.size(0) == x.size(0) &&
+  VQDDP_ASSERT(x.dim() == 2 && indices.dim() == 1 && indices.size(0) == x.size(0) &&
                   (layout.d == 0 || x.size(1) == layout.d),
               "code_stats: x {} and indices {} do not match", x.desc(), indices.desc());
-  VQDDP_CHECK(indices.device() == x.device(), "code_stats: x on {}, indices on {}", x.device().str(),
+  VQDDP_ASSERT(indices.device() == x.device(), "code_stats: x on {}, indices on {}", x.device().str(),
               indices.device().str());
-  VQDDP_CHECK(rank >= 0 && rank < layout.world, "code_stats: rank {} outside a world of {}", rank, layout.world);
+  VQDDP_ASSERT(rank >= 0 && rank < layout.world, "code_stats: rank {} outside a world of {}", rank, layout.world);
   int64_t n = x.size(0), k = layout.k;
   Tensor stats = zeros({layout.size()}, DType::f64, x.device());
   // Counts then sums, by code in a fixed order (the same numbers on every
@@ -26,13 +26,13 @@ Tensor code_stats(const Tensor& x, const Tensor& indices, const StatsLayout& lay
   return stats;
 }
 
-std::string nonfinite_flags_message(const double* flags, int world, int64_t cols) {
+std::string nonfinite_flags_message(const double* flags, int world, int64_t cols, const std::string& input) {
   std::string bad;
   for (int r = 0; r < world; ++r) {
     if (flags[r] == 0) continue;
     int64_t at = static_cast<int64_t>(flags[r]) - 1, c = std::max<int64_t>(cols, 1);
-    bad += fmt::format("{}rank {}: row {} of the codebook's input has a non-finite value (in column {})",
-                       bad.empty() ? "" : "; ", r, at / c, at % c);
+    bad += fmt::format("{}rank {}: row {} of {} has a non-finite value (in column {})",
+                       bad.empty() ? "" : "; ", r, at / c, input, at % c);
   }
   return bad;
 }
