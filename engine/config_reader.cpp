@@ -115,10 +115,11 @@ std::vector<ConfigSection> ConfigSection::sections(const std::string& key) {
   return out;
 }
 
-void ConfigSection::finish() const {
+void ConfigSection::finish(const std::string& context) const {
   for (auto it = obj_.begin(); it != obj_.end(); ++it)
     if (!read_.count(it.key()))
-      VQDDP_THROW("{}: unknown key '{}' (known here: {})", file_, key_path(it.key()), fmt::join(read_, ", "));
+      VQDDP_THROW("{}: unknown key '{}'{}{} (known here: {})", file_, key_path(it.key()), context.empty() ? "" : " ",
+                  context, fmt::join(read_, ", "));
 }
 
 }  // namespace vqddp

@@ -37,8 +37,9 @@ class ConfigSection {
   ConfigSection section(const std::string& key);
   // Elements of an array of objects.
   std::vector<ConfigSection> sections(const std::string& key);
-  // Throws for any key of this section that was never read.
-  void finish() const;
+  // Throws for any key of this section that was never read; `context`
+  // ("for type \"fsq\"") says why the keys known here are the ones they are.
+  void finish(const std::string& context = "") const;
 
   std::string key_path(const std::string& key) const;
   [[noreturn]] void fail(const std::string& key, const std::string& what) const;

@@ -82,27 +82,39 @@ void read_codebook_options(ConfigSection& s, CodebookOptions& c) {
   if (!(c.threshold_ema_dead_code >= 0)) s.fail("threshold_ema_dead_code", "must not be negative");
 }
 
+// Each type reads only the keys it uses (as model.type does), so a key of
+// another type (commitment_weight on lfq, decay on fsq, num_quantizers on
+// vq) is an unknown key naming the type and the keys it knows, never a
+// setting silently ignored.
 void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
   q.type = s.choice("type", q.type, quantizer_types());
-  q.codebook_size = s.integer("codebook_size", q.codebook_size, limits::codebook_size);
-  q.num_quantizers = static_cast<int>(s.integer("num_quantizers", q.num_quantizers, limits::layers));
-  q.codebook_dim = s.integer("codebook_dim", q.codebook_dim, limits::codebook_dim);
-  q.shared_codebook = s.boolean("shared_codebook", q.shared_codebook);
-  q.commitment_weight = static_cast<float>(s.number("commitment_weight", q.commitment_weight));
-  read_codebook_options(s, q.codebook);
-  q.quantize_dropout = s.boolean("quantize_dropout", q.quantize_dropout);
-  q.quantize_dropout_cutoff_index = static_cast<int>(
-      s.integer("quantize_dropout_cutoff_index", q.quantize_dropout_cutoff_index, {0, q.num_quantizers - 1}));
-  q.quantize_dropout_multiple_of =
-      static_cast<int>(s.integer("quantize_dropout_multiple_of", q.quantize_dropout_multiple_of, limits::layers));
-  std::vector<int64_t> levels(q.levels.begin(), q.levels.end());
-  q.levels.clear();
-  for (int64_t l : s.integers("levels", levels, limits::fsq_level)) q.levels.push_back(static_cast<int>(l));
-  if (is_fsq(q.type) && q.levels.empty()) s.fail("levels", "is required for type \"" + q.type + "\"");
-  if (!is_fsq(q.type) && !q.levels.empty()) s.fail("levels", "applies to fsq and residual_fsq only");
-  // LFQ keys only for LFQ types: elsewhere they are unknown keys.
+  const bool residual = q.type.starts_with("residual_");
+  const bool codebook = q.type == "vq" || q.type == "residual_vq";
+  if (!residual) q.num_quantizers = 1;
+  // FSQ's codebook is implicit: the product of its levels.
+  if (!is_fsq(q.type)) q.codebook_size = s.integer("codebook_size", q.codebook_size, limits::codebook_size);
+  if (residual) q.num_quantizers = static_cast<int>(s.integer("num_quantizers", q.num_quantizers, limits::layers));
+  if (codebook) {
+    q.codebook_dim = s.integer("codebook_dim", q.codebook_dim, limits::codebook_dim);
+    q.commitment_weight = static_cast<float>(s.number("commitment_weight", q.commitment_weight));
+    read_codebook_options(s, q.codebook);
+  }
+  if (q.type == "residual_vq") q.shared_codebook = s.boolean("shared_codebook", q.shared_codebook);
+  if (residual) {
+    q.quantize_dropout = s.boolean("quantize_dropout", q.quantize_dropout);
+    q.quantize_dropout_cutoff_index = static_cast<int>(
+        s.integer("quantize_dropout_cutoff_index", q.quantize_dropout_cutoff_index, {0, q.num_quantizers - 1}));
+    q.quantize_dropout_multiple_of =
+        static_cast<int>(s.integer("quantize_dropout_multiple_of", q.quantize_dropout_multiple_of, limits::layers));
+  }
+  if (is_fsq(q.type)) {
+    std::vector<int64_t> levels(q.levels.begin(), q.levels.end());
+    q.levels.clear();
+    for (int64_t l : s.integers("levels", levels, limits::fsq_level)) q.levels.push_back(static_cast<int>(l));
+    if (q.levels.empty()) s.fail("levels", "is required for type \"" + q.type + "\"");
+  }
   if (is_lfq(q.type)) read_lfq_options(s, q);
-  s.finish();
+  s.finish("for type \"" + q.type + "\"");
 }
 
 std::shared_ptr<Quantizer> make_quantizer(const QuantizerOptions& q, int64_t dim, uint64_t seed, Generator& gen) {

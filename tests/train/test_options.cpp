@@ -130,6 +130,46 @@ TEST_CASE("LFQ types: their keys are read for lfq and residual_lfq only, codeboo
                        Error);
 }
 
+TEST_CASE("quantizer section: each type reads only its own keys; another type's key is refused naming the type") {
+  nlohmann::json cfg = load_config_json(source_dir() + "/examples/fashion_vq.json");
+  struct Case {
+    const char* type;
+    nlohmann::json extra;  // a key this type does not use
+  };
+  const Case cases[] = {
+      {"lfq", {{"commitment_weight", 0.5}}},          {"lfq", {{"decay", 0.9}}},
+      {"lfq", {{"num_quantizers", 2}}},                {"residual_lfq", {{"kmeans_init", true}}},
+      {"fsq", {{"decay", 0.9}}},                       {"fsq", {{"kmeans_iters", 5}}},
+      {"fsq", {{"codebook_size", 256}}},               {"residual_fsq", {{"commitment_weight", 0.5}}},
+      {"vq", {{"num_quantizers", 2}}},                 {"vq", {{"quantize_dropout", true}}},
+      {"vq", {{"quantize_dropout_cutoff_index", 0}}},  {"vq", {{"shared_codebook", true}}},
+      {"vq", {{"levels", {8, 5}}}},                    {"residual_vq", {{"diversity_gamma", 1.0}}},
+      {"residual_fsq", {{"shared_codebook", true}}},   {"residual_lfq", {{"codebook_dim", 4}}},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json q = {{"type", c.type}};
+    if (std::string(c.type).ends_with("fsq")) q["levels"] = {8, 5, 5, 5};
+    if (std::string(c.type).ends_with("lfq")) q["codebook_size"] = 64;
+    const std::string key = c.extra.begin().key();
+    q[key] = c.extra.begin().value();
+    cfg["quantizer"] = q;
+    CAPTURE(c.type);
+    CAPTURE(key);
+    CHECK_THROWS_WITH_AS(parse_config(cfg, "config"),
+                         doctest::Contains(fmt::format("config: unknown key 'quantizer.{}' for type \"{}\"", key, c.type).c_str()),
+                         Error);
+    q.erase(key);
+    cfg["quantizer"] = q;
+    CHECK_NOTHROW(parse_config(cfg, "config"));
+  }
+  // Every shipped example uses only its type's keys.
+  for (const auto& e : std::filesystem::directory_iterator(source_dir() + "/examples")) {
+    if (e.path().extension() != ".json") continue;
+    CAPTURE(e.path().string());
+    CHECK_NOTHROW(parse_config(load_config_json(e.path().string()), e.path().string()));
+  }
+}
+
 TEST_CASE("optimizer.lr_schedule: constant keeps lr; cosine runs from lr at the first step to final_lr_fraction lr at the last") {
   OptimizerConfig o;
   o.lr = 0.002f;
