@@ -9,7 +9,7 @@
 #include <map>
 #include <mutex>
 
-#include "comm/launch.h"
+#include "comm/backends.h"
 #include "engine/ops.h"
 #include "train/checkpoint.h"
 #include "engine/count_limits.h"
@@ -186,7 +186,7 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
     opt.after_step = [&](int64_t step, int, const CodecModel& model, Optimizer& optim) {
       one[step - 1].state = host_copies(model.named_buffers());
       one[step - 1].params = host_copies(model.named_parameters());
-      save_checkpoint(state_file(step), model, optim, step, cfg.source);
+      save_checkpoint(state_file(step), model, optim, step, o.steps, cfg.source);
     };
     train(c, data, opt);
   }

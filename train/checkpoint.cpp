@@ -20,10 +20,11 @@ NamedTensors checkpoint_tensors(const Module& model, Optimizer& optim) {
 }
 
 void save_checkpoint(const std::string& path, const Module& model, Optimizer& optim, int64_t step,
-                     const nlohmann::json& config) {
+                     int64_t total_steps, const nlohmann::json& config) {
   NamedTensors all = checkpoint_tensors(model, optim);
   all.emplace_back("train.step", full({1}, static_cast<double>(step), DType::i64));
-  safetensors_save(path, all, {{"format", kFormat}, {"config", config.dump()}});
+  safetensors_save(path, all,
+                   {{"format", kFormat}, {"config", config.dump()}, {"total_steps", std::to_string(total_steps)}});
 }
 
 namespace {
@@ -98,6 +99,19 @@ int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim
     VQDDP_CHECK(diff.empty(), "{}: the run's config differs from the checkpoint's at '{}': resuming would not continue "
                 "the same run", path, diff);
   }
+  // The run's length is not in its config file (--steps changes it), so the
+  // checkpoint keeps it. Under a cosine schedule every step's learning rate
+  // depends on it: a resume with another length would change them all.
+  auto length = f.metadata.find("total_steps");
+  const bool cosine = stored.contains("optimizer") && stored["optimizer"].is_object() &&
+                      stored["optimizer"].value("lr_schedule", "") == "cosine";
+  if (cosine && length != f.metadata.end())
+    VQDDP_CHECK(length->second == std::to_string(total_steps),
+                "{}: the checkpoint's run is {} steps long, this one {}: under lr_schedule \"cosine\" every step's "
+                "learning rate depends on the run's length, so resuming with another --steps or schedule.epochs would "
+                "not continue the same run; resume with the checkpoint's length, or start a new run from it with "
+                "another schedule",
+                path, length->second, total_steps);
   NamedTensors live = checkpoint_tensors(model, optim);
   // Check everything first, so a mismatch changes nothing.
   for (const auto& [name, t] : live) {

@@ -24,8 +24,10 @@
 
 namespace vqddp {
 
+// `total_steps` (the schedule's length) is kept in the metadata beside the
+// config: under a cosine schedule a resume must have the same.
 void save_checkpoint(const std::string& path, const Module& model, Optimizer& optim, int64_t step,
-                     const nlohmann::json& config);
+                     int64_t total_steps, const nlohmann::json& config);
 
 // Loads into the live tensors of `model` and `optim` and returns the step.
 // Checks everything before anything is changed, so a refused file leaves
@@ -38,7 +40,9 @@ void save_checkpoint(const std::string& path, const Module& model, Optimizer& op
 //   - values: see the top of this file.
 // With `config`, the settings a bit-exact continuation depends on (model,
 // quantizer, data, optimizer, batch size, drop_last, seed) must match the
-// checkpoint's; the first differing key is named.
+// checkpoint's; the first differing key is named. Under lr_schedule cosine
+// `total_steps` must also be the checkpoint's run's length (when it was
+// stored: checkpoints before it resume unchecked).
 int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim, int64_t total_steps,
                         const nlohmann::json* config = nullptr);
 

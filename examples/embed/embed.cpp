@@ -4,7 +4,7 @@
 // frames, trained data-parallel on W thread ranks of this one process by the
 // loop below: no JSON config, no Trainer. It uses only the installed package
 // (<vqddp/vqddp.h>, found by pkg-config), so it is also the template for
-// putting vqddp into your own program. README "Embedding vqddp" walks through it.
+// putting vqddp into your own program. docs/embedding.md walks through it.
 //
 //   embed [--world W] [--steps N] [--log-every K] [--checkpoint PATH] [--resume]
 //
@@ -229,7 +229,7 @@ void train_rank(Communicator& comm, const Flags& flags) {
   // Parameters, buffers (codebooks, their EMA state, counters), optimizer
   // state and the step, written atomically (temporary file + rename). All
   // ranks hold the same state, so rank 0 alone writes it.
-  if (lead) save_checkpoint(flags.checkpoint, model, optim, flags.steps, run_config());
+  if (lead) save_checkpoint(flags.checkpoint, model, optim, flags.steps, flags.steps, run_config());
 }
 
 }  // namespace

@@ -115,7 +115,7 @@ TEST_CASE("a good checkpoint loads bit-exactly, and saving it again writes the s
   loaded.emplace_back("train.step", stored.at("train.step"));
   CHECK(vqddp::test::first_difference(loaded, stored.tensors) == "");
   TempDir dir;
-  save_checkpoint(dir.file("again.safetensors"), run.model, run.optim, kSteps, checkpoint_config(stored));
+  save_checkpoint(dir.file("again.safetensors"), run.model, run.optim, kSteps, kSteps, checkpoint_config(stored));
   CHECK(read_file(dir.file("again.safetensors")) == read_file(path));
 }
 
@@ -235,7 +235,7 @@ TEST_CASE("a codebook without k-means init must be initialised in the checkpoint
   const nlohmann::json no_kmeans = {{"quantizer", {{"kmeans_init", false}}}};
   FreshRun source(no_kmeans);
   std::string path = dir.file("checkpoint.safetensors");
-  save_checkpoint(path, source.model, source.optim, 0, source.cfg.source);
+  save_checkpoint(path, source.model, source.optim, 0, kSteps, source.cfg.source);
   SafetensorsFile f = safetensors_load(path);
   for (auto& [n, t] : f.tensors)
     if (n == "buffer.quantizer.layer1.initted") t = zeros({1}, DType::i64);
