@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "engine/file_io.h"
 
 namespace vqddp {
 
@@ -65,6 +66,7 @@ bool gz_cut_off(gzFile f) {
 }  // namespace
 
 IdxArray read_idx(const std::string& path) {
+  require_regular_file(path);  // gzopen would block on a FIFO
   errno = 0;
   GzFile f(gzopen(path.c_str(), "rb"));
   VQDDP_CHECK(f, "{}: cannot open for reading: {}", path, errno ? std::strerror(errno) : "out of memory");

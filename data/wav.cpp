@@ -50,7 +50,8 @@ int parse_fmt(const std::string& path, const unsigned char* p, uint32_t size) {
 }  // namespace
 
 WavAudio read_wav(const std::string& path) {
-  std::string bytes = read_file(path);
+  // RIFF sizes are 32-bit: a WAV file is at most 4 GiB and its 8-byte header.
+  std::string bytes = read_file(path, (int64_t{1} << 32) + 8, "a WAV file");
   const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
   const size_t n = bytes.size();
   VQDDP_CHECK(n >= 12 && std::memcmp(b, "RIFF", 4) == 0 && std::memcmp(b + 8, "WAVE", 4) == 0,

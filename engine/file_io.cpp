@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -26,13 +27,54 @@ struct FileClose {
 };
 }  // namespace
 
-std::string read_file(const std::string& path) {
-  std::unique_ptr<std::FILE, FileClose> f(std::fopen(path.c_str(), "rb"));
-  VQDDP_CHECK(f, "{}: cannot open for reading: {}", path, std::strerror(errno));
+namespace {
+
+// What a stat mode is, for a message: "is a FIFO, not a regular file".
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+void check_regular(const std::string& path, const struct stat& st) {
+  VQDDP_CHECK(S_ISREG(st.st_mode), "{}: is {}, not a regular file: vqddp reads files only", path, file_kind(st.st_mode));
+}
+
+}  // namespace
+
+void require_regular_file(const std::string& path) {
+  struct stat st {};
+  VQDDP_CHECK(::stat(path.c_str(), &st) == 0, "{}: cannot open for reading: {}", path, std::strerror(errno));
+  check_regular(path, st);
+}
+
+std::string read_file(const std::string& path, int64_t max_bytes, const char* what) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  VQDDP_CHECK(fd >= 0, "{}: cannot open for reading: {}", path, std::strerror(errno));
+  std::unique_ptr<std::FILE, FileClose> f(::fdopen(fd, "rb"));
+  if (!f) {
+    int err = errno;
+    ::close(fd);
+    VQDDP_THROW("{}: cannot open for reading: {}", path, std::strerror(err));
+  }
+  struct stat st {};
+  VQDDP_CHECK(::fstat(fd, &st) == 0, "{}: cannot stat: {}", path, std::strerror(errno));
+  check_regular(path, st);
+  VQDDP_CHECK(max_bytes < 0 || st.st_size <= max_bytes, "{}: {} bytes, more than the {} bytes {} may have", path,
+              static_cast<int64_t>(st.st_size), max_bytes, what);
   std::string bytes;
   char buf[1 << 16];
   size_t r;
-  while ((r = std::fread(buf, 1, sizeof buf, f.get())) > 0) bytes.append(buf, r);
+  while ((r = std::fread(buf, 1, sizeof buf, f.get())) > 0) {
+    bytes.append(buf, r);
+    // A file that grows while it is read is held to the same limit.
+    VQDDP_CHECK(max_bytes < 0 || static_cast<int64_t>(bytes.size()) <= max_bytes,
+                "{}: more than the {} bytes {} may have", path, max_bytes, what);
+  }
   VQDDP_CHECK(!std::ferror(f.get()), "{}: read error: {}", path, std::strerror(errno));
   return bytes;
 }

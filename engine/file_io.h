@@ -12,10 +12,18 @@
 
 namespace vqddp {
 
-// The file's bytes. stdio rather than istreambuf_iterator, which throws
-// std::ios_base::failure instead of reporting an error when the path is,
-// say, a directory.
-std::string read_file(const std::string& path);
+// Refuses, naming the file and what it is, anything but a regular file:
+// a FIFO would block the reader until some writer came, /dev/zero would
+// never end, a directory has no bytes. Readers that open files themselves
+// (gzip) call it first.
+void require_regular_file(const std::string& path);
+
+// The bytes of the regular file `path` (require_regular_file), at most
+// `max_bytes` of them: a bigger file is refused before it is read, naming
+// the file, its size and the limit for `what` ("a config file"). The FIFO
+// check happens on a non-blocking open, so it cannot hang either.
+inline constexpr int64_t kNoSizeLimit = -1;
+std::string read_file(const std::string& path, int64_t max_bytes = kNoSizeLimit, const char* what = "this file");
 
 // Writes `bytes` to a temporary file next to `path`, fsyncs it and renames
 // it over `path`: a crash leaves either the old file or the new one, and

@@ -46,8 +46,11 @@ class LineCountingIterator {
 nlohmann::json parse_json_strict(const std::string& text, const std::string& origin) {
   int64_t line = 1;
   std::vector<std::set<std::string>> keys;  // one set per open object
-  auto callback = [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+  auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
     using E = nlohmann::json::parse_event_t;
+    if ((event == E::object_start || event == E::array_start) && depth >= kMaxJsonDepth)
+      VQDDP_THROW("{}: line {}: nesting deeper than {} objects and arrays, the most vqddp reads", origin, line,
+                  kMaxJsonDepth);
     if (event == E::object_start) keys.emplace_back();
     if (event == E::object_end) keys.pop_back();
     if (event == E::key && !keys.back().insert(parsed.get<std::string>()).second)

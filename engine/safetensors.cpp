@@ -22,6 +22,8 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* kChecksumKey = "vqddp.crc32c";
+// The safetensors format's own bound on its JSON header.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 // Byte order: the format is little-endian; so is every machine we build for.
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
@@ -137,12 +139,11 @@ SafetensorsFile safetensors_load(const std::string& path) {
   std::memcpy(&header_len, bytes.data(), 8);
   VQDDP_CHECK(header_len <= bytes.size() - 8, "{}: header length {} exceeds the file ({} bytes): truncated or not safetensors",
               path, header_len, bytes.size());
-  json header;
-  try {
-    header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));
-  } catch (const json::exception& e) {
-    VQDDP_THROW("{}: header is not valid JSON: {}", path, e.what());
-  }
+  VQDDP_CHECK(header_len <= kMaxHeaderBytes, "{}: header length {} is more than the {} bytes a safetensors header may have",
+              path, header_len, kMaxHeaderBytes);
+  // Strict: bounded nesting, and a tensor named twice is an error rather
+  // than whichever came last.
+  json header = parse_json_strict(bytes.substr(8, header_len), path + ": header");
   VQDDP_CHECK(header.is_object(), "{}: header is not a JSON object", path);
   uint64_t data_size = bytes.size() - 8 - header_len;
 
