@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "bench/timing.h"
-#include "comm/launch.h"
+#include "comm/backends.h"
 #include "engine/blas.h"
 #include "vqddp_config.h"
 #if VQDDP_HAVE_MPI

@@ -1,4 +1,4 @@
-#include "comm/launch.h"
+#include "comm/backends.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "comm/launcher.h"
+#include "comm/process_launcher.h"
 
 #include <fmt/format.h>
 #include <netinet/in.h>

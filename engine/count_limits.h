@@ -49,7 +49,7 @@ inline constexpr CountRange optional_count{0, kNoLimit};    // max_files, max_ex
 inline constexpr CountRange check_steps{1, 100000};         // check-ddp --steps
 inline constexpr CountRange demo_steps{1, 100000000};
 // Any 64-bit value: for flags whose range the callee checks (launch's, in
-// comm/launcher.cpp, which knows how they bound each other).
+// comm/process_launcher.cpp, which knows how they bound each other).
 inline constexpr CountRange any{std::numeric_limits<int64_t>::min(), kNoLimit};
 
 // Elements one allocation may hold: 2^31 float32 values are 8 GiB, beyond

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "data/data_config.h"
 #include "vq/quantizer_options.h"
 
 namespace vqddp {
@@ -46,23 +47,6 @@ struct ModelConfig {
 // The "quantizer" section: vq/quantizer_options.h (its keys, its reader).
 using QuantizerConfig = QuantizerOptions;
 
-struct DataSourceConfig {
-  std::string path;  // a directory of WAV files, or an IDX file
-  double weight = 1;
-  bool operator==(const DataSourceConfig&) const = default;
-};
-
-struct DataConfig {
-  std::string type = "wav_frames";  // wav_frames, fashion_mnist
-  std::vector<DataSourceConfig> sources;
-  int64_t frame = 80;            // wav_frames: samples per example
-  int64_t max_files = 0;         // wav_frames: per source, 0 = all
-  int64_t holdout_every = 10;    // wav_frames: every k-th clip is held out for validation
-  std::string validation_path;   // fashion_mnist: IDX images for validation
-  int64_t max_examples = 0;      // per source, 0 = all
-  bool operator==(const DataConfig&) const = default;
-};
-
 struct OptimizerConfig {
   std::string type = "adamw";  // adamw, sgd
   float lr = 1e-3f;
@@ -92,8 +76,8 @@ struct DistributedConfig {
   std::string backend = "thread";
   int world_size = 4;  // thread ranks; nccl takes WORLD_SIZE from its launcher
   double timeout_s = 300;
-  // nccl: compare every collective's fingerprint across ranks before it runs
-  // (a debug setting; the thread backend always does).
+  // nccl and mpi: compare every collective's fingerprint across ranks
+  // before it runs (a debug setting; the thread backend always does).
   bool check_collectives = false;
   bool operator==(const DistributedConfig&) const = default;
 };

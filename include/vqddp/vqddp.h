@@ -46,8 +46,9 @@
 #include "comm/dist_env.h"
 #include "comm/errors.h"
 #include "comm/fingerprint.h"
-#include "comm/launch.h"
-#include "comm/launcher.h"
+#include "comm/agree.h"
+#include "comm/backends.h"
+#include "comm/process_launcher.h"
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
 #include "comm/rank_order.h"
@@ -63,6 +64,7 @@
 #include "vq/code_stats.h"
 #include "vq/codebook.h"
 #include "vq/device_constants.h"
+#include "vq/finite_rows.h"
 #include "vq/fsq.h"
 #include "vq/index_columns.h"
 #include "vq/kmeans.h"
@@ -95,6 +97,7 @@
 #include "train/trainer.h"
 
 // data/
+#include "data/data_config.h"
 #include "data/dataset.h"
 #include "data/idx.h"
 #include "data/wav.h"

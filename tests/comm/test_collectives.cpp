@@ -5,7 +5,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "comm/launch.h"
+#include "comm/backends.h"
 #include "tests/comm/closed_form.h"
 #include "comm/single.h"
 #include "comm/thread_group.h"

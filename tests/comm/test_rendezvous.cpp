@@ -19,7 +19,7 @@
 
 #include "comm/dist_env.h"
 #include "comm/errors.h"
-#include "comm/launcher.h"
+#include "comm/process_launcher.h"
 #include "comm/rendezvous.h"
 #include "comm/store.h"
 #include "tests/engine/tmpdir.h"

@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "comm/fingerprint.h"
-#include "comm/launch.h"
-#include "comm/launcher.h"
+#include "comm/backends.h"
+#include "comm/process_launcher.h"
 #include "comm/nccl_communicator.h"
 #include "comm/rendezvous.h"
 #include "comm/watchdog.h"

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "comm/dist_env.h"
-#include "comm/launch.h"
+#include "comm/backends.h"
 #include "comm/nccl_communicator.h"
 #include "comm/rendezvous.h"
 #include "engine/device.h"

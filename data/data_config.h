@@ -1,0 +1,29 @@
+// What a config's "data" section says (train/config.h reads it): the data
+// set's type, its sources and how they are cut into examples. Here, beside
+// the readers that use it, so data/ depends on engine/ alone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vqddp {
+
+struct DataSourceConfig {
+  std::string path;  // a directory of WAV files, or an IDX file
+  double weight = 1;
+  bool operator==(const DataSourceConfig&) const = default;
+};
+
+struct DataConfig {
+  std::string type = "wav_frames";  // wav_frames, fashion_mnist
+  std::vector<DataSourceConfig> sources;
+  int64_t frame = 80;            // wav_frames: samples per example
+  int64_t max_files = 0;         // wav_frames: per source, 0 = all
+  int64_t holdout_every = 10;    // wav_frames: every k-th clip is held out for validation
+  std::string validation_path;   // fashion_mnist: IDX images for validation
+  int64_t max_examples = 0;      // per source, 0 = all
+  bool operator==(const DataConfig&) const = default;
+};
+
+}  // namespace vqddp
