@@ -34,10 +34,10 @@ class Communicator {
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  virtual std::string backend() const = 0;  // "single", "thread", "nccl"
+  virtual std::string backend() const = 0;  // "single", "thread", "nccl", "mpi"
   // Where this rank's tensors should live for the cheapest collectives: the
-  // host for "single" and "thread" (which take any device, staging GPU
-  // tensors through the host), the rank's own GPU (cuda:LOCAL_RANK) for
+  // host for "single", "thread" and "mpi" (which take any device, staging
+  // GPU tensors through the host), the rank's own GPU (cuda:LOCAL_RANK) for
   // "nccl" (which stages host tensors through that GPU).
   virtual Device device() const { return Device::cpu(); }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <filesystem>
 
 #include "engine/ops.h"
@@ -119,6 +120,55 @@ Dataset load_dataset(const DataConfig& c) {
   VQDDP_CHECK(d.validation.size(0) > 0, "data: the validation set is empty ({}); for wav_frames, holdout_every={} "
               "needs at least that many clips per source", d.description, c.holdout_every);
   return d;
+}
+
+namespace {
+
+// FNV-1a's offset and prime on 64-bit words rather than bytes, then a final
+// avalanche (splitmix64's): enough to tell data sets apart, not a
+// cryptographic hash.
+struct WordHash {
+  uint64_t h = 0xcbf29ce484222325ull;
+  void add(uint64_t w) { h = (h ^ w) * 0x100000001b3ull; }
+  void add_bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, b + i, 8);
+      add(w);
+    }
+    uint64_t tail = 0;
+    std::memcpy(&tail, b + i, n - i);
+    add(tail ^ n);
+  }
+  uint64_t done() const {
+    uint64_t z = h + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+};
+
+void add_tensor(WordHash& hash, const Tensor& t) {
+  if (!t.defined()) {
+    hash.add(~0ull);
+    return;
+  }
+  Tensor c = t.to(Device::cpu());  // tensors are dense: no strides to walk
+  hash.add(static_cast<uint64_t>(c.dim()));
+  for (int64_t n : c.shape()) hash.add(static_cast<uint64_t>(n));
+  hash.add_bytes(c.raw_ptr(), c.nbytes());
+}
+
+}  // namespace
+
+uint64_t data_fingerprint(const Dataset& data) {
+  WordHash hash;
+  hash.add(data.sources.size());
+  for (const Tensor& s : data.sources) add_tensor(hash, s);
+  add_tensor(hash, data.validation);
+  return hash.done();
 }
 
 }  // namespace vqddp

@@ -1,9 +1,11 @@
 // Element types and devices a Tensor can have.
 //
-// float32 is the only floating type: VQ statistics must be float32 on every
-// backend so that CPU and GPU runs agree (VQ_SEMANTICS.md). int64 carries
-// indices and counts. The device field is here from the start so that CUDA
-// tensors (cuda:N) join without changing any signature.
+// Three element types. float32 is the type of parameters, activations,
+// codebooks and every differentiable op. float64 holds sums that must not
+// depend on their order: the per-code statistics reduced across ranks
+// (vq/code_stats.h), the gradient norm's sum, non-finite flags. int64
+// carries indices and counts.
+// Devices: cpu, cuda:N and the simulated sim:N (below).
 #pragma once
 
 #include <cstddef>
@@ -18,7 +20,7 @@ namespace vqddp {
 enum class DType : uint8_t { f32, i64, f64 };
 
 size_t dtype_size(DType t);
-const char* dtype_name(DType t);  // "float32", "int64"
+const char* dtype_name(DType t);  // "float32", "int64", "float64"
 
 template <class T>
 constexpr DType dtype_of();

@@ -7,7 +7,8 @@
 // Groups run one such product per group on a channel slice of x and of W.
 // matmul's forward is batch-invariant (fixed_gemm.h) and unfold/fold are
 // per-sample gathers in a fixed order, so every forward here is too; the
-// backward passes are matmul's (BLAS) and each other.
+// backward passes are matmul's (the fixed-order GEMM in an exact step,
+// engine/exact_batch.h; BLAS otherwise) and each other.
 #include "engine/autograd.h"
 #include "engine/device_plans.h"
 #include "engine/ops.h"

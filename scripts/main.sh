@@ -6,4 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 bash scripts/build.sh build --buildtype=release
+# Its directory (runs/speech_codec) belongs to this script: run again with no
+# arguments, it replaces the last run (--overwrite); any argument (--resume,
+# --dir) is passed on instead.
+if [ $# -eq 0 ]; then set -- --overwrite; fi
 exec ./build/vqddp train "$@"

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "comm/dist_env.h"
-#include "comm/launcher.h"
+#include "comm/process_launcher.h"
 #include "comm/mpi_communicator.h"
 #include "engine/blas.h"
 #include "engine/error.h"
@@ -34,7 +34,7 @@ void usage() {
   fmt::print(
       "usage: vqddp <command> [options]\n"
       "commands:\n"
-      "  train [CONFIG] [--resume CKPT] [--world N] [--backend B] [--device cpu|cuda|sim] [--steps S] [--dir RUN_DIR]\n"
+      "  train [CONFIG] [--resume CKPT | --overwrite] [--world N] [--backend B] [--device cpu|cuda|sim] [--steps S] [--dir RUN_DIR]\n"
       "        train from a JSON config (without one: the built-in speech codec run, examples/speech_codec.json)\n"
       "  check-ddp CONFIG (--world N | --backend mpi) [--steps S] [--mode run|step] [--rtol R] [--atol A]\n"
       "            [--device cpu|cuda|sim]\n"
@@ -46,7 +46,7 @@ void usage() {
       "  inspect CHECKPOINT\n"
       "        step, config, and per codebook: used and dead codes, perplexity\n"
       "  replay IN OUT [--world W] [--shards LIST]\n"
-      "        recorded batches through one EMA codebook on W thread ranks (format: README.md)\n"
+      "        recorded batches through one EMA codebook on W thread ranks (format: docs/vq.md)\n"
       "  launch --nproc N [--nnodes M --node-rank R --master-addr A --master-port P] [--exit-grace S]\n"
       "         -- PROGRAM ARGS...\n"
       "        start N processes with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT set; stop those still\n"
@@ -134,7 +134,7 @@ void refuse_thread_ranks_under_launcher(const std::string& backend) {
 }
 
 int run_train(int argc, char** argv) {
-  CliArgs args("train", argc, argv, 2, {"resume", "world", "backend", "device", "steps", "dir"});
+  CliArgs args("train", argc, argv, 2, {"resume", "world", "backend", "device", "steps", "dir"}, {"overwrite"});
   VQDDP_CHECK(args.positional().size() <= 1, "train: expected at most one config file, got {}", args.positional().size());
   Config cfg = config_from(args, true);
   // (check-ddp takes --world with any config: it always compares thread ranks.)
@@ -148,6 +148,9 @@ int run_train(int argc, char** argv) {
   Dataset data = load_dataset(cfg.data);
   TrainOptions opt;
   opt.resume = args.get("resume", "");
+  opt.overwrite = args.has("overwrite");
+  VQDDP_CHECK(opt.resume.empty() || !opt.overwrite, "train: --overwrite starts a run afresh, --resume continues one: "
+              "give one of them");
   StopSignalScope stop_on_signal;
   opt.stop_requested = stop_signal_received;
   TrainResult r = train(cfg, data, opt);
@@ -260,6 +263,13 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "vqddp: unknown command '{}'\n", cmd);
     usage();
     return 2;
+  } catch (const Error& e) {
+    // The message speaks for itself; the check's source position only on
+    // request (engine/error.h).
+    const char* pos = std::getenv("VQDDP_ERROR_POSITIONS");
+    bool show = pos && std::string(pos) == "1" && !e.where().empty();
+    fmt::print(stderr, "vqddp: error: {}{}\n", e.what(), show ? fmt::format(" [{}]", e.where()) : "");
+    return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "vqddp: error: {}\n", e.what());
     return 1;

@@ -7,7 +7,8 @@
 
 namespace vqddp {
 
-CliArgs::CliArgs(const std::string& command, int argc, char** argv, int first, const std::set<std::string>& options)
+CliArgs::CliArgs(const std::string& command, int argc, char** argv, int first, const std::set<std::string>& options,
+                 const std::set<std::string>& switches)
     : command_(command) {
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
@@ -16,6 +17,10 @@ CliArgs::CliArgs(const std::string& command, int argc, char** argv, int first, c
       continue;
     }
     std::string name = a.substr(2), value;
+    if (switches.count(name)) {
+      values_[name] = "";
+      continue;
+    }
     if (auto eq = name.find('='); eq != std::string::npos) {
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
@@ -23,8 +28,12 @@ CliArgs::CliArgs(const std::string& command, int argc, char** argv, int first, c
       VQDDP_CHECK(options.count(name) == 0 || i + 1 < argc, "{}: option --{} needs a value", command, name);
       if (options.count(name)) value = argv[++i];
     }
-    VQDDP_CHECK(options.count(name), "{}: unknown option --{} (known: {})", command, name,
-                options.empty() ? std::string("none") : fmt::format("--{}", fmt::join(options, ", --")));
+    if (!options.count(name)) {
+      std::set<std::string> known = options;
+      known.insert(switches.begin(), switches.end());
+      VQDDP_THROW("{}: unknown option --{} (known: {})", command, name,
+                  known.empty() ? std::string("none") : fmt::format("--{}", fmt::join(known, ", --")));
+    }
     values_[name] = value;
   }
 }

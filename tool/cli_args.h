@@ -14,8 +14,9 @@ namespace vqddp {
 class CliArgs {
  public:
   // argv[first..argc) of `command`; `options` are the names (without "--")
-  // that take a value.
-  CliArgs(const std::string& command, int argc, char** argv, int first, const std::set<std::string>& options);
+  // that take a value, `switches` those that take none (has() tells).
+  CliArgs(const std::string& command, int argc, char** argv, int first, const std::set<std::string>& options,
+          const std::set<std::string>& switches = {});
 
   const std::vector<std::string>& positional() const { return positional_; }
   bool has(const std::string& name) const { return values_.count(name) > 0; }

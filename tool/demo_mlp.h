@@ -1,8 +1,10 @@
 // `vqddp demo`: fits a small MLP with the engine alone, printing progress.
 //
-// The smallest end-to-end use of engine/: modules, autograd, AdamW,
-// gradient clipping and the counter-based generator. It stays useful once
-// training lands as a smoke test of a fresh build.
+// The smallest end-to-end use of engine/ alone (no quantizer, no
+// communicator): a 2-hidden-layer MLP fits sin(pi x) cos(pi y) with modules,
+// autograd, AdamW, gradient clipping and the counter-based generator, and
+// prints the BLAS core in use. A smoke test of a fresh build that needs no
+// data files; `vqddp train` is where quantizers are trained.
 #pragma once
 
 namespace vqddp {

@@ -1,6 +1,7 @@
 // `vqddp replay`: runs recorded batches through one EMA codebook in training
 // mode on W thread ranks and writes the resulting state, for debugging and
-// for comparing with other implementations (the file format is in README.md).
+// for comparing with other implementations (the file format is in
+// docs/vq.md, "replay").
 #pragma once
 
 #include <string>

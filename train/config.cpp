@@ -8,13 +8,16 @@
 #include "engine/file_io.h"
 #include "engine/json_strict.h"
 #include "engine/config_reader.h"
-#include "comm/launch.h"
+#include "comm/backends.h"
 #include "train/networks.h"
 #include "engine/count_limits.h"
 
 namespace vqddp {
 
 namespace {
+
+// Far above any real config (a few KiB), far below what could exhaust memory.
+constexpr int64_t kMaxConfigBytes = int64_t{16} << 20;
 
 // Each model.type reads only its own keys, so a key of another type (hidden
 // on conv_codec, strides on mlp) is an unknown key naming the known ones,
@@ -40,7 +43,7 @@ void read_model(ConfigSection s, ModelConfig& m) {
   }
   if (m.type == "conv_vqvae") m.channels = s.integers("channels", {32, 64}, limits::width);
   if (auto [key, why] = model_config_problem(m); !key.empty()) s.fail(key, why);
-  s.finish();
+  s.finish("for type \"" + m.type + "\"");
 }
 
 void read_data(ConfigSection s, DataConfig& d) {
@@ -92,7 +95,7 @@ void read_schedule(ConfigSection s, ScheduleConfig& c) {
 }
 
 void read_distributed(ConfigSection s, DistributedConfig& d) {
-  d.backend = s.choice("backend", d.backend, backend_names());  // comm/launch.h: the ones it can start
+  d.backend = s.choice("backend", d.backend, backend_names());  // comm/backends.h: the ones it can start
   d.world_size = static_cast<int>(s.integer("world_size", d.world_size, limits::world));
   d.timeout_s = s.number("timeout_s", d.timeout_s);
   d.check_collectives = s.boolean("check_collectives", d.check_collectives);
@@ -191,7 +194,7 @@ Config parse_config_text(const std::string& text, const std::string& origin) {
 nlohmann::json load_config_json(const std::string& path) {
   std::string text;
   try {
-    text = read_file(path);
+    text = read_file(path, kMaxConfigBytes, "a config file");
   } catch (const Error& e) {
     VQDDP_THROW("{}: cannot open config file ({})", path, e.what());
   }

@@ -50,14 +50,18 @@ struct Schedule {
 };
 
 // The plan from source sizes and weights (largest-remainder split of an
-// epoch of sum(sizes) examples by weight). Pure: used on rank 0.
+// epoch of sum(sizes) examples by weight). Pure.
 Schedule plan_schedule(const std::vector<int64_t>& source_sizes, const std::vector<double>& weights,
                        const ScheduleConfig& config);
 
-// plan_schedule on rank 0, broadcast to every rank (one collective). Every
-// rank must call.
+// Every rank plans; rank 0's plan is broadcast and used by all (so weights
+// that differ in a last bit between ranks cannot split an epoch
+// differently). First the ranks compare `data_fingerprint`
+// (data/dataset.h) and their example counts: ranks that loaded different
+// data all throw the same error, naming the ranks that differ from rank 0.
+// Every rank must call (two collectives).
 Schedule agree_schedule(const std::vector<int64_t>& source_sizes, const std::vector<double>& weights,
-                        const ScheduleConfig& config, Communicator& comm);
+                        const ScheduleConfig& config, Communicator& comm, uint64_t data_fingerprint);
 
 // The step a run starts at (0, or a resumed checkpoint's), which decides how
 // many steps every rank runs: one all_reduce (every rank calls it, resumed

@@ -11,8 +11,9 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "comm/agree.h"
 #include "comm/batch_reduce.h"
-#include "comm/launch.h"
+#include "comm/backends.h"
 #include "engine/autograd.h"
 #include "engine/device.h"
 #include "engine/exact_batch.h"
@@ -91,7 +92,7 @@ struct StepLog {
 };
 
 // Reads a logged step's numbers: the only place a training step waits for
-// the device (README "Device transfers"). The losses are the global batch's
+// the device (docs/devices.md, "Transfers"). The losses are the global batch's
 // already (an exact step's means are global on every rank): one read each.
 // The code usage comes from the codebooks' own global counts
 // (CodebookMetrics: one read per layer), or, for quantizers without per-layer
@@ -182,8 +183,9 @@ struct Validation {
   std::vector<LayerUsage> usage;
 };
 
-// Eval mode, no grad: no module issues a collective; one reduce_units at
-// the end. The validation set is cut into chunks of kChunk examples fixed by
+// Eval mode, no grad: no module issues a collective; one all_reduce agrees
+// that every rank's chunks went well (comm/agree.h), one reduce_units sums
+// them. The validation set is cut into chunks of kChunk examples fixed by
 // position, each rank taking whole chunks; a chunk's sums (and its log-mel
 // windows, over its frames laid end to end) depend on its examples alone,
 // and the chunks' sums are added in chunk order, so every number is the
@@ -209,23 +211,27 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
   // code histogram of every layer.
   const int64_t width = 5 + codes;
   std::vector<float> packed;
-  for (int64_t c = first; c < first + rank_chunks[comm.rank()]; ++c) {
-    Tensor x = data.validation.slice_rows(c * kChunk, std::min(rows, (c + 1) * kChunk));  // (n, F)
-    ModelOutput out = model.forward(x.to(device), comm);
-    Tensor y = out.reconstruction.to(Device::cpu());  // (n, F)
-    SumCount mel_l1;
-    if (mel && x.numel() >= 256) mel_l1 = log_mel_l1(*mel, reshape(x, {1, x.numel()}), reshape(y, {1, y.numel()}));
-    double signal = 0, error = 0;
-    const float *px = x.data<float>(), *py = y.data<float>();
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      signal += double(px[i]) * px[i];
-      error += (double(px[i]) - py[i]) * (double(px[i]) - py[i]);
+  // A chunk that fails on one rank (a non-finite reconstruction, say)
+  // fails every rank here, not in reduce_units at their timeout.
+  agree_on(comm, true, [&] {
+    for (int64_t c = first; c < first + rank_chunks[comm.rank()]; ++c) {
+      Tensor x = data.validation.slice_rows(c * kChunk, std::min(rows, (c + 1) * kChunk));  // (n, F)
+      ModelOutput out = model.forward(x.to(device), comm);
+      Tensor y = out.reconstruction.to(Device::cpu());  // (n, F)
+      SumCount mel_l1;
+      if (mel && x.numel() >= 256) mel_l1 = log_mel_l1(*mel, reshape(x, {1, x.numel()}), reshape(y, {1, y.numel()}));
+      double signal = 0, error = 0;
+      const float *px = x.data<float>(), *py = y.data<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        signal += double(px[i]) * px[i];
+        error += (double(px[i]) - py[i]) * (double(px[i]) - py[i]);
+      }
+      std::vector<float> row{static_cast<float>(signal), static_cast<float>(error), static_cast<float>(x.numel()),
+                             static_cast<float>(mel_l1.sum), static_cast<float>(mel_l1.count)};
+      append_histograms(out.indices, sizes, row);
+      packed.insert(packed.end(), row.begin(), row.end());
     }
-    std::vector<float> row{static_cast<float>(signal), static_cast<float>(error), static_cast<float>(x.numel()),
-                           static_cast<float>(mel_l1.sum), static_cast<float>(mel_l1.count)};
-    append_histograms(out.indices, sizes, row);
-    packed.insert(packed.end(), row.begin(), row.end());
-  }
+  });
   Tensor mine = from_vector(packed, {rank_chunks[comm.rank()], width});
   Tensor t = empty({width});
   comm.reduce_units(mine, rank_chunks, t);
@@ -270,6 +276,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
   std::filesystem::path dir(cfg.run.dir);
   std::vector<int64_t> sizes;
   for (const Tensor& s : data.sources) sizes.push_back(s.size(0));
+  const uint64_t fingerprint = data_fingerprint(data);  // once, shared by the rank threads
 
   LaunchOptions launch{cfg.distributed.backend, cfg.distributed.world_size,
                        std::chrono::milliseconds(static_cast<int64_t>(cfg.distributed.timeout_s * 1000)),
@@ -285,21 +292,27 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
     const std::vector<Tensor> params = model.parameters();  // listed once: the names are built per call
     std::unique_ptr<Optimizer> optim = make_optimizer(cfg.optimizer, params);
     // Agreed first: its length bounds the step a checkpoint may resume at.
-    Schedule schedule = agree_schedule(sizes, data.weights, cfg.schedule, comm);
+    Schedule schedule = agree_schedule(sizes, data.weights, cfg.schedule, comm, fingerprint);
     // Loaded before DDP's start-up broadcast, which then makes every rank's
     // state rank 0's (a resumed one included).
     int64_t step = opt.resume.empty() ? 0 : load_checkpoint(opt.resume, model, *optim, schedule.total_steps, &cfg.source);
     // The run directory is checked, and the metrics file opened (cut back to
     // the resumed step), before any step is trained; temporaries of a save
     // killed midway go before this run writes its first checkpoint.
+    // Rank 0's alone, but every rank learns how it went (comm/agree.h):
+    // a refused directory stops them all at once, not at their timeout.
+    std::optional<RunDir> run_dir;
     std::optional<MetricsLog> metrics;
-    if (lead && (opt.checkpoints || opt.print)) {
+    agree_on(comm, lead && (opt.checkpoints || opt.print), [&] {
       int64_t bytes = kCheckpointHeaderBytes;
       for (const auto& [name, t] : checkpoint_tensors(model, *optim)) bytes += t.nbytes();
-      prepare_run_dir(dir.string(), bytes);
+      run_dir.emplace(dir.string(), bytes,
+                      !opt.resume.empty() ? RunStart::resume
+                      : opt.overwrite     ? RunStart::overwrite
+                                          : RunStart::fresh);
       if (opt.checkpoints) remove_stale_temporaries((dir / "checkpoint.safetensors").string());
       if (opt.print) metrics.emplace((dir / "metrics.jsonl").string(), opt.resume.empty() ? -1 : step);
-    }
+    });
     step = agree_start_step(step, comm);
     DistributedDataParallel ddp(model, comm);
     ShardedSampler sampler(schedule, sizes, cfg.run.seed, comm.rank(), comm.world_size(), opt.rank_units);
@@ -405,7 +418,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
         }
       }
       if (saves && lead)
-        save_checkpoint((dir / "checkpoint.safetensors").string(), model, *optim, done, cfg.source);
+        save_checkpoint((dir / "checkpoint.safetensors").string(), model, *optim, done, schedule.total_steps, cfg.source);
     }
     // No rank returns (and exits, under a launcher) before rank 0's
     // checkpoint of the stop is on disk: a launcher that saw one process

@@ -49,7 +49,9 @@ Tensor stats_sums(const Tensor& stats, int64_t codebook_size, int64_t dim);
 
 // The error text for ranks' non-finite flags (`world` of them, 1 + flat
 // position or 0, in rows of `cols` columns), or "" when none is set.
-std::string nonfinite_flags_message(const double* flags, int world, int64_t cols);
+// `input` names what the rows are ("the codebook's input").
+std::string nonfinite_flags_message(const double* flags, int world, int64_t cols,
+                                    const std::string& input = "the codebook's input");
 // Reads the flags of all-reduced stats (one counted read on a device) and
 // throws NonFiniteError naming every flagged rank and row.
 void check_nonfinite_flags(const Tensor& stats, const StatsLayout& layout);

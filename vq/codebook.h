@@ -70,8 +70,10 @@ inline uint64_t codebook_seed(uint64_t module_seed, int i) { return module_seed 
 // the step itself, where reading is free.
 class CodebookMetrics {
  public:
+  // A step that does not update (eval, no-grad): every number is 0, the
+  // perplexity included.
   CodebookMetrics() = default;
-  // Host numbers (an empty world, a step that does not update, tests).
+  // Host numbers (an empty world, tests).
   static CodebookMetrics of(double perplexity, int64_t codes_used, int64_t codes_revived, int64_t rows);
   // The metrics of a step in which no rank had rows.
   static CodebookMetrics empty_world() { return of(1.0, 0, 0, 0); }
@@ -81,7 +83,9 @@ class CodebookMetrics {
   // thread that made them (the read is queued on that thread's stream).
   static CodebookMetrics on_device(const Tensor& stats, const StatsLayout& layout);
 
-  double perplexity() const;      // exp(entropy) of the global code counts; 1 for an empty world batch
+  // exp(entropy) of the global code counts (vq/perplexity.h); 1 when the
+  // world batch had no rows (all counts 0), 0 for a step that did not update.
+  double perplexity() const;
   int64_t codes_used() const;     // codes chosen by at least one row of the global batch
   int64_t codes_revived() const;  // dead codes replaced this step
   int64_t rows() const;           // rows in the global batch

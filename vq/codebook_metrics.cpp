@@ -38,7 +38,10 @@ CodebookMetrics CodebookMetrics::on_device(const Tensor& stats, const StatsLayou
 }
 
 const CodebookMetrics::State& CodebookMetrics::host() const {
-  static const State none{.read = true};  // a step that did not update: all zero
+  // A step that did not update (eval, no-grad): all zero, perplexity 0 too.
+  // (An update whose world batch had no rows reads perplexity 1 instead:
+  // vq/perplexity.h on all-zero counts, or empty_world().)
+  static const State none{.read = true};
   if (!state_) return none;
   State& s = *state_;
   if (!s.read) {

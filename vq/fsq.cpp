@@ -4,6 +4,7 @@
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
+#include "vq/finite_rows.h"
 #include "vq/losses.h"
 #include "vq/vq_kernels.h"
 
@@ -65,8 +66,9 @@ Tensor FSQ::round_codes(const Tensor& z) const {
               code_dim(), z.desc());
   // A diverging encoder must stop here: round(NaN) has no index. Checked
   // where the check is free (the host); on a device the NaN reaches the
-  // loss, which the trainer reads when it logs (FSQ has no collective to
-  // carry a flag, and one read per call would make every step wait).
+  // loss, which the trainer reads when it logs (one read per call would
+  // make every step wait). quantize() has checked every rank's input alike
+  // first (vq/finite_rows.h); this catches a direct forward().
   if (z.device().is_cpu())
     if (int64_t at = first_nonfinite(z); at >= 0)
       VQDDP_THROW_NONFINITE("FSQ: row {} has a non-finite value ({} in column {})", at / code_dim(),
@@ -116,6 +118,10 @@ Tensor FSQ::decode(const Tensor& indices) const {
 
 QuantizerOutput FSQ::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
   refuse_mask(mask, "FSQ", comm.rank());
+  // A training step: every rank alike, before this rank's own check.
+  // Inference (eval or no-grad, as the Codebook's) issues no collective:
+  // ranks may hold no rows there, and the local check throws.
+  if (updates_state()) refuse_nonfinite_rows(x, comm, "FSQ's input");
   FSQOutput o = forward(x);
   return without_loss(o.quantized, o.indices, opt_.num_codebooks);
 }

@@ -1,5 +1,8 @@
-// FSQ: finite scalar quantization (Mentzer et al. 2023). No codebook state,
-// no collective in any mode: every rank quantizes on its own.
+// FSQ: finite scalar quantization (Mentzer et al. 2023). No codebook state;
+// forward() has no collective in any mode: every rank quantizes on its own.
+// quantize() first refuses non-finite input on every rank alike, with one
+// all-reduce of W flags when the input is on the host, in a training step
+// (training mode, grad on); inference issues no collective (vq/finite_rows.h).
 //
 // Per dimension j with L_j levels: half_l = (L_j - 1)(1 + 1e-3) / 2,
 // offset = 0.5 for even L_j else 0, shift = atanh(offset / half_l);
@@ -44,7 +47,8 @@ class FSQ : public Quantizer {
   // The forward output for indices (N) or (N, num_codebooks).
   Tensor decode(const Tensor& indices) const override;
   // The contract (vq/quantizer.h): indices (N, num_codebooks), a zero loss,
-  // no metrics. No collective; takes no mask.
+  // no metrics; takes no mask. Every rank must call: for host input it
+  // all-reduces the ranks' non-finite flags (vq/finite_rows.h).
   QuantizerOutput quantize(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor()) override;
   std::vector<int64_t> layer_sizes() const override {
     return std::vector<int64_t>(opt_.num_codebooks, codebook_size_);

@@ -1,7 +1,8 @@
 // The Quantizer contract: the one shape every quantizer has, so a model, the
 // trainer, `replay` and embedding users hold "a quantizer" and never
 // dispatch on its kind (VectorQuantize, ResidualVQ, FSQ, ResidualFSQ, LFQ,
-// ResidualLFQ; vq/quantizer_factory.h makes one from options).
+// ResidualLFQ; make_quantizer in vq/quantizer_options.h makes one from
+// options).
 //
 //   quantize(x (N, dim), comm, mask) -> QuantizerOutput
 //     quantized (N, dim)   straight-through, the input's rows in order

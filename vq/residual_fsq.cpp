@@ -4,6 +4,7 @@
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
+#include "vq/finite_rows.h"
 #include "vq/index_columns.h"
 
 namespace vqddp {
@@ -62,6 +63,9 @@ Tensor ResidualFSQ::decode(const Tensor& indices) const {
 
 QuantizerOutput ResidualFSQ::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
   refuse_mask(mask, "ResidualFSQ", comm.rank());
+  // As FSQ::quantize: alike on every rank in a training step, locally in
+  // inference.
+  if (updates_state()) refuse_nonfinite_rows(x, comm, "ResidualFSQ's input");
   ResidualFSQOutput o = forward(x);
   return without_loss(o.quantized, o.indices, o.active_layers);
 }

@@ -1,8 +1,11 @@
 // ResidualFSQ: Q FSQ layers on successive residuals, layer i working at
 // scale L^-i (per dimension): q_i = FSQ(residual / s_i) * s_i with
 // s_i = L^-i, as VQ_SEMANTICS.md section 2 states. Quantize dropout as in
-// ResidualVQ (vq/quantize_dropout.h). No codebook statistics and no
-// collective in any mode: the dropout index comes from a shared stream.
+// ResidualVQ (vq/quantize_dropout.h). No codebook statistics, and forward()
+// has no collective in any mode: the dropout index comes from a shared
+// stream. quantize() first refuses non-finite input on every rank alike,
+// with one all-reduce of W flags when the input is on the host, in a
+// training step; inference issues no collective (vq/finite_rows.h).
 #pragma once
 
 #include <memory>
@@ -36,6 +39,8 @@ class ResidualFSQ : public Quantizer {
   ResidualFSQOutput forward(const Tensor& x);
   Tensor decode(const Tensor& indices) const override;
   // The contract (vq/quantizer.h): a zero loss, no metrics, takes no mask.
+  // In a training step every rank must call: for host input it
+  // all-reduces the ranks' non-finite flags (vq/finite_rows.h).
   QuantizerOutput quantize(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor()) override;
   std::vector<int64_t> layer_sizes() const override {
     return std::vector<int64_t>(opt_.num_quantizers, fsq_->codebook_size());

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "comm/agree.h"
 #include "comm/thread_group.h"
 #include "engine/ops.h"
 
@@ -178,4 +179,24 @@ TEST_CASE("a rank that stalls after a completed collective: the others time out 
   });
   CHECK(o.type[0] == "timeout");
   CHECK(o.what[0].find("barrier #1 (arrival): ranks 1 did not arrive") != std::string::npos);
+}
+
+TEST_CASE("agree_outcome: a rank-local failure makes every rank throw the same error, naming the lowest failing rank") {
+  Outcome o = run_and_record(4, [](Communicator& comm) {
+    std::string failure = comm.rank() == 1 ? "run directory /x: cannot write in it"
+                          : comm.rank() == 3 ? "another reason"
+                                             : "";
+    agree_outcome(comm, failure);
+  });
+  for (int r = 0; r < 4; ++r) {
+    CHECK(o.type[r] == "other");  // not aborted, not timed out: each rank throws it itself
+    CHECK(o.what[r] == "rank 1: run directory /x: cannot write in it (and 1 other rank)");
+  }
+  // All fine: nobody throws, and agree_on passes an Error's message on.
+  o = run_and_record(3, [](Communicator& comm) { agree_outcome(comm, ""); });
+  for (int r = 0; r < 3; ++r) CHECK(o.what[r].empty());
+  o = run_and_record(3, [](Communicator& comm) {
+    agree_on(comm, comm.rank() == 0, [] { throw Error("refused"); });
+  });
+  for (int r = 0; r < 3; ++r) CHECK(o.what[r] == "rank 0: refused");
 }

@@ -97,7 +97,7 @@ TEST_CASE("FSQ trains on the GPU like on the CPU (its rounding and indices run o
 // the thread backend's world of one on the same GPU: every collective is an
 // identity on both, so the runs must agree bit for bit. With W > 1 NCCL
 // sums in its own (ring/tree) order; tests/cuda/nccl_peer.cpp and the note
-// in README.md say how that is checked on a machine with several GPUs.
+// in docs/backends.md say how that is checked on a machine with several GPUs.
 TEST_CASE("train --backend nccl (world of one) equals the thread backend on the same GPU, bit for bit" *
           doctest::skip(!nccl_built())) {
   Dataset data = synthetic_data();

@@ -6,14 +6,18 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 
+#include "data/idx.h"
+#include "data/wav.h"
 #include "engine/error.h"
 #include "engine/file_io.h"
 #include "engine/json_strict.h"
@@ -135,6 +139,51 @@ TEST_CASE("a key given twice in one JSON object is an error naming the key and i
   CHECK_THROWS_WITH_AS(parse_json_strict("{\"a\": ", "t.json"), doctest::Contains("t.json: not valid JSON"), Error);
 }
 
+TEST_CASE("what is not a regular file is refused by every reader at once, naming it; sizes and nesting are bounded") {
+  TempDir dir;
+  // A FIFO with no writer: a blocking open would wait for ever.
+  const std::string fifo = dir.file("pipe");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string& path : {fifo, std::string("/dev/zero"), dir.path().string()}) {
+    CAPTURE(path);
+    const std::string named = path + ": is ";
+    CHECK_THROWS_WITH_AS(read_file(path), doctest::Contains(named.c_str()), Error);
+    CHECK_THROWS_WITH_AS(load_config_json(path), doctest::Contains(named.c_str()), Error);
+    CHECK_THROWS_WITH_AS(safetensors_load(path), doctest::Contains(named.c_str()), Error);
+    CHECK_THROWS_WITH_AS(read_idx(path), doctest::Contains(named.c_str()), Error);
+    CHECK_THROWS_WITH_AS(read_wav(path), doctest::Contains(named.c_str()), Error);
+  }
+  CHECK_THROWS_WITH_AS(read_file(fifo), doctest::Contains("is a FIFO (named pipe), not a regular file"), Error);
+  CHECK_THROWS_WITH_AS(read_file("/dev/zero"), doctest::Contains("is a character device, not a regular file"), Error);
+
+  // A config bigger than its cap is refused before it is read.
+  const std::string big = dir.file("big.json");
+  std::ofstream(big).put('{');
+  std::filesystem::resize_file(big, (int64_t{16} << 20) + 1);
+  CHECK_THROWS_WITH_AS(load_config_json(big),
+                       doctest::Contains((big + ": 16777217 bytes, more than the 16777216 bytes a config file may have").c_str()),
+                       Error);
+  CHECK_THROWS_WITH_AS(read_file(big, 100, "a test file"),
+                       doctest::Contains("more than the 100 bytes a test file may have"), Error);
+
+  // 200,000 nested brackets: an error naming the file and the line, not a
+  // stack overflow. The limit itself is allowed.
+  const std::string deep = "{\"a\":\n" + std::string(200000, '[') + std::string(200000, ']') + "}";
+  CHECK_THROWS_WITH_AS(parse_json_strict(deep, "deep.json"),
+                       doctest::Contains("deep.json: line 2: nesting deeper than 64 objects and arrays"), Error);
+  const std::string ok = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  CHECK(parse_json_strict(ok, "ok.json").is_array());
+  CHECK_THROWS_AS(parse_json_strict("[" + ok + "]", "ok.json"), Error);
+  // The same in a safetensors header (inspect, resume, replay read one).
+  const std::string header = "{\"x\":" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  std::string file(8, '\0');
+  const uint64_t n = header.size();
+  std::memcpy(file.data(), &n, 8);
+  write_file_atomic(dir.file("deep.safetensors"), file + header);
+  CHECK_THROWS_WITH_AS(safetensors_load(dir.file("deep.safetensors")),
+                       doctest::Contains("deep.safetensors: header: line 1: nesting deeper than 64"), Error);
+}
+
 TEST_CASE("command-line counts are 64-bit and range-checked: --world 4294967298 and --steps 0 are refused") {
   CHECK(train_args({"--world", "3"}).get_int("world", 1, limits::world) == 3);
   CHECK_THROWS_WITH_AS(train_args({"--world", "4294967298"}).get_int("world", 1, limits::world),
@@ -153,27 +202,73 @@ TEST_CASE("command-line counts are 64-bit and range-checked: --world 4294967298 
 TEST_CASE("a run directory that cannot take the run is refused at start, naming it") {
   TempDir dir;
   std::ofstream(dir.file("plain")) << "x";
-  CHECK_THROWS_WITH_AS(prepare_run_dir(dir.file("plain") + "/run", 1),
+  CHECK_THROWS_WITH_AS(RunDir(dir.file("plain") + "/run", 1, RunStart::fresh),
                        doctest::Contains(fmt::format("run directory {}/run: cannot create it:", dir.file("plain")).c_str()),
                        Error);
-  CHECK_THROWS_WITH_AS(prepare_run_dir(dir.file("plain"), 1), doctest::Contains("exists and is not a directory"), Error);
-  CHECK_THROWS_WITH_AS(prepare_run_dir(dir.file("run"), int64_t{1} << 62),
+  CHECK_THROWS_WITH_AS(RunDir(dir.file("plain"), 1, RunStart::fresh), doctest::Contains("exists and is not a directory"), Error);
+  CHECK_THROWS_WITH_AS(RunDir(dir.file("run"), int64_t{1} << 62, RunStart::fresh),
                        doctest::Contains("free, a checkpoint of this run needs 4398046511104.0 MiB"), Error);
   if (::geteuid() != 0) {  // root writes into a directory without write permission
     std::filesystem::create_directories(dir.file("ro"));
     std::filesystem::permissions(dir.file("ro"), std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
-    CHECK_THROWS_WITH_AS(prepare_run_dir(dir.file("ro"), 1), doctest::Contains("cannot write in it: Permission denied"),
+    CHECK_THROWS_WITH_AS(RunDir(dir.file("ro"), 1, RunStart::fresh), doctest::Contains("cannot write in it: Permission denied"),
                          Error);
     std::filesystem::permissions(dir.file("ro"), std::filesystem::perms::owner_all);
   }
-  prepare_run_dir(dir.file("run"), 1);
-  CHECK(std::filesystem::is_empty(dir.file("run")));  // the probe file is gone
+  { RunDir ok(dir.file("run"), 1, RunStart::fresh); }
+  // Only the lock file, which doubles as the write probe.
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.file("run")), {}) == 1);
+  CHECK(std::filesystem::exists(dir.file("run/.lock")));
   // A training run checks before its first step: nothing trained, nothing written.
   Config cfg = small_config(dir.file("plain") + "/run");
   int steps = 0;
   TrainOptions o = quiet();
   o.after_step = [&](int64_t, int, const CodecModel&, Optimizer&) { ++steps; };
   CHECK_THROWS_WITH_AS(train(cfg, synthetic_data(), o), doctest::Contains("cannot create it"), Error);
+  CHECK(steps == 0);
+}
+
+TEST_CASE("a fresh run into a directory holding a run is refused on every rank, naming the ways on; the old run "
+          "is kept, --overwrite replaces it") {
+  TempDir dir;
+  Config cfg = small_config(dir.file("run"));
+  cfg.schedule.steps = 2;
+  TrainOptions o = quiet();
+  o.print = true;  // metrics.jsonl too
+  train(cfg, synthetic_data(), o);
+  std::string ckpt = read_file(dir.file("run/checkpoint.safetensors")), metrics = read_file(dir.file("run/metrics.jsonl"));
+  int steps = 0;  // rank 0's
+  o.after_step = [&](int64_t, int rank, const CodecModel&, Optimizer&) { steps += rank == 0; };
+  // Every rank throws rank 0's finding (comm/agree.h), not a timeout or an
+  // abort of the others: the message carries "rank 0: " from the agreement.
+  std::string expected = fmt::format("rank 0: run directory {} already holds a run (checkpoint.safetensors, "
+                                     "metrics.jsonl); continue it with --resume {}/checkpoint.safetensors, start this "
+                                     "run in another directory with --dir, or replace the old run with --overwrite",
+                                     dir.file("run"), dir.file("run"));
+  CHECK_THROWS_WITH_AS(train(cfg, synthetic_data(), o), doctest::Contains(expected.c_str()), Error);
+  CHECK(steps == 0);
+  CHECK(read_file(dir.file("run/checkpoint.safetensors")) == ckpt);  // nothing lost or mixed
+  CHECK(read_file(dir.file("run/metrics.jsonl")) == metrics);
+  o.overwrite = true;
+  train(cfg, synthetic_data(), o);
+  CHECK(steps == 2);
+  auto lines = [](const std::string& text) { return std::count(text.begin(), text.end(), '\n'); };
+  CHECK(lines(read_file(dir.file("run/metrics.jsonl"))) == lines(metrics));  // replaced, not appended to
+}
+
+TEST_CASE("a second run started into a directory while one runs there is refused by its lock, never interleaved") {
+  TempDir dir;
+  RunDir first(dir.file("run"), 1, RunStart::fresh);
+  CHECK_THROWS_WITH_AS(RunDir(dir.file("run"), 1, RunStart::resume),
+                       doctest::Contains(fmt::format("run directory {}: another run is writing to it (process {})",
+                                                     dir.file("run"), ::getpid()).c_str()),
+                       Error);
+  // A whole training run refuses too, before its first step.
+  Config cfg = small_config(dir.file("run"));
+  int steps = 0;
+  TrainOptions o = quiet();
+  o.after_step = [&](int64_t, int, const CodecModel&, Optimizer&) { ++steps; };
+  CHECK_THROWS_WITH_AS(train(cfg, synthetic_data(), o), doctest::Contains("another run is writing to it"), Error);
   CHECK(steps == 0);
 }
 
@@ -188,7 +283,7 @@ TEST_CASE("a resume cuts metrics.jsonl back to the checkpoint's step, dropping c
   CHECK(read_file(path) == "{\"step\":3,\"loss\":1}\n{\"step\":4,\"validation_mse\":1}\n{\"step\":5}\n");
   std::string kept = read_file(path);
   {
-    MetricsLog log(path, -1);  // a fresh run appends
+    MetricsLog log(path, -1);  // no resume: appends (the run directory has refused a fresh run over an old one)
     log.write({{"step", 1}});
   }
   CHECK(read_file(path) == kept + "{\"step\":1}\n");

@@ -94,9 +94,11 @@ TEST_CASE("conv_codec and conv_vqvae: the validation error falls over a short 3-
     Config cfg = conv_config(type, tmp(type));
     Dataset data = type == "conv_codec" ? tones(256, 240, 24, 1) : squares(240, 24, 2);
     cfg.schedule.steps = 1;
-    TrainResult first = train(cfg, data, quiet());
+    TrainOptions opt = quiet();
+    opt.overwrite = true;  // two runs into one directory, kept between test runs
+    TrainResult first = train(cfg, data, opt);
     cfg.schedule.steps = type == "conv_codec" ? 60 : 200;
-    TrainResult last = train(cfg, data, quiet());
+    TrainResult last = train(cfg, data, opt);
     CHECK(last.validation_mse < 0.5 * first.validation_mse);
     CHECK(last.validation_snr_db > first.validation_snr_db + 3);
     if (type == "conv_codec") {

@@ -1,6 +1,6 @@
 // A full trainer step on the simulated device: no device->host read and no
 // wait on steps that do not log, validate or checkpoint; exactly the
-// documented reads on a step that logs (README "Devices and transfers"):
+// documented reads on a step that logs (docs/devices.md):
 // the health flag, the loss sums and one per layer that ran; uploads only
 // of the batch and of the revival's draw lists (never of constants); and
 // the CPU's bits. A read added anywhere in the step fails here.

@@ -58,6 +58,7 @@ RunState final_state(const Config& cfg, const Dataset& data, int world, std::vec
   c.distributed.world_size = world;
   c.run.dir += fmt::format("/w{}-{}", world, fmt::join(rank_units, "-"));
   opt.print = logged;
+  opt.overwrite = true;  // the same W and split runs once per case
   opt.validate = logged;
   opt.checkpoints = false;
   opt.rank_units = std::move(rank_units);

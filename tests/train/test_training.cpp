@@ -45,11 +45,38 @@ TEST_CASE("invariant 7: the schedule is identical on every rank when sampler wei
   std::vector<Schedule> seen(4);
   run_ranks(4, [&](Communicator& comm) {
     double drift = comm.rank() % 2 ? std::nextafter(1.0, 2.0) : std::nextafter(1.0, 0.0);
-    seen[comm.rank()] = agree_schedule(sizes, {1.0, drift}, c, comm);
+    seen[comm.rank()] = agree_schedule(sizes, {1.0, drift}, c, comm, 42);
   }, vqddp::test::kFast);
   for (int r = 1; r < 4; ++r) CHECK(seen[r] == seen[0]);
   CHECK(seen[0].total_steps == 3 * (201 / 20));
   CHECK(seen[0].per_source[0] + seen[0].per_source[1] == 201);
+}
+
+TEST_CASE("invariant 7: ranks that loaded different data with the same total all stop with one error naming them") {
+  // The data fingerprint tells apart what the example counts cannot: the
+  // same 105 examples split 70 + 35 or 35 + 70, or one value changed.
+  Dataset a = vqddp::test::synthetic_data(), swapped = a, changed = a;
+  std::swap(swapped.sources[0], swapped.sources[1]);
+  changed.sources[1] = changed.sources[1].to(Device::cpu()).clone();
+  changed.sources[1].data<float>()[17] += 1.0f;
+  CHECK(data_fingerprint(a) == data_fingerprint(vqddp::test::synthetic_data()));
+  CHECK(data_fingerprint(a) != data_fingerprint(swapped));
+  CHECK(data_fingerprint(a) != data_fingerprint(changed));
+  ScheduleConfig c;
+  c.batch_size = 20;
+  std::vector<std::string> seen(3);
+  run_ranks(3, [&](Communicator& comm) {
+    const Dataset& mine = comm.rank() == 2 ? swapped : a;
+    std::vector<int64_t> sizes{mine.sources[0].size(0), mine.sources[1].size(0)};
+    try {
+      agree_schedule(sizes, {1.0, 1.0}, c, comm, data_fingerprint(mine));
+    } catch (const Error& e) {
+      seen[comm.rank()] = e.what();
+    }
+  }, vqddp::test::kFast);
+  for (int r = 0; r < 3; ++r)
+    CHECK(seen[r].find("the ranks loaded different data: rank 0 has 105 examples in 2 sources, and these ranks differ "
+                       "from it: rank 2 (105 examples in 2 sources)") != std::string::npos);
 }
 
 TEST_CASE("invariant 7: a rank that runs one step more gets a clear error, not a hang") {
@@ -185,6 +212,36 @@ TEST_CASE("bit-exact resume with a cosine learning rate: the resumed steps use t
   vqddp::test::check_bit_exact_resume(cfg, synthetic_data(), a.path().string(), b.path().string(), 8);
 }
 
+TEST_CASE("resuming a cosine schedule with another length is refused; a constant one may run longer") {
+  // The length is not in the config file (--steps sets it), so the
+  // checkpoint keeps it.
+  Dataset data = synthetic_data();
+  for (const char* schedule : {"cosine", "constant"}) {
+    CAPTURE(schedule);
+    TempDir dir;
+    nlohmann::json j = small_config(dir.path().string()).source;
+    j["optimizer"]["lr_schedule"] = schedule;
+    Config cfg = parse_config(j, "run");
+    cfg.schedule.steps = 4;
+    TrainOptions first = quiet();
+    first.stop_at_step = 2;
+    train(cfg, data, first);
+    Config longer = cfg;
+    longer.schedule.steps = 6;
+    TrainOptions resume = quiet();
+    resume.resume = dir.file("checkpoint.safetensors");
+    if (std::string(schedule) == "cosine") {
+      CHECK_THROWS_WITH_AS(train(longer, data, resume),
+                           doctest::Contains((resume.resume + ": the checkpoint's run is 4 steps long, this one 6: under "
+                                              "lr_schedule \"cosine\"").c_str()),
+                           Error);
+      CHECK(train(cfg, data, resume).steps == 4);  // its own length resumes
+    } else {
+      CHECK(train(longer, data, resume).steps == 6);
+    }
+  }
+}
+
 TEST_CASE("a checkpoint that does not match the model names the first mismatching tensor") {
   TempDir dir;
   Dataset data = synthetic_data();
@@ -224,7 +281,7 @@ TEST_CASE("atomic checkpoint: a write that fails midway leaves the previous chec
   Generator g(0, 0);
   Linear model(64, 64, g);
   AdamW optim(model.parameters(), {});
-  save_checkpoint(path, model, optim, 1, {{"k", 1}});
+  save_checkpoint(path, model, optim, 1, 1, {{"k", 1}});
   std::string before = read_file(path);
   // Limit file size so write() fails with EFBIG halfway through the new file.
   signal(SIGXFSZ, SIG_IGN);
@@ -236,7 +293,7 @@ TEST_CASE("atomic checkpoint: a write that fails midway leaves the previous chec
   model.weight.fill_(5);
   bool failed = false;
   try {
-    save_checkpoint(path, model, optim, 2, {{"k", 2}});
+    save_checkpoint(path, model, optim, 2, 2, {{"k", 2}});
   } catch (const Error& e) {
     failed = std::string(e.what()).find("write failed") != std::string::npos;
   }
@@ -320,7 +377,7 @@ TEST_CASE("config errors name the key path and the expected type") {
   nlohmann::json base = {{"data", {{"sources", {{{"path", "x"}}}}}}};
   nlohmann::json j = base;
   j["quantizer"] = {{"decy", 0.9}};
-  fails(j, "run.json: unknown key 'quantizer.decy' (known here:");
+  fails(j, "run.json: unknown key 'quantizer.decy' for type \"residual_vq\" (known here:");
   j = base;
   j["optimizer"] = {{"lr", "fast"}};
   fails(j, "run.json: 'optimizer.lr' must be a number, got string \"fast\"");

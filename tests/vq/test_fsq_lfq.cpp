@@ -7,6 +7,7 @@
 #include "tests/vq/harness.h"
 #include "vq/fsq.h"
 #include "vq/lfq.h"
+#include "vq/residual_fsq.h"
 
 using namespace vqddp;
 using namespace vqddp::test;
@@ -57,6 +58,33 @@ TEST_CASE("FSQ refuses non-finite input instead of inventing an index") {
   Tensor x = zeros({3, 4});
   x.data<float>()[2 * 4 + 1] = std::nanf("");
   CHECK_THROWS_WITH_AS(fsq.forward(x), doctest::Contains("FSQ: row 2 has a non-finite value (nan in column 1)"), Error);
+}
+
+TEST_CASE("FSQ and ResidualFSQ: a non-finite row on one rank stops every rank alike, naming rank, row and column") {
+  for (bool residual : {false, true}) {
+    CAPTURE(residual);
+    std::vector<std::string> seen(3);
+    run_ranks(3, [&](Communicator& comm) {
+      Generator init(0, 0);
+      Tensor x = zeros({4, 4});
+      if (comm.rank() == 1) x.data<float>()[2 * 4 + 1] = std::nanf("");
+      try {
+        if (residual) {
+          ResidualFSQ q({{8, 5, 5, 5}, 2}, init);
+          q.quantize(x, comm, Tensor());
+        } else {
+          FSQ q({{8, 5, 5, 5}}, init);
+          q.quantize(x, comm, Tensor());
+        }
+      } catch (const NonFiniteError& e) {
+        seen[comm.rank()] = e.what();  // caught: no rank aborts the others
+      }
+    }, kFast);
+    std::string name = residual ? "ResidualFSQ" : "FSQ";
+    for (int r = 0; r < 3; ++r)
+      CHECK(seen[r].find("rank 1: row 2 of " + name + "'s input has a non-finite value (in column 1)") !=
+            std::string::npos);
+  }
 }
 
 TEST_CASE("FSQ with projections and several codebooks; decode equals the output") {
