@@ -3,7 +3,10 @@
 #include "comm/rank_order.h"
 #include "engine/ops.h"
 
+#include <algorithm>
 #include <numeric>
+
+#include <fmt/format.h>
 
 namespace vqddp {
 
@@ -75,8 +78,45 @@ void Communicator::check_reduce_units(const Tensor& in, const std::vector<int64_
               static_cast<int>(counts.size()) > rank() ? counts[rank()] : -1);
 }
 
+// The collectives: checks, the fingerprint (the only place a call's is
+// built), the backend's transport, the count.
+
+void Communicator::all_reduce(Tensor& t, ReduceOp op) {
+  check_all_reduce(t, op);
+  do_all_reduce(t, op, Fingerprint(fmt::format("all_reduce({})", reduce_op_name(op)), t.dtype(), t.numel()));
+  count(t.nbytes());
+}
+
+void Communicator::broadcast(Tensor& t, int root) {
+  check_broadcast(t, root);
+  do_broadcast(t, root, Fingerprint("broadcast", t.dtype(), t.numel(), root));
+  count(t.nbytes());
+}
+
+void Communicator::all_gather(const Tensor& in, Tensor& out) {
+  check_all_gather(in, out);
+  do_all_gather(in, out, Fingerprint("all_gather", in.dtype(), in.numel()));
+  count(out.nbytes());
+}
+
+void Communicator::all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) {
+  check_all_gather_rows(in, counts, out);
+  do_all_gather_rows(in, counts, out, Fingerprint("all_gather_rows", in.dtype(), row_numel(in), -1, counts));
+  count(out.nbytes());
+}
+
+void Communicator::barrier() {
+  do_barrier(Fingerprint("barrier", DType::f32, 0));
+  count(0);
+}
+
 void Communicator::reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) {
   check_reduce_units(in, counts, out);
+  do_reduce_units(in, counts, out, Fingerprint("reduce_units", in.dtype(), in.size(1), -1, counts));
+}
+
+void Communicator::do_reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out,
+                                   const Fingerprint&) {
   Tensor rows = vqddp::all_gather_rows(*this, in, counts);  // (units, n), global unit order
   if (rows.device().is_cpu()) {
     const int64_t n = in.size(1);
@@ -86,6 +126,22 @@ void Communicator::reduce_units(const Tensor& in, const std::vector<int64_t>& co
     // The engine's sum along dimension 0: one ascending double sum per column.
     out.copy_(rows.size(0) == 0 ? zeros({in.size(1)}, DType::f32, in.device()) : sum(rows, 0));
   }
+}
+
+std::string Communicator::fingerprint_mismatch(const Fingerprint& mine, uint64_t seq,
+                                               std::span<const int64_t> all_words) const {
+  VQDDP_CHECK(all_words.size() == static_cast<size_t>(world_size()) * kFingerprintWords,
+              "rank {}: {} fingerprint words gathered for a world of {}", rank(), all_words.size(), world_size());
+  const FingerprintWords words = encode_fingerprint(mine, seq);
+  std::vector<std::string> each;
+  bool same = true;
+  for (int r = 0; r < world_size(); ++r) {
+    FingerprintWords w;
+    std::copy_n(all_words.begin() + static_cast<size_t>(r) * kFingerprintWords, kFingerprintWords, w.begin());
+    same &= w == words;
+    each.push_back(describe_fingerprint(w));
+  }
+  return same ? std::string() : desync_message(seq, each);
 }
 
 Tensor all_gather_rows(Communicator& comm, const Tensor& in, const std::vector<int64_t>& counts) {

@@ -8,10 +8,12 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "comm/errors.h"
+#include "comm/fingerprint.h"
 #include "engine/tensor.h"
 
 namespace vqddp {
@@ -22,7 +24,8 @@ const char* reduce_op_name(ReduceOp op);
 // Per-communicator statistics, so tests can assert that a path issues no
 // collective and logs can report traffic. `bytes` counts the payload each
 // call touches on this rank: the tensor for all_reduce and broadcast, the
-// gathered output for all_gather; a barrier moves 0 bytes.
+// gathered output for all_gather and all_gather_rows; a barrier moves 0
+// bytes; reduce_units counts what its transport moves (do_reduce_units).
 struct CommCounters {
   uint64_t collectives = 0;
   uint64_t bytes = 0;
@@ -41,28 +44,35 @@ class Communicator {
   // "nccl" (which stages host tensors through that GPU).
   virtual Device device() const { return Device::cpu(); }
 
+  // The collectives. They are not virtual: each runs the argument checks
+  // every backend shares, builds the call's fingerprint (comm/fingerprint.h)
+  // once, hands both to the backend's transport (do_* below) and counts the
+  // call (reduce_units leaves its count to the transport), so the backends
+  // agree on what a call is by construction and implement only how its
+  // data moves.
+
   // Every rank must call. In place: `t` holds the reduction of all ranks'
   // `t` afterwards, bitwise identical on every rank. float32, float64 and
   // int64; avg (sum / W) is for float tensors only.
-  virtual void all_reduce(Tensor& t, ReduceOp op) = 0;
+  void all_reduce(Tensor& t, ReduceOp op);
 
   // Every rank must call, with the same root and shape. In place: `t` holds
   // root's values afterwards.
-  virtual void broadcast(Tensor& t, int root) = 0;
+  void broadcast(Tensor& t, int root);
 
   // Every rank must call, with inputs of equal shape [n, ...]. Writes into
   // `out` [W * n, ...], which the caller allocates: rank r's rows at
   // [r * n, (r + 1) * n).
-  virtual void all_gather(const Tensor& in, Tensor& out) = 0;
+  void all_gather(const Tensor& in, Tensor& out);
 
   // Every rank must call, with the same `counts` (rows per rank, length W;
   // typically from an all_gather of the row counts). Rank r passes
   // in [counts[r], ...]; ranks with 0 rows take part. Writes into `out`
   // [sum(counts), ...], ranks' rows concatenated in rank order.
-  virtual void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) = 0;
+  void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out);
 
   // Every rank must call. Returns once all ranks have arrived.
-  virtual void barrier() = 0;
+  void barrier();
 
   // The sum of exact data parallelism (engine/exact_batch.h). Every rank
   // must call, with the same `counts` (units per rank, length W). Rank r
@@ -70,13 +80,38 @@ class Communicator {
   // the sum of all units' rows taken in global unit order (rank 0's units
   // first), accumulated in double and rounded to float32 once: the same bits
   // on every rank and for any split of the same rows over any number of
-  // ranks. This default gathers every row to every rank (all_gather_rows)
-  // and adds them there; the thread backend reads the rows in place.
-  virtual void reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out);
+  // ranks. The default transport (do_reduce_units) gathers every row to
+  // every rank (all_gather_rows) and adds them there; the thread backend
+  // reads the rows in place.
+  void reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out);
 
   const CommCounters& counters() const { return counters_; }
 
  protected:
+  // The backends' transport, called by the collective of the same name once
+  // its arguments passed the checks, with the call's fingerprint `fp`. A
+  // backend keeps its per-call machinery here (sequence numbers, deadlines,
+  // staging through the host or its GPU: a staged call runs the same do_*
+  // again on the copies, with the same `fp`) and uses `fp` as it needs: the
+  // thread backend compares every rank's in each rendezvous, MPI and NCCL
+  // only with their collective check on (fingerprint_mismatch), and all
+  // three name the call by it in timeout and failure messages. The
+  // collective counts the call once do_* returns (count()), so do_* must
+  // not, except do_reduce_units (see there).
+  virtual void do_all_reduce(Tensor& t, ReduceOp op, const Fingerprint& fp) = 0;
+  virtual void do_broadcast(Tensor& t, int root, const Fingerprint& fp) = 0;
+  virtual void do_all_gather(const Tensor& in, Tensor& out, const Fingerprint& fp) = 0;
+  virtual void do_all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out,
+                                  const Fingerprint& fp) = 0;
+  virtual void do_barrier(const Fingerprint& fp) = 0;
+  // The default gathers the rows with all_gather_rows (a collective of its
+  // own, with its own fingerprint and count; `fp` is unused) and adds them
+  // on every rank. Unlike the other do_*, this one counts itself: the
+  // default's traffic is its all_gather_rows, a backend's own transport
+  // counts what it moves (the thread backend: the partials it reads).
+  virtual void do_reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out,
+                               const Fingerprint& fp);
+
   void count(uint64_t bytes) {
     ++counters_.collectives;
     counters_.bytes += bytes;
@@ -89,6 +124,16 @@ class Communicator {
   void check_all_gather(const Tensor& in, const Tensor& out) const;
   void check_all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, const Tensor& out) const;
   void check_reduce_units(const Tensor& in, const std::vector<int64_t>& counts, const Tensor& out) const;
+
+  // The comparison half of the collective check of backends whose ranks
+  // live in different processes (MPI, NCCL): they gather every rank's
+  // encode_fingerprint(fp, seq) words in rank order (`all_words`,
+  // W * kFingerprintWords, by their own transport), and this compares each
+  // rank's with `mine`'s. Returns "" when all agree, else the desync
+  // message naming every rank's call (desync_message), which the backend
+  // raises as a DesyncError prefixed with its name and rank. Every rank
+  // gathered the same words, so every rank finds the same answer.
+  std::string fingerprint_mismatch(const Fingerprint& mine, uint64_t seq, std::span<const int64_t> all_words) const;
 
  private:
   CommCounters counters_;

@@ -168,10 +168,13 @@ class MpiCommunicator final : public Communicator {
   int world_size() const override { return world_; }
   std::string backend() const override { return "mpi"; }
 
-  void all_reduce(Tensor& t, ReduceOp op) override {
-    check_all_reduce(t, op);
-    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { all_reduce(h, op); })) return;
-    run(Fingerprint(fmt::format("all_reduce({})", reduce_op_name(op)), t.dtype(), t.numel()), [&](Call& c) {
+ protected:
+  // Device tensors are staged through the host; each call's `fp` names it
+  // in messages and is compared across ranks when check_fingerprints is on
+  // (run).
+  void do_all_reduce(Tensor& t, ReduceOp op, const Fingerprint& fp) override {
+    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { do_all_reduce(h, op, fp); })) return;
+    run(fp, [&](Call& c) {
       switch (t.dtype()) {
         case DType::f32: return reduce<float>(t, op, c);
         case DType::f64: return reduce<double>(t, op, c);
@@ -179,25 +182,21 @@ class MpiCommunicator final : public Communicator {
       }
     });
     t.bump_version();
-    count(t.nbytes());
   }
 
-  void broadcast(Tensor& t, int root) override {
-    check_broadcast(t, root);
-    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { broadcast(h, root); })) return;
-    run(Fingerprint("broadcast", t.dtype(), t.numel(), root), [&](Call& c) {
+  void do_broadcast(Tensor& t, int root, const Fingerprint& fp) override {
+    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { do_broadcast(h, root, fp); })) return;
+    run(fp, [&](Call& c) {
       c.keep(t);
       c.issue(MPI_Ibcast(t.raw_data(), mpi_count(t.numel(), c.what), mpi_type(t.dtype()), root, comm_, &c.req));
       c.wait();
     });
     if (rank_ != root) t.bump_version();
-    count(t.nbytes());
   }
 
-  void all_gather(const Tensor& in, Tensor& out) override {
-    check_all_gather(in, out);
-    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { all_gather(i, h); })) return;
-    run(Fingerprint("all_gather", in.dtype(), in.numel()), [&](Call& c) {
+  void do_all_gather(const Tensor& in, Tensor& out, const Fingerprint& fp) override {
+    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_all_gather(i, h, fp); })) return;
+    run(fp, [&](Call& c) {
       c.keep(out);
       int n = mpi_count(in.numel(), c.what);
       mpi_count(out.numel(), c.what);
@@ -206,14 +205,13 @@ class MpiCommunicator final : public Communicator {
       c.wait();
     });
     out.bump_version();
-    count(out.nbytes());
   }
 
-  void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) override {
-    check_all_gather_rows(in, counts, out);
-    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { all_gather_rows(i, counts, h); })) return;
+  void do_all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out,
+                          const Fingerprint& fp) override {
+    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_all_gather_rows(i, counts, h, fp); })) return;
     int64_t row = row_numel(in);
-    run(Fingerprint("all_gather_rows", in.dtype(), row, -1, counts), [&](Call& c) {
+    run(fp, [&](Call& c) {
       c.keep(out);
       mpi_count(out.numel(), c.what);  // every offset below fits too
       int* elems = c.array(world_);
@@ -231,15 +229,13 @@ class MpiCommunicator final : public Communicator {
       c.wait();
     });
     out.bump_version();
-    count(out.nbytes());
   }
 
-  void barrier() override {
-    run(Fingerprint("barrier", DType::f32, 0), [&](Call& c) {
+  void do_barrier(const Fingerprint& fp) override {
+    run(fp, [&](Call& c) {
       c.issue(MPI_Ibarrier(comm_, &c.req));
       c.wait();
     });
-    count(0);
   }
 
  private:
@@ -347,7 +343,8 @@ class MpiCommunicator final : public Communicator {
   }
 
   // The ranks' fingerprints of call #seq, gathered (as an uncounted
-  // collective under the call's deadline) and compared on every rank.
+  // collective under the call's deadline) and compared on every rank
+  // (Communicator::fingerprint_mismatch).
   void compare_fingerprints(const Fingerprint& fp, uint64_t seq, Clock::time_point deadline) {
     FingerprintWords mine = encode_fingerprint(fp, seq);
     Call c{*this, fmt::format("fingerprint check of {}", fp.str()), seq, deadline};
@@ -358,16 +355,10 @@ class MpiCommunicator final : public Communicator {
     c.issue(MPI_Iallgather(send.raw_data(), kFingerprintWords, MPI_INT64_T, all.raw_data(), kFingerprintWords,
                            MPI_INT64_T, comm_, &c.req));
     c.wait();
-    std::vector<std::string> each;
-    bool same = true;
-    for (int r = 0; r < world_; ++r) {
-      FingerprintWords w;
-      std::copy_n(all.data<int64_t>() + r * kFingerprintWords, kFingerprintWords, w.begin());
-      same &= w == mine;
-      each.push_back(describe_fingerprint(w));
-    }
+    std::string mismatch =
+        fingerprint_mismatch(fp, seq, std::span<const int64_t>(all.data<int64_t>(), static_cast<size_t>(all.numel())));
     // Every rank gathered the same words, so every rank throws alike.
-    if (!same) fail(CommFailure::desync, fmt::format("mpi rank {}: {}", rank_, desync_message(seq, each)));
+    if (!mismatch.empty()) fail(CommFailure::desync, fmt::format("mpi rank {}: {}", rank_, mismatch));
   }
 
   // Polls `req` until it completes or `deadline` passes. MPI moves a

@@ -119,10 +119,12 @@ class NcclCommunicator final : public Communicator {
   std::string backend() const override { return "nccl"; }
   Device device() const override { return Device::cuda(device_); }
 
-  void all_reduce(Tensor& t, ReduceOp op) override {
-    check_all_reduce(t, op);
-    if (staged(t, t, [&](const Tensor&, Tensor& d) { all_reduce(d, op); })) return;
-    Fingerprint fp(fmt::format("all_reduce({})", reduce_op_name(op)), t.dtype(), t.numel());
+ protected:
+  // Host tensors are staged through the rank's GPU (staged); each call's
+  // `fp` names it in messages and is compared across ranks when
+  // check_fingerprints is on (run).
+  void do_all_reduce(Tensor& t, ReduceOp op, const Fingerprint& fp) override {
+    if (staged(t, t, [&](const Tensor&, Tensor& d) { do_all_reduce(d, op, fp); })) return;
     // avg is the sum divided by W afterwards, as the thread backend computes
     // it: NCCL's own ncclAvg multiplies each input by 1/W before summing,
     // which rounds differently whenever W is not a power of two.
@@ -132,29 +134,24 @@ class NcclCommunicator final : public Communicator {
     });
     if (op == ReduceOp::avg) divide_by_world(t);
     t.bump_version();
-    count(t.nbytes());
   }
 
-  void broadcast(Tensor& t, int root) override {
-    check_broadcast(t, root);
-    if (staged(t, t, [&](const Tensor&, Tensor& d) { broadcast(d, root); })) return;
-    run(Fingerprint("broadcast", t.dtype(), t.numel(), root), [&](cudaStream_t s) {
+  void do_broadcast(Tensor& t, int root, const Fingerprint& fp) override {
+    if (staged(t, t, [&](const Tensor&, Tensor& d) { do_broadcast(d, root, fp); })) return;
+    run(fp, [&](cudaStream_t s) {
       return t.numel() == 0 ? ncclSuccess
                             : ncclBroadcast(t.raw_ptr(), t.raw_ptr(), t.numel(), nccl_type(t.dtype()), root, comm_, s);
     });
     if (rank_ != root) t.bump_version();
-    count(t.nbytes());
   }
 
-  void all_gather(const Tensor& in, Tensor& out) override {
-    check_all_gather(in, out);
-    if (staged(in, out, [&](const Tensor& i, Tensor& d) { all_gather(i, d); })) return;
-    run(Fingerprint("all_gather", in.dtype(), in.numel()), [&](cudaStream_t s) {
+  void do_all_gather(const Tensor& in, Tensor& out, const Fingerprint& fp) override {
+    if (staged(in, out, [&](const Tensor& i, Tensor& d) { do_all_gather(i, d, fp); })) return;
+    run(fp, [&](cudaStream_t s) {
       return in.numel() == 0 ? ncclSuccess
                              : ncclAllGather(in.raw_ptr(), out.raw_ptr(), in.numel(), nccl_type(in.dtype()), comm_, s);
     });
     out.bump_version();
-    count(out.nbytes());
   }
 
   // NCCL has no all_gather with per-rank sizes. This is W broadcasts in one
@@ -165,11 +162,11 @@ class NcclCommunicator final : public Communicator {
   // lopsided: a rank with many dead codes next to ranks with none), and
   // ranks with 0 rows send nothing. NCCL runs the grouped broadcasts
   // concurrently, so the cost stays close to one all_gather of the total.
-  void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) override {
-    check_all_gather_rows(in, counts, out);
-    if (staged(in, out, [&](const Tensor& i, Tensor& d) { all_gather_rows(i, counts, d); })) return;
+  void do_all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out,
+                          const Fingerprint& fp) override {
+    if (staged(in, out, [&](const Tensor& i, Tensor& d) { do_all_gather_rows(i, counts, d, fp); })) return;
     int64_t row = row_numel(in);
-    run(Fingerprint("all_gather_rows", in.dtype(), row, -1, counts), [&](cudaStream_t s) {
+    run(fp, [&](cudaStream_t s) {
       size_t row_bytes = row * dtype_size(in.dtype());
       char* dst = static_cast<char*>(out.raw_ptr());
       // Inside a group the calls only record work (ncclSuccess, or
@@ -188,18 +185,16 @@ class NcclCommunicator final : public Communicator {
       return ok(r) ? end : r;
     });
     out.bump_version();
-    count(out.nbytes());
   }
 
   // A one-element all_reduce that the caller waits for: returns once every
   // rank has arrived (or throws at the deadline).
-  void barrier() override {
-    std::shared_ptr<Event> done = run(Fingerprint("barrier", DType::f32, 0), [&](cudaStream_t s) {
+  void do_barrier(const Fingerprint& fp) override {
+    std::shared_ptr<Event> done = run(fp, [&](cudaStream_t s) {
       return ncclAllReduce(token_.raw_ptr(), token_.raw_ptr(), 1, ncclFloat32, ncclSum, comm_, s);
     });
     watchdog_->wait_until([&] { return done->done(); });
     done->check();
-    count(0);
   }
 
  private:
@@ -315,7 +310,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   // The debug check: every rank's fingerprint of call #seq, gathered through
-  // NCCL itself (as an uncounted collective), compared on the host.
+  // NCCL itself (as an uncounted collective), compared on the host
+  // (Communicator::fingerprint_mismatch).
   void compare_fingerprints(const Fingerprint& fp, uint64_t seq) {
     FingerprintWords mine = encode_fingerprint(fp, seq);
     Tensor words = from_vector(std::vector<int64_t>(mine.begin(), mine.end()), {kFingerprintWords}).to(device());
@@ -325,18 +321,10 @@ class NcclCommunicator final : public Communicator {
     });
     watchdog_->wait_until([&] { return done->done(); });
     done->check();
-    std::vector<int64_t> got = all.to_vector<int64_t>();
-    std::vector<std::string> each;
-    bool same = true;
-    for (int r = 0; r < world_; ++r) {
-      FingerprintWords w;
-      std::copy(got.begin() + r * kFingerprintWords, got.begin() + (r + 1) * kFingerprintWords, w.begin());
-      same &= w == mine;
-      each.push_back(describe_fingerprint(w));
-    }
-    if (!same) {
+    std::string mismatch = fingerprint_mismatch(fp, seq, all.to_vector<int64_t>());
+    if (!mismatch.empty()) {
       // Every rank gathered the same words, so every rank throws alike.
-      std::string message = fmt::format("nccl rank {}: {}", rank_, desync_message(seq, each));
+      std::string message = fmt::format("nccl rank {}: {}", rank_, mismatch);
       watchdog_->record(CommFailure::desync, message);
       throw DesyncError(message);
     }

@@ -12,11 +12,15 @@ class SingleCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   std::string backend() const override { return "single"; }
-  void all_reduce(Tensor& t, ReduceOp op) override;
-  void broadcast(Tensor& t, int root) override;
-  void all_gather(const Tensor& in, Tensor& out) override;
-  void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) override;
-  void barrier() override;
+
+ protected:
+  // No other rank to disagree with: the fingerprints go unused.
+  void do_all_reduce(Tensor& t, ReduceOp op, const Fingerprint& fp) override;
+  void do_broadcast(Tensor& t, int root, const Fingerprint& fp) override;
+  void do_all_gather(const Tensor& in, Tensor& out, const Fingerprint& fp) override;
+  void do_all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out,
+                          const Fingerprint& fp) override;
+  void do_barrier(const Fingerprint& fp) override;
 };
 
 }  // namespace vqddp

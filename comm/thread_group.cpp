@@ -18,14 +18,15 @@ class ThreadCommunicator final : public Communicator {
   int world_size() const override { return group_.world_size(); }
   std::string backend() const override { return "thread"; }
 
+ protected:
   // Tensors on a GPU (W rank threads sharing one device) are staged through
   // the host (staged_on_host), each rank's copy waiting for its own stream;
   // the host code is the same rank-ordered one, so GPU ranks get the CPU's
-  // bitwise determinism, fingerprints and deadlines.
-  void all_reduce(Tensor& t, ReduceOp op) override {
-    check_all_reduce(t, op);
-    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { all_reduce(h, op); })) return;
-    run(Fingerprint(fmt::format("all_reduce({})", reduce_op_name(op)), t.dtype(), t.numel()), t.raw_data(), t.raw_data(), [&] {
+  // bitwise determinism, fingerprints and deadlines. Every call's `fp` goes
+  // into its rendezvous, where the last rank to arrive compares them all.
+  void do_all_reduce(Tensor& t, ReduceOp op, const Fingerprint& fp) override {
+    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { do_all_reduce(h, op, fp); })) return;
+    run(fp, t.raw_data(), t.raw_data(), [&] {
       int w = world_size();
       auto [begin, end] = rank_share(t.numel(), rank_, w);
       switch (t.dtype()) {
@@ -35,36 +36,31 @@ class ThreadCommunicator final : public Communicator {
       }
     });
     t.bump_version();
-    count(t.nbytes());
   }
 
-  void broadcast(Tensor& t, int root) override {
-    check_broadcast(t, root);
-    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { broadcast(h, root); })) return;
-    run(Fingerprint("broadcast", t.dtype(), t.numel(), root), t.raw_data(), t.raw_data(), [&] {
+  void do_broadcast(Tensor& t, int root, const Fingerprint& fp) override {
+    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { do_broadcast(h, root, fp); })) return;
+    run(fp, t.raw_data(), t.raw_data(), [&] {
       if (rank_ != root) std::memcpy(t.raw_data(), group_.call_of(root).in, t.nbytes());
     });
     if (rank_ != root) t.bump_version();
-    count(t.nbytes());
   }
 
-  void all_gather(const Tensor& in, Tensor& out) override {
-    check_all_gather(in, out);
-    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { all_gather(i, h); })) return;
+  void do_all_gather(const Tensor& in, Tensor& out, const Fingerprint& fp) override {
+    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_all_gather(i, h, fp); })) return;
     size_t bytes = in.nbytes();
-    run(Fingerprint("all_gather", in.dtype(), in.numel()), in.raw_data(), out.raw_data(), [&] {
+    run(fp, in.raw_data(), out.raw_data(), [&] {
       for (int r = 0; r < world_size(); ++r)
         copy_gathered(static_cast<char*>(out.raw_data()) + r * bytes, group_.call_of(r).in, bytes);
     });
     out.bump_version();
-    count(out.nbytes());
   }
 
-  void all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) override {
-    check_all_gather_rows(in, counts, out);
-    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { all_gather_rows(i, counts, h); })) return;
+  void do_all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out,
+                          const Fingerprint& fp) override {
+    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_all_gather_rows(i, counts, h, fp); })) return;
     int64_t row = row_numel(in);
-    run(Fingerprint("all_gather_rows", in.dtype(), row, -1, counts), in.raw_data(), out.raw_data(), [&] {
+    run(fp, in.raw_data(), out.raw_data(), [&] {
       size_t row_bytes = row * dtype_size(in.dtype());
       char* dst = static_cast<char*>(out.raw_data());
       for (int r = 0; r < world_size(); ++r) {
@@ -73,17 +69,17 @@ class ThreadCommunicator final : public Communicator {
       }
     });
     out.bump_version();
-    count(out.nbytes());
   }
 
   // Each rank adds its share of the columns over every rank's units, read
   // in place, and writes them into every rank's output: the units' rows
-  // are read once, never gathered.
-  void reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) override {
-    check_reduce_units(in, counts, out);
-    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { reduce_units(i, counts, h); })) return;
+  // are read once, never gathered. One collective of its own (fingerprint
+  // "reduce_units"), counted here as the partials' bytes.
+  void do_reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out,
+                       const Fingerprint& fp) override {
+    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_reduce_units(i, counts, h, fp); })) return;
     int64_t n = in.size(1);
-    run(Fingerprint("reduce_units", in.dtype(), n, -1, counts), in.raw_data(), out.raw_data(), [&] {
+    run(fp, in.raw_data(), out.raw_data(), [&] {
       auto [begin, end] = rank_share(n, rank_, world_size());
       ordered_unit_sum(inputs<float>(), counts, n, outputs<float>(), begin, end);
     });
@@ -91,17 +87,17 @@ class ThreadCommunicator final : public Communicator {
     count(in.nbytes());
   }
 
-  void barrier() override {
-    ThreadGroup::Call call{Fingerprint("barrier", DType::f32, 0), seq_++, nullptr, nullptr};
+  // Arrival only: no buffers, so no completion rendezvous.
+  void do_barrier(const Fingerprint& fp) override {
+    ThreadGroup::Call call{fp, seq_++, nullptr, nullptr};
     group_.rendezvous(rank_, &call, "arrival");
-    count(0);
   }
 
  private:
   // Arrive (fingerprint check), do this rank's share of the work, complete.
   template <class Work>
-  void run(Fingerprint fp, const void* in, void* out, Work work) {
-    ThreadGroup::Call call{std::move(fp), seq_++, in, out};
+  void run(const Fingerprint& fp, const void* in, void* out, Work work) {
+    ThreadGroup::Call call{fp, seq_++, in, out};
     group_.rendezvous(rank_, &call, "arrival");
     work();
     group_.rendezvous(rank_, nullptr, "completion");
