@@ -164,209 +164,211 @@ void fill_as(void* p, int64_t n, double value) {
   for (int64_t i = 0; i < n; ++i) t[i] = static_cast<T>(value);
 }
 
-class CpuKernels final : public DeviceKernels {
- public:
-  // ---- memory ---------------------------------------------------------
-  void* alloc(size_t bytes) override { return cpu_alloc(bytes); }
-  void release(void* p, size_t bytes) override { cpu_free(p, bytes); }
-  // memmove: a tensor may be copied onto itself or an overlapping view.
-  void copy(void* dst, bool, const void* src, bool, size_t bytes) override {
-    if (bytes > 0) std::memmove(dst, src, bytes);
-  }
-  void fill(void* p, DType dtype, int64_t n, double value) override {
-    switch (dtype) {
-      case DType::f32: fill_as<float>(p, n, value); break;
-      case DType::i64: fill_as<int64_t>(p, n, value); break;
-      case DType::f64: fill_as<double>(p, n, value); break;
-    }
-  }
-  void synchronize() override {}
-
-  // ---- elementwise ---------------------------------------------------------
-  void binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) override {
-    switch (op) {
-      case BinaryOp::add: binary_as<BinaryOp::add>(a, b, out, plan); break;
-      case BinaryOp::sub: binary_as<BinaryOp::sub>(a, b, out, plan); break;
-      case BinaryOp::mul: binary_as<BinaryOp::mul>(a, b, out, plan); break;
-      case BinaryOp::div: binary_as<BinaryOp::div>(a, b, out, plan); break;
-    }
-  }
-  void unary(const UnaryFn& fn, const float* x, float* out, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) out[i] = fn.f(x[i]);
-  }
-  void unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out,
-                      int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) out[i] = g[i] * fn.df(x[i], y[i]);
-  }
-  void cast_f64_to_f32(const double* src, float* dst, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
-  }
-
-  // ---- reductions ------------------------------------------------------------
-  // Each output: +0 in double, plus its reduced elements in ascending
-  // row-major order, divided by the divisor in double, rounded once. A plan
-  // that reduces nothing (the backward of a sum, repeating g) divides each
-  // element as it is, without the +0, so -0 stays -0.
-  void reduce_sum(const float* x, float* out, const ReducePlan& plan) override {
-    if (product(plan.keep_size, plan.nkeep) == 0) return;
-    double divisor = plan.divisor;
-    if (plan.nred == 0) {
-      Nest<1> keep = make_nest<1>(plan.nkeep, plan.keep_size, {plan.keep_stride});
-      for_each_row(keep, [&](const int64_t* off, int64_t len, const int64_t* step) {
-        for (int64_t j = 0; j < len; ++j) out[j] = static_cast<float>(x[off[0] + j * step[0]] / divisor);
-        out += len;
-      });
-      return;
-    }
-    int64_t outer, n, inner;
-    if (as_outer_n_inner(plan, outer, n, inner)) {
-      // Rows of [n, inner] streamed into one accumulator per column.
-      std::vector<double> acc(inner);
-      for (int64_t o = 0; o < outer; ++o) {
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t k = 0; k < n; ++k) {
-          const float* row = x + (o * n + k) * inner;
-          for (int64_t i = 0; i < inner; ++i) acc[i] += row[i];
-        }
-        for (int64_t i = 0; i < inner; ++i) out[o * inner + i] = static_cast<float>(acc[i] / divisor);
-      }
-      return;
-    }
-    Nest<1> keep = make_nest<1>(plan.nkeep, plan.keep_size, {plan.keep_stride});
-    Nest<1> red = make_nest<1>(plan.nred, plan.red_size, {plan.red_stride});
-    for_each_row(keep, [&](const int64_t* koff, int64_t klen, const int64_t* kstep) {
-      for (int64_t j = 0; j < klen; ++j) {
-        const float* base = x + koff[0] + j * kstep[0];
-        double acc = 0.0;
-        for_each_row(red, [&](const int64_t* roff, int64_t rlen, const int64_t* rstep) {
-          for (int64_t r = 0; r < rlen; ++r) acc += base[roff[0] + r * rstep[0]];
-        });
-        *out++ = static_cast<float>(acc / divisor);
-      }
-    });
-  }
-
-  void arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max) override {
-    for (int64_t r = 0; r < rows; ++r) out[r] = best_in_row(x + r * k, k, max);
-  }
-
-  int64_t first_nonfinite(const float* x, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(x[i])) return i;
-    return -1;
-  }
-
-  void min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64_t* hi) override {
-    auto [l, h] = std::minmax_element(x, x + n);
-    *lo = *l;
-    *hi = *h;
-  }
-
-  // ---- linear algebra ----------------------------------------------------------
-  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
-    blas_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  }
-  void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                  int64_t ldb, float* c, int64_t ldc) override {
-    fixed_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
-  }
-
-  // ---- data movement ---------------------------------------------------------------
-  void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) override {
-    Nest<2> s = make_nest<2>(plan.ndim, plan.shape, {plan.src_stride, plan.dst_stride});
-    auto* ps = static_cast<const char*>(src);
-    auto* pd = static_cast<char*>(dst);
-    for_each_row(s, [&](const int64_t* off, int64_t len, const int64_t* step) {
-      const char* from = ps + off[0] * elem_size;
-      char* to = pd + off[1] * elem_size;
-      if (step[0] == 1 && step[1] == 1) {
-        std::memcpy(to, from, len * elem_size);
-        return;
-      }
-      for (int64_t j = 0; j < len; ++j) std::memcpy(to + j * step[1] * elem_size, from + j * step[0] * elem_size, elem_size);
-    });
-  }
-
-  void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) override {
-    auto* px = static_cast<const char*>(x);
-    auto* po = static_cast<char*>(out);
-    for (int64_t i = 0; i < m; ++i) std::memcpy(po + i * row_bytes, px + index[i] * row_bytes, row_bytes);
-  }
-
-  void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
-                      double* sums) override {
-    if (counts) std::fill(counts, counts + k, 0.0);
-    std::fill(sums, sums + k * d, 0.0);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t c = index[i];
-      if (c < 0 || c >= k) continue;
-      if (counts) counts[c] += 1.0;
-      double* to = sums + c * d;
-      const float* from = src + i * d;
-      for (int64_t j = 0; j < d; ++j) to[j] += from[j];
-    }
-  }
-
-  void im2col(const float* x, float* cols, const ConvPlan& plan) override {
-    for (int64_t s = 0; s < plan.n; ++s)
-      for (int64_t oy = 0; oy < plan.oh; ++oy)
-        for (int64_t ox = 0; ox < plan.ow; ++ox)
-          for (int64_t ch = 0; ch < plan.c; ++ch) im2col_taps_at(x, plan, s, oy, ox, ch, cols);
-  }
-
-  void col2im(const float* cols, float* x, const ConvPlan& plan) override {
-    std::vector<double> acc(static_cast<size_t>(plan.w));
-    for (int64_t row = 0; row < plan.n * plan.c * plan.h; ++row) col2im_row(cols, plan, row, acc.data(), x);
-  }
-
-  void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
-                       float* dst) override {
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < d; ++j) dst[index[i] * d + j] = src[i * d + j] * scale;
-  }
-
-  // ---- optimizers -------------------------------------------------------------------
-  void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) override {
-    for (int64_t j = 0; j < n; ++j) sgd_update(step, p[j], g[j], buf[j]);
-  }
-  void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n) override {
-    for (int64_t j = 0; j < n; ++j) adamw_update(step, p[j], g[j], m[j], v[j]);
-  }
-  void sum_squares(const float* x, int64_t n, double* acc) override {
-    double total = *acc;  // one running sum over every tensor in turn
-    for (int64_t j = 0; j < n; ++j) total += double(x[j]) * x[j];
-    *acc = total;
-  }
-  void clip_scale(float* x, int64_t n, const double* total_sq, float max_norm) override {
-    double factor = clip_factor(*total_sq, max_norm);
-    if (!(factor < 1.0)) return;
-    for (int64_t j = 0; j < n; ++j) x[j] = vqddp::scale_f64(x[j], factor);
-  }
-  void clip_norm(const double* total_sq, float* norm) override { *norm = static_cast<float>(std::sqrt(*total_sq)); }
-
-  // ---- losses ---------------------------------------------------------------------
-  void mse(const float* a, const float* b, int64_t n, float* out) override {
-    double acc = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-      double d = double(a[i]) - b[i];
-      acc += d * d;
-    }
-    *out = static_cast<float>(acc / n);
-  }
-
-  void index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
-                          float* sums) override {
-    std::fill(sums, sums + k * d, 0.f);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t c = index[i];
-      if (c < 0 || c >= k) continue;
-      for (int64_t j = 0; j < d; ++j) sums[c * d + j] += src[i * d + j];
-    }
-  }
-};
-
 }  // namespace
+
+void* CpuKernels::alloc(size_t bytes) { return cpu_alloc(bytes); }
+                        
+void CpuKernels::release(void* p, size_t bytes) { cpu_free(p, bytes); }
+                         
+// memmove: a tensor may be copied onto itself or an overlapping view.
+void CpuKernels::copy(void* dst, bool, const void* src, bool, size_t bytes) {
+  if (bytes > 0) std::memmove(dst, src, bytes);
+}
+
+void CpuKernels::fill(void* p, DType dtype, int64_t n, double value) {
+  switch (dtype) {
+    case DType::f32: fill_as<float>(p, n, value); break;
+    case DType::i64: fill_as<int64_t>(p, n, value); break;
+    case DType::f64: fill_as<double>(p, n, value); break;
+  }
+}
+
+void CpuKernels::synchronize() {}
+                             
+void CpuKernels::binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) {
+  switch (op) {
+    case BinaryOp::add: binary_as<BinaryOp::add>(a, b, out, plan); break;
+    case BinaryOp::sub: binary_as<BinaryOp::sub>(a, b, out, plan); break;
+    case BinaryOp::mul: binary_as<BinaryOp::mul>(a, b, out, plan); break;
+    case BinaryOp::div: binary_as<BinaryOp::div>(a, b, out, plan); break;
+  }
+}
+
+void CpuKernels::unary(const UnaryFn& fn, const float* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = fn.f(x[i]);
+}
+
+void CpuKernels::unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out,
+                                int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = g[i] * fn.df(x[i], y[i]);
+}
+
+void CpuKernels::cast_f64_to_f32(const double* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+// Each output: +0 in double, plus its reduced elements in ascending
+// row-major order, divided by the divisor in double, rounded once. A plan
+// that reduces nothing (the backward of a sum, repeating g) divides each
+// element as it is, without the +0, so -0 stays -0.
+void CpuKernels::reduce_sum(const float* x, float* out, const ReducePlan& plan) {
+  if (product(plan.keep_size, plan.nkeep) == 0) return;
+  double divisor = plan.divisor;
+  if (plan.nred == 0) {
+    Nest<1> keep = make_nest<1>(plan.nkeep, plan.keep_size, {plan.keep_stride});
+    for_each_row(keep, [&](const int64_t* off, int64_t len, const int64_t* step) {
+      for (int64_t j = 0; j < len; ++j) out[j] = static_cast<float>(x[off[0] + j * step[0]] / divisor);
+      out += len;
+    });
+    return;
+  }
+  int64_t outer, n, inner;
+  if (as_outer_n_inner(plan, outer, n, inner)) {
+    // Rows of [n, inner] streamed into one accumulator per column.
+    std::vector<double> acc(inner);
+    for (int64_t o = 0; o < outer; ++o) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t k = 0; k < n; ++k) {
+        const float* row = x + (o * n + k) * inner;
+        for (int64_t i = 0; i < inner; ++i) acc[i] += row[i];
+      }
+      for (int64_t i = 0; i < inner; ++i) out[o * inner + i] = static_cast<float>(acc[i] / divisor);
+    }
+    return;
+  }
+  Nest<1> keep = make_nest<1>(plan.nkeep, plan.keep_size, {plan.keep_stride});
+  Nest<1> red = make_nest<1>(plan.nred, plan.red_size, {plan.red_stride});
+  for_each_row(keep, [&](const int64_t* koff, int64_t klen, const int64_t* kstep) {
+    for (int64_t j = 0; j < klen; ++j) {
+      const float* base = x + koff[0] + j * kstep[0];
+      double acc = 0.0;
+      for_each_row(red, [&](const int64_t* roff, int64_t rlen, const int64_t* rstep) {
+        for (int64_t r = 0; r < rlen; ++r) acc += base[roff[0] + r * rstep[0]];
+      });
+      *out++ = static_cast<float>(acc / divisor);
+    }
+  });
+}
+
+void CpuKernels::arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = best_in_row(x + r * k, k, max);
+}
+
+int64_t CpuKernels::first_nonfinite(const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return i;
+  return -1;
+}
+
+void CpuKernels::min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64_t* hi) {
+  auto [l, h] = std::minmax_element(x, x + n);
+  *lo = *l;
+  *hi = *h;
+}
+
+void CpuKernels::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                      const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  blas_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void CpuKernels::gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                            int64_t ldb, float* c, int64_t ldc) {
+  fixed_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+void CpuKernels::strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) {
+  Nest<2> s = make_nest<2>(plan.ndim, plan.shape, {plan.src_stride, plan.dst_stride});
+  auto* ps = static_cast<const char*>(src);
+  auto* pd = static_cast<char*>(dst);
+  for_each_row(s, [&](const int64_t* off, int64_t len, const int64_t* step) {
+    const char* from = ps + off[0] * elem_size;
+    char* to = pd + off[1] * elem_size;
+    if (step[0] == 1 && step[1] == 1) {
+      std::memcpy(to, from, len * elem_size);
+      return;
+    }
+    for (int64_t j = 0; j < len; ++j) std::memcpy(to + j * step[1] * elem_size, from + j * step[0] * elem_size, elem_size);
+  });
+}
+
+void CpuKernels::gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) {
+  auto* px = static_cast<const char*>(x);
+  auto* po = static_cast<char*>(out);
+  for (int64_t i = 0; i < m; ++i) std::memcpy(po + i * row_bytes, px + index[i] * row_bytes, row_bytes);
+}
+
+void CpuKernels::index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
+                                double* sums) {
+  if (counts) std::fill(counts, counts + k, 0.0);
+  std::fill(sums, sums + k * d, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t c = index[i];
+    if (c < 0 || c >= k) continue;
+    if (counts) counts[c] += 1.0;
+    double* to = sums + c * d;
+    const float* from = src + i * d;
+    for (int64_t j = 0; j < d; ++j) to[j] += from[j];
+  }
+}
+
+void CpuKernels::im2col(const float* x, float* cols, const ConvPlan& plan) {
+  for (int64_t s = 0; s < plan.n; ++s)
+    for (int64_t oy = 0; oy < plan.oh; ++oy)
+      for (int64_t ox = 0; ox < plan.ow; ++ox)
+        for (int64_t ch = 0; ch < plan.c; ++ch) im2col_taps_at(x, plan, s, oy, ox, ch, cols);
+}
+
+void CpuKernels::col2im(const float* cols, float* x, const ConvPlan& plan) {
+  std::vector<double> acc(static_cast<size_t>(plan.w));
+  for (int64_t row = 0; row < plan.n * plan.c * plan.h; ++row) col2im_row(cols, plan, row, acc.data(), x);
+}
+
+void CpuKernels::index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
+                                 float* dst) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < d; ++j) dst[index[i] * d + j] = src[i * d + j] * scale;
+}
+
+void CpuKernels::sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) sgd_update(step, p[j], g[j], buf[j]);
+}
+
+void CpuKernels::adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) adamw_update(step, p[j], g[j], m[j], v[j]);
+}
+
+void CpuKernels::sum_squares(const float* x, int64_t n, double* acc) {
+  double total = *acc;  // one running sum over every tensor in turn
+  for (int64_t j = 0; j < n; ++j) total += double(x[j]) * x[j];
+  *acc = total;
+}
+
+void CpuKernels::clip_scale(float* x, int64_t n, const double* total_sq, float max_norm) {
+  double factor = clip_factor(*total_sq, max_norm);
+  if (!(factor < 1.0)) return;
+  for (int64_t j = 0; j < n; ++j) x[j] = vqddp::scale_f64(x[j], factor);
+}
+
+void CpuKernels::clip_norm(const double* total_sq, float* norm) { *norm = static_cast<float>(std::sqrt(*total_sq)); }
+                           
+void CpuKernels::mse(const float* a, const float* b, int64_t n, float* out) {
+  double acc = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    double d = double(a[i]) - b[i];
+    acc += d * d;
+  }
+  *out = static_cast<float>(acc / n);
+}
+
+void CpuKernels::index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
+                                    float* sums) {
+  std::fill(sums, sums + k * d, 0.f);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t c = index[i];
+    if (c < 0 || c >= k) continue;
+    for (int64_t j = 0; j < d; ++j) sums[c * d + j] += src[i * d + j];
+  }
+}
 
 // Never destroyed: tensors freed during static destruction still find it.
 DeviceKernels& cpu_kernels() {

@@ -9,6 +9,54 @@
 
 namespace vqddp {
 
+// The CPU's kernels as a class, so a backend that is the CPU plus something
+// (the simulated device, which adds counting: engine/sim/sim_kernels.cpp)
+// derives from it and overrides only what it adds.
+class CpuKernels : public DeviceKernels {
+ public:
+  // ---- memory ---------------------------------------------------------
+  void* alloc(size_t bytes) override;
+  void release(void* p, size_t bytes) override;
+  void copy(void* dst, bool, const void* src, bool, size_t bytes) override;
+  void fill(void* p, DType dtype, int64_t n, double value) override;
+  void synchronize() override;
+  // ---- elementwise ---------------------------------------------------------
+  void binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) override;
+  void unary(const UnaryFn& fn, const float* x, float* out, int64_t n) override;
+  void unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out,
+                      int64_t n) override;
+  void cast_f64_to_f32(const double* src, float* dst, int64_t n) override;
+  // ---- reductions ------------------------------------------------------------
+  void reduce_sum(const float* x, float* out, const ReducePlan& plan) override;
+  void arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max) override;
+  int64_t first_nonfinite(const float* x, int64_t n) override;
+  void min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64_t* hi) override;
+  // ---- linear algebra ----------------------------------------------------------
+  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override;
+  void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                  int64_t ldb, float* c, int64_t ldc) override;
+  // ---- data movement ---------------------------------------------------------------
+  void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) override;
+  void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) override;
+  void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
+                      double* sums) override;
+  void im2col(const float* x, float* cols, const ConvPlan& plan) override;
+  void col2im(const float* cols, float* x, const ConvPlan& plan) override;
+  void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
+                       float* dst) override;
+  // ---- optimizers -------------------------------------------------------------------
+  void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) override;
+  void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n) override;
+  void sum_squares(const float* x, int64_t n, double* acc) override;
+  void clip_scale(float* x, int64_t n, const double* total_sq, float max_norm) override;
+  void clip_norm(const double* total_sq, float* norm) override;
+  // ---- losses ---------------------------------------------------------------------
+  void mse(const float* a, const float* b, int64_t n, float* out) override;
+  void index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
+                          float* sums) override;
+};
+
 // The one CPU backend (stateless apart from per-thread scratch).
 DeviceKernels& cpu_kernels();
 
