@@ -122,12 +122,16 @@ VQDDP_HD float add_rn(float a, float b) { return __fadd_rn(a, b); }
 VQDDP_HD float sub_rn(float a, float b) { return __fsub_rn(a, b); }
 VQDDP_HD float div_rn(float a, float b) { return __fdiv_rn(a, b); }
 VQDDP_HD float sqrt_rn(float a) { return __fsqrt_rn(a); }
+VQDDP_HD double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+VQDDP_HD double add_rn(double a, double b) { return __dadd_rn(a, b); }
 #else
 VQDDP_HD float mul_rn(float a, float b) { return a * b; }
 VQDDP_HD float add_rn(float a, float b) { return a + b; }
 VQDDP_HD float sub_rn(float a, float b) { return a - b; }
 VQDDP_HD float div_rn(float a, float b) { return a / b; }
 VQDDP_HD float sqrt_rn(float a) { return ::sqrtf(a); }
+VQDDP_HD double mul_rn(double a, double b) { return a * b; }
+VQDDP_HD double add_rn(double a, double b) { return a + b; }
 #endif
 
 // ---- optimizer updates (engine/optim.h) ---------------------------------------

@@ -36,11 +36,7 @@ class CpuVqKernels final : public VqKernels {
     // and factor 1.
     std::vector<float> bias(k, 0.f);
     if (!cosine)
-      for (int64_t j = 0; j < k; ++j) {
-        double s = 0;
-        for (int64_t c = 0; c < d; ++c) s += double(pe[j * d + c]) * pe[j * d + c];
-        bias[j] = static_cast<float>(s);
-      }
+      for (int64_t j = 0; j < k; ++j) bias[j] = code_bias(pe + j * d, d);
     if (n > 0) fixed_gemm_argmin(n, d, k, ptr<float>(x), pe, bias.data(), cosine ? 1.f : 2.f, ptr<int64_t>(indices));
   }
 

@@ -24,6 +24,15 @@ VQDDP_HD float smoothed_size(float cs, float eps, double n, double denom) {
   return static_cast<float>(static_cast<double>(add_rn(cs, eps)) / denom * n);
 }
 
+// The assignment's per-code bias for Euclidean distance: |e|^2 of a code's
+// d values, summed in ascending order in double (each product of floats is
+// exact there) and rounded once. Cosine assignment uses bias 0.
+VQDDP_HD float code_bias(const float* e, int64_t d) {
+  double acc = 0.0;
+  for (int64_t j = 0; j < d; ++j) acc = add_rn(acc, mul_rn(static_cast<double>(e[j]), static_cast<double>(e[j])));
+  return static_cast<float>(acc);
+}
+
 // FSQ: the index digit of a rounded code value c in [-1, 1] scaled by its
 // level's half width hw: round(c * hw + hw) (an integer in [0, L)).
 VQDDP_HD int64_t fsq_digit(float code, float half_width) {

@@ -12,17 +12,10 @@ namespace vqddp::cuda {
 
 namespace {
 
-// One thread per code, ascending j in double: the CPU's exact sum (the
-// products of floats are exact in double), so the bias matches bitwise.
+// One thread per code, the CPU's formula (vq/vq_math.h code_bias), so the
+// bias matches bitwise.
 __global__ void code_bias_kernel(const float* embed, int64_t k, int64_t d, float* bias) {
-  VQDDP_GRID_LOOP(c, k) {
-    double acc = 0.0;
-    for (int64_t j = 0; j < d; ++j) {
-      double v = embed[c * d + j];
-      acc = __dadd_rn(acc, __dmul_rn(v, v));
-    }
-    bias[c] = static_cast<float>(acc);
-  }
+  VQDDP_GRID_LOOP(c, k) bias[c] = ::vqddp::code_bias(embed + c * d, d);
 }
 
 // The fused assignment, step 1: one 128-row x 128-code tile of dot
