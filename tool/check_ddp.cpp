@@ -161,6 +161,98 @@ CheckDdpResult check_whole_run(const Config& cfg, const Dataset& data, const Che
   return r;
 }
 
+// The worst difference of every tensor over the steps compared, and the
+// names per kind in the model's order (for the report).
+struct Comparison {
+  std::map<std::pair<Kind, std::string>, Diff> worst;
+  std::vector<std::string> order[3];
+};
+
+// The W ranks' snapshots after `step` against the 1-rank one (`one`):
+// ranks must be identical to each other, quantizer state bitwise equal to 1
+// rank, gradients and parameters within the tolerances. Records the worst
+// differences in `c`, the first failure in `r`.
+void compare_step(int64_t step, const Snapshot& one, const std::vector<Snapshot>& ranks, const CheckDdpOptions& o,
+                  Comparison& c, CheckDdpResult& r) {
+  auto& worst = c.worst;
+  auto& order = c.order;
+  for (Kind kind : kKinds) {
+    const NamedTensors& ref = of(one, kind);
+    const char* what = kind == kGrad ? " gradient" : "";
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const auto& [name, want] = ref[i];
+      auto key = std::make_pair(kind, name);
+      if (!worst.count(key)) order[kind].push_back(name);
+      Diff& d = worst[key];
+      // `why` formats the message; only the first failure of the run is
+      // kept, so it is called only while none is recorded.
+      auto fail = [&](auto why) {
+        if (!d.first_bad_step) d.first_bad_step = step;
+        if (r.first_failure.empty()) r.first_failure = fmt::format("step {}: {}", step, why());
+      };
+      const Tensor& got = of(ranks[0], kind)[i].second;
+      for (int rank = 1; rank < o.world; ++rank) {
+        const Tensor& other = of(ranks[rank], kind)[i].second;
+        if (std::memcmp(other.raw_data(), got.raw_data(), other.nbytes())) {
+          r.ranks_identical = false;
+          fail([&] { return fmt::format("'{}'{} differs between rank 0 and rank {}", name, what, rank); });
+        }
+      }
+      const size_t width = dtype_size(got.dtype());
+      const auto* pg = static_cast<const unsigned char*>(got.raw_data());
+      const auto* pw = static_cast<const unsigned char*>(want.raw_data());
+      for (int64_t j = 0; j < want.numel(); ++j) {
+        d.scale = std::max(d.scale, std::abs(element(want, j)));
+        if (std::memcmp(pg + j * width, pw + j * width, width) == 0) continue;  // bitwise equal
+        ++d.differing;
+        double a = element(got, j), b = element(want, j), diff = std::abs(a - b);
+        if (!std::isnan(d.abs) && !(diff <= d.abs)) d.abs = diff;  // a NaN sticks
+        if (diff > 0) d.rel = std::max(d.rel, diff / std::max(std::abs(b), 1e-30));
+        if (kind == kState) {
+          r.state_bitwise = false;
+          fail([&] {
+            return fmt::format("'{}'[{}] is {} on {} ranks, {} on 1 rank: quantizer state must be bitwise equal", name,
+                               j, a, o.world, b);
+          });
+        } else if (!(diff <= o.atol + o.rtol * std::abs(b))) {
+          fail([&] { return fmt::format("'{}'{}[{}] is {} on {} ranks, {} on 1 rank", name, what, j, a, o.world, b); });
+        }
+      }
+      if (kind == kParam) r.worst_abs = std::max(r.worst_abs, d.abs);
+      if (kind == kGrad) r.worst_grad_abs = std::max(r.worst_grad_abs, d.abs);
+    }
+  }
+}
+
+// The per-tensor table of a per-step check, and the verdict.
+void print_step_report(const Comparison& c, const CheckDdpOptions& o, const CheckDdpResult& r) {
+  const auto& worst = c.worst;
+  const auto& order = c.order;
+  fmt::print("check-ddp: {} step{}, each from the same state and batch: 1 rank vs {} thread ranks\n", o.steps,
+             o.steps == 1 ? "" : "s", o.world);
+  fmt::print("{:<44} {:>10} {:>10} {:>10}\n", "tensor", "max |x|", "max abs", "max rel");
+  const std::string tolerance = fmt::format("|a - b| <= {} + {} |b|", o.atol, o.rtol);
+  const std::string heading[3] = {
+      "quantizer state (buffers): bit for bit",
+      "gradients, all-reduced, before the optimizer step: " + tolerance,
+      "parameters after the optimizer step: " + tolerance,
+  };
+  for (Kind kind : kKinds) {
+    if (order[kind].empty()) continue;
+    fmt::print("-- {}\n", heading[kind]);
+    for (const std::string& name : order[kind]) {
+      const Diff& d = worst.at({kind, name});
+      std::string result = d.first_bad_step ? fmt::format("FAIL (step {})", d.first_bad_step) : "ok";
+      if (d.differing == 0)
+        fmt::print("{:<44} {:>10.3e} {:>21}  {}\n", name, d.scale, "bitwise", result);
+      else
+        fmt::print("{:<44} {:>10.3e} {:>10.3e} {:>10.3e}  {}\n", name, d.scale, d.abs, d.rel, result);
+    }
+  }
+  fmt::print("ranks bitwise identical after every step: {}\n", r.ranks_identical ? "yes" : "NO");
+  fmt::print("check-ddp: {}{}\n", r.passed ? "PASSED" : "FAILED", r.passed ? "" : " (" + r.first_failure + ")");
+}
+
 }  // namespace
 
 CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions& o) {
@@ -191,8 +283,7 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
     train(c, data, opt);
   }
 
-  std::map<std::pair<Kind, std::string>, Diff> worst;
-  std::vector<std::string> order[3];  // names per kind, in the model's order
+  Comparison comparison;
   for (int64_t step = 1; step <= o.steps; ++step) {
     Config c = thread_ranks(cfg, o.world);
     TrainOptions opt = quiet();
@@ -213,81 +304,12 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
       r.first_failure = fmt::format("step {}: the {} ranks failed: {}", step, o.world, e.what());
       break;
     }
-    for (Kind kind : kKinds) {
-      const NamedTensors& ref = of(one[step - 1], kind);
-      const char* what = kind == kGrad ? " gradient" : "";
-      for (size_t i = 0; i < ref.size(); ++i) {
-        const auto& [name, want] = ref[i];
-        auto key = std::make_pair(kind, name);
-        if (!worst.count(key)) order[kind].push_back(name);
-        Diff& d = worst[key];
-        // `why` formats the message; only the first failure of the run is
-        // kept, so it is called only while none is recorded.
-        auto fail = [&](auto why) {
-          if (!d.first_bad_step) d.first_bad_step = step;
-          if (r.first_failure.empty()) r.first_failure = fmt::format("step {}: {}", step, why());
-        };
-        const Tensor& got = of(ranks[0], kind)[i].second;
-        for (int rank = 1; rank < o.world; ++rank) {
-          const Tensor& other = of(ranks[rank], kind)[i].second;
-          if (std::memcmp(other.raw_data(), got.raw_data(), other.nbytes())) {
-            r.ranks_identical = false;
-            fail([&] { return fmt::format("'{}'{} differs between rank 0 and rank {}", name, what, rank); });
-          }
-        }
-        const size_t width = dtype_size(got.dtype());
-        const auto* pg = static_cast<const unsigned char*>(got.raw_data());
-        const auto* pw = static_cast<const unsigned char*>(want.raw_data());
-        for (int64_t j = 0; j < want.numel(); ++j) {
-          d.scale = std::max(d.scale, std::abs(element(want, j)));
-          if (std::memcmp(pg + j * width, pw + j * width, width) == 0) continue;  // bitwise equal
-          ++d.differing;
-          double a = element(got, j), b = element(want, j), diff = std::abs(a - b);
-          if (!std::isnan(d.abs) && !(diff <= d.abs)) d.abs = diff;  // a NaN sticks
-          if (diff > 0) d.rel = std::max(d.rel, diff / std::max(std::abs(b), 1e-30));
-          if (kind == kState) {
-            r.state_bitwise = false;
-            fail([&] {
-              return fmt::format("'{}'[{}] is {} on {} ranks, {} on 1 rank: quantizer state must be bitwise equal", name,
-                                 j, a, o.world, b);
-            });
-          } else if (!(diff <= o.atol + o.rtol * std::abs(b))) {
-            fail([&] { return fmt::format("'{}'{}[{}] is {} on {} ranks, {} on 1 rank", name, what, j, a, o.world, b); });
-          }
-        }
-        if (kind == kParam) r.worst_abs = std::max(r.worst_abs, d.abs);
-        if (kind == kGrad) r.worst_grad_abs = std::max(r.worst_grad_abs, d.abs);
-      }
-    }
+    compare_step(step, one[step - 1], ranks, o, comparison, r);
   }
   std::filesystem::remove_all(tmp);
 
   r.passed = r.first_failure.empty();
-  if (o.print) {
-    fmt::print("check-ddp: {} step{}, each from the same state and batch: 1 rank vs {} thread ranks\n", o.steps,
-               o.steps == 1 ? "" : "s", o.world);
-    fmt::print("{:<44} {:>10} {:>10} {:>10}\n", "tensor", "max |x|", "max abs", "max rel");
-    const std::string tolerance = fmt::format("|a - b| <= {} + {} |b|", o.atol, o.rtol);
-    const std::string heading[3] = {
-        "quantizer state (buffers): bit for bit",
-        "gradients, all-reduced, before the optimizer step: " + tolerance,
-        "parameters after the optimizer step: " + tolerance,
-    };
-    for (Kind kind : kKinds) {
-      if (order[kind].empty()) continue;
-      fmt::print("-- {}\n", heading[kind]);
-      for (const std::string& name : order[kind]) {
-        const Diff& d = worst[{kind, name}];
-        std::string result = d.first_bad_step ? fmt::format("FAIL (step {})", d.first_bad_step) : "ok";
-        if (d.differing == 0)
-          fmt::print("{:<44} {:>10.3e} {:>21}  {}\n", name, d.scale, "bitwise", result);
-        else
-          fmt::print("{:<44} {:>10.3e} {:>10.3e} {:>10.3e}  {}\n", name, d.scale, d.abs, d.rel, result);
-      }
-    }
-    fmt::print("ranks bitwise identical after every step: {}\n", r.ranks_identical ? "yes" : "NO");
-    fmt::print("check-ddp: {}{}\n", r.passed ? "PASSED" : "FAILED", r.passed ? "" : " (" + r.first_failure + ")");
-  }
+  if (o.print) print_step_report(comparison, o, r);
   return r;
 }
 

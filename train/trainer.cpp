@@ -266,6 +266,242 @@ void check_device(Device device) {
                             : fmt::format("this machine has no {} ({} CUDA devices)", device.str(), gpus));
 }
 
+// This rank's device, refused before anything is built if it cannot be used.
+Device usable_rank_device(const Communicator& comm, const RunConfig& run) {
+  Device device = rank_device(comm, run);
+  check_device(device);
+  return device;
+}
+
+// One rank's run, step by step: train() starts one per rank and each
+// rank runs its own. The members are what lives for the whole run; the
+// methods are the steps of the loop, in the order run() calls them.
+class RankRun {
+ public:
+  RankRun(const Config& cfg, const Dataset& data, const TrainOptions& opt, Communicator& comm,
+          const std::vector<int64_t>& sizes, uint64_t fingerprint)
+      : cfg_(cfg),
+        data_(data),
+        opt_(opt),
+        comm_(comm),
+        sizes_(sizes),
+        lead_(comm.rank() == 0),
+        device_(usable_rank_device(comm, cfg.run)),
+        dir_(cfg.run.dir),
+        model_(cfg.model, cfg.quantizer, data.example_dim, cfg.run.seed) {
+    // On the device before anything keeps state next to the parameters: the
+    // optimizer's moments and DDP's gradient buckets are allocated there.
+    model_.to(device_);
+    params_ = model_.parameters();  // listed once: the names are built per call
+    optim_ = make_optimizer(cfg.optimizer, params_);
+    // Agreed first: its length bounds the step a checkpoint may resume at.
+    schedule_ = agree_schedule(sizes_, data.weights, cfg.schedule, comm, fingerprint);
+    // Loaded before DDP's start-up broadcast, which then makes every rank's
+    // state rank 0's (a resumed one included).
+    step_ = opt.resume.empty() ? 0 : load_checkpoint(opt.resume, model_, *optim_, schedule_.total_steps, &cfg.source);
+    open_run_dir();
+    step_ = agree_start_step(step_, comm);
+    last_ = opt.stop_at_step > 0 ? std::min(opt.stop_at_step, schedule_.total_steps) : schedule_.total_steps;
+    layer_sizes_ = model_.layer_sizes();
+  }
+
+  // The loop: from the start step to the last (or a stop every rank agreed
+  // on), then what rank 0 reports.
+  void run(TrainResult& result, std::mutex& result_mu) {
+    DistributedDataParallel ddp(model_, comm_);
+    ShardedSampler sampler(schedule_, sizes_, cfg_.run.seed, comm_.rank(), comm_.world_size(), opt_.rank_units);
+    print_start();
+    loop_start_ = Clock::now();
+    first_ = step_;
+    checked_ = step_;
+    health_ = zeros({}, DType::f32, device_);
+    model_.train();
+    for (; step_ < last_ && !stopped_by_; ++step_) {
+      StepResult r = train_step(sampler);
+      const int64_t done = step_ + 1;
+      if (opt_.after_step) opt_.after_step(done, comm_.rank(), model_, *optim_);
+      agree_on_stop(done);
+      const bool logs = schedule_.log_after(done) || done == last_ || stopped_by_;
+      const bool validates = opt_.validate && schedule_.validate_after(done) && !stopped_by_;
+      const bool saves = opt_.checkpoints && (schedule_.checkpoint_after(done) || done == last_ || stopped_by_);
+      if (logs || validates || saves) {
+        check_health(health_, comm_, checked_, done, r.host_x, model_);
+        checked_ = done;
+      }
+      if (logs) log_step(done, r);
+      if (validates) validate_and_log(done);
+      if (saves) save(done);
+    }
+    // No rank returns (and exits, under a launcher) before rank 0's
+    // checkpoint of the stop is on disk: a launcher that saw one process
+    // end would signal the others, and a second signal stops at once.
+    if (stopped_by_) comm_.barrier();
+    if (lead_) report(result, result_mu);
+  }
+
+ private:
+  struct StepResult {
+    Tensor host_x;  // this rank's examples, on the host (for error messages)
+    ModelOutput out;
+    Tensor loss;
+  };
+
+  // The run directory is checked, and the metrics file opened (cut back to
+  // the resumed step), before any step is trained; temporaries of a save
+  // killed midway go before this run writes its first checkpoint. Rank 0's
+  // alone, but every rank learns how it went (comm/agree.h): a refused
+  // directory stops them all at once, not at their timeout.
+  void open_run_dir() {
+    agree_on(comm_, lead_ && (opt_.checkpoints || opt_.print), [&] {
+      int64_t bytes = kCheckpointHeaderBytes;
+      for (const auto& [name, t] : checkpoint_tensors(model_, *optim_)) bytes += t.nbytes();
+      run_dir_.emplace(dir_.string(), bytes,
+                       !opt_.resume.empty() ? RunStart::resume
+                       : opt_.overwrite     ? RunStart::overwrite
+                                            : RunStart::fresh);
+      if (opt_.checkpoints) remove_stale_temporaries((dir_ / "checkpoint.safetensors").string());
+      if (opt_.print) metrics_.emplace((dir_ / "metrics.jsonl").string(), opt_.resume.empty() ? -1 : step_);
+    });
+  }
+
+  void print_start() const {
+    if (!lead_ || !opt_.print) return;
+    fmt::print("train: {} | {} ranks ({}, {}) | {} steps of {} examples ({} per epoch) | {:.0f} bits per example{}\n",
+               data_.description, comm_.world_size(), comm_.backend(), device_.str(), schedule_.total_steps,
+               schedule_.batch_size, schedule_.steps_per_epoch, model_.bits_per_example(),
+               data_.examples_per_second > 0
+                   ? fmt::format(" = {:.2f} kbit/s", model_.bits_per_example() * data_.examples_per_second / 1000)
+                   : "");
+    if (step_ > 0) fmt::print("train: resumed at step {} from {}\n", step_, opt_.resume);
+  }
+
+  // Forward, backward, clipping and the optimizer step of step_ + 1.
+  StepResult train_step(ShardedSampler& sampler) {
+    StepResult r;
+    r.host_x = gather_rows(data_, sampler.rank_batch(step_));  // (n_r, F)
+    Tensor x = r.host_x.to(device_);
+    {
+      // An exact step: every sum over the batch by units (engine/exact_batch.h),
+      // so the loss is the global batch's on every rank and backward() ends
+      // with its gradients, the same bits as one rank on the whole batch.
+      ExactBatchScope exact(exact_batch_for(comm_, sampler.unit_examples(), sampler.rank_units()));
+      try {
+        r.out = model_.forward(x, comm_);
+        r.loss = add(r.out.reconstruction_loss, r.out.quantizer_loss);
+        // 0 while every loss of this rank was finite, NaN from the first
+        // one that was not (loss - loss is 0 or NaN; the sum keeps a NaN):
+        // kept on the device, read only where the run logs, validates or
+        // writes a checkpoint, so a diverged step on a device never reaches
+        // a checkpoint.
+        health_ = add(health_, sub(r.loss.detach(), r.loss.detach()));
+      } catch (const NonFiniteError& e) {
+        throw NonFiniteError(fmt::format("step {}, rank {}: {}; {}", step_ + 1, comm_.rank(), e.what(),
+                                         nonfinite_origin(r.host_x, model_)));
+      }
+      r.loss.backward();
+    }
+    optim_->lr = learning_rate(cfg_.optimizer, step_, schedule_.total_steps);
+    if (opt_.after_gradients) opt_.after_gradients(step_ + 1, comm_.rank(), model_);
+    if (cfg_.optimizer.grad_clip > 0) clip_grad_norm(params_, cfg_.optimizer.grad_clip);
+    optim_->step();
+    optim_->zero_grad();
+    return r;
+  }
+
+  // A stop asked on any rank (SIGTERM), agreed by all: one all_reduce (max)
+  // of the received signal. Not after the last step (every rank knows
+  // last_, so all skip it): a stop asked then changes nothing, the run is
+  // complete.
+  void agree_on_stop(int64_t done) {
+    if (!opt_.stop_requested || done >= last_) return;
+    Tensor flag = full({1}, static_cast<double>(opt_.stop_requested()), DType::i64);
+    comm_.all_reduce(flag, ReduceOp::max);
+    stopped_by_ = static_cast<int>(flag.data<int64_t>()[0]);
+  }
+
+  void log_step(int64_t done, const StepResult& r) {
+    StepLog log;
+    try {
+      log = step_log(r.out, r.loss, layer_sizes_, comm_);
+    } catch (const NonFiniteError& e) {
+      throw NonFiniteError(fmt::format("step {} (logged), rank {}: {}; {}", done, comm_.rank(), e.what(),
+                                       nonfinite_origin(r.host_x, model_)));
+    }
+    if (!lead_ || !opt_.print) return;
+    double secs = std::chrono::duration<double>(Clock::now() - loop_start_).count();
+    double rate = (done - first_) / std::max(secs, 1e-9);
+    std::string ppl, used;
+    for (const LayerUsage& u : log.usage) {
+      ppl += fmt::format("{}{:.0f}", ppl.empty() ? "" : "/", u.perplexity);
+      used += fmt::format("{}{}", used.empty() ? "" : "/", u.codes_used);
+    }
+    fmt::print("step {:>6}/{}  loss {:.5f}  recon {:.5f}  ppl {}  used {}  revived {}  {:.1f} steps/s  ETA {}\n", done,
+               schedule_.total_steps, log.loss, log.recon, ppl, used, log.revived, rate,
+               duration((last_ - done) / std::max(rate, 1e-9)));
+    nlohmann::json line{{"step", done}, {"loss", log.loss}, {"recon", log.recon}, {"revived", log.revived},
+                        {"steps_per_s", rate}};
+    for (const LayerUsage& u : log.usage)
+      line["layers"].push_back({{"perplexity", u.perplexity}, {"codes_used", u.codes_used}});
+    metrics_->write(line);
+  }
+
+  void validate_and_log(int64_t done) {
+    val_ = validate(model_, data_, comm_, device_);
+    if (!lead_ || !opt_.print) return;
+    fmt::print("validation at step {}: mse {:.6f}  snr {:.2f} dB{}\n", done, val_.mse, val_.snr_db,
+               val_.log_mel >= 0 ? fmt::format("  log-mel L1 {:.3f}", val_.log_mel) : "");
+    nlohmann::json line{{"step", done}, {"validation_mse", val_.mse}, {"validation_snr_db", val_.snr_db}};
+    if (val_.log_mel >= 0) line["validation_log_mel_l1"] = val_.log_mel;
+    metrics_->write(line);
+  }
+
+  // Rank 0 writes; every rank learns whether it could (a full disk stops
+  // all of them here, not the others at their next collective's timeout).
+  void save(int64_t done) {
+    agree_on(comm_, lead_, [&] {
+      save_checkpoint((dir_ / "checkpoint.safetensors").string(), model_, *optim_, done, schedule_.total_steps,
+                      cfg_.source);
+    });
+  }
+
+  void report(TrainResult& result, std::mutex& result_mu) const {
+    std::lock_guard lock(result_mu);
+    result.lead = true;
+    result.steps = step_;
+    result.stopped_by = stopped_by_;
+    result.validation_mse = val_.mse;
+    result.validation_snr_db = val_.snr_db;
+    result.validation_log_mel = val_.log_mel;
+    result.usage = val_.usage;
+    result.bits_per_example = model_.bits_per_example();
+    result.bitrate = model_.bits_per_example() * data_.examples_per_second;
+  }
+
+  const Config& cfg_;
+  const Dataset& data_;
+  const TrainOptions& opt_;
+  Communicator& comm_;
+  const std::vector<int64_t>& sizes_;
+  const bool lead_;
+  const Device device_;
+  const std::filesystem::path dir_;
+  CodecModel model_;
+  std::vector<Tensor> params_;
+  std::unique_ptr<Optimizer> optim_;
+  Schedule schedule_;
+  std::optional<RunDir> run_dir_;
+  std::optional<MetricsLog> metrics_;
+  std::vector<int64_t> layer_sizes_;
+  int64_t step_ = 0;  // steps done
+  int64_t last_ = 0;  // the step this run ends after
+  int64_t first_ = 0;  // the step this process started at (for the speed)
+  int64_t checked_ = 0;  // the last step the health was read at
+  Clock::time_point loop_start_;
+  Tensor health_;
+  Validation val_;
+  int stopped_by_ = 0;
+};
+
 }  // namespace
 
 TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& opt) {
@@ -273,170 +509,13 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
   std::mutex result_mu;
   auto start = Clock::now();
   if (cfg.run.device == "cuda") check_device(Device::cuda(0));
-  std::filesystem::path dir(cfg.run.dir);
   std::vector<int64_t> sizes;
   for (const Tensor& s : data.sources) sizes.push_back(s.size(0));
   const uint64_t fingerprint = data_fingerprint(data);  // once, shared by the rank threads
-
   LaunchOptions launch{cfg.distributed.backend, cfg.distributed.world_size,
                        std::chrono::milliseconds(static_cast<int64_t>(cfg.distributed.timeout_s * 1000)),
                        cfg.distributed.check_collectives};
-  launch_ranks(launch, [&](Communicator& comm) {
-    const bool lead = comm.rank() == 0;
-    const Device device = rank_device(comm, cfg.run);
-    check_device(device);
-    CodecModel model(cfg.model, cfg.quantizer, data.example_dim, cfg.run.seed);
-    // On the device before anything keeps state next to the parameters: the
-    // optimizer's moments and DDP's gradient buckets are allocated there.
-    model.to(device);
-    const std::vector<Tensor> params = model.parameters();  // listed once: the names are built per call
-    std::unique_ptr<Optimizer> optim = make_optimizer(cfg.optimizer, params);
-    // Agreed first: its length bounds the step a checkpoint may resume at.
-    Schedule schedule = agree_schedule(sizes, data.weights, cfg.schedule, comm, fingerprint);
-    // Loaded before DDP's start-up broadcast, which then makes every rank's
-    // state rank 0's (a resumed one included).
-    int64_t step = opt.resume.empty() ? 0 : load_checkpoint(opt.resume, model, *optim, schedule.total_steps, &cfg.source);
-    // The run directory is checked, and the metrics file opened (cut back to
-    // the resumed step), before any step is trained; temporaries of a save
-    // killed midway go before this run writes its first checkpoint.
-    // Rank 0's alone, but every rank learns how it went (comm/agree.h):
-    // a refused directory stops them all at once, not at their timeout.
-    std::optional<RunDir> run_dir;
-    std::optional<MetricsLog> metrics;
-    agree_on(comm, lead && (opt.checkpoints || opt.print), [&] {
-      int64_t bytes = kCheckpointHeaderBytes;
-      for (const auto& [name, t] : checkpoint_tensors(model, *optim)) bytes += t.nbytes();
-      run_dir.emplace(dir.string(), bytes,
-                      !opt.resume.empty() ? RunStart::resume
-                      : opt.overwrite     ? RunStart::overwrite
-                                          : RunStart::fresh);
-      if (opt.checkpoints) remove_stale_temporaries((dir / "checkpoint.safetensors").string());
-      if (opt.print) metrics.emplace((dir / "metrics.jsonl").string(), opt.resume.empty() ? -1 : step);
-    });
-    step = agree_start_step(step, comm);
-    DistributedDataParallel ddp(model, comm);
-    ShardedSampler sampler(schedule, sizes, cfg.run.seed, comm.rank(), comm.world_size(), opt.rank_units);
-    int64_t last = opt.stop_at_step > 0 ? std::min(opt.stop_at_step, schedule.total_steps) : schedule.total_steps;
-    std::vector<int64_t> layer_sizes = model.layer_sizes();
-    if (lead && opt.print) {
-      fmt::print("train: {} | {} ranks ({}, {}) | {} steps of {} examples ({} per epoch) | {:.0f} bits per example{}\n",
-                 data.description, comm.world_size(), comm.backend(), device.str(), schedule.total_steps,
-                 schedule.batch_size, schedule.steps_per_epoch, model.bits_per_example(),
-                 data.examples_per_second > 0
-                     ? fmt::format(" = {:.2f} kbit/s", model.bits_per_example() * data.examples_per_second / 1000)
-                     : "");
-      if (step > 0) fmt::print("train: resumed at step {} from {}\n", step, opt.resume);
-    }
-    auto loop_start = Clock::now();
-    int64_t first = step;
-    Validation val;
-    int stopped_by = 0;
-    Tensor stop_flag = zeros({1}, DType::i64);  // the received signal, all-reduced (max) after each step
-    // 0 while every loss of this rank was finite, NaN from the first one that
-    // was not (loss - loss is 0 or NaN; the sum keeps a NaN): kept on the
-    // device, read only where the run logs, validates or writes a checkpoint,
-    // so a diverged step on a device never reaches a checkpoint.
-    Tensor health = zeros({}, DType::f32, device);
-    int64_t checked = step;  // the last step the health was read at
-    model.train();
-    for (; step < last && !stopped_by; ++step) {
-      Tensor host_x = gather_rows(data, sampler.rank_batch(step));  // (n_r, F)
-      Tensor x = host_x.to(device);
-      ModelOutput out;
-      Tensor loss;
-      {
-        // An exact step: every sum over the batch by units (engine/exact_batch.h),
-        // so the loss is the global batch's on every rank and backward() ends
-        // with its gradients, the same bits as one rank on the whole batch.
-        ExactBatchScope exact(exact_batch_for(comm, sampler.unit_examples(), sampler.rank_units()));
-        try {
-          out = model.forward(x, comm);
-          loss = add(out.reconstruction_loss, out.quantizer_loss);
-          health = add(health, sub(loss.detach(), loss.detach()));
-        } catch (const NonFiniteError& e) {
-          throw NonFiniteError(fmt::format("step {}, rank {}: {}; {}", step + 1, comm.rank(), e.what(),
-                                           nonfinite_origin(host_x, model)));
-        }
-        loss.backward();
-      }
-      optim->lr = learning_rate(cfg.optimizer, step, schedule.total_steps);
-      if (opt.after_gradients) opt.after_gradients(step + 1, comm.rank(), model);
-      if (cfg.optimizer.grad_clip > 0) clip_grad_norm(params, cfg.optimizer.grad_clip);
-      optim->step();
-      optim->zero_grad();
-      int64_t done = step + 1;
-      if (opt.after_step) opt.after_step(done, comm.rank(), model, *optim);
-      // Not after the last step (every rank knows `last`, so all skip it): a
-      // stop asked then changes nothing, the run is complete.
-      if (opt.stop_requested && done < last) {
-        stop_flag.data<int64_t>()[0] = opt.stop_requested();
-        comm.all_reduce(stop_flag, ReduceOp::max);
-        stopped_by = static_cast<int>(stop_flag.data<int64_t>()[0]);
-      }
-
-      const bool logs = schedule.log_after(done) || done == last || stopped_by;
-      const bool validates = opt.validate && schedule.validate_after(done) && !stopped_by;
-      const bool saves = opt.checkpoints && (schedule.checkpoint_after(done) || done == last || stopped_by);
-      if (logs || validates || saves) {
-        check_health(health, comm, checked, done, host_x, model);
-        checked = done;
-      }
-      if (logs) {
-        StepLog log;
-        try {
-          log = step_log(out, loss, layer_sizes, comm);
-        } catch (const NonFiniteError& e) {
-          throw NonFiniteError(fmt::format("step {} (logged), rank {}: {}; {}", done, comm.rank(), e.what(),
-                                           nonfinite_origin(host_x, model)));
-        }
-        if (lead && opt.print) {
-          double secs = std::chrono::duration<double>(Clock::now() - loop_start).count();
-          double rate = (done - first) / std::max(secs, 1e-9);
-          std::string ppl, used;
-          for (const LayerUsage& u : log.usage) {
-            ppl += fmt::format("{}{:.0f}", ppl.empty() ? "" : "/", u.perplexity);
-            used += fmt::format("{}{}", used.empty() ? "" : "/", u.codes_used);
-          }
-          fmt::print("step {:>6}/{}  loss {:.5f}  recon {:.5f}  ppl {}  used {}  revived {}  {:.1f} steps/s  ETA {}\n",
-                     done, schedule.total_steps, log.loss, log.recon, ppl, used, log.revived, rate,
-                     duration((last - done) / std::max(rate, 1e-9)));
-          nlohmann::json line{{"step", done}, {"loss", log.loss}, {"recon", log.recon},
-                              {"revived", log.revived}, {"steps_per_s", rate}};
-          for (const LayerUsage& u : log.usage)
-            line["layers"].push_back({{"perplexity", u.perplexity}, {"codes_used", u.codes_used}});
-          metrics->write(line);
-        }
-      }
-      if (validates) {
-        val = validate(model, data, comm, device);
-        if (lead && opt.print) {
-          fmt::print("validation at step {}: mse {:.6f}  snr {:.2f} dB{}\n", done, val.mse, val.snr_db,
-                     val.log_mel >= 0 ? fmt::format("  log-mel L1 {:.3f}", val.log_mel) : "");
-          nlohmann::json line{{"step", done}, {"validation_mse", val.mse}, {"validation_snr_db", val.snr_db}};
-          if (val.log_mel >= 0) line["validation_log_mel_l1"] = val.log_mel;
-          metrics->write(line);
-        }
-      }
-      if (saves && lead)
-        save_checkpoint((dir / "checkpoint.safetensors").string(), model, *optim, done, schedule.total_steps, cfg.source);
-    }
-    // No rank returns (and exits, under a launcher) before rank 0's
-    // checkpoint of the stop is on disk: a launcher that saw one process
-    // end would signal the others, and a second signal stops at once.
-    if (stopped_by) comm.barrier();
-    if (lead) {
-      std::lock_guard lock(result_mu);
-      result.lead = true;
-      result.steps = step;
-      result.stopped_by = stopped_by;
-      result.validation_mse = val.mse;
-      result.validation_snr_db = val.snr_db;
-      result.validation_log_mel = val.log_mel;
-      result.usage = val.usage;
-      result.bits_per_example = model.bits_per_example();
-      result.bitrate = model.bits_per_example() * data.examples_per_second;
-    }
-  });
+  launch_ranks(launch, [&](Communicator& comm) { RankRun(cfg, data, opt, comm, sizes, fingerprint).run(result, result_mu); });
   result.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return result;
 }
