@@ -11,6 +11,31 @@
 
 namespace vqddp {
 
+std::string Device::str() const {
+  switch (kind) {
+    case Kind::cpu: return "cpu";
+    case Kind::cuda: return fmt::format("cuda:{}", index);
+    case Kind::sim: return fmt::format("sim:{}", index);
+  }
+  return "?";
+}
+
+Device parse_device(const std::string& text, const std::string& what) {
+  auto colon = text.find(':');
+  std::string kind = text.substr(0, colon);
+  int index = 0;
+  if (colon != std::string::npos) {
+    std::string digits = text.substr(colon + 1);
+    bool ok = !digits.empty() && digits.size() <= 4 && digits.find_first_not_of("0123456789") == std::string::npos;
+    VQDDP_CHECK(ok && kind != "cpu", "{}: '{}' is not a device (cpu, cuda, cuda:N, sim, sim:N)", what, text);
+    index = std::stoi(digits);
+  }
+  if (kind == "cpu") return Device::cpu();
+  if (kind == "cuda") return Device::cuda(index);
+  if (kind == "sim") return Device::sim(index);
+  VQDDP_THROW("{}: '{}' is not a device (cpu, cuda, cuda:N, sim, sim:N)", what, text);
+}
+
 bool cuda_built() { return VQDDP_HAVE_CUDA; }
 
 int cuda_device_count() {

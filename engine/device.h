@@ -1,5 +1,5 @@
-// Device backends: the primitive kernels the engine's ops need, on every
-// device: the CPU (engine/cpu/cpu_kernels.h, the reference), a GPU
+// Devices: where a tensor lives (Device, parse_device), and their backends,
+// the primitive kernels the engine's ops need, on every device: the CPU (engine/cpu/cpu_kernels.h, the reference), a GPU
 // (engine/cuda/) and the simulated device (engine/sim/).
 //
 // The ops in ops.h keep one definition each (checks, shapes, autograd) and
@@ -18,12 +18,35 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "engine/dtype.h"
 #include "engine/conv_plan.h"
 #include "engine/kernel_math.h"
 
 namespace vqddp {
+
+// Where a tensor's memory lives. `sim` is the simulated device: memory the
+// host may not touch (Tensor::data throws, as for a GPU), arithmetic by the
+// CPU's kernels (so the CPU's bits), and every transfer and wait counted
+// (engine/device_counters.h). It runs every device path of vq/ and train/
+// on machines without a GPU, and tests that a step never waits on the host.
+struct Device {
+  enum class Kind : uint8_t { cpu, cuda, sim };
+  Kind kind = Kind::cpu;
+  int index = 0;  // GPU ordinal for cuda, simulated device number for sim; 0 for cpu
+
+  static Device cpu() { return {}; }
+  static Device cuda(int index) { return {Kind::cuda, index}; }
+  static Device sim(int index = 0) { return {Kind::sim, index}; }
+  bool is_cpu() const { return kind == Kind::cpu; }
+  bool operator==(const Device&) const = default;
+  std::string str() const;  // "cpu", "cuda:0", "sim:0"
+};
+
+// "cpu", "cuda", "cuda:N", "sim", "sim:N" -> Device; throws naming `what`
+// (a flag or config key) and the text otherwise.
+Device parse_device(const std::string& text, const std::string& what);
 
 constexpr int kMaxDims = 8;
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/device.h"
 #include "engine/dtype.h"
 #include "engine/error.h"
 
