@@ -1,4 +1,5 @@
-// The quantizers of the device-resident tests, one training step each:
+// The quantizers of the device-resident tests, one training step each
+// (every factory type, then variants):
 // shared by tests/vq/test_device_resident.cpp (sim against the CPU) and the
 // GPU suite (cuda against the CPU, tests/cuda/test_vq.cpp).
 #pragma once
@@ -12,6 +13,7 @@
 #include "engine/ops.h"
 #include "engine/random.h"
 #include "tests/vq/harness.h"
+#include "tests/vq/factory_options.h"
 #include "vq/codebook.h"
 #include "vq/fsq.h"
 #include "vq/lfq.h"
@@ -38,6 +40,20 @@ inline Tensor step_loss(const Tensor& quantized, const Tensor& extra) {
 
 inline std::vector<Case> quantizer_cases() {
   std::vector<Case> out;
+  // Every type the factory makes, through the Quantizer contract, so a new
+  // type is covered on sim and on the GPU the day it joins quantizer_types().
+  for (const std::string& type : quantizer_types()) {
+    const QuantizerOptions q = options_for(type);
+    out.push_back({"factory type " + type,
+                   [q](Generator& g) -> std::shared_ptr<Module> { return make_quantizer(q, /*dim=*/8, /*seed=*/5, g); },
+                   [](Module& m, const Tensor& x, Communicator& comm) {
+                     QuantizerOutput o = static_cast<Quantizer&>(m).quantize(x, comm);
+                     step_loss(o.quantized, o.loss).backward();
+                     return std::vector<Tensor>{o.quantized.detach(), o.indices};
+                   }});
+  }
+  // Variants the factory's options do not reach: heads, cosine and
+  // learnable codebooks, and each type's own forward().
   auto vq_case = [&](std::string name, VectorQuantizeOptions o) {
     out.push_back({name, [o](Generator& g) { return std::make_shared<VectorQuantize>(o, g); },
                    [](Module& m, const Tensor& x, Communicator& comm) {

@@ -10,28 +10,14 @@
 #include <vector>
 
 #include "engine/streams.h"
+#include "tests/vq/factory_options.h"
 #include "tests/vq/harness.h"
 #include "vq/quantizer_options.h"
 
 namespace vqddp::test {
 
 inline constexpr int64_t kDim = 8, kRows = 24;
-inline constexpr int kSteps = 3, kLayers = 3;
-
-// Options that exercise each type's state: k-means init, revival and
-// quantize dropout where the type has them.
-inline QuantizerOptions options_for(const std::string& type) {
-  QuantizerOptions q;
-  q.type = type;
-  q.codebook_size = 16;
-  q.num_quantizers = kLayers;
-  q.codebook.kmeans_init = true;
-  q.codebook.kmeans_iters = 3;
-  q.codebook.threshold_ema_dead_code = 1.5f;
-  q.quantize_dropout = true;
-  if (type == "fsq" || type == "residual_fsq") q.levels = {5, 4, 3};
-  return q;
-}
+inline constexpr int kSteps = 3;
 
 inline std::shared_ptr<Quantizer> make(const QuantizerOptions& q) {
   Generator gen(11, streams::kInit);
