@@ -48,9 +48,11 @@ if [ "$(pkg-config --variable=cuda vqddp)" = true ]; then
     fail "the installed libvqddp.so has no run path to the CUDA toolkit: $(readelf -d "$libdir/libvqddp.so" | grep -i path)"
 fi
 
-# Every header of the library's folders is installed and in the umbrella.
-for d in engine comm vq train data; do
+# Every header of the library's folders is installed and in the umbrella
+# (the CUDA launch headers, *_launch.h, are CUDA-only internals).
+for d in engine comm vq vq/kernels train data; do
   for h in "$src/$d"/*.h; do
+    case "$h" in *_launch.h) continue ;; esac
     name=$d/$(basename "$h")
     [ -f "$inc/$name" ] || fail "$name is not installed (add it to $d/meson.build's install_headers)"
     grep -q "#include \"$name\"" "$inc/vqddp.h" || fail "$name is not included by vqddp/vqddp.h"

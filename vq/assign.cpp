@@ -1,7 +1,7 @@
 #include "vq/assign.h"
 
 #include "engine/ops.h"
-#include "vq/vq_kernels.h"
+#include "vq/kernels/vq_kernels.h"
 
 namespace vqddp {
 

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "engine/device.h"
-#include "vq/vq_kernels.h"
+#include "vq/kernels/vq_kernels.h"
 
 namespace vqddp {
 

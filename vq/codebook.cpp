@@ -9,7 +9,7 @@
 #include "vq/assign.h"
 #include "vq/code_stats.h"
 #include "vq/kmeans.h"
-#include "vq/vq_kernels.h"
+#include "vq/kernels/vq_kernels.h"
 #include "vq/sampler.h"
 
 namespace vqddp {

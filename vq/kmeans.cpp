@@ -4,7 +4,7 @@
 #include "vq/assign.h"
 #include "vq/code_stats.h"
 #include "vq/sampler.h"
-#include "vq/vq_kernels.h"
+#include "vq/kernels/vq_kernels.h"
 
 namespace vqddp {
 

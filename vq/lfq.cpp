@@ -6,7 +6,7 @@
 #include "engine/autograd.h"
 #include "engine/ops.h"
 #include "vq/losses.h"
-#include "vq/vq_kernels.h"
+#include "vq/kernels/vq_kernels.h"
 
 namespace vqddp {
 

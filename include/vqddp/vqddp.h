@@ -80,8 +80,8 @@
 #include "vq/residual_vq.h"
 #include "vq/sampler.h"
 #include "vq/vector_quantize.h"
-#include "vq/vq_kernels.h"
-#include "vq/vq_math.h"
+#include "vq/kernels/vq_kernels.h"
+#include "vq/kernels/vq_math.h"
 
 // train/
 #include "train/checkpoint.h"

@@ -8,7 +8,7 @@
 #include "tests/vq/harness.h"
 #include "vq/assign.h"
 #include "vq/kmeans.h"
-#include "vq/vq_kernels.h"
+#include "vq/kernels/vq_kernels.h"
 #include "vq/sampler.h"
 
 using namespace vqddp;

@@ -31,7 +31,7 @@ void assign_fused(const float* x, const float* embed, const float* bias, int64_t
 void ema_update(const double* stats, float* cluster_size, float* embed_avg, float* embed, int64_t k, int64_t d,
                 float decay, float eps, double* total, int world, cudaStream_t s);
 
-// The kernels of vq/vq_kernels.h's VqKernels for CUDA (that header says
+// The kernels of vq/kernels/vq_kernels.h's VqKernels for CUDA (that header says
 // what each computes; vq_math.h holds the formulas they share with the
 // CPU). `scratch`, `position` and `count` are device scratch.
 void flag_nonfinite(const float* x, int64_t n, unsigned long long* scratch, double* flag, cudaStream_t s);

@@ -1,4 +1,4 @@
-#include "vq/vq_kernels.h"
+#include "vq/kernels/vq_kernels.h"
 
 #include "vqddp_config.h"
 

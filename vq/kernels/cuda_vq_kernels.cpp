@@ -1,4 +1,4 @@
-// The VQ kernels on a GPU (vq/cuda/vq_kernels.cu): what cpu_vq_kernels.cpp
+// The VQ kernels on a GPU (vq/kernels/vq_kernels.cu): what cpu_vq_kernels.cpp
 // computes, bit for bit wherever the inputs are the same (the perplexity,
 // a metric, within rounding). Scratch comes from the engine's caching
 // allocator as tensors on the stream's device.
@@ -10,8 +10,8 @@
 
 #include "engine/cuda/launch.h"
 #include "engine/cuda/runtime.h"
-#include "vq/cuda/vq_launch.h"
-#include "vq/vq_kernels.h"
+#include "vq/kernels/vq_launch.h"
+#include "vq/kernels/vq_kernels.h"
 
 namespace vqddp {
 

@@ -4,6 +4,11 @@
 // CUDA one for a GPU. vq/ calls these for every device; there is no CPU
 // branch beside them.
 //
+// This folder holds each kernel's whole story: this contract, the per-element
+// formulas both backends share (vq_math.h), the CPU loops
+// (cpu_vq_kernels.cpp), the CUDA host side (cuda_vq_kernels.cpp) and its
+// kernels (vq_kernels.cu, launched through vq_launch.h).
+//
 // No method returns a device value to the host: results land in tensors on
 // the operands' device. What the host must know (metrics, a non-finite row)
 // it reads with a counted copy (engine/device_counters.h) when it needs it,

@@ -5,14 +5,14 @@
 #include "engine/cuda/grid.cuh"
 #include "engine/cuda/launch.h"
 #include "engine/kernel_math.h"
-#include "vq/cuda/vq_launch.h"
-#include "vq/vq_math.h"
+#include "vq/kernels/vq_launch.h"
+#include "vq/kernels/vq_math.h"
 
 namespace vqddp::cuda {
 
 namespace {
 
-// One thread per code, the CPU's formula (vq/vq_math.h code_bias), so the
+// One thread per code, the CPU's formula (vq/kernels/vq_math.h code_bias), so the
 // bias matches bitwise.
 __global__ void code_bias_kernel(const float* embed, int64_t k, int64_t d, float* bias) {
   VQDDP_GRID_LOOP(c, k) bias[c] = ::vqddp::code_bias(embed + c * d, d);
