@@ -14,7 +14,14 @@
 //                  fixed-order GEMM) and conv1d, conv_transpose1d, conv2d,
 //                  conv_transpose2d (that GEMM, unfold/fold, an exact bias
 //                  add); their backward is cuBLAS vs OpenBLAS
+// The op table (tests/engine/op_table.h: every op with a backward, on the
+// small shapes of the CPU's finite-difference checks) runs here with those
+// bounds; the cases below add the GPU's own concerns: shapes across its
+// blocks and tiles, long rows, edge shapes, reproducibility.
+#include <cstring>
+
 #include "tests/engine/gradcheck.h"
+#include "tests/engine/op_table.h"
 #include "engine/autograd.h"
 #include "engine/device.h"
 #include "engine/random.h"
@@ -107,6 +114,36 @@ TEST_CASE("reductions and losses match the CPU within 1e-6") {
   // Large reductions take the block-per-output kernel.
   Tensor big = randn({3, 5000}, 9);
   compare("sum dim 1 of long rows", [](const V& v) { return sum(v[0], 1); }, {big}, 1e-6, 1e-5);
+}
+
+TEST_CASE("op table: every op on the GPU has the CPU's forward bits (within 1e-6 where not exact) and gradients") {
+  // Forward: the CPU's bits for exact_on_devices, else rtol 1e-6 (libm,
+  // double sums in another order). Gradients: rtol 1e-6 atol 1e-6, or
+  // 1e-4 for the ops with a GEMM (cuBLAS vs OpenBLAS in backward).
+  for (const OpCase& c : op_table()) {
+    CAPTURE(c.name);
+    std::vector<Tensor> host = make_inputs(c);
+    std::vector<Tensor> cpu = inputs_on(host, kCpu), gpu = inputs_on(host, kGpu);
+    Tensor yc = c.f(cpu), yg = c.f(gpu);
+    if (c.exact_on_devices) {
+      REQUIRE(yg.device() == kGpu);
+      REQUIRE(yg.shape() == yc.shape());
+      std::vector<float> g = yg.to_vector<float>(), h = yc.to_vector<float>();
+      CHECK(std::memcmp(g.data(), h.data(), g.size() * sizeof(float)) == 0);
+    } else {
+      check_matches(yg, yc, 1e-6, 1e-7);
+    }
+    Tensor w = randn(yc.shape(), 5);
+    sum(mul(yc, w)).backward();
+    sum(mul(yg, w.to(kGpu))).backward();
+    const double tol = c.gemm_k > 0 ? 1e-4 : 1e-6;
+    for (size_t k = 0; k < host.size(); ++k) {
+      if (!host[k].requires_grad()) continue;
+      CAPTURE(k);
+      REQUIRE(gpu[k].grad().defined());
+      check_matches(gpu[k].grad(), cpu[k].grad(), tol, tol);
+    }
+  }
 }
 
 TEST_CASE("argmin and argmax match the CPU, ties to the lowest index, NaN never chosen") {
