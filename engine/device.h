@@ -103,8 +103,10 @@ class DeviceKernels {
 
   // ---- reductions ------------------------------------------------------------
   virtual void reduce_sum(const float* x, float* out, const ReducePlan& plan) = 0;
-  // Per row of [rows, k]: index of the best value by arg_better (kernel_math.h).
-  virtual void arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max) = 0;
+  // Per row of [rows, k]: index of the best value by arg_better
+  // (kernel_math.h) into `out`, and that value into `values`; either may be
+  // null.
+  virtual void arg_best(const float* x, int64_t* out, float* values, int64_t rows, int64_t k, bool max) = 0;
   // Position of the first NaN/Inf in x, or -1.
   virtual int64_t first_nonfinite(const float* x, int64_t n) = 0;
   // Smallest and largest value of an int64 array (n > 0), for index checks.

@@ -74,6 +74,19 @@ Tensor mean(const Tensor& x, int64_t dim, bool keepdim = false);
 // only NaN gives index 0.
 Tensor argmin(const Tensor& x);
 Tensor argmax(const Tensor& x);
+// The largest value along the last dim, kept as a dim of 1, under argmax's
+// order (a number beats NaN); a constant (no gradient).
+Tensor max_last(const Tensor& x);
+
+// Row-wise compositions (differentiable through their parts):
+// softmax along the last dim (the row maximum subtracted first);
+Tensor softmax_rows(const Tensor& logits);
+// -sum p log p along the last dim, log's argument clamped at 1e-5 (as
+// vector-quantize-pytorch's LFQ does);
+Tensor entropy_rows(const Tensor& p);
+// each row of [N, D] divided by its L2 norm, clamped below at 1e-12 as
+// torch.nn.functional.normalize does (a zero row stays finite).
+Tensor l2_normalize_rows(const Tensor& x);
 
 // ---- linear algebra ------------------------------------------------------------
 // op(a) @ op(b) for 2-D a, b, where op transposes when the flag is set.

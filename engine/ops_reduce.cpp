@@ -78,7 +78,8 @@ Tensor arg_best(const Tensor& x, const char* op, bool max) {
   Tensor out = empty(shape, DType::i64, x.device());
   // arg_better's order (kernel_math.h): lowest index on ties, a number
   // beats NaN, an all-NaN row gives 0.
-  device_of(op, {&x}).arg_best(static_cast<const float*>(x.raw_ptr()), static_cast<int64_t*>(out.raw_ptr()), rows, k, max);
+  device_of(op, {&x}).arg_best(static_cast<const float*>(x.raw_ptr()), static_cast<int64_t*>(out.raw_ptr()), nullptr,
+                               rows, k, max);
   return out;
 }
 
@@ -105,6 +106,35 @@ Tensor mean(const Tensor& x, int64_t dim, bool keepdim) {
 
 Tensor argmin(const Tensor& x) { return arg_best(x, "argmin", false); }
 Tensor argmax(const Tensor& x) { return arg_best(x, "argmax", true); }
+
+Tensor max_last(const Tensor& x) {
+  VQDDP_CHECK(x.dtype() == DType::f32, "max_last: expected a float32 tensor, got {}", x.desc());
+  VQDDP_CHECK(x.dim() >= 1 && x.size(-1) > 0, "max_last: needs a non-empty last dimension, got {}", x.desc());
+  int64_t k = x.size(-1), rows = x.numel() / k;
+  Shape shape = x.shape();
+  shape.back() = 1;
+  Tensor out = empty(shape, DType::f32, x.device());
+  device_of("max_last", {&x}).arg_best(static_cast<const float*>(x.raw_ptr()), nullptr,
+                                       static_cast<float*>(out.raw_ptr()), rows, k, true);
+  return out;
+}
+
+Tensor softmax_rows(const Tensor& logits) {
+  // The row maximum is subtracted as a constant: it changes nothing
+  // mathematically and keeps exp() finite.
+  Tensor e = vqddp::exp(sub(logits, max_last(logits.detach())));
+  return div(e, sum(e, -1, true));
+}
+
+Tensor entropy_rows(const Tensor& p) { return neg(sum(mul(p, vqddp::log(clamp(p, 1e-5f, 1.f))), -1)); }
+
+Tensor l2_normalize_rows(const Tensor& x) {
+  VQDDP_CHECK(x.dim() == 2, "l2_normalize_rows expects [N, D], got {}", x.desc());
+  // Clamp the squared norm (at 1e-24 = (1e-12)^2) before the sqrt so an
+  // all-zero row gets a finite gradient instead of 0 * inf.
+  Tensor norm = vqddp::sqrt(clamp(sum(square(x), 1, true), 1e-24f, 3.4e38f));  // (N, 1)
+  return div(x, norm);
+}
 
 int64_t first_nonfinite(const Tensor& x) {
   VQDDP_CHECK(x.dtype() == DType::f32, "first_nonfinite: expected a float32 tensor, got {}", x.desc());

@@ -4,14 +4,16 @@
 # printed command must finish the run so that its checkpoint is byte for
 # byte the one of a run that was never stopped, and metrics.jsonl must list
 # no step twice.
-#   sigterm_resume.sh VQDDP CONFIG
+#   sigterm_resume.sh VQDDP CONFIG [STEPS]
+# STEPS (default 600) must leave time after the first logged step for the
+# signal to land mid-run.
 set -u
 vqddp=$1
 config=$2
+steps=${3:-600}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "sigterm_resume: $*" >&2; [ -f "$tmp/out" ] && cat "$tmp/out" >&2; exit 1; }
-steps=600
 
 "$vqddp" train "$config" --steps $steps --dir "$tmp/straight" > /dev/null || fail "the uninterrupted run failed"
 

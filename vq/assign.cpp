@@ -16,12 +16,5 @@ Tensor assign_codes(const Tensor& x, const Tensor& embed, bool cosine) {
   return indices;
 }
 
-Tensor l2_normalize_rows(const Tensor& x) {
-  VQDDP_CHECK(x.dim() == 2, "l2_normalize_rows expects [N, D], got {}", x.desc());
-  // Clamp the squared norm (at 1e-24 = (1e-12)^2) before the sqrt so an
-  // all-zero row gets a finite gradient instead of 0 * inf.
-  Tensor norm = sqrt(clamp(sum(square(x), 1, true), 1e-24f, 3.4e38f));  // (N, 1)
-  return div(x, norm);
-}
 
 }  // namespace vqddp

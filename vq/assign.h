@@ -23,8 +23,5 @@ namespace vqddp {
 // x (N, D), embed (K, D) -> indices (N) int64. No autograd.
 Tensor assign_codes(const Tensor& x, const Tensor& embed, bool cosine);
 
-// Rows scaled to unit L2 norm (norm clamped below at 1e-12, as
-// torch.nn.functional.normalize does). Differentiable.
-Tensor l2_normalize_rows(const Tensor& x);
 
 }  // namespace vqddp

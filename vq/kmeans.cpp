@@ -1,6 +1,7 @@
 #include "vq/kmeans.h"
 
 #include "engine/autograd.h"
+#include "engine/ops.h"
 #include "vq/assign.h"
 #include "vq/code_stats.h"
 #include "vq/sampler.h"

@@ -10,23 +10,6 @@
 
 namespace vqddp {
 
-namespace {
-
-// Row-wise softmax; the row maximum is subtracted as a constant, which
-// changes nothing mathematically and keeps exp() finite.
-Tensor softmax_rows(const Tensor& logits) {
-  Tensor row_max = empty({logits.size(0), 1}, DType::f32, logits.device());
-  vq_kernels(logits.device()).row_max(logits.detach(), row_max);
-  Tensor e = vqddp::exp(sub(logits, row_max));
-  return div(e, sum(e, 1, true));
-}
-
-// -sum p log p along the last dim, with log's argument clamped at 1e-5 as
-// the reference implementation does.
-Tensor entropy_rows(const Tensor& p) { return neg(sum(mul(p, vqddp::log(clamp(p, 1e-5f, 1.f))), -1)); }
-
-}  // namespace
-
 LFQ::LFQ(const LFQOptions& o, Generator& init_gen) : opt_(o) {
   VQDDP_CHECK(lfq_codebook_size_ok(o.codebook_size),
               "LFQ: codebook_size {} must be a power of two in [2, 65536]", o.codebook_size);

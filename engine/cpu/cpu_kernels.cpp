@@ -250,8 +250,12 @@ void CpuKernels::reduce_sum(const float* x, float* out, const ReducePlan& plan) 
   });
 }
 
-void CpuKernels::arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max) {
-  for (int64_t r = 0; r < rows; ++r) out[r] = best_in_row(x + r * k, k, max);
+void CpuKernels::arg_best(const float* x, int64_t* out, float* values, int64_t rows, int64_t k, bool max) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t best = best_in_row(x + r * k, k, max);
+    if (out) out[r] = best;
+    if (values) values[r] = x[r * k + best];
+  }
 }
 
 int64_t CpuKernels::first_nonfinite(const float* x, int64_t n) {

@@ -28,7 +28,7 @@ class CpuKernels : public DeviceKernels {
   void cast_f64_to_f32(const double* src, float* dst, int64_t n) override;
   // ---- reductions ------------------------------------------------------------
   void reduce_sum(const float* x, float* out, const ReducePlan& plan) override;
-  void arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max) override;
+  void arg_best(const float* x, int64_t* out, float* values, int64_t rows, int64_t k, bool max) override;
   int64_t first_nonfinite(const float* x, int64_t n) override;
   void min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64_t* hi) override;
   // ---- linear algebra ----------------------------------------------------------

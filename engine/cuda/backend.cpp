@@ -289,9 +289,9 @@ class CudaKernels final : public DeviceKernels {
     DeviceGuard guard(device_);
     cuda::reduce_sum(x, out, plan, stream());
   }
-  void arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max) override {
+  void arg_best(const float* x, int64_t* out, float* values, int64_t rows, int64_t k, bool max) override {
     DeviceGuard guard(device_);
-    cuda::arg_best(x, out, rows, k, max, stream());
+    cuda::arg_best(x, out, values, rows, k, max, stream());
   }
   int64_t first_nonfinite(const float* x, int64_t n) override {
     DeviceGuard guard(device_);

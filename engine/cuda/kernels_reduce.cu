@@ -52,7 +52,7 @@ __global__ void reduce_thread_kernel(const float* x, float* out, int64_t outputs
 
 // One warp per row; lanes scan strided columns, then a shuffle tree. The
 // arg_better order is total, so the tree's shape cannot change the winner.
-__global__ void arg_best_kernel(const float* x, int64_t* out, int64_t rows, int64_t k, bool max) {
+__global__ void arg_best_kernel(const float* x, int64_t* out, float* values, int64_t rows, int64_t k, bool max) {
   int lane = threadIdx.x % 32;
   int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / 32;
@@ -73,7 +73,10 @@ __global__ void arg_best_kernel(const float* x, int64_t* out, int64_t rows, int6
         bi = oi;
       }
     }
-    if (lane == 0) out[r] = bi;
+    if (lane == 0) {
+      if (out) out[r] = bi;
+      if (values) values[r] = bv;
+    }
   }
 }
 
@@ -188,9 +191,9 @@ void reduce_sum(const float* x, float* out, const ReducePlan& plan, cudaStream_t
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 
-void arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max, cudaStream_t s) {
+void arg_best(const float* x, int64_t* out, float* values, int64_t rows, int64_t k, bool max, cudaStream_t s) {
   if (rows <= 0 || k <= 0) return;
-  arg_best_kernel<<<grid_for(rows * 32), kThreads, 0, s>>>(x, out, rows, k, max);
+  arg_best_kernel<<<grid_for(rows * 32), kThreads, 0, s>>>(x, out, values, rows, k, max);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

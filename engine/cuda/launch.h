@@ -17,7 +17,7 @@ void unary_backward(const UnaryFn& fn, const float* x, const float* y, const flo
 void cast_f64_to_f32(const double* src, float* dst, int64_t n, cudaStream_t s);
 
 void reduce_sum(const float* x, float* out, const ReducePlan& plan, cudaStream_t s);
-void arg_best(const float* x, int64_t* out, int64_t rows, int64_t k, bool max, cudaStream_t s);
+void arg_best(const float* x, int64_t* out, float* values, int64_t rows, int64_t k, bool max, cudaStream_t s);
 // result: one device unsigned long long, set to the first non-finite
 // position or to ~0ull.
 void first_nonfinite(const float* x, int64_t n, unsigned long long* result, cudaStream_t s);

@@ -144,6 +144,11 @@ inline std::vector<OpCase> op_table() {
     }
   t.push_back({"mse_loss", {in({3, 4}), in({3, 4})}, [](const V& v) { return mse_loss(v[0], v[1]); }, false});
 
+  // ---- row-wise compositions (max_last inside softmax_rows)
+  t.push_back({"softmax_rows", {in({3, 5}, -2.f, 2.f)}, [](const V& v) { return softmax_rows(v[0]); }, false});
+  t.push_back({"entropy_rows", {in({3, 5}, 0.05f, 0.9f)}, [](const V& v) { return entropy_rows(v[0]); }, false});
+  t.push_back({"l2_normalize_rows", {in({3, 4})}, [](const V& v) { return l2_normalize_rows(v[0]); }, false});
+
   // ---- matmul, every transpose combination (K = 4)
   for (bool ta : {false, true})
     for (bool tb : {false, true})

@@ -164,13 +164,6 @@ class CpuVqKernels final : public VqKernels {
     for (int64_t i = 0; i < n; ++i)
       for (int64_t b = 0; b < bits; ++b) po[i * bits + b] = lfq_value(pi[i], bits, b, scale);
   }
-
-  void row_max(const Tensor& x, Tensor& out) override {
-    int64_t n = x.size(0), k = x.size(1);
-    const float* px = ptr<float>(x);
-    float* po = ptr<float>(out);
-    for (int64_t i = 0; i < n; ++i) po[i] = px[i * k + best_in_row(px + i * k, k, true)];
-  }
 };
 
 }  // namespace

@@ -111,11 +111,6 @@ class CudaVqKernels final : public VqKernels {
     cuda::lfq_codes(ptr<int64_t>(indices), indices.numel(), out.size(1), scale, ptr<float>(out), s.stream);
   }
 
-  void row_max(const Tensor& x, Tensor& out) override {
-    Stream s(x);
-    cuda::row_max(ptr<float>(x), x.size(0), x.size(1), ptr<float>(out), s.stream);
-  }
-
  private:
   // The device of a tensor made current, and this thread's stream on it.
   struct Stream {

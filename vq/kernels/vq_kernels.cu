@@ -214,10 +214,6 @@ __global__ void lfq_codes_kernel(const int64_t* indices, int64_t n, int64_t bits
   VQDDP_GRID_LOOP(i, n * bits) out[i] = lfq_value(indices[i / bits], bits, i % bits, scale);
 }
 
-__global__ void row_max_kernel(const float* x, int64_t n, int64_t k, float* out) {
-  VQDDP_GRID_LOOP(i, n) out[i] = x[i * k + best_in_row(x + i * k, k, true)];
-}
-
 }  // namespace
 
 void code_bias(const float* embed, int64_t k, int64_t d, bool cosine, float* bias, cudaStream_t s) {
@@ -312,12 +308,6 @@ void lfq_indices(const float* z, int64_t n, int64_t bits, int64_t* out, cudaStre
 void lfq_codes(const int64_t* indices, int64_t n, int64_t bits, float scale, float* out, cudaStream_t s) {
   if (n <= 0) return;
   lfq_codes_kernel<<<grid_for(n * bits), kThreads, 0, s>>>(indices, n, bits, scale, out);
-  VQDDP_CUDA_CHECK_LAUNCH();
-}
-
-void row_max(const float* x, int64_t n, int64_t k, float* out, cudaStream_t s) {
-  if (n <= 0) return;
-  row_max_kernel<<<grid_for(n), kThreads, 0, s>>>(x, n, k, out);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

@@ -80,10 +80,6 @@ class VqKernels {
   // significant first), and indices (N) -> codes (N, B) of +-scale.
   virtual void lfq_indices(const Tensor& z, Tensor& out) = 0;
   virtual void lfq_codes(const Tensor& indices, float scale, Tensor& out) = 0;
-
-  // out (N, 1) = the largest value of each row of x (N, K) under arg_best's
-  // order (kernel_math.h: a number beats NaN; an all-NaN row gives x[i, 0]).
-  virtual void row_max(const Tensor& x, Tensor& out) = 0;
 };
 
 // The kernels for tensors on `device` (CPU code for cpu and sim).

@@ -47,6 +47,5 @@ void fsq_codes(const int64_t* indices, int64_t m, int64_t d, const int64_t* leve
                const int64_t* basis, float* out, cudaStream_t s);
 void lfq_indices(const float* z, int64_t n, int64_t bits, int64_t* out, cudaStream_t s);
 void lfq_codes(const int64_t* indices, int64_t n, int64_t bits, float scale, float* out, cudaStream_t s);
-void row_max(const float* x, int64_t n, int64_t k, float* out, cudaStream_t s);
 
 }  // namespace vqddp::cuda
