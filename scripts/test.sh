@@ -14,25 +14,37 @@ start=$SECONDS
 # nvcc stays out of the slower builds.
 sanitized=(--buildtype=plain -Doptimization=1 -Dcpp_args=-g1 -Dcuda=disabled)
 
+# Each phase's seconds, printed at the end: where the suite's time goes.
+phases=()
+phase() { phases+=("$1 $((SECONDS - mark)) s"); mark=$SECONDS; }
+mark=$SECONDS
+
 bash scripts/build.sh build --buildtype=release
+phase "release build"
 meson test -C build --print-errorlogs
+phase "release tests"
 logs=(build/meson-logs/testlog.txt)
 if [ "${VQDDP_TEST_QUICK:-0}" != 1 ]; then
   # AddressSanitizer + UBSan, every test but the invariance suite (numerics,
   # covered above). This build is also the CPU-only configuration: a build
   # without the toolkit must work and pass.
   bash scripts/build.sh build-asan "${sanitized[@]}" -Db_sanitize=address,undefined
+  phase "asan build"
   ASAN_OPTIONS=detect_leaks=1 meson test -C build-asan --print-errorlogs --no-suite invariance
+  phase "asan tests"
   # ThreadSanitizer on the multi-rank suites (comm, vq, train: every rank a
   # thread of one process), findings fatal. Only their executables are
   # built. OpenBLAS runs single-threaded: its own threads are not
   # instrumented and would be reported as races with themselves.
   bash scripts/build.sh build-tsan "${sanitized[@]}" -Dtsan=true -- tests/test_comm tests/test_vq tests/test_train
+  phase "tsan build"
   OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
     meson test -C build-tsan --no-rebuild --print-errorlogs --timeout-multiplier 2 comm vq train
+  phase "tsan tests"
   logs+=(build-asan/meson-logs/testlog.txt build-tsan/meson-logs/testlog.txt)
 fi
 # One closing line with the doctest case counts of every suite that ran.
 awk '/\[doctest\] test cases:/ { p += $6; f += $9; s += $12 }
      END { printf "doctest: %d passed, %d failed, %d skipped\n", p, f, s }' "${logs[@]}"
+echo "phases: $(IFS=,; echo "${phases[*]}" | sed 's/,/, /g')"
 echo "test suite finished in $((SECONDS - start)) s"

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -221,7 +222,7 @@ TEST_CASE("a run directory that cannot take the run is refused at start, naming 
   CHECK(std::filesystem::exists(dir.file("run/.lock")));
   // A training run checks before its first step: nothing trained, nothing written.
   Config cfg = small_config(dir.file("plain") + "/run");
-  int steps = 0;
+  std::atomic<int> steps = 0;  // every rank counts (none should)
   TrainOptions o = quiet();
   o.after_step = [&](int64_t, int, const CodecModel&, Optimizer&) { ++steps; };
   CHECK_THROWS_WITH_AS(train(cfg, synthetic_data(), o), doctest::Contains("cannot create it"), Error);
@@ -238,7 +239,7 @@ TEST_CASE("a fresh run into a directory holding a run is refused on every rank, 
   train(cfg, synthetic_data(), o);
   std::string ckpt = read_file(dir.file("run/checkpoint.safetensors")), metrics = read_file(dir.file("run/metrics.jsonl"));
   int steps = 0;  // rank 0's
-  o.after_step = [&](int64_t, int rank, const CodecModel&, Optimizer&) { steps += rank == 0; };
+  o.after_step = [&](int64_t, int rank, const CodecModel&, Optimizer&) { if (rank == 0) ++steps; };
   // Every rank throws rank 0's finding (comm/agree.h), not a timeout or an
   // abort of the others: the message carries "rank 0: " from the agreement.
   std::string expected = fmt::format("rank 0: run directory {} already holds a run (checkpoint.safetensors, "
@@ -265,7 +266,7 @@ TEST_CASE("a second run started into a directory while one runs there is refused
                        Error);
   // A whole training run refuses too, before its first step.
   Config cfg = small_config(dir.file("run"));
-  int steps = 0;
+  std::atomic<int> steps = 0;  // every rank counts (none should)
   TrainOptions o = quiet();
   o.after_step = [&](int64_t, int, const CodecModel&, Optimizer&) { ++steps; };
   CHECK_THROWS_WITH_AS(train(cfg, synthetic_data(), o), doctest::Contains("another run is writing to it"), Error);
