@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "engine/autograd.h"
 #include "engine/ops.h"
 #include "engine/streams.h"
 #include "tests/vq/harness.h"
@@ -67,8 +68,16 @@ TEST_CASE("the Quantizer contract: indices (N, Q) within the layer sizes, a scal
       m->train();
       QuantizerOutput train_out = m->quantize(x, comm);  // initialises codebooks (k-means)
       CHECK(train_out.loss.dim() == 0);
+      // Invariant 4: inference (eval, or training mode without grad) issues
+      // no collective, so a pass only some ranks run cannot hang the others.
+      const uint64_t before = comm.counters().collectives;
+      {
+        NoGradGuard no_grad;
+        m->quantize(x, comm);
+      }
       m->eval();
       QuantizerOutput out = m->quantize(x, comm);
+      CHECK(comm.counters().collectives == before);
       std::vector<int64_t> sizes = m->layer_sizes();
       bool residual = type.rfind("residual_", 0) == 0;
       CHECK(sizes.size() == static_cast<size_t>(residual ? kLayers : 1));
