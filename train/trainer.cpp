@@ -414,9 +414,9 @@ class RankRun {
   // complete.
   void agree_on_stop(int64_t done) {
     if (!opt_.stop_requested || done >= last_) return;
-    Tensor flag = full({1}, static_cast<double>(opt_.stop_requested()), DType::i64);
-    comm_.all_reduce(flag, ReduceOp::max);
-    stopped_by_ = static_cast<int>(flag.data<int64_t>()[0]);
+    stop_flag_.data<int64_t>()[0] = opt_.stop_requested();
+    comm_.all_reduce(stop_flag_, ReduceOp::max);
+    stopped_by_ = static_cast<int>(stop_flag_.data<int64_t>()[0]);
   }
 
   void log_step(int64_t done, const StepResult& r) {
@@ -499,6 +499,7 @@ class RankRun {
   Clock::time_point loop_start_;
   Tensor health_;
   Validation val_;
+  Tensor stop_flag_ = zeros({1}, DType::i64);  // the received signal, reused every step
   int stopped_by_ = 0;
 };
 
