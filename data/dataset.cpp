@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstring>
 #include <filesystem>
 
+#include "engine/file_io.h"
 #include "engine/ops.h"
 #include "data/idx.h"
 #include "data/wav.h"
@@ -124,51 +124,24 @@ Dataset load_dataset(const DataConfig& c) {
 
 namespace {
 
-// FNV-1a's offset and prime on 64-bit words rather than bytes, then a final
-// avalanche (splitmix64's): enough to tell data sets apart, not a
-// cryptographic hash.
-struct WordHash {
-  uint64_t h = 0xcbf29ce484222325ull;
-  void add(uint64_t w) { h = (h ^ w) * 0x100000001b3ull; }
-  void add_bytes(const void* p, size_t n) {
-    const auto* b = static_cast<const unsigned char*>(p);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      uint64_t w;
-      std::memcpy(&w, b + i, 8);
-      add(w);
-    }
-    uint64_t tail = 0;
-    std::memcpy(&tail, b + i, n - i);
-    add(tail ^ n);
-  }
-  uint64_t done() const {
-    uint64_t z = h + 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-};
-
-void add_tensor(WordHash& hash, const Tensor& t) {
-  if (!t.defined()) {
-    hash.add(~0ull);
-    return;
-  }
+// Shape and bytes of one tensor into the running CRC (engine/file_io.h's
+// crc32c, the checkpoints' checksum): enough to tell data sets apart.
+uint32_t add_tensor(uint32_t crc, const Tensor& t) {
+  if (!t.defined()) return crc32c("-", 1, crc);
   Tensor c = t.to(Device::cpu());  // tensors are dense: no strides to walk
-  hash.add(static_cast<uint64_t>(c.dim()));
-  for (int64_t n : c.shape()) hash.add(static_cast<uint64_t>(n));
-  hash.add_bytes(c.raw_ptr(), c.nbytes());
+  std::vector<int64_t> shape{c.dim()};
+  shape.insert(shape.end(), c.shape().begin(), c.shape().end());
+  crc = crc32c(shape.data(), shape.size() * sizeof(int64_t), crc);
+  return crc32c(c.raw_ptr(), c.nbytes(), crc);
 }
 
 }  // namespace
 
-uint64_t data_fingerprint(const Dataset& data) {
-  WordHash hash;
-  hash.add(data.sources.size());
-  for (const Tensor& s : data.sources) add_tensor(hash, s);
-  add_tensor(hash, data.validation);
-  return hash.done();
+uint32_t data_fingerprint(const Dataset& data) {
+  const uint64_t sources = data.sources.size();
+  uint32_t crc = crc32c(&sources, sizeof sources);
+  for (const Tensor& s : data.sources) crc = add_tensor(crc, s);
+  return add_tensor(crc, data.validation);
 }
 
 }  // namespace vqddp

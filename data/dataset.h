@@ -28,12 +28,12 @@ struct Dataset {
 
 Dataset load_dataset(const DataConfig& config);
 
-// A 64-bit hash of what training reads: every source's shape and values, in
+// A CRC32C (engine/file_io.h) of what training reads: every source's shape and values, in
 // order, and the validation set's. Ranks compare it before the first step
 // (agree_schedule), so ranks that loaded different data (another file on
 // one node, a source missing, the same total split otherwise) stop with an
 // error instead of shuffling differently. Reads every value once (about
 // 0.1 s for 100 MB).
-uint64_t data_fingerprint(const Dataset& data);
+uint32_t data_fingerprint(const Dataset& data);
 
 }  // namespace vqddp

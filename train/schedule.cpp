@@ -70,20 +70,18 @@ Schedule plan_schedule(const std::vector<int64_t>& sizes, const std::vector<doub
 }
 
 Schedule agree_schedule(const std::vector<int64_t>& sizes, const std::vector<double>& weights, const ScheduleConfig& c,
-                        Communicator& comm, uint64_t data_fingerprint) {
+                        Communicator& comm, uint32_t data_fingerprint) {
   {
-    // The fingerprint as two 32-bit halves: int64 values with no sign to mind.
     const int64_t total = std::accumulate(sizes.begin(), sizes.end(), int64_t{0});
-    std::vector<std::vector<int64_t>> all = gather_values(
-        comm, {static_cast<int64_t>(data_fingerprint >> 32), static_cast<int64_t>(data_fingerprint & 0xffffffffu),
-               static_cast<int64_t>(sizes.size()), total});
+    std::vector<std::vector<int64_t>> all =
+        gather_values(comm, {int64_t{data_fingerprint}, static_cast<int64_t>(sizes.size()), total});
     std::string differ;
     for (int r = 1; r < comm.world_size(); ++r)
       if (all[r] != all[0])
-        differ += fmt::format("{}rank {} ({} examples in {} sources)", differ.empty() ? "" : ", ", r, all[r][3], all[r][2]);
+        differ += fmt::format("{}rank {} ({} examples in {} sources)", differ.empty() ? "" : ", ", r, all[r][2], all[r][1]);
     VQDDP_CHECK(differ.empty(), "the ranks loaded different data: rank 0 has {} examples in {} sources, and these ranks "
                 "differ from it: {}. Every rank must read the same data (the same sources, files and sizes; data "
-                "fingerprints differ)", all[0][3], all[0][2], differ);
+                "fingerprints differ)", all[0][2], all[0][1], differ);
   }
   Schedule mine = plan_schedule(sizes, weights, c);
   // [epoch_examples, batch, steps_per_epoch, total, validate_every,

@@ -61,7 +61,7 @@ Schedule plan_schedule(const std::vector<int64_t>& source_sizes, const std::vect
 // data all throw the same error, naming the ranks that differ from rank 0.
 // Every rank must call (two collectives).
 Schedule agree_schedule(const std::vector<int64_t>& source_sizes, const std::vector<double>& weights,
-                        const ScheduleConfig& config, Communicator& comm, uint64_t data_fingerprint);
+                        const ScheduleConfig& config, Communicator& comm, uint32_t data_fingerprint);
 
 // The step a run starts at (0, or a resumed checkpoint's), which decides how
 // many steps every rank runs: one all_reduce (every rank calls it, resumed

@@ -279,7 +279,7 @@ Device usable_rank_device(const Communicator& comm, const RunConfig& run) {
 class RankRun {
  public:
   RankRun(const Config& cfg, const Dataset& data, const TrainOptions& opt, Communicator& comm,
-          const std::vector<int64_t>& sizes, uint64_t fingerprint)
+          const std::vector<int64_t>& sizes, uint32_t fingerprint)
       : cfg_(cfg),
         data_(data),
         opt_(opt),
@@ -512,7 +512,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
   if (cfg.run.device == "cuda") check_device(Device::cuda(0));
   std::vector<int64_t> sizes;
   for (const Tensor& s : data.sources) sizes.push_back(s.size(0));
-  const uint64_t fingerprint = data_fingerprint(data);  // once, shared by the rank threads
+  const uint32_t fingerprint = data_fingerprint(data);  // once, shared by the rank threads
   LaunchOptions launch{cfg.distributed.backend, cfg.distributed.world_size,
                        std::chrono::milliseconds(static_cast<int64_t>(cfg.distributed.timeout_s * 1000)),
                        cfg.distributed.check_collectives};
