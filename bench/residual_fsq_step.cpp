@@ -42,7 +42,7 @@ int main(int, char** argv) {
   Tensor xr = x.clone();
   xr.set_requires_grad(true);
   double rvq_ms = vqddp::bench::median_ms([&] {
-    ResidualVQOutput out = rvq.forward(xr, comm);
+    QuantizerOutput out = rvq.quantize(xr, comm);
     add(mean(square(out.quantized)), out.loss).backward();
     xr.zero_grad();
   }, 3);
@@ -53,7 +53,7 @@ int main(int, char** argv) {
   Tensor z = rand_normal({65536, 4}, g);
   z.set_requires_grad(true);
   double fsq_ms = vqddp::bench::median_ms([&] {
-    FSQOutput out = fsq.forward(z);
+    QuantizerOutput out = fsq.quantize(z, comm);
     mean(square(out.quantized)).backward();
     z.zero_grad();
   }, 5);

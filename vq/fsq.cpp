@@ -67,8 +67,8 @@ Tensor FSQ::round_codes(const Tensor& z) const {
   // A diverging encoder must stop here: round(NaN) has no index. Checked
   // where the check is free (the host); on a device the NaN reaches the
   // loss, which the trainer reads when it logs (one read per call would
-  // make every step wait). quantize() has checked every rank's input alike
-  // first (vq/finite_rows.h); this catches a direct forward().
+  // make every step wait). In a training step quantize() has checked every
+  // rank's input alike first (vq/finite_rows.h); this catches inference.
   if (z.device().is_cpu())
     if (int64_t at = first_nonfinite(z); at >= 0)
       VQDDP_THROW_NONFINITE("FSQ: row {} has a non-finite value ({} in column {})", at / code_dim(),
@@ -97,17 +97,6 @@ Tensor FSQ::indices_to_codes(const Tensor& indices) const {
   return out;
 }
 
-FSQOutput FSQ::forward(const Tensor& x) {
-  VQDDP_CHECK(x.defined() && x.dtype() == DType::f32 && x.dim() == 2 && x.size(1) == opt_.dim,
-              "FSQ expects float32 [N, {}], got {}", opt_.dim, x.desc());
-  int64_t n = x.size(0), c = opt_.num_codebooks, d = code_dim();
-  Tensor z = projection_.in(x);                      // (N, C*D)
-  Tensor zhat = round_codes(reshape(z, {n * c, d}));  // (N*C, D)
-  Tensor idx = codes_to_indices(zhat);                   // (N*C)
-  Tensor y = reshape(zhat, {n, c * d});
-  return {projection_.out(y), c == 1 ? idx : reshape(idx, {n, c})};
-}
-
 Tensor FSQ::decode(const Tensor& indices) const {
   int64_t c = opt_.num_codebooks;
   VQDDP_CHECK(indices.dtype() == DType::i64 && indices.numel() % c == 0, "FSQ decode: bad indices {}", indices.desc());
@@ -121,9 +110,15 @@ QuantizerOutput FSQ::quantize(const Tensor& x, Communicator& comm, const Tensor&
   // A training step: every rank alike, before this rank's own check.
   // Inference (eval or no-grad, as the Codebook's) issues no collective:
   // ranks may hold no rows there, and the local check throws.
+  VQDDP_CHECK(x.defined() && x.dtype() == DType::f32 && x.dim() == 2 && x.size(1) == opt_.dim,
+              "rank {}: FSQ expects float32 [N, {}], got {}", comm.rank(), opt_.dim, x.desc());
   if (updates_state()) refuse_nonfinite_rows(x, comm, "FSQ's input");
-  FSQOutput o = forward(x);
-  return without_loss(o.quantized, o.indices, opt_.num_codebooks);
+  int64_t n = x.size(0), c = opt_.num_codebooks, d = code_dim();
+  Tensor z = projection_.in(x);                       // (N, C*D)
+  Tensor zhat = round_codes(reshape(z, {n * c, d}));  // (N*C, D)
+  Tensor idx = codes_to_indices(zhat);                // (N*C)
+  Tensor y = reshape(zhat, {n, c * d});
+  return without_loss(projection_.out(y), reshape(idx, {n, c}), opt_.num_codebooks);
 }
 
 }  // namespace vqddp

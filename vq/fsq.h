@@ -1,8 +1,8 @@
-// FSQ: finite scalar quantization (Mentzer et al. 2023). No codebook state;
-// forward() has no collective in any mode: every rank quantizes on its own.
-// quantize() first refuses non-finite input on every rank alike, with one
-// all-reduce of W flags when the input is on the host, in a training step
-// (training mode, grad on); inference issues no collective (vq/finite_rows.h).
+// FSQ: finite scalar quantization (Mentzer et al. 2023). No codebook state:
+// every rank quantizes on its own. quantize()'s one collective is its
+// refusal of non-finite input on every rank alike, one all-reduce of W
+// flags when the input is on the host, in a training step (training mode,
+// grad on); inference issues none (vq/finite_rows.h).
 //
 // Per dimension j with L_j levels: half_l = (L_j - 1)(1 + 1e-3) / 2,
 // offset = 0.5 for even L_j else 0, shift = atanh(offset / half_l);
@@ -28,16 +28,9 @@ struct FSQOptions {
   int num_codebooks = 1;
 };
 
-struct FSQOutput {
-  Tensor quantized;  // (N, dim)
-  Tensor indices;    // (N) int64, or (N, num_codebooks)
-};
-
 class FSQ : public Quantizer {
  public:
   FSQ(const FSQOptions& options, Generator& init_gen);
-
-  FSQOutput forward(const Tensor& x);
 
   // z (M, D) with D = levels.size() -> z_hat (M, D): bound, round (straight-
   // through), normalise to [-1, 1].

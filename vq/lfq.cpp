@@ -26,7 +26,8 @@ Tensor LFQ::codes_of(const Tensor& indices) const {
   return out;
 }
 
-LFQOutput LFQ::forward(const Tensor& x, Communicator& comm) {
+QuantizerOutput LFQ::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
+  refuse_mask(mask, "LFQ", comm.rank());
   VQDDP_CHECK(x.defined() && x.dtype() == DType::f32 && x.dim() == 2 && x.size(1) == opt_.dim,
               "rank {}: LFQ expects float32 [N, {}], got {}", comm.rank(), opt_.dim, x.desc());
   Tensor z = projection_.in(x);  // (N, B)
@@ -36,12 +37,14 @@ LFQOutput LFQ::forward(const Tensor& x, Communicator& comm) {
   vq_kernels(dev).lfq_indices(z.detach(), idx);
   Tensor q = codes_of(idx);           // (N, B)
   Tensor st = straight_through(z, q);  // straight-through
-  LFQOutput out;
-  out.indices = idx;
+  QuantizerOutput out;
+  out.indices = as_columns(idx);
   out.quantized = projection_.out(st);
-  out.entropy_loss = full({}, 0.f, DType::f32, dev);
-  out.commitment_loss = full({}, 0.f, DType::f32, dev);
-  out.loss = full({}, 0.f, DType::f32, dev);
+  out.active_layers = 1;
+  const Tensor zero = full({}, 0.f, DType::f32, dev);
+  out.extras = {{"entropy_loss", zero}, {"commitment_loss", zero}};
+  out.loss = zero;
+  out.layer_losses = {zero};
   if (!updates_state()) return out;
 
   Tensor logits = mul(matmul(z, codebook_.on(0, dev), false, true), 2.f * opt_.inv_temperature);  // (N, 2^B)
@@ -54,11 +57,14 @@ LFQOutput LFQ::forward(const Tensor& x, Communicator& comm) {
   Tensor rows = clamp(slice_rows(global.detach(), opt_.codebook_size, opt_.codebook_size + 1), 1.f, 3.4e38f);
   Tensor avg = div(slice_rows(global, 0, opt_.codebook_size), rows);
   Tensor codebook_entropy = entropy_rows(avg);
-  out.entropy_loss = sub(per_sample, mul(codebook_entropy, opt_.diversity_gamma));
-  out.commitment_loss = mse_or_zero(z, q, comm);
-  out.loss = add(mul(out.entropy_loss, opt_.entropy_loss_weight), mul(out.commitment_loss, opt_.commitment_weight));
-  out.per_sample_entropy = per_sample.detach();
-  out.codebook_entropy = codebook_entropy.detach();
+  Tensor entropy_loss = sub(per_sample, mul(codebook_entropy, opt_.diversity_gamma));
+  Tensor commitment_loss = mse_or_zero(z, q, comm);
+  out.loss = add(mul(entropy_loss, opt_.entropy_loss_weight), mul(commitment_loss, opt_.commitment_weight));
+  out.layer_losses = {out.loss};
+  out.extras = {{"entropy_loss", entropy_loss},
+                {"commitment_loss", commitment_loss},
+                {"per_sample_entropy", per_sample.detach()},
+                {"codebook_entropy", codebook_entropy.detach()}};
   return out;
 }
 
@@ -67,18 +73,6 @@ Tensor LFQ::decode(const Tensor& indices) const {
   check_index_range(indices.reshape({-1}), opt_.codebook_size, "LFQ");
   Tensor q = codes_of(indices.reshape({-1}));
   return projection_.out(q);
-}
-
-QuantizerOutput LFQ::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
-  refuse_mask(mask, "LFQ", comm.rank());
-  LFQOutput o = forward(x, comm);
-  QuantizerOutput out;
-  out.quantized = o.quantized;
-  out.indices = as_columns(o.indices);
-  out.loss = o.loss;
-  out.layer_losses = {o.loss};
-  out.active_layers = 1;
-  return out;
 }
 
 }  // namespace vqddp

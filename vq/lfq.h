@@ -37,26 +37,18 @@ struct LFQOptions {
   float codebook_scale = 1.f;
 };
 
-struct LFQOutput {
-  Tensor quantized;  // (N, dim)
-  Tensor indices;    // (N) int64
-  Tensor loss;       // scalar
-  Tensor entropy_loss, commitment_loss;  // scalars (0 in inference)
-  // Scalars on the input's device (read them only when they are logged:
-  // a read waits for the device); undefined in eval.
-  Tensor per_sample_entropy, codebook_entropy;
-};
-
 class LFQ : public Quantizer {
  public:
   LFQ(const LFQOptions& options, Generator& init_gen);
 
-  // In training every rank must call and run backward (the entropy term's
-  // all-reduce has a collective in its backward too).
-  LFQOutput forward(const Tensor& x, Communicator& comm);
   Tensor decode(const Tensor& indices) const override;  // (N) or (N, 1) -> (N, dim)
   // The contract (vq/quantizer.h): indices (N, 1), loss and its one layer
-  // loss, no metrics; takes no mask.
+  // loss, no metrics; takes no mask. extras: "entropy_loss" and
+  // "commitment_loss" (scalars, 0 in inference); in a training step also
+  // "per_sample_entropy" and "codebook_entropy" (detached scalars on the
+  // input's device: read them only when they are logged, a read waits for
+  // the device). In training every rank must call and run backward (the
+  // entropy term's all-reduce has a collective in its backward too).
   QuantizerOutput quantize(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor()) override;
   std::vector<int64_t> layer_sizes() const override { return {opt_.codebook_size}; }
   int64_t dim() const override { return opt_.dim; }

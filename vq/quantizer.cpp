@@ -10,6 +10,12 @@ namespace vqddp {
 Tensor Projection::in(const Tensor& x) const { return in_ ? in_->forward(x) : x; }
 Tensor Projection::out(const Tensor& y) const { return out_ ? out_->forward(y) : y; }
 
+const Tensor& QuantizerOutput::extra(const std::string& name) const {
+  auto it = extras.find(name);
+  VQDDP_CHECK(it != extras.end(), "quantizer output has no scalar '{}'", name);
+  return it->second;
+}
+
 double Quantizer::bits() const {
   double b = 0;
   for (int64_t k : layer_sizes()) b += std::log2(static_cast<double>(k));

@@ -14,17 +14,21 @@
 //     metrics              per codebook, global counts (empty for FSQ/LFQ:
 //                          they have no codebook statistics to count)
 //     active_layers        layers that ran this step (Q without dropout)
+//     extras               per-type named scalars (loss terms, logged
+//                          statistics), e.g. LFQ's "entropy_loss"; see each
+//                          type's header for its names
 //   decode(indices (N, Q)) -> (N, dim): the eval output; no collective
 //   layer_sizes()          codes per index column (Q entries)
 //   bits()                 sum of log2(layer size): bits per input row
 //
-// The quantizers' own forward() stays (each returns its own fields, e.g.
-// LFQ's entropies); quantize() is that forward in the common shape, so the
-// DDP rules of each forward (every rank calls in training, also with N = 0)
-// hold for quantize() unchanged.
+// quantize() is every quantizer's one forward: there is no second entry
+// with other fields. Its DDP rule: in a training step (training mode, grad
+// on) every rank calls, also with N = 0; inference issues no collective.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -40,6 +44,10 @@ struct QuantizerOutput {
   std::vector<Tensor> layer_losses;      // per layer, where the quantizer has layer losses
   std::vector<CodebookMetrics> metrics;  // per codebook (one entry for a shared codebook)
   int active_layers = 0;
+  std::map<std::string, Tensor> extras;  // per type, named in its header
+
+  // extras.at(name), with an error naming the missing scalar.
+  const Tensor& extra(const std::string& name) const;
 };
 
 // project_in (dim -> inner) and project_out (inner -> dim), both present

@@ -24,29 +24,6 @@ ResidualFSQ::ResidualFSQ(const ResidualFSQOptions& o, Generator& init_gen) : opt
   dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64), ValueRange::non_negative());
 }
 
-ResidualFSQOutput ResidualFSQ::forward(const Tensor& x) {
-  VQDDP_CHECK(x.defined() && x.dim() == 2 && x.size(1) == opt_.dim, "ResidualFSQ expects [N, {}], got {}", opt_.dim,
-              x.desc());
-  const int q = opt_.num_quantizers;
-  Tensor z = projection_.in(x);  // (N, D)
-  int64_t n = z.size(0);
-  int last = last_active_layer(opt_.quantize_dropout, q, updates_state(), opt_.seed, dropout_step_);
-  Device dev = z.device();
-  Tensor residual = z, sum = zeros({n, code_dim_}, DType::f32, dev);
-  std::vector<Tensor> idx_columns(q, full({n}, -1, DType::i64, dev));  // -1: layer dropped
-  for (int l = 0; l <= last; ++l) {
-    const Tensor& scale = scales_.on(l, dev);
-    Tensor scaled = div(residual, scale);
-    Tensor code = fsq_->round_codes(scaled);                // (N, D)
-    Tensor layer_idx = fsq_->codes_to_indices(code);
-    Tensor quantized = mul(code, scale);
-    residual = sub(residual, quantized.detach());
-    sum = add(sum, quantized);
-    idx_columns[l] = layer_idx;
-  }
-  return {projection_.out(sum), stack_columns(idx_columns), last + 1};
-}
-
 Tensor ResidualFSQ::decode(const Tensor& indices) const {
   const int q = opt_.num_quantizers;
   VQDDP_CHECK(indices.dtype() == DType::i64 && indices.dim() == 2 && indices.size(1) == q,
@@ -65,9 +42,27 @@ QuantizerOutput ResidualFSQ::quantize(const Tensor& x, Communicator& comm, const
   refuse_mask(mask, "ResidualFSQ", comm.rank());
   // As FSQ::quantize: alike on every rank in a training step, locally in
   // inference.
+  VQDDP_CHECK(x.defined() && x.dim() == 2 && x.size(1) == opt_.dim, "rank {}: ResidualFSQ expects [N, {}], got {}",
+              comm.rank(), opt_.dim, x.desc());
   if (updates_state()) refuse_nonfinite_rows(x, comm, "ResidualFSQ's input");
-  ResidualFSQOutput o = forward(x);
-  return without_loss(o.quantized, o.indices, o.active_layers);
+  const int q = opt_.num_quantizers;
+  Tensor z = projection_.in(x);  // (N, D)
+  int64_t n = z.size(0);
+  int last = last_active_layer(opt_.quantize_dropout, q, updates_state(), opt_.seed, dropout_step_);
+  Device dev = z.device();
+  Tensor residual = z, sum = zeros({n, code_dim_}, DType::f32, dev);
+  std::vector<Tensor> idx_columns(q, full({n}, -1, DType::i64, dev));  // -1: layer dropped
+  for (int l = 0; l <= last; ++l) {
+    const Tensor& scale = scales_.on(l, dev);
+    Tensor scaled = div(residual, scale);
+    Tensor code = fsq_->round_codes(scaled);                // (N, D)
+    Tensor layer_idx = fsq_->codes_to_indices(code);
+    Tensor quantized = mul(code, scale);
+    residual = sub(residual, quantized.detach());
+    sum = add(sum, quantized);
+    idx_columns[l] = layer_idx;
+  }
+  return without_loss(projection_.out(sum), stack_columns(idx_columns), last + 1);
 }
 
 }  // namespace vqddp

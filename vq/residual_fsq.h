@@ -1,9 +1,8 @@
 // ResidualFSQ: Q FSQ layers on successive residuals, layer i working at
 // scale L^-i (per dimension): q_i = FSQ(residual / s_i) * s_i with
 // s_i = L^-i, as VQ_SEMANTICS.md section 2 states. Quantize dropout as in
-// ResidualVQ (vq/quantize_dropout.h). No codebook statistics, and forward()
-// has no collective in any mode: the dropout index comes from a shared
-// stream. quantize() first refuses non-finite input on every rank alike,
+// ResidualVQ (vq/quantize_dropout.h). No codebook statistics; the dropout
+// index comes from a shared stream. quantize()'s one collective: it refuses non-finite input on every rank alike,
 // with one all-reduce of W flags when the input is on the host, in a
 // training step; inference issues no collective (vq/finite_rows.h).
 #pragma once
@@ -25,20 +24,14 @@ struct ResidualFSQOptions {
   uint64_t seed = 0;
 };
 
-struct ResidualFSQOutput {
-  Tensor quantized;  // (N, dim)
-  Tensor indices;    // (N, Q) int64, -1 for dropped layers
-  int active_layers = 0;
-};
-
 class ResidualFSQ : public Quantizer {
  public:
   ResidualFSQ(const ResidualFSQOptions& options, Generator& init_gen);
 
-  // Training mode with grad on draws the dropout index; otherwise all layers run.
-  ResidualFSQOutput forward(const Tensor& x);
   Tensor decode(const Tensor& indices) const override;
-  // The contract (vq/quantizer.h): a zero loss, no metrics, takes no mask.
+  // The contract (vq/quantizer.h): indices (N, Q), -1 for dropped layers; a
+  // zero loss, no metrics, takes no mask. A training step (training mode,
+  // grad on) draws the dropout index; otherwise all layers run.
   // In a training step every rank must call: for host input it
   // all-reduces the ranks' non-finite flags (vq/finite_rows.h).
   QuantizerOutput quantize(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor()) override;

@@ -46,10 +46,10 @@ QuantizerOutput ResidualLFQ::quantize(const Tensor& x, Communicator& comm, const
       out.layer_losses.push_back(zero);
       continue;
     }
-    LFQOutput o = layers_[l]->forward(residual, comm);
+    QuantizerOutput o = layers_[l]->quantize(residual, comm);
     residual = sub(residual, o.quantized.detach());
     sum = add(sum, o.quantized);
-    idx_columns[l] = o.indices;
+    idx_columns[l] = reshape(o.indices, {-1});
     out.layer_losses.push_back(o.loss);
     out.loss = add(out.loss, o.loss);
   }

@@ -30,7 +30,7 @@ ResidualVQ::ResidualVQ(const ResidualVQOptions& o, Generator& init_gen) : opt_(o
   dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64), ValueRange::non_negative());
 }
 
-ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const Tensor& mask) {
+QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
   VQDDP_CHECK(x.defined() && x.dim() == 2 && x.size(1) == opt_.dim, "rank {}: ResidualVQ expects [N, {}], got {}",
               comm.rank(), opt_.dim, x.desc());
   const int q = opt_.num_quantizers;
@@ -45,7 +45,7 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
   bool all_initted = std::all_of(books_.begin(), books_.end(), [](const auto& b) { return b->initted(); });
   int last = last_active_layer(opt_.quantize_dropout, q, update && all_initted, opt_.seed, dropout_step_);
 
-  ResidualVQOutput out;
+  QuantizerOutput out;
   out.active_layers = last + 1;
   Tensor residual = z, sum = zeros({m, codebook_dim_}, DType::f32, z.device());
   const Tensor zero = full({}, 0.0, DType::f32, z.device());  // the loss of a layer that did not run
@@ -103,6 +103,8 @@ ResidualVQOutput ResidualVQ::forward(const Tensor& x, Communicator& comm, const 
   Tensor y = projection_.out(sum);  // (M, dim)
   out.quantized = rows.expand(y, x);
   out.indices = rows.expand_indices(stack_columns(idx_columns));
+  if (!opt_.shared_codebook)
+    while (out.metrics.size() < static_cast<size_t>(q)) out.metrics.push_back(CodebookMetrics::empty_world());
   return out;
 }
 
@@ -123,14 +125,6 @@ Tensor ResidualVQ::decode(const Tensor& indices) const {
   Tensor sum = zeros({indices.size(0), codebook_dim_}, DType::f32, codebook(0).embed.device());
   for (const Tensor& c : get_codes_from_indices(indices)) sum = add(sum, c);
   return projection_.out(sum);
-}
-
-QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
-  QuantizerOutput out = forward(x, comm, mask);
-  if (!opt_.shared_codebook)
-    while (out.metrics.size() < static_cast<size_t>(opt_.num_quantizers))
-      out.metrics.push_back(CodebookMetrics::empty_world());
-  return out;
 }
 
 std::vector<int64_t> ResidualVQ::layer_sizes() const {

@@ -40,20 +40,16 @@ struct ResidualVQOptions {
   uint64_t seed = 0;
 };
 
-// indices (N, Q) int64, -1 for dropped layers and masked rows; loss the sum
-// of Q layer_losses (0 for dropped layers); metrics per layer (one entry
-// with a shared codebook).
-using ResidualVQOutput = QuantizerOutput;
-
 class ResidualVQ : public Quantizer {
  public:
   ResidualVQ(const ResidualVQOptions& options, Generator& init_gen);
 
+  // The contract (vq/quantizer.h): indices (N, Q) int64, -1 for dropped
+  // layers and masked rows; loss the sum of Q layer_losses (0 for dropped
+  // layers); metrics one entry per layer (separate codebooks; a layer that
+  // quantize dropout skipped has the metrics of an empty batch, what its
+  // indices, all -1, would count) or one for a shared codebook.
   // Every rank must call in training. mask: undefined or int64 (N), 1 = keep.
-  ResidualVQOutput forward(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor());
-  // The contract (vq/quantizer.h): forward, with one metrics entry per
-  // layer (separate codebooks): a layer that quantize dropout skipped has
-  // the metrics of an empty batch, what its indices (all -1) would count.
   QuantizerOutput quantize(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor()) override;
 
   // Per layer (N, codebook_dim) codes for indices (N, Q); -1 gives zeros.

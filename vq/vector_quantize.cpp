@@ -48,20 +48,22 @@ void VectorQuantize::quantize_heads(const Tensor& z, Communicator& comm, Tensor&
   indices = stack_columns(is);  // (M, H)
 }
 
-VectorQuantizeOutput VectorQuantize::forward(const Tensor& x, Communicator& comm, const Tensor& mask) {
+QuantizerOutput VectorQuantize::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
   VQDDP_CHECK(x.defined() && x.dim() == 2 && x.size(1) == opt_.dim, "rank {}: VectorQuantize expects [N, {}], got {}",
               comm.rank(), opt_.dim, x.desc());
   MaskedRows rows(mask, x.size(0), comm.rank());
   Tensor z = rows.compact(x);                 // (M, dim)
   z = projection_.in(z);  // (M, heads * cd)
-  VectorQuantizeOutput out;
+  QuantizerOutput out;
   Tensor q, idx;
   quantize_heads(z, comm, q, idx, out.metrics);
   out.loss = quantization_loss(q, z, opt_.commitment_weight, codebooks_[0]->options().learnable, comm);
   Tensor y = straight_through(z, q);
   y = projection_.out(y);  // (M, dim)
   out.quantized = rows.expand(y, x);
-  out.indices = rows.expand_indices(opt_.heads == 1 ? reshape(idx, {-1}) : idx);
+  out.indices = rows.expand_indices(idx);  // (N, heads)
+  out.layer_losses = {out.loss};
+  out.active_layers = opt_.heads;
   return out;
 }
 
@@ -82,18 +84,6 @@ Tensor VectorQuantize::decode(const Tensor& indices) const {
               "decode: expected int64 indices [N] or [N, {}], got {}", opt_.heads, indices.desc());
   Tensor codes = codes_of(indices.reshape({-1, opt_.heads}));
   return projection_.out(codes);
-}
-
-QuantizerOutput VectorQuantize::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
-  VectorQuantizeOutput o = forward(x, comm, mask);
-  QuantizerOutput out;
-  out.quantized = o.quantized;
-  out.indices = as_columns(o.indices);
-  out.loss = o.loss;
-  out.layer_losses = {o.loss};
-  out.metrics = std::move(o.metrics);
-  out.active_layers = opt_.heads;
-  return out;
 }
 
 std::vector<int64_t> VectorQuantize::layer_sizes() const { return std::vector<int64_t>(opt_.heads, opt_.codebook_size); }

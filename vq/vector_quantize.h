@@ -38,22 +38,14 @@ struct VectorQuantizeOptions {
   uint64_t seed = 0;
 };
 
-struct VectorQuantizeOutput {
-  Tensor quantized;  // (N, dim), straight-through
-  Tensor indices;    // (N) int64, or (N, heads) with several heads; -1 for masked rows
-  Tensor loss;       // scalar
-  std::vector<CodebookMetrics> metrics;  // one per codebook
-};
-
 class VectorQuantize : public Quantizer {
  public:
   VectorQuantize(const VectorQuantizeOptions& options, Generator& init_gen);
 
+  // The contract (vq/quantizer.h): indices (N, heads), one column per head,
+  // -1 for masked rows; metrics one per codebook; layer_losses the one loss.
   // Every rank must call in training (also with N = 0 or all rows masked).
   // mask: undefined, or (N) int64 with 1 = keep, 0 = masked.
-  VectorQuantizeOutput forward(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor());
-
-  // The contract (vq/quantizer.h): indices (N, heads), one column per head.
   QuantizerOutput quantize(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor()) override;
 
   // Output (N, dim) for indices (N) or (N, heads); -1 rows give zeros before

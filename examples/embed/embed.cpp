@@ -207,7 +207,7 @@ void train_rank(Communicator& comm, const Flags& flags) {
       Tensor z = model.encoder->forward(x);  // (N_r, D)
       // A collective: in training EVERY rank must call it, every step (the
       // codebooks all-reduce their counts and sums here and update alike).
-      auto q = model.quantizer->forward(z, comm);
+      auto q = model.quantizer->quantize(z, comm);
       Tensor recon = model.decoder->forward(q.quantized);  // (N_r, F)
       loss = add(mse_or_zero(recon, x, comm), q.loss);     // the global batch's mean loss
       loss.backward();  // every rank ends with the global batch's gradients

@@ -261,9 +261,9 @@ TEST_CASE("masked rows on the GPU: the CPU's indices (-1 where masked), inputs p
     Generator init(2, 0);
     VectorQuantize vq(o, init);
     vq.to(device);
-    VectorQuantizeOutput out = vq.forward(x.to(device), comm, mask);
+    QuantizerOutput out = vq.quantize(x.to(device), comm, mask);
     vq.eval();
-    VectorQuantizeOutput ev = vq.forward(x.to(device), comm, mask);
+    QuantizerOutput ev = vq.quantize(x.to(device), comm, mask);
     return std::make_pair(out, vq.decode(ev.indices).to(kCpu));
   };
   auto [cpu, cpu_decoded] = run(kCpu);
@@ -289,7 +289,7 @@ TEST_CASE("ResidualVQ with quantize dropout on one GPU: ranks agree bitwise, W r
     return run_steps(
         w, "even", data, kGpu, [&] { Generator init(2, 0); return std::make_unique<ResidualVQ>(o, init); },
         [&](ResidualVQ& rvq, const Tensor& x, Communicator& comm) {
-          ResidualVQOutput out = rvq.forward(x, comm);
+          QuantizerOutput out = rvq.quantize(x, comm);
           active[comm.rank()].push_back(out.active_layers);
           return out.metrics;
         });

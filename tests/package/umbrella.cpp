@@ -16,7 +16,7 @@ int main() {
   opt.codebook_size = 16;
   VectorQuantize vq(opt, gen);
   Tensor x = rand_normal({32, 8}, gen);
-  auto out = vq.forward(x, comm);
+  auto out = vq.quantize(x, comm);
   std::printf("umbrella: quantized %lldx%lld, %lld indices, loss finite %d\n",
               static_cast<long long>(out.quantized.shape()[0]), static_cast<long long>(out.quantized.shape()[1]),
               static_cast<long long>(out.indices.numel()), std::isfinite(out.loss.item<float>()) ? 1 : 0);

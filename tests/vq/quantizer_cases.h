@@ -33,34 +33,28 @@ struct Case {
   std::function<std::vector<Tensor>(Module&, const Tensor&, Communicator&)> step;
 };
 
-inline Tensor step_loss(const Tensor& quantized, const Tensor& extra) {
-  Tensor loss = mean(square(quantized));
-  return extra.defined() ? add(loss, extra) : loss;
-}
+inline Tensor step_loss(const Tensor& quantized, const Tensor& loss) { return add(mean(square(quantized)), loss); }
 
 inline std::vector<Case> quantizer_cases() {
   std::vector<Case> out;
-  // Every type the factory makes, through the Quantizer contract, so a new
-  // type is covered on sim and on the GPU the day it joins quantizer_types().
-  for (const std::string& type : quantizer_types()) {
-    const QuantizerOptions q = options_for(type);
-    out.push_back({"factory type " + type,
-                   [q](Generator& g) -> std::shared_ptr<Module> { return make_quantizer(q, /*dim=*/8, /*seed=*/5, g); },
-                   [](Module& m, const Tensor& x, Communicator& comm) {
+  // Every case runs through the one Quantizer contract.
+  auto add = [&](std::string name, std::function<std::shared_ptr<Module>(Generator&)> make) {
+    out.push_back({std::move(name), std::move(make), [](Module& m, const Tensor& x, Communicator& comm) {
                      QuantizerOutput o = static_cast<Quantizer&>(m).quantize(x, comm);
                      step_loss(o.quantized, o.loss).backward();
                      return std::vector<Tensor>{o.quantized.detach(), o.indices};
                    }});
+  };
+  // Every type the factory makes, so a new type is covered on sim and on
+  // the GPU the day it joins quantizer_types().
+  for (const std::string& type : quantizer_types()) {
+    const QuantizerOptions q = options_for(type);
+    add("factory type " + type, [q](Generator& g) { return make_quantizer(q, /*dim=*/8, /*seed=*/5, g); });
   }
   // Variants the factory's options do not reach: heads, cosine and
-  // learnable codebooks, and each type's own forward().
+  // learnable codebooks, quantize dropout with revival.
   auto vq_case = [&](std::string name, VectorQuantizeOptions o) {
-    out.push_back({name, [o](Generator& g) { return std::make_shared<VectorQuantize>(o, g); },
-                   [](Module& m, const Tensor& x, Communicator& comm) {
-                     VectorQuantizeOutput r = static_cast<VectorQuantize&>(m).forward(x, comm);
-                     step_loss(r.quantized, r.loss).backward();
-                     return std::vector<Tensor>{r.quantized.detach(), r.indices};
-                   }});
+    add(std::move(name), [o](Generator& g) { return std::make_shared<VectorQuantize>(o, g); });
   };
   VectorQuantizeOptions heads;
   heads.dim = 8;
@@ -87,41 +81,20 @@ inline std::vector<Case> quantizer_cases() {
   r.quantize_dropout.enabled = true;
   r.codebook.kmeans_iters = 3;
   r.codebook.threshold_ema_dead_code = 2.f;
-  out.push_back({"ResidualVQ with quantize dropout, EMA, revival",
-                 [r](Generator& g) { return std::make_shared<ResidualVQ>(r, g); },
-                 [](Module& m, const Tensor& x, Communicator& comm) {
-                   ResidualVQOutput o = static_cast<ResidualVQ&>(m).forward(x, comm);
-                   step_loss(o.quantized, o.loss).backward();
-                   return std::vector<Tensor>{o.quantized.detach(), o.indices};
-                 }});
+  add("ResidualVQ with quantize dropout, EMA, revival", [r](Generator& g) { return std::make_shared<ResidualVQ>(r, g); });
 
   FSQOptions f{{8, 5, 5}, 8, 1};
-  out.push_back({"FSQ", [f](Generator& g) { return std::make_shared<FSQ>(f, g); },
-                 [](Module& m, const Tensor& x, Communicator&) {
-                   FSQOutput o = static_cast<FSQ&>(m).forward(x);
-                   step_loss(o.quantized, Tensor()).backward();
-                   return std::vector<Tensor>{o.quantized.detach(), o.indices};
-                 }});
+  add("FSQ", [f](Generator& g) { return std::make_shared<FSQ>(f, g); });
   ResidualFSQOptions rf;
   rf.levels = {8, 5, 5};
   rf.num_quantizers = 3;
   rf.dim = 8;
   rf.quantize_dropout.enabled = true;
-  out.push_back({"ResidualFSQ with quantize dropout", [rf](Generator& g) { return std::make_shared<ResidualFSQ>(rf, g); },
-                 [](Module& m, const Tensor& x, Communicator&) {
-                   ResidualFSQOutput o = static_cast<ResidualFSQ&>(m).forward(x);
-                   step_loss(o.quantized, Tensor()).backward();
-                   return std::vector<Tensor>{o.quantized.detach(), o.indices};
-                 }});
+  add("ResidualFSQ with quantize dropout", [rf](Generator& g) { return std::make_shared<ResidualFSQ>(rf, g); });
   LFQOptions l;
   l.dim = 8;
   l.codebook_size = 64;
-  out.push_back({"LFQ", [l](Generator& g) { return std::make_shared<LFQ>(l, g); },
-                 [](Module& m, const Tensor& x, Communicator& comm) {
-                   LFQOutput o = static_cast<LFQ&>(m).forward(x, comm);
-                   step_loss(o.quantized, o.loss).backward();
-                   return std::vector<Tensor>{o.quantized.detach(), o.indices};
-                 }});
+  add("LFQ", [l](Generator& g) { return std::make_shared<LFQ>(l, g); });
   return out;
 }
 

@@ -59,7 +59,7 @@ TEST_CASE("quantize dropout: the same index on every rank at every step, W = 1..
       Generator init(0, 0), data(7, comm.rank());  // different data on every rank
       ResidualFSQ rfsq(rfsq_options(), init);
       for (int step = 0; step < 40; ++step) {
-        ResidualFSQOutput out = rfsq.forward(rand_normal({3 + comm.rank(), 4}, data));
+        QuantizerOutput out = rfsq.quantize(rand_normal({3 + comm.rank(), 4}, data), comm);
         chosen[comm.rank()].push_back(out.active_layers);
         CHECK(active_of(out.indices) == out.active_layers);
       }
@@ -83,7 +83,7 @@ TEST_CASE("quantize dropout in ResidualVQ: identical layers on every rank, and e
     ResidualVQ rvq(o, init);
     for (int step = 0; step < 20; ++step) {
       uint64_t before = comm.counters().collectives;
-      ResidualVQOutput out = rvq.forward(rand_normal({5, 6}, data), comm);
+      QuantizerOutput out = rvq.quantize(rand_normal({5, 6}, data), comm);
       chosen[comm.rank()].push_back(out.active_layers);
       CHECK(comm.counters().collectives - before == static_cast<uint64_t>(out.active_layers));
       CHECK(out.active_layers >= 2);  // cutoff index 1
@@ -100,22 +100,22 @@ TEST_CASE("the users' hang: a no-grad validation pass on only some ranks of a tr
     Generator init(0, 0), data(4, comm.rank());
     ResidualVQ rvq(rvq_options(true), init);
     ResidualFSQ rfsq(rfsq_options(), init);
-    rvq.forward(rand_normal({8, 6}, data), comm);  // training step: k-means init etc.
-    rfsq.forward(rand_normal({8, 4}, data));
+    rvq.quantize(rand_normal({8, 6}, data), comm);  // training step: k-means init etc.
+    rfsq.quantize(rand_normal({8, 4}, data), comm);
     uint64_t before = comm.counters().collectives;
     NamedTensors state = snapshot(rvq);
     if (comm.rank() != 1) {  // rank 1 skips validation
       NoGradGuard no_grad;
       for (int i = 0; i < 3; ++i) {
-        ResidualVQOutput v = rvq.forward(rand_normal({8, 6}, data), comm);
+        QuantizerOutput v = rvq.quantize(rand_normal({8, 6}, data), comm);
         CHECK(v.active_layers == 4);  // validation never drops
-        CHECK(rfsq.forward(rand_normal({8, 4}, data)).active_layers == 5);
+        CHECK(rfsq.quantize(rand_normal({8, 4}, data), comm).active_layers == 5);
       }
     }
     CHECK(comm.counters().collectives == before);
     CHECK(bitwise_equal(snapshot(rvq), state));
     // The dropout streams did not move, so the next training step agrees.
-    ResidualVQOutput next = rvq.forward(rand_normal({8, 6}, data), comm);
+    QuantizerOutput next = rvq.quantize(rand_normal({8, 6}, data), comm);
     std::vector<int64_t> all = all_gather_counts(comm, next.active_layers);
     for (int64_t a : all) CHECK(a == next.active_layers);
   }, kFast);
@@ -150,7 +150,7 @@ TEST_CASE("ResidualVQ bitwise: after steps with k-means init, revival and dropou
           for (int l = 0; l < o.num_quantizers; ++l) CHECK_FALSE(rvq.codebook(l).initted());
           Run& mine = runs[comm.rank()];
           for (auto& x : batches) {
-            ResidualVQOutput out = rvq.forward(shard(x, split_sizes(30, w, split), comm.rank()).to(device), comm);
+            QuantizerOutput out = rvq.quantize(shard(x, split_sizes(30, w, split), comm.rank()).to(device), comm);
             mine.states.push_back(snapshot(rvq));
             mine.metrics.push_back(out.metrics);
             mine.active.push_back(out.active_layers);
@@ -187,8 +187,8 @@ TEST_CASE("ResidualVQ: residuals shrink layer by layer; losses and indices have 
   o.codebook_dim = 3;  // with projections
   ResidualVQ rvq(o, init);
   Tensor x = rand_normal({64, 6}, data);
-  for (int i = 0; i < 3; ++i) rvq.forward(x, comm);
-  ResidualVQOutput out = rvq.forward(x, comm);
+  for (int i = 0; i < 3; ++i) rvq.quantize(x, comm);
+  QuantizerOutput out = rvq.quantize(x, comm);
   CHECK(out.indices.shape() == Shape{64, 4});
   CHECK(out.layer_losses.size() == 4);
   CHECK(out.metrics.size() == 4);
@@ -207,9 +207,9 @@ TEST_CASE("decode(indices) equals the forward output in eval, also with dropped 
   o.codebook_dim = 4;
   ResidualVQ rvq(o, init);
   Tensor x = rand_normal({20, 6}, data);
-  rvq.forward(x, comm);
+  rvq.quantize(x, comm);
   rvq.eval();
-  ResidualVQOutput out = rvq.forward(x, comm);
+  QuantizerOutput out = rvq.quantize(x, comm);
   check_close({{"d", rvq.decode(out.indices)}}, {{"d", out.quantized}}, 1e-5, 1e-5);
   Tensor dropped = out.indices.clone();
   for (int64_t i = 0; i < 20; ++i) dropped.data<int64_t>()[i * 4 + 3] = -1;
@@ -218,7 +218,7 @@ TEST_CASE("decode(indices) equals the forward output in eval, also with dropped 
 
   ResidualFSQ rfsq(rfsq_options(), init);
   rfsq.eval();
-  ResidualFSQOutput f = rfsq.forward(rand_normal({12, 4}, data));
+  QuantizerOutput f = rfsq.quantize(rand_normal({12, 4}, data), comm);
   check_close({{"d", rfsq.decode(f.indices)}}, {{"d", f.quantized}}, 1e-5, 1e-5);
 }
 
@@ -228,7 +228,7 @@ TEST_CASE("ResidualVQ with masks: masked rows get -1 in every layer and pass the
   ResidualVQ rvq(rvq_options(false), init);
   Tensor x = rand_normal({6, 6}, data);
   Tensor mask = from_vector(std::vector<int64_t>{1, 0, 1, 1, 0, 1}, {6});
-  ResidualVQOutput out = rvq.forward(x, comm, mask);
+  QuantizerOutput out = rvq.quantize(x, comm, mask);
   for (int l = 0; l < 4; ++l) {
     CHECK(out.indices.data<int64_t>()[1 * 4 + l] == -1);
     CHECK(out.indices.data<int64_t>()[0 * 4 + l] >= 0);
@@ -243,8 +243,8 @@ TEST_CASE("a learnable ResidualVQ codebook gets a gradient in every active layer
   o.codebook.learnable = true;
   ResidualVQ rvq(o, init);
   Tensor x = rand_normal({16, 6}, data);
-  rvq.forward(x, comm);  // k-means init
-  ResidualVQOutput out = rvq.forward(x, comm);
+  rvq.quantize(x, comm);  // k-means init
+  QuantizerOutput out = rvq.quantize(x, comm);
   out.loss.backward();
   for (auto& [name, p] : rvq.named_parameters()) {
     CAPTURE(name);
@@ -257,9 +257,9 @@ TEST_CASE("the first training step runs every layer, so dropout never leaves a c
   SingleCommunicator comm;
   Generator init(0, 0), data(13, 0);
   ResidualVQ rvq(rvq_options(true), init);
-  ResidualVQOutput first = rvq.forward(rand_normal({12, 6}, data), comm);
+  QuantizerOutput first = rvq.quantize(rand_normal({12, 6}, data), comm);
   CHECK(first.active_layers == 4);
   for (int l = 0; l < 4; ++l) CHECK(rvq.codebook(l).initted());
   rvq.eval();
-  CHECK(rvq.forward(rand_normal({12, 6}, data), comm).active_layers == 4);
+  CHECK(rvq.quantize(rand_normal({12, 6}, data), comm).active_layers == 4);
 }

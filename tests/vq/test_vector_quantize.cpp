@@ -31,10 +31,10 @@ TEST_CASE("straight-through: the output has the codes' values and the identity g
   VectorQuantize vq(base(4), init);
   Tensor x = rand_normal({10, 4}, data);
   x.set_requires_grad(true);
-  VectorQuantizeOutput out = vq.forward(x, comm);
+  QuantizerOutput out = vq.quantize(x, comm);
   sum(out.quantized).backward();
   CHECK(x.grad().to_vector<float>() == std::vector<float>(40, 1.f));
-  CHECK(out.indices.shape() == Shape{10});
+  CHECK(out.indices.shape() == Shape{10, 1});  // one column per head
   CHECK(out.metrics.size() == 1);
 }
 
@@ -43,10 +43,10 @@ TEST_CASE("the commitment loss applies its weight") {
   Generator init(0, 0), data(1, 0);
   VectorQuantize vq(base(4), init);
   Tensor x = rand_normal({10, 4}, data);
-  vq.forward(x, comm);  // initialise
+  vq.quantize(x, comm);  // initialise
   vq.eval();
-  VectorQuantizeOutput out = vq.forward(x, comm);
-  Tensor q = vq.codebooks()[0]->lookup(out.indices);
+  QuantizerOutput out = vq.quantize(x, comm);
+  Tensor q = vq.codebooks()[0]->lookup(reshape(out.indices, {-1}));
   CHECK(out.loss.item<float>() == doctest::Approx(0.5f * mse_loss(q, x).item<float>()).epsilon(1e-6));
   // Straight-through output equals the codes up to the rounding of x + (q - x).
   check_close({{"q", out.quantized}}, {{"q", q}}, 1e-6, 1e-6);
@@ -64,7 +64,7 @@ TEST_CASE("project_in/out exist exactly when codebook_dim * heads differs from d
   SingleCommunicator comm;
   Generator data(2, 0);
   Tensor x = rand_normal({12, 6}, data);
-  VectorQuantizeOutput out = projected.forward(x, comm);
+  QuantizerOutput out = projected.quantize(x, comm);
   CHECK(out.quantized.shape() == Shape{12, 6});
   mean(square(out.quantized)).backward();
   CHECK(projected.named_parameters()[0].second.grad().defined());
@@ -81,13 +81,13 @@ TEST_CASE("heads: a shared codebook sees every head's rows; separate codebooks o
     o.separate_codebook_per_head = separate;
     VectorQuantize vq(o, init);
     CHECK(vq.codebooks().size() == (separate ? 2u : 1u));
-    VectorQuantizeOutput out = vq.forward(x, comm);
+    QuantizerOutput out = vq.quantize(x, comm);
     CHECK(out.indices.shape() == Shape{10, 2});
     CHECK(out.metrics.size() == (separate ? 2u : 1u));
     CHECK(out.metrics[0].rows() == (separate ? 10 : 20));
     // Decoding the indices in eval reproduces the eval output.
     vq.eval();
-    VectorQuantizeOutput ev = vq.forward(x, comm);
+    QuantizerOutput ev = vq.quantize(x, comm);
     check_close({{"decode", vq.decode(ev.indices)}}, {{"decode", ev.quantized}}, 1e-6, 1e-6);
     // Head 1 of every row is the nearest code of its codebook to x[:, 4:8].
     const Codebook& book1 = *vq.codebooks()[separate ? 1 : 0];
@@ -129,14 +129,14 @@ TEST_CASE("invariants 1, 2, 4 for VectorQuantize with heads, bitwise: every rank
           mine.initted_before = false;
           for (auto& book : vq.codebooks()) mine.initted_before |= book->initted();
           for (const Tensor& x : batches) {
-            VectorQuantizeOutput out = vq.forward(shard(x, split_sizes(21, w, split), comm.rank()).to(device), comm);
+            QuantizerOutput out = vq.quantize(shard(x, split_sizes(21, w, split), comm.rank()).to(device), comm);
             mine.states.push_back(snapshot(vq));
             mine.metrics.push_back(out.metrics);
           }
           for (auto& book : vq.codebooks()) CHECK(book->initted());
           vq.eval();
           uint64_t before = comm.counters().collectives;
-          vq.forward(shard(batches[0], split_sizes(21, w, split), comm.rank()).to(device), comm);
+          vq.quantize(shard(batches[0], split_sizes(21, w, split), comm.rank()).to(device), comm);
           CHECK(comm.counters().collectives == before);
         }, kFast);
         return runs;
@@ -174,8 +174,8 @@ TEST_CASE("masked rows change nothing and get index -1; W ranks with masks equal
   run_ranks(1, [&](Communicator& comm) {
     Generator init(0, 0);
     VectorQuantize vq(o, init);
-    vq.forward(compact, comm);
-    vq.forward(compact, comm);
+    vq.quantize(compact, comm);
+    vq.quantize(compact, comm);
     reference = snapshot(vq);
   }, kFast);
   run_ranks(3, [&](Communicator& comm) {
@@ -183,8 +183,8 @@ TEST_CASE("masked rows change nothing and get index -1; W ranks with masks equal
     VectorQuantize vq(o, init);
     Tensor xs = x.slice_rows(comm.rank() * 8, comm.rank() * 8 + 8);
     Tensor ms = mask.slice_rows(comm.rank() * 8, comm.rank() * 8 + 8);
-    VectorQuantizeOutput out = vq.forward(xs, comm, ms);
-    out = vq.forward(xs, comm, ms);
+    QuantizerOutput out = vq.quantize(xs, comm, ms);
+    out = vq.quantize(xs, comm, ms);
     CHECK(first_difference(snapshot(vq), reference) == "");  // invariant 2: bitwise
     for (int i = 0; i < 8; ++i) {
       bool kept = ms.data<int64_t>()[i] != 0;
@@ -204,10 +204,10 @@ TEST_CASE("a learnable codebook is trained by gradients: no EMA, a codebook loss
   CHECK(vq.named_parameters().size() == 1);
   CHECK(vq.named_parameters()[0].first == "codebook.embed");
   Tensor x = rand_normal({16, 4}, data);
-  vq.forward(x, comm);  // k-means init
+  vq.quantize(x, comm);  // k-means init
   Tensor before = vq.codebooks()[0]->embed.clone();
   uint64_t calls = comm.counters().collectives;
-  VectorQuantizeOutput out = vq.forward(x, comm);
+  QuantizerOutput out = vq.quantize(x, comm);
   CHECK(comm.counters().collectives == calls + 1);
   CHECK(vq.codebooks()[0]->embed.to_vector<float>() == before.to_vector<float>());  // forward does not move it
   out.loss.backward();
@@ -220,13 +220,13 @@ TEST_CASE("an empty batch and an all-masked batch are valid in training") {
   SingleCommunicator comm;
   Generator init(0, 0), data(6, 0);
   VectorQuantize vq(base(4), init);
-  vq.forward(rand_normal({10, 4}, data), comm);
-  VectorQuantizeOutput out = vq.forward(zeros({0, 4}), comm);
+  vq.quantize(rand_normal({10, 4}, data), comm);
+  QuantizerOutput out = vq.quantize(zeros({0, 4}), comm);
   CHECK(out.quantized.shape() == Shape{0, 4});
   CHECK(out.loss.item<float>() == 0.f);
-  out = vq.forward(ones({3, 4}), comm, zeros({3}, DType::i64));
+  out = vq.quantize(ones({3, 4}), comm, zeros({3}, DType::i64));
   CHECK(out.indices.to_vector<int64_t>() == std::vector<int64_t>(3, -1));
-  CHECK_THROWS_WITH_AS(vq.forward(ones({3, 5}), comm), doctest::Contains("VectorQuantize expects [N, 4]"), Error);
+  CHECK_THROWS_WITH_AS(vq.quantize(ones({3, 5}), comm), doctest::Contains("VectorQuantize expects [N, 4]"), Error);
 }
 
 TEST_CASE("decode uses the codes the forward used: learnable cosine codebooks decode normalised") {
@@ -245,10 +245,10 @@ TEST_CASE("decode uses the codes the forward used: learnable cosine codebooks de
   o.codebook.learnable = true;
   Generator init(0, 0);
   VectorQuantize vq(o, init);
-  vq.forward(x, comm);  // k-means init
+  vq.quantize(x, comm);  // k-means init
   off_the_sphere(vq.codebooks()[0]->embed);
   vq.eval();
-  VectorQuantizeOutput ev = vq.forward(x, comm);
+  QuantizerOutput ev = vq.quantize(x, comm);
   check_close({{"decode", vq.decode(ev.indices)}}, {{"decode", ev.quantized}}, 1e-6, 1e-6);
 
   ResidualVQOptions r;
@@ -260,9 +260,9 @@ TEST_CASE("decode uses the codes the forward used: learnable cosine codebooks de
   r.codebook.kmeans_iters = 3;
   Generator init2(0, 0);
   ResidualVQ rvq(r, init2);
-  rvq.forward(x, comm);
+  rvq.quantize(x, comm);
   for (int l = 0; l < 2; ++l) off_the_sphere(rvq.codebook(l).embed);
   rvq.eval();
-  ResidualVQOutput rev = rvq.forward(x, comm);
+  QuantizerOutput rev = rvq.quantize(x, comm);
   check_close({{"decode", rvq.decode(rev.indices)}}, {{"decode", rev.quantized}}, 1e-5, 1e-5);
 }
