@@ -11,8 +11,13 @@ bash scripts/deps.sh
 start=$SECONDS
 # Sanitizer builds: -O1 with line tables, about 40% faster to build than
 # debugoptimized, same findings. CUDA off: host code is what they check, and
-# nvcc stays out of the slower builds.
-sanitized=(--buildtype=plain -Doptimization=1 -Dcpp_args=-g1 -Dcuda=disabled)
+# nvcc stays out of the slower builds. Unity builds (four sources a
+# translation unit: every header parsed once per four files): the ASan
+# build in 124 s instead of about 185 on two cores. The price: two
+# file-local helpers of one name in one target clash there, so give each
+# shared helper one home (tests/engine/same_bits.h) and local ones their own
+# names.
+sanitized=(--buildtype=plain -Doptimization=1 -Dcpp_args=-g1 -Dcuda=disabled --unity on)
 
 # Each phase's seconds, printed at the end: where the suite's time goes.
 phases=()

@@ -12,8 +12,10 @@
 #include "engine/nn_conv.h"
 #include "engine/ops.h"
 #include "engine/random.h"
+#include "tests/engine/same_bits.h"
 
 using namespace vqddp;
+using vqddp::test::same_bits;
 
 namespace {
 
@@ -89,10 +91,6 @@ void check_close(const Tensor& got, const std::vector<double>& want) {
     CAPTURE(i);
     CHECK(std::fabs(p[i] - want[i]) <= 1e-5 + 1e-5 * std::fabs(want[i]));
   }
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && std::memcmp(a.data<float>(), b.data<float>(), a.numel() * sizeof(float)) == 0;
 }
 
 ConvOptions opts(int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t groups,

@@ -49,7 +49,7 @@ std::vector<float> run_binary(BinaryOp op, const Tensor& a, const Tensor& b, con
   return out;
 }
 
-Tensor randn(const Shape& s, uint64_t stream) {
+Tensor normal_tensor(const Shape& s, uint64_t stream) {
   Generator g(5, stream);
   return rand_normal(s, g);
 }
@@ -57,10 +57,10 @@ Tensor randn(const Shape& s, uint64_t stream) {
 }  // namespace
 
 TEST_CASE("broadcast plans reproduce the CPU's broadcasting") {
-  Tensor a = randn({4, 3, 5}, 1);
+  Tensor a = normal_tensor({4, 3, 5}, 1);
   for (Shape bs : {Shape{5}, Shape{3, 1}, Shape{4, 1, 5}, Shape{}, Shape{1, 3, 1}, Shape{4, 3, 5}}) {
     CAPTURE(shape_str(bs));
-    Tensor b = randn(bs, 2);
+    Tensor b = normal_tensor(bs, 2);
     Shape out = broadcast_shape(a.shape(), bs);
     CHECK(run_binary(BinaryOp::sub, a, b, broadcast_plan(a.shape(), bs, out)) == sub(a, b).to_vector<float>());
     CHECK(run_binary(BinaryOp::div, b, a, broadcast_plan(bs, a.shape(), out)) == div(b, a).to_vector<float>());
@@ -68,7 +68,7 @@ TEST_CASE("broadcast plans reproduce the CPU's broadcasting") {
 }
 
 TEST_CASE("reduce plans reproduce sum_to_shape and sums along a dimension") {
-  Tensor g = randn({4, 3, 5}, 3);
+  Tensor g = normal_tensor({4, 3, 5}, 3);
   for (Shape to : {Shape{5}, Shape{3, 1}, Shape{4, 1, 5}, Shape{}, Shape{1, 3, 1}, Shape{4, 3, 5}}) {
     CAPTURE(shape_str(to));
     CHECK(run_reduce(g, sum_to_plan(g.shape(), to, 1.0)) == sum_to_shape(g, to).to_vector<float>());
@@ -81,5 +81,5 @@ TEST_CASE("reduce plans reproduce sum_to_shape and sums along a dimension") {
 TEST_CASE("a device this machine does not have is an error that names it") {
   Device missing = Device::cuda(cuda_device_count());  // one past the last GPU (cuda:0 without any)
   CHECK_THROWS_WITH_AS(zeros({2}, DType::f32, missing), doctest::Contains(missing.str().c_str()), Error);
-  CHECK_THROWS_WITH_AS(randn({2}, 1).to(missing), doctest::Contains(missing.str().c_str()), Error);
+  CHECK_THROWS_WITH_AS(normal_tensor({2}, 1).to(missing), doctest::Contains(missing.str().c_str()), Error);
 }

@@ -4,20 +4,14 @@
 // GPU's run of the same table is in tests/cuda/test_ops.cpp.
 #include <doctest/doctest.h>
 
-#include <cstring>
 
 #include "tests/engine/op_table.h"
+#include "tests/engine/same_bits.h"
 
 using namespace vqddp;
 using namespace vqddp::test;
 
 namespace {
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return false;
-  std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
-  return std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
 
 // y = f(inputs) and every input's gradient of sum(w * y), w fixed.
 struct Run {
