@@ -120,6 +120,20 @@ class Linear : public Layer {
   Tensor bias;    // (out), undefined without bias
 };
 
+// Modules named 0, 1, ... under one name (torch's ModuleList): the state
+// names "<list>.<i>.<member>" of a list of submodules.
+class ModuleList : public Module {
+ public:
+  template <class M>
+  std::shared_ptr<M> append(std::shared_ptr<M> m) {
+    return register_module(std::to_string(size_++), std::move(m));
+  }
+  int size() const { return size_; }
+
+ private:
+  int size_ = 0;
+};
+
 // An elementwise function as a layer (relu, gelu, tanh, ...).
 class Activation : public Layer {
  public:

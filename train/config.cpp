@@ -134,12 +134,17 @@ void check_sizes(const ConfigSection& root, const Config& c) {
     if (c.data.type == "wav_frames") check_elements(root, "data.frame", "frame x model.hidden", {c.data.frame, m.hidden});
   }
 
+  if (q.type.starts_with("grouped_") && m.latent_dim % q.groups != 0)
+    root.fail("quantizer.groups", fmt::format("must divide model.latent_dim ({}), got {}", m.latent_dim, q.groups));
   if (!q.levels.empty()) {
     std::optional<int64_t> n = limits::product(std::vector<int64_t>(q.levels.begin(), q.levels.end()));
     if (!n || *n > limits::codebook_size.hi)
       root.fail("quantizer.levels", fmt::format("give an implicit codebook of {} codes (their product), more than the "
                                                 "{} codebook_size allows", shown(n), limits::codebook_size.hi));
   } else {
+    if (q.type == "vq" && q.codebook_dim == 0 && m.latent_dim % q.heads != 0)
+      root.fail("quantizer.heads", fmt::format("must divide model.latent_dim ({}) unless quantizer.codebook_dim is set, "
+                                               "got {}", m.latent_dim, q.heads));
     int64_t dim = q.codebook_dim > 0 ? q.codebook_dim : m.latent_dim;
     check_elements(root, "quantizer.codebook_size", "codebook_size x codebook_dim x num_quantizers",
                    {q.codebook_size, dim, q.shared_codebook ? 1 : int64_t{q.num_quantizers}});

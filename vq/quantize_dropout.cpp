@@ -12,7 +12,7 @@ int last_active_layer(const QuantizeDropoutOptions& opt, int q, bool update_mode
               opt.multiple_of);
   if (!opt.enabled || !update_mode) return q - 1;
   int64_t& counter = step.data<int64_t>()[0];
-  Generator gen(seed, streams::kQuantizeDropout + static_cast<uint64_t>(counter));  // a fresh stream per step
+  Generator gen(opt.seed.value_or(seed), streams::kQuantizeDropout + static_cast<uint64_t>(counter));  // a fresh stream per step
   ++counter;
   step.bump_version();
   int last = opt.cutoff_index + static_cast<int>(gen.uniform_int(static_cast<uint64_t>(q - opt.cutoff_index)));

@@ -11,6 +11,8 @@
 // advance the counter.
 #pragma once
 
+#include <optional>
+
 #include "engine/random.h"
 #include "engine/tensor.h"
 
@@ -20,10 +22,14 @@ struct QuantizeDropoutOptions {
   bool enabled = false;
   int cutoff_index = 0;  // layers 0..cutoff always run
   int multiple_of = 1;   // round the number of active layers up to a multiple of this
+  // The shared stream's key; unset: the module's seed. The grouped
+  // quantizers give every group one key, so all groups drop the same layers
+  // in a step (as vector-quantize-pytorch's grouped forms share one seed).
+  std::optional<uint64_t> seed;
 };
 
 // The last active layer for this step, drawn from the shared stream
-// (seed, step) and advancing `step` (int64 (1)); Q - 1 when dropout is off or
+// (opt.seed or else seed, step) and advancing `step` (int64 (1)); Q - 1 when dropout is off or
 // not in update mode (then `step` is left alone).
 int last_active_layer(const QuantizeDropoutOptions& opt, int num_layers, bool update_mode, uint64_t seed, Tensor& step);
 

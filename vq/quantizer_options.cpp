@@ -2,18 +2,24 @@
 
 #include "engine/count_limits.h"
 #include "vq/fsq.h"
+#include "vq/grouped.h"
 #include "vq/lfq.h"
 #include "vq/residual_fsq.h"
 #include "vq/residual_lfq.h"
 #include "vq/residual_vq.h"
+#include "vq/residual_sim_vq.h"
+#include "vq/sim_vq.h"
 #include "vq/vector_quantize.h"
 
 namespace vqddp {
 
 namespace {
 
-bool is_fsq(const std::string& type) { return type == "fsq" || type == "residual_fsq"; }
-bool is_lfq(const std::string& type) { return type == "lfq" || type == "residual_lfq"; }
+bool is_grouped(const std::string& type) { return type.starts_with("grouped_"); }
+// The type without "grouped_": a grouped type reads its residual type's keys.
+std::string base_type(const std::string& type) { return is_grouped(type) ? type.substr(8) : type; }
+bool is_fsq(const std::string& type) { return base_type(type) == "fsq" || base_type(type) == "residual_fsq"; }
+bool is_lfq(const std::string& type) { return base_type(type) == "lfq" || base_type(type) == "residual_lfq"; }
 
 void read_lfq_options(ConfigSection& s, QuantizerOptions& q) {
   q.entropy_loss_weight = static_cast<float>(s.number("entropy_loss_weight", q.entropy_loss_weight));
@@ -30,8 +36,8 @@ void read_lfq_options(ConfigSection& s, QuantizerOptions& q) {
                                         q.codebook_size));
 }
 
-QuantizeDropoutOptions dropout_options(const QuantizerOptions& q) {
-  return {q.quantize_dropout, q.quantize_dropout_cutoff_index, q.quantize_dropout_multiple_of};
+QuantizeDropoutOptions dropout_options(const QuantizerOptions& q, std::optional<uint64_t> dropout_seed) {
+  return {q.quantize_dropout, q.quantize_dropout_cutoff_index, q.quantize_dropout_multiple_of, dropout_seed};
 }
 
 // The fields VectorQuantize and ResidualVQ options share.
@@ -42,8 +48,20 @@ Options codebook_quantizer_options(const QuantizerOptions& q, int64_t dim, uint6
   o.codebook_size = q.codebook_size;
   o.codebook_dim = q.codebook_dim;
   o.commitment_weight = q.commitment_weight;
+  o.rotation_trick = q.rotation_trick;
   o.codebook = q.codebook;
   o.seed = seed;
+  return o;
+}
+
+SimVQOptions sim_vq_options(const QuantizerOptions& q, int64_t dim) {
+  SimVQOptions o;
+  o.dim = dim;
+  o.codebook_size = q.codebook_size;
+  o.frozen_codebook_dim = q.frozen_codebook_dim;
+  o.rotation_trick = q.rotation_trick;
+  o.commitment_weight = q.commitment_weight;
+  o.input_to_quantize_commit_loss_weight = q.input_to_quantize_commit_loss_weight;
   return o;
 }
 
@@ -62,7 +80,10 @@ LFQOptions lfq_options(const QuantizerOptions& q, int64_t dim) {
 }  // namespace
 
 const std::vector<std::string>& quantizer_types() {
-  static const std::vector<std::string> types{"vq", "residual_vq", "fsq", "residual_fsq", "lfq", "residual_lfq"};
+  static const std::vector<std::string> types{
+      "vq",     "residual_vq",         "fsq",                  "residual_fsq",        "lfq",
+      "residual_lfq", "sim_vq",        "residual_sim_vq",      "grouped_residual_vq", "grouped_residual_fsq",
+      "grouped_residual_lfq"};
   return types;
 }
 
@@ -88,18 +109,25 @@ void read_codebook_options(ConfigSection& s, CodebookOptions& c) {
 // setting silently ignored.
 void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
   q.type = s.choice("type", q.type, quantizer_types());
-  const bool residual = q.type.starts_with("residual_");
-  const bool codebook = q.type == "vq" || q.type == "residual_vq";
+  const std::string base = base_type(q.type);  // a grouped type reads its residual type's keys, and groups
+  const bool residual = base.starts_with("residual_");
+  const bool codebook = base == "vq" || base == "residual_vq";
   if (!residual) q.num_quantizers = 1;
+  if (is_grouped(q.type)) q.groups = static_cast<int>(s.integer("groups", q.groups, limits::heads));
   // FSQ's codebook is implicit: the product of its levels.
   if (!is_fsq(q.type)) q.codebook_size = s.integer("codebook_size", q.codebook_size, limits::codebook_size);
   if (residual) q.num_quantizers = static_cast<int>(s.integer("num_quantizers", q.num_quantizers, limits::layers));
   if (codebook) {
     q.codebook_dim = s.integer("codebook_dim", q.codebook_dim, limits::codebook_dim);
     q.commitment_weight = static_cast<float>(s.number("commitment_weight", q.commitment_weight));
+    q.rotation_trick = s.boolean("rotation_trick", q.rotation_trick);
     read_codebook_options(s, q.codebook);
   }
-  if (q.type == "residual_vq") q.shared_codebook = s.boolean("shared_codebook", q.shared_codebook);
+  if (q.type == "vq") {
+    q.heads = static_cast<int>(s.integer("heads", q.heads, limits::heads));
+    q.separate_codebook_per_head = s.boolean("separate_codebook_per_head", q.separate_codebook_per_head);
+  }
+  if (base == "residual_vq") q.shared_codebook = s.boolean("shared_codebook", q.shared_codebook);
   if (residual) {
     q.quantize_dropout = s.boolean("quantize_dropout", q.quantize_dropout);
     q.quantize_dropout_cutoff_index = static_cast<int>(
@@ -114,16 +142,36 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     if (q.levels.empty()) s.fail("levels", "is required for type \"" + q.type + "\"");
   }
   if (is_lfq(q.type)) read_lfq_options(s, q);
+  if (base == "sim_vq" || base == "residual_sim_vq") {
+    q.frozen_codebook_dim = s.integer("frozen_codebook_dim", q.frozen_codebook_dim, limits::codebook_dim);
+    q.rotation_trick = s.boolean("rotation_trick", q.rotation_trick);
+    q.commitment_weight = static_cast<float>(s.number("commitment_weight", q.commitment_weight));
+    q.input_to_quantize_commit_loss_weight = static_cast<float>(
+        s.number("input_to_quantize_commit_loss_weight", q.input_to_quantize_commit_loss_weight));
+    if (!(q.commitment_weight >= 0)) s.fail("commitment_weight", "must not be negative");
+    if (!(q.input_to_quantize_commit_loss_weight >= 0))
+      s.fail("input_to_quantize_commit_loss_weight", "must not be negative");
+  }
   s.finish("for type \"" + q.type + "\"");
 }
 
-std::shared_ptr<Quantizer> make_quantizer(const QuantizerOptions& q, int64_t dim, uint64_t seed, Generator& gen) {
-  if (q.type == "vq") return std::make_shared<VectorQuantize>(codebook_quantizer_options<VectorQuantizeOptions>(q, dim, seed), gen);
+namespace {
+
+// One quantizer of a type that is not grouped; `dropout_seed` keys the
+// quantize dropout stream when set (vq/quantize_dropout.h).
+std::shared_ptr<Quantizer> make_one(const QuantizerOptions& q, int64_t dim, uint64_t seed,
+                                    std::optional<uint64_t> dropout_seed, Generator& gen) {
+  if (q.type == "vq") {
+    VectorQuantizeOptions o = codebook_quantizer_options<VectorQuantizeOptions>(q, dim, seed);
+    o.heads = q.heads;
+    o.separate_codebook_per_head = q.separate_codebook_per_head;
+    return std::make_shared<VectorQuantize>(o, gen);
+  }
   if (q.type == "residual_vq") {
     ResidualVQOptions o = codebook_quantizer_options<ResidualVQOptions>(q, dim, seed);
     o.num_quantizers = q.num_quantizers;
     o.shared_codebook = q.shared_codebook;
-    o.quantize_dropout = dropout_options(q);
+    o.quantize_dropout = dropout_options(q, dropout_seed);
     return std::make_shared<ResidualVQ>(o, gen);
   }
   if (q.type == "fsq") return std::make_shared<FSQ>(FSQOptions{q.levels, dim, 1}, gen);
@@ -132,22 +180,46 @@ std::shared_ptr<Quantizer> make_quantizer(const QuantizerOptions& q, int64_t dim
     o.levels = q.levels;
     o.num_quantizers = q.num_quantizers;
     o.dim = dim;
-    o.quantize_dropout = dropout_options(q);
+    o.quantize_dropout = dropout_options(q, dropout_seed);
     o.seed = seed;
     return std::make_shared<ResidualFSQ>(o, gen);
   }
   if (q.type == "lfq") return std::make_shared<LFQ>(lfq_options(q, dim), gen);
+  if (q.type == "sim_vq") return std::make_shared<SimVQ>(sim_vq_options(q, dim), gen);
+  if (q.type == "residual_sim_vq") {
+    ResidualSimVQOptions o;
+    o.layer = sim_vq_options(q, dim);
+    o.num_quantizers = q.num_quantizers;
+    o.quantize_dropout = dropout_options(q, dropout_seed);
+    o.seed = seed;
+    return std::make_shared<ResidualSimVQ>(o, gen);
+  }
   if (q.type == "residual_lfq") {
     ResidualLFQOptions o;
     o.dim = dim;
     o.num_quantizers = q.num_quantizers;
     o.codebook_size = q.codebook_size;
     o.lfq = lfq_options(q, 0);
-    o.quantize_dropout = dropout_options(q);
+    o.quantize_dropout = dropout_options(q, dropout_seed);
     o.seed = seed;
     return std::make_shared<ResidualLFQ>(o, gen);
   }
   VQDDP_THROW("make_quantizer: unknown type \"{}\" (known: {})", q.type, fmt::join(quantizer_types(), ", "));
+}
+
+}  // namespace
+
+std::shared_ptr<Quantizer> make_quantizer(const QuantizerOptions& q, int64_t dim, uint64_t seed, Generator& gen) {
+  if (!is_grouped(q.type)) return make_one(q, dim, seed, std::nullopt, gen);
+  VQDDP_CHECK(q.groups >= 1 && dim % q.groups == 0, "make_quantizer: groups {} must divide the input width {}", q.groups,
+              dim);
+  // Each group: the residual type, its own codebook streams, one dropout
+  // stream for all (vq/grouped.h).
+  QuantizerOptions inner = q;
+  inner.type = q.type.substr(std::string("grouped_").size());
+  std::vector<std::shared_ptr<Quantizer>> groups;
+  for (int g = 0; g < q.groups; ++g) groups.push_back(make_one(inner, dim / q.groups, codebook_seed(seed, g), seed, gen));
+  return std::make_shared<GroupedQuantizer>(std::move(groups));
 }
 
 }  // namespace vqddp

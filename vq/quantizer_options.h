@@ -3,15 +3,22 @@
 // those keys, and the factory that makes a Quantizer from them.
 //
 // Keys follow vector-quantize-pytorch where the concept exists there:
-//   type                      vq, residual_vq, fsq, residual_fsq, lfq, residual_lfq
+//   type                      vq, residual_vq, fsq, residual_fsq, lfq,
+//                             residual_lfq, sim_vq, residual_sim_vq,
+//                             grouped_residual_vq,
+//                             grouped_residual_fsq, grouped_residual_lfq
+//                             (the residual type's keys and `groups`)
 //   codebook_size, num_quantizers, codebook_dim, shared_codebook,
-//   commitment_weight, quantize_dropout, quantize_dropout_cutoff_index,
-//   quantize_dropout_multiple_of, levels (FSQ)
+//   commitment_weight, rotation_trick, heads and
+//   separate_codebook_per_head (vq), quantize_dropout,
+//   quantize_dropout_cutoff_index, quantize_dropout_multiple_of, levels (FSQ)
 //   codebook keys (read_codebook_options): decay, eps,
 //     threshold_ema_dead_code, kmeans_init, kmeans_iters, use_cosine_sim,
 //     learnable_codebook, cluster_size_init, sync_codebook
 //   LFQ keys (lfq, residual_lfq only): entropy_loss_weight,
 //     commitment_loss_weight, diversity_gamma, inv_temperature, codebook_scale
+//   SimVQ keys (sim_vq, residual_sim_vq): codebook_size, frozen_codebook_dim, rotation_trick,
+//     commitment_weight, input_to_quantize_commit_loss_weight
 // A bad value is refused by the reader, naming the key path and what is
 // allowed, before anything is built or read.
 #pragma once
@@ -34,6 +41,10 @@ struct QuantizerOptions {
   int64_t codebook_dim = 0;  // 0: the quantizer's input width (no projection)
   bool shared_codebook = false;
   float commitment_weight = 1.f;
+  bool rotation_trick = true;            // vq, residual_vq (vector-quantize-pytorch's default)
+  int groups = 1;                        // grouped_*: feature groups, each its own residual quantizer
+  int heads = 1;                         // vq
+  bool separate_codebook_per_head = false;  // vq
   CodebookOptions codebook;  // decay, eps, threshold, kmeans, cosine, learnable, cluster_size_init, sync
   bool quantize_dropout = false;
   int quantize_dropout_cutoff_index = 0;
@@ -45,6 +56,9 @@ struct QuantizerOptions {
   float diversity_gamma = 1.f;
   float inv_temperature = 100.f;
   float codebook_scale = 1.f;
+  // SimVQ (vector-quantize-pytorch's SimVQ defaults).
+  int64_t frozen_codebook_dim = 0;  // 0: the input width
+  float input_to_quantize_commit_loss_weight = 0.25f;
   bool operator==(const QuantizerOptions&) const = default;
 };
 

@@ -6,6 +6,7 @@
 #include "vq/masked_rows.h"
 #include "vq/index_columns.h"
 #include "vq/losses.h"
+#include "vq/rotation_trick.h"
 
 namespace vqddp {
 
@@ -79,7 +80,7 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
     }
     out.layer_losses.push_back(
         quantization_loss(code, residual, opt_.commitment_weight, book.options().learnable, comm));
-    Tensor quantized = straight_through(residual, code);
+    Tensor quantized = through_quantizer(residual, code, opt_.rotation_trick && is_training());
     residual = sub(residual, quantized.detach());
     sum = add(sum, quantized);
     idx_columns[l] = idx;

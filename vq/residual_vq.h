@@ -36,6 +36,7 @@ struct ResidualVQOptions {
   bool shared_codebook = false;
   QuantizeDropoutOptions quantize_dropout;
   float commitment_weight = 1.f;
+  bool rotation_trick = true;  // per layer, as VectorQuantizeOptions
   CodebookOptions codebook;  // hyper-parameters; size, dim and seed are set per layer
   uint64_t seed = 0;
 };

@@ -4,6 +4,7 @@
 #include "vq/index_columns.h"
 #include "vq/losses.h"
 #include "vq/masked_rows.h"
+#include "vq/rotation_trick.h"
 
 namespace vqddp {
 
@@ -58,7 +59,12 @@ QuantizerOutput VectorQuantize::quantize(const Tensor& x, Communicator& comm, co
   Tensor q, idx;
   quantize_heads(z, comm, q, idx, out.metrics);
   out.loss = quantization_loss(q, z, opt_.commitment_weight, codebooks_[0]->options().learnable, comm);
-  Tensor y = straight_through(z, q);
+  // Per head: each head's piece of a row is rotated onto its own code
+  // (vector-quantize-pytorch rotates the head-split rows).
+  const int64_t m = z.size(0), h = opt_.heads;
+  Tensor y = reshape(through_quantizer(reshape(z, {m * h, codebook_dim_}), reshape(q, {m * h, codebook_dim_}),
+                                       opt_.rotation_trick && is_training()),
+                     {m, h * codebook_dim_});
   y = projection_.out(y);  // (M, dim)
   out.quantized = rows.expand(y, x);
   out.indices = rows.expand_indices(idx);  // (N, heads)

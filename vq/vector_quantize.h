@@ -32,6 +32,9 @@ struct VectorQuantizeOptions {
   int heads = 1;
   bool separate_codebook_per_head = false;
   float commitment_weight = 1.f;
+  // The gradient through the quantizer in training (vq/rotation_trick.h):
+  // the rotation trick, vector-quantize-pytorch's default, or straight-through.
+  bool rotation_trick = true;
   // Codebook hyper-parameters; codebook_size, dim and seed are set from the
   // fields above (each separate codebook gets its own seed).
   CodebookOptions codebook;

@@ -13,6 +13,8 @@
 #include "tool/replay.h"
 #include "train/config.h"
 #include "train/schedule.h"
+#include "vq/quantizer_options.h"
+#include "vq/vector_quantize.h"
 
 using namespace vqddp;
 
@@ -145,6 +147,12 @@ TEST_CASE("quantizer section: each type reads only its own keys; another type's 
       {"vq", {{"quantize_dropout_cutoff_index", 0}}},  {"vq", {{"shared_codebook", true}}},
       {"vq", {{"levels", {8, 5}}}},                    {"residual_vq", {{"diversity_gamma", 1.0}}},
       {"residual_fsq", {{"shared_codebook", true}}},   {"residual_lfq", {{"codebook_dim", 4}}},
+      {"residual_vq", {{"heads", 2}}},                 {"residual_vq", {{"separate_codebook_per_head", true}}},
+      {"fsq", {{"rotation_trick", false}}},            {"lfq", {{"rotation_trick", false}}},
+      {"sim_vq", {{"decay", 0.9}}},                    {"sim_vq", {{"num_quantizers", 2}}},
+      {"vq", {{"frozen_codebook_dim", 4}}},            {"residual_vq", {{"groups", 2}}},
+      {"grouped_residual_vq", {{"heads", 2}}},         {"grouped_residual_fsq", {{"decay", 0.9}}},
+      {"grouped_residual_lfq", {{"kmeans_init", true}}},
   };
   for (const Case& c : cases) {
     nlohmann::json q = {{"type", c.type}};
@@ -168,6 +176,30 @@ TEST_CASE("quantizer section: each type reads only its own keys; another type's 
     CAPTURE(e.path().string());
     CHECK_NOTHROW(parse_config(load_config_json(e.path().string()), e.path().string()));
   }
+}
+
+TEST_CASE("quantizer.heads, separate_codebook_per_head and rotation_trick reach the VectorQuantize the factory makes") {
+  nlohmann::json cfg = load_config_json(source_dir() + "/examples/fashion_vq.json");
+  cfg["quantizer"] = {{"type", "vq"}, {"heads", 2}, {"separate_codebook_per_head", true}, {"rotation_trick", false}};
+  QuantizerOptions q = parse_config(cfg, "config").quantizer;
+  Generator init(0, 0);
+  auto vq = std::dynamic_pointer_cast<VectorQuantize>(make_quantizer(q, 8, 1, init));
+  REQUIRE(vq);
+  CHECK(vq->options().heads == 2);
+  CHECK(vq->codebooks().size() == 2);
+  CHECK_FALSE(vq->options().rotation_trick);
+  CHECK(vq->layer_sizes().size() == 2);
+  // Heads must divide the model's latent width unless codebook_dim is set.
+  const int64_t latent = cfg["model"]["latent_dim"].get<int64_t>();
+  cfg["quantizer"] = {{"type", "vq"}, {"heads", latent + 1}};
+  CHECK_THROWS_WITH_AS(parse_config(cfg, "config"),
+                       doctest::Contains(fmt::format("'quantizer.heads' must divide model.latent_dim ({})", latent).c_str()),
+                       Error);
+  cfg["quantizer"]["codebook_dim"] = 3;
+  CHECK_NOTHROW(parse_config(cfg, "config"));
+  // The defaults are vector-quantize-pytorch's.
+  cfg["quantizer"] = {{"type", "residual_vq"}};
+  CHECK(parse_config(cfg, "config").quantizer.rotation_trick);
 }
 
 TEST_CASE("optimizer.lr_schedule: constant keeps lr; cosine runs from lr at the first step to final_lr_fraction lr at the last") {

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -309,10 +310,16 @@ TEST_CASE("check-ddp passes a whole run of every shipped example bit for bit, on
           "deliberately broken variant") {
   const char* src = std::getenv("VQDDP_SOURCE_DIR");
   std::string root = src ? src : ".";
-  // Sanitized builds: the five of before (every model type; VQ, FSQ).
+  // Every examples/*.json, so a new example is checked the day it ships;
+  // sanitized builds: five (every model type; VQ, FSQ).
   std::vector<std::string> names{"speech_codec", "speech_codec_mlp", "fashion_conv_vqvae", "fashion_vq", "fashion_fsq"};
-  if (!test::sanitized_build()) names.insert(names.end(), {"speech_codec_spectral", "speech_codec_fsq", "speech_codec_lfq",
-                                                     "fashion_lfq"});
+  if (!test::sanitized_build()) {
+    names.clear();
+    for (const auto& e : std::filesystem::directory_iterator(root + "/examples"))
+      if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+    std::sort(names.begin(), names.end());
+    CHECK(names.size() >= 10);
+  }
   for (const std::string& name : names) {
     CAPTURE(name);
     Config cfg = load_config(root + "/examples/" + name + ".json");
@@ -386,7 +393,8 @@ TEST_CASE("config errors name the key path and the expected type") {
   fails(j, "'schedule.batch_size' must be an integer, got number 2.5");
   j = base;
   j["quantizer"] = {{"type", "pq"}};
-  fails(j, "'quantizer.type' must be one of \"vq\", \"residual_vq\", \"fsq\", \"residual_fsq\", \"lfq\", \"residual_lfq\", got \"pq\"");
+  fails(j, "'quantizer.type' must be one of \"vq\", \"residual_vq\", \"fsq\", \"residual_fsq\", \"lfq\", \"residual_lfq\", \"sim_vq\", \"residual_sim_vq\", \"grouped_residual_vq\", "
+           "\"grouped_residual_fsq\", \"grouped_residual_lfq\", got \"pq\"");
   j = base;
   j["quantizer"] = {{"type", "fsq"}};
   fails(j, "'quantizer.levels' is required for type \"fsq\"");

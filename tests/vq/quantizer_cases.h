@@ -63,6 +63,9 @@ inline std::vector<Case> quantizer_cases() {
   heads.codebook.kmeans_iters = 3;
   heads.codebook.threshold_ema_dead_code = 2.f;
   vq_case("VectorQuantize, 2 heads, EMA, k-means, revival", heads);
+  VectorQuantizeOptions straight = heads;
+  straight.rotation_trick = false;
+  vq_case("VectorQuantize, 2 heads, straight-through", straight);
   VectorQuantizeOptions cosine = heads;
   cosine.heads = 1;
   cosine.codebook.cosine = true;

@@ -79,8 +79,8 @@ TEST_CASE("the Quantizer contract: indices (N, Q) within the layer sizes, a scal
       QuantizerOutput out = m->quantize(x, comm);
       CHECK(comm.counters().collectives == before);
       std::vector<int64_t> sizes = m->layer_sizes();
-      bool residual = type.rfind("residual_", 0) == 0;
-      CHECK(sizes.size() == static_cast<size_t>(residual ? kLayers : 1));
+      const bool grouped = type.starts_with("grouped_"), residual = grouped || type.starts_with("residual_");
+      CHECK(sizes.size() == static_cast<size_t>((residual ? kLayers : 1) * (grouped ? 2 : 1)));
       CHECK(m->dim() == kDim);
       CHECK(out.quantized.shape() == Shape{kRows, kDim});
       REQUIRE(out.indices.shape() == Shape{kRows, static_cast<int64_t>(sizes.size())});
@@ -92,7 +92,7 @@ TEST_CASE("the Quantizer contract: indices (N, Q) within the layer sizes, a scal
       CHECK(m->bits() == bits);
       // The eval output is x + (code - x): within rounding of the codes.
       test::check_close({{"decoded", m->decode(out.indices)}}, {{"decoded", out.quantized.detach()}}, 1e-5, 1e-5);
-      if (type == "fsq" || type == "lfq" || type == "residual_fsq" || type == "residual_lfq") {
+      if (type.ends_with("fsq") || type.ends_with("lfq") || type.ends_with("sim_vq")) {
         Tensor mask = ones({kRows}, DType::i64);
         CHECK_THROWS_WITH_AS(m->quantize(x, comm, mask), doctest::Contains("takes no mask"), Error);
       }

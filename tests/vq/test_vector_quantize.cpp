@@ -2,11 +2,16 @@
 // learnable codebooks, decode.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 #include "comm/single.h"
 #include "engine/autograd.h"
 #include "tests/vq/harness.h"
 #include "vq/assign.h"
 #include "vq/residual_vq.h"
+#include "vq/rotation_trick.h"
 #include "vq/vector_quantize.h"
 
 using namespace vqddp;
@@ -28,7 +33,9 @@ VectorQuantizeOptions base(int64_t dim, int heads = 1) {
 TEST_CASE("straight-through: the output has the codes' values and the identity gradient") {
   SingleCommunicator comm;
   Generator init(0, 0), data(1, 0);
-  VectorQuantize vq(base(4), init);
+  VectorQuantizeOptions o = base(4);
+  o.rotation_trick = false;
+  VectorQuantize vq(o, init);
   Tensor x = rand_normal({10, 4}, data);
   x.set_requires_grad(true);
   QuantizerOutput out = vq.quantize(x, comm);
@@ -36,6 +43,73 @@ TEST_CASE("straight-through: the output has the codes' values and the identity g
   CHECK(x.grad().to_vector<float>() == std::vector<float>(40, 1.f));
   CHECK(out.indices.shape() == Shape{10, 1});  // one column per head
   CHECK(out.metrics.size() == 1);
+}
+
+TEST_CASE("rotation trick: the output has the codes' values, the gradient is the scaled rotation of the input onto its code") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(1, 0), upstream(2, 0);
+  VectorQuantizeOptions o = base(4);
+  // A learnable codebook without k-means: quantize() leaves the codes as
+  // they are, so the codes looked up after the step are the step's.
+  o.codebook.learnable = true;
+  o.codebook.kmeans_init = false;
+  VectorQuantize vq(o, init);
+  REQUIRE(vq.options().rotation_trick);  // on by default, as in vector-quantize-pytorch
+  const int64_t n = 10, d = 4;
+  Tensor x = rand_normal({n, d}, data);
+  x.set_requires_grad(true);
+  QuantizerOutput out = vq.quantize(x, comm);
+  Tensor g = rand_normal({n, d}, upstream);
+  sum(mul(out.quantized, g)).backward();
+  Tensor codes = vq.codebooks()[0]->lookup(reshape(out.indices, {-1}));
+  // The forward value is the code, up to the rotation's rounding.
+  check_close({{"value", out.quantized}}, {{"value", codes}}, 1e-5, 1e-5);
+  // d out / d e = (I - 2 w w^T + 2 q^ u^T) |q| / |e|: its transpose applied
+  // to g, in double, row by row.
+  const float *pe = x.data<float>(), *pq = codes.data<float>(), *pg = g.data<float>(), *pgrad = x.grad().data<float>();
+  double largest_change = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    double ne = 0, nq = 0;
+    for (int64_t j = 0; j < d; ++j) ne += double(pe[r * d + j]) * pe[r * d + j], nq += double(pq[r * d + j]) * pq[r * d + j];
+    ne = std::sqrt(ne), nq = std::sqrt(nq);
+    std::vector<double> u(d), qh(d), w(d);
+    double nw = 0;
+    for (int64_t j = 0; j < d; ++j) u[j] = pe[r * d + j] / ne, qh[j] = pq[r * d + j] / nq, nw += (u[j] + qh[j]) * (u[j] + qh[j]);
+    for (int64_t j = 0; j < d; ++j) w[j] = (u[j] + qh[j]) / std::sqrt(nw);
+    double gw = 0, gq = 0;
+    for (int64_t j = 0; j < d; ++j) gw += pg[r * d + j] * w[j], gq += pg[r * d + j] * qh[j];
+    for (int64_t j = 0; j < d; ++j) {
+      double want = (pg[r * d + j] - 2 * gw * w[j] + 2 * gq * u[j]) * nq / ne;
+      CHECK(pgrad[r * d + j] == doctest::Approx(want).epsilon(1e-4).scale(1e-6));
+      largest_change = std::max(largest_change, std::fabs(want - pg[r * d + j]));
+    }
+  }
+  CHECK(largest_change > 0.1);  // not the straight-through gradient
+  // Inference is the code, no rotation (nothing to rotate a gradient for).
+  vq.eval();
+  QuantizerOutput ev = vq.quantize(x.detach(), comm);
+  check_close({{"eval", ev.quantized}}, {{"eval", vq.decode(ev.indices)}}, 0, 1e-6);
+}
+
+TEST_CASE("rotation trick with heads: each head's piece is rotated onto its own code") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(1, 0), upstream(2, 0);
+  VectorQuantizeOptions o = base(8, /*heads=*/2);
+  // A learnable codebook without k-means: quantize() leaves the codes as
+  // they are, so the codes looked up after the step are the step's.
+  o.codebook.learnable = true;
+  o.codebook.kmeans_init = false;
+  VectorQuantize vq(o, init);
+  Tensor x = rand_normal({6, 8}, data), g = rand_normal({6, 8}, upstream);
+  x.set_requires_grad(true);
+  QuantizerOutput out = vq.quantize(x, comm);
+  sum(mul(out.quantized, g)).backward();
+  // The same rows as (12, 4) head pieces through rotate_to directly.
+  Tensor pieces = reshape(x.detach(), {12, 4});
+  pieces.set_requires_grad(true);
+  Tensor codes = vq.codebooks()[0]->lookup(reshape(out.indices, {-1}));  // (12, 4), row n*2 + head
+  sum(mul(rotate_to(pieces, codes), reshape(g, {12, 4}))).backward();
+  CHECK(x.grad().to_vector<float>() == pieces.grad().to_vector<float>());
 }
 
 TEST_CASE("the commitment loss applies its weight") {

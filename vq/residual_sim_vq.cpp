@@ -1,0 +1,58 @@
+#include "vq/residual_sim_vq.h"
+
+#include "engine/ops.h"
+#include "vq/index_columns.h"
+
+namespace vqddp {
+
+ResidualSimVQ::ResidualSimVQ(const ResidualSimVQOptions& o, Generator& init_gen) : opt_(o) {
+  VQDDP_CHECK(o.num_quantizers >= 1, "ResidualSimVQ: num_quantizers {} must be positive", o.num_quantizers);
+  auto list = register_module("layers", std::make_shared<ModuleList>());
+  for (int i = 0; i < o.num_quantizers; ++i) layers_.push_back(list->append(std::make_shared<SimVQ>(o.layer, init_gen)));
+  // Offsets the dropout stream id (engine/streams.h): never negative.
+  dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64), ValueRange::non_negative());
+}
+
+QuantizerOutput ResidualSimVQ::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
+  refuse_mask(mask, "ResidualSimVQ", comm.rank());
+  VQDDP_CHECK(x.defined() && x.dim() == 2 && x.size(1) == dim(), "rank {}: ResidualSimVQ expects [N, {}], got {}",
+              comm.rank(), dim(), x.desc());
+  const int q = opt_.num_quantizers;
+  const int64_t n = x.size(0);
+  const Device dev = x.device();
+  int last = last_active_layer(opt_.quantize_dropout, q, updates_state(), opt_.seed, dropout_step_);
+  QuantizerOutput out;
+  out.active_layers = last + 1;
+  const Tensor zero = full({}, 0.0, DType::f32, dev);  // the loss of a layer that did not run
+  Tensor residual = x, sum = zeros({n, dim()}, DType::f32, dev);
+  std::vector<Tensor> idx_columns(q, full({n}, -1, DType::i64, dev));  // -1: layer dropped
+  out.loss = zero;
+  for (int l = 0; l < q; ++l) {
+    if (l > last) {
+      out.layer_losses.push_back(zero);
+      continue;
+    }
+    QuantizerOutput o = layers_[l]->quantize(residual, comm);
+    residual = sub(residual, o.quantized.detach());
+    sum = add(sum, o.quantized);
+    idx_columns[l] = reshape(o.indices, {-1});
+    out.layer_losses.push_back(o.loss);
+    out.loss = add(out.loss, o.loss);
+  }
+  out.quantized = sum;
+  out.indices = stack_columns(idx_columns);
+  return out;
+}
+
+Tensor ResidualSimVQ::decode(const Tensor& indices) const {
+  const int q = opt_.num_quantizers;
+  VQDDP_CHECK(indices.dtype() == DType::i64 && indices.dim() == 2 && indices.size(1) == q,
+              "ResidualSimVQ: expected int64 indices [N, {}], got {}", q, indices.desc());
+  Tensor sum = zeros({indices.size(0), dim()}, DType::f32, indices.device());
+  std::vector<Tensor> columns = split_columns(indices);
+  for (int l = 0; l < q; ++l)
+    sum = add(sum, codes_or_zero(columns[l], dim(), [&](const Tensor& i) { return layers_[l]->decode(i); }));
+  return sum;
+}
+
+}  // namespace vqddp

@@ -1,0 +1,62 @@
+#include "vq/sim_vq.h"
+
+#include <cmath>
+
+#include "engine/autograd.h"
+#include "engine/ops.h"
+#include "engine/random.h"
+#include "vq/assign.h"
+#include "vq/losses.h"
+#include "vq/rotation_trick.h"
+
+namespace vqddp {
+
+SimVQ::SimVQ(const SimVQOptions& o, Generator& init_gen) : opt_(o) {
+  VQDDP_CHECK(o.dim > 0 && o.codebook_size >= 1 && o.frozen_codebook_dim >= 0,
+              "SimVQ: dim {}, codebook_size {} and frozen_codebook_dim {} must be positive (0: dim)", o.dim,
+              o.codebook_size, o.frozen_codebook_dim);
+  if (opt_.frozen_codebook_dim == 0) opt_.frozen_codebook_dim = o.dim;
+  const int64_t f = opt_.frozen_codebook_dim;
+  // The order of the draws: the frozen codebook first, then W (the
+  // reference's constructor order).
+  frozen_ = register_buffer("frozen_codebook",
+                            mul(rand_normal({o.codebook_size, f}, init_gen), static_cast<float>(1.0 / std::sqrt(double(f)))));
+  transform_ = register_module("code_transform", std::make_shared<Linear>(f, o.dim, init_gen, /*bias=*/false));
+}
+
+Tensor SimVQ::codes() const {
+  // The frozen codebook is the same on every rank, not a batch: marked
+  // batch-free, so in an exact step W's gradient is summed over the batch's
+  // units and not over the codebook's rows as if they were examples
+  // (engine/exact_batch.h; check-ddp on examples/fashion_simvq.json caught
+  // the difference).
+  return transform_->forward(mark_batch_free(frozen_.to(transform_->weight.device())));
+}
+
+QuantizerOutput SimVQ::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
+  refuse_mask(mask, "SimVQ", comm.rank());
+  VQDDP_CHECK(x.defined() && x.dtype() == DType::f32 && x.dim() == 2 && x.size(1) == opt_.dim,
+              "rank {}: SimVQ expects float32 [N, {}], got {}", comm.rank(), opt_.dim, x.desc());
+  Tensor codebook = codes();                                               // (K, dim)
+  Tensor idx = assign_codes(x.detach(), codebook.detach(), /*cosine=*/false);  // (N)
+  Tensor q = index_select(codebook, idx, Indices::trusted);                // (N, dim), gradient to W
+  Tensor loss = add(mse_or_zero(x.detach(), q, comm),
+                    mul(mse_or_zero(x, q.detach(), comm), opt_.input_to_quantize_commit_loss_weight));
+  QuantizerOutput out;
+  out.loss = mul(loss, opt_.commitment_weight);
+  out.layer_losses = {out.loss};
+  out.quantized = through_quantizer(x, q, opt_.rotation_trick);
+  out.indices = as_columns(idx);
+  out.active_layers = 1;
+  return out;
+}
+
+Tensor SimVQ::decode(const Tensor& indices) const {
+  VQDDP_CHECK(indices.dtype() == DType::i64 && (indices.dim() == 1 || (indices.dim() == 2 && indices.size(1) == 1)),
+              "SimVQ decode: expected int64 indices [N] or [N, 1], got {}", indices.desc());
+  Tensor flat = indices.reshape({-1});
+  check_index_range(flat, opt_.codebook_size, "SimVQ");
+  return index_select(codes().detach(), flat.to(transform_->weight.device()), Indices::trusted);
+}
+
+}  // namespace vqddp
