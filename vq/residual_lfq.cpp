@@ -4,6 +4,7 @@
 
 #include "engine/ops.h"
 #include "vq/index_columns.h"
+#include "vq/residual_layers.h"
 
 namespace vqddp {
 
@@ -30,31 +31,10 @@ QuantizerOutput ResidualLFQ::quantize(const Tensor& x, Communicator& comm, const
   refuse_mask(mask, "ResidualLFQ", comm.rank());
   VQDDP_CHECK(x.defined() && x.dim() == 2 && x.size(1) == opt_.dim, "rank {}: ResidualLFQ expects [N, {}], got {}",
               comm.rank(), opt_.dim, x.desc());
-  const int q = opt_.num_quantizers;
   Tensor z = projection_.in(x);  // (N, B)
-  int64_t n = z.size(0);
-  const Device dev = z.device();
-  int last = last_active_layer(opt_.quantize_dropout, q, updates_state(), opt_.seed, dropout_step_);
-  QuantizerOutput out;
-  out.active_layers = last + 1;
-  const Tensor zero = full({}, 0.0, DType::f32, dev);  // the loss of a layer that did not run
-  Tensor residual = z, sum = zeros({n, bits_}, DType::f32, dev);
-  std::vector<Tensor> idx_columns(q, full({n}, -1, DType::i64, dev));  // -1: layer dropped
-  out.loss = zero;
-  for (int l = 0; l < q; ++l) {
-    if (l > last) {
-      out.layer_losses.push_back(zero);
-      continue;
-    }
-    QuantizerOutput o = layers_[l]->quantize(residual, comm);
-    residual = sub(residual, o.quantized.detach());
-    sum = add(sum, o.quantized);
-    idx_columns[l] = reshape(o.indices, {-1});
-    out.layer_losses.push_back(o.loss);
-    out.loss = add(out.loss, o.loss);
-  }
-  out.quantized = projection_.out(sum);
-  out.indices = stack_columns(idx_columns);
+  int last = last_active_layer(opt_.quantize_dropout, opt_.num_quantizers, updates_state(), opt_.seed, dropout_step_);
+  QuantizerOutput out = quantize_residual_layers(layers_, z, last, comm);
+  out.quantized = projection_.out(out.quantized);
   return out;
 }
 

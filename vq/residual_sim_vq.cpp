@@ -2,6 +2,7 @@
 
 #include "engine/ops.h"
 #include "vq/index_columns.h"
+#include "vq/residual_layers.h"
 
 namespace vqddp {
 
@@ -17,31 +18,8 @@ QuantizerOutput ResidualSimVQ::quantize(const Tensor& x, Communicator& comm, con
   refuse_mask(mask, "ResidualSimVQ", comm.rank());
   VQDDP_CHECK(x.defined() && x.dim() == 2 && x.size(1) == dim(), "rank {}: ResidualSimVQ expects [N, {}], got {}",
               comm.rank(), dim(), x.desc());
-  const int q = opt_.num_quantizers;
-  const int64_t n = x.size(0);
-  const Device dev = x.device();
-  int last = last_active_layer(opt_.quantize_dropout, q, updates_state(), opt_.seed, dropout_step_);
-  QuantizerOutput out;
-  out.active_layers = last + 1;
-  const Tensor zero = full({}, 0.0, DType::f32, dev);  // the loss of a layer that did not run
-  Tensor residual = x, sum = zeros({n, dim()}, DType::f32, dev);
-  std::vector<Tensor> idx_columns(q, full({n}, -1, DType::i64, dev));  // -1: layer dropped
-  out.loss = zero;
-  for (int l = 0; l < q; ++l) {
-    if (l > last) {
-      out.layer_losses.push_back(zero);
-      continue;
-    }
-    QuantizerOutput o = layers_[l]->quantize(residual, comm);
-    residual = sub(residual, o.quantized.detach());
-    sum = add(sum, o.quantized);
-    idx_columns[l] = reshape(o.indices, {-1});
-    out.layer_losses.push_back(o.loss);
-    out.loss = add(out.loss, o.loss);
-  }
-  out.quantized = sum;
-  out.indices = stack_columns(idx_columns);
-  return out;
+  int last = last_active_layer(opt_.quantize_dropout, opt_.num_quantizers, updates_state(), opt_.seed, dropout_step_);
+  return quantize_residual_layers(layers_, x, last, comm);
 }
 
 Tensor ResidualSimVQ::decode(const Tensor& indices) const {

@@ -77,6 +77,7 @@
 #include "vq/quantizer.h"
 #include "vq/quantizer_options.h"
 #include "vq/residual_fsq.h"
+#include "vq/residual_layers.h"
 #include "vq/residual_lfq.h"
 #include "vq/residual_sim_vq.h"
 #include "vq/residual_vq.h"
