@@ -143,6 +143,10 @@ class Codebook : public Module {
   // normalisation, revival; metrics of the global counts.
   CodebookMetrics update(const Tensor& prepared, const Tensor& indices, Communicator& comm);
 
+  // The codebook (K, D) as assign and lookup use it (cosine: unit rows),
+  // with the embed's gradient when it is learnable.
+  Tensor codes() const;
+
   const CodebookOptions& options() const { return opt_; }
   bool initted() const { return initted_.item<int64_t>() != 0; }
 
@@ -152,7 +156,6 @@ class Codebook : public Module {
 
  private:
   void check_input(const Tensor& x, const Communicator& comm) const;
-  Tensor codes() const;  // the codebook as assign and lookup use it
   void revive_dead_codes(const Tensor& x, Tensor& stats, const StatsLayout& layout, Communicator& comm);
   Generator next_shared_generator();
 

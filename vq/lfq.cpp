@@ -50,13 +50,7 @@ QuantizerOutput LFQ::quantize(const Tensor& x, Communicator& comm, const Tensor&
   Tensor logits = mul(matmul(z, codebook_.on(0, dev), false, true), 2.f * opt_.inv_temperature);  // (N, 2^B)
   Tensor p = softmax_rows(logits);
   Tensor per_sample = mean_or_zero(entropy_rows(p), comm);
-  // One collective for the global sum of p and the global row count (a
-  // column of ones summed with it).
-  Tensor global = batch_sum(concat({p, full({n, 1}, 1.0, DType::f32, dev)}, 1), comm);  // (2^B + 1)
-  // The global row count (identical on every rank) stays on the device.
-  Tensor rows = clamp(slice_rows(global.detach(), opt_.codebook_size, opt_.codebook_size + 1), 1.f, 3.4e38f);
-  Tensor avg = div(slice_rows(global, 0, opt_.codebook_size), rows);
-  Tensor codebook_entropy = entropy_rows(avg);
+  Tensor codebook_entropy = entropy_rows(global_row_mean(p, comm));  // one collective
   Tensor entropy_loss = sub(per_sample, mul(codebook_entropy, opt_.diversity_gamma));
   Tensor commitment_loss = mse_or_zero(z, q, comm);
   out.loss = add(mul(entropy_loss, opt_.entropy_loss_weight), mul(commitment_loss, opt_.commitment_weight));

@@ -13,6 +13,14 @@ Tensor mse_or_zero(const Tensor& a, const Tensor& b, Communicator& comm) {
   return a.numel() == 0 ? mul(add(sum(a), sum(b)), 0.f) : mse_loss(a, b);
 }
 
+Tensor global_row_mean(const Tensor& p, Communicator& comm) {
+  const int64_t n = p.size(0), k = p.size(1);
+  Tensor global = batch_sum(concat({p, full({n, 1}, 1.0, DType::f32, p.device())}, 1), comm);  // (K + 1)
+  // The global row count (identical on every rank) stays on the device.
+  Tensor rows = clamp(slice_rows(global.detach(), k, k + 1), 1.f, 3.4e38f);
+  return div(slice_rows(global, 0, k), rows);
+}
+
 Tensor straight_through(const Tensor& z, const Tensor& q) { return add(z, sub(q, z).detach()); }
 
 Tensor commitment_loss(const Tensor& q, const Tensor& z, float weight, Communicator& comm) {

@@ -19,6 +19,11 @@ Tensor mean_or_zero(const Tensor& x, Communicator& comm);
 // mean((a - b)^2), or 0 (keeping both graphs) when they have no elements.
 Tensor mse_or_zero(const Tensor& a, const Tensor& b, Communicator& comm);
 
+// The mean over the GLOBAL batch's rows of p (M, K) -> (K): one collective
+// for the sums and the row count (a column of ones summed with them), the
+// gradient the global one; zeros when no rank has rows.
+Tensor global_row_mean(const Tensor& p, Communicator& comm);
+
 // z + (q - z).detach(): the values of q with the gradient of z.
 Tensor straight_through(const Tensor& z, const Tensor& q);
 

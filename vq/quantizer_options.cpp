@@ -126,6 +126,12 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
   if (q.type == "vq") {
     q.heads = static_cast<int>(s.integer("heads", q.heads, limits::heads));
     q.separate_codebook_per_head = s.boolean("separate_codebook_per_head", q.separate_codebook_per_head);
+    q.codebook_diversity_loss_weight =
+        static_cast<float>(s.number("codebook_diversity_loss_weight", q.codebook_diversity_loss_weight));
+    q.codebook_diversity_temperature =
+        static_cast<float>(s.number("codebook_diversity_temperature", q.codebook_diversity_temperature));
+    if (!(q.codebook_diversity_loss_weight >= 0)) s.fail("codebook_diversity_loss_weight", "must not be negative");
+    if (!(q.codebook_diversity_temperature > 0)) s.fail("codebook_diversity_temperature", "must be positive");
   }
   if (base == "residual_vq") q.shared_codebook = s.boolean("shared_codebook", q.shared_codebook);
   if (residual) {
@@ -165,6 +171,8 @@ std::shared_ptr<Quantizer> make_one(const QuantizerOptions& q, int64_t dim, uint
     VectorQuantizeOptions o = codebook_quantizer_options<VectorQuantizeOptions>(q, dim, seed);
     o.heads = q.heads;
     o.separate_codebook_per_head = q.separate_codebook_per_head;
+    o.codebook_diversity_loss_weight = q.codebook_diversity_loss_weight;
+    o.codebook_diversity_temperature = q.codebook_diversity_temperature;
     return std::make_shared<VectorQuantize>(o, gen);
   }
   if (q.type == "residual_vq") {

@@ -1,6 +1,8 @@
 #include "vq/vector_quantize.h"
 
+#include "engine/autograd.h"
 #include "engine/ops.h"
+#include "vq/codebook_diversity.h"
 #include "vq/index_columns.h"
 #include "vq/losses.h"
 #include "vq/masked_rows.h"
@@ -26,12 +28,29 @@ VectorQuantize::VectorQuantize(const VectorQuantizeOptions& o, Generator& init_g
   }
 }
 
+CodebookOutput VectorQuantize::codebook_step(Codebook& book, const Tensor& rows, Communicator& comm,
+                                             std::vector<Tensor>& diversity) {
+  if (!(opt_.codebook_diversity_loss_weight > 0 && updates_state())) return book.forward(rows, comm);
+  // Codebook::forward in its pieces, the loss between assignment and update.
+  std::optional<CodebookAssignment> a = book.nearest(rows, comm);
+  if (!a) return {zeros({0, codebook_dim_}, DType::f32, rows.device()), zeros({0}, DType::i64, rows.device()),
+                  CodebookMetrics::empty_world()};  // nobody had rows, on every rank
+  // An EMA codebook's update below writes its codes in place: the loss keeps
+  // a copy (the same on every rank: batch-free, engine/exact_batch.h). A
+  // learnable one is not written here, and its loss reaches the embed.
+  Tensor codes = book.options().learnable ? book.codes() : mark_batch_free(book.codes().clone());
+  diversity.push_back(
+      codebook_diversity_loss(a->prepared, codes, book.options().cosine, opt_.codebook_diversity_temperature, comm));
+  CodebookMetrics m = book.update(a->prepared, a->indices, comm);
+  return {a->codes, a->indices, m};
+}
+
 void VectorQuantize::quantize_heads(const Tensor& z, Communicator& comm, Tensor& q, Tensor& indices,
-                                    std::vector<CodebookMetrics>& metrics) {
+                                    std::vector<CodebookMetrics>& metrics, std::vector<Tensor>& diversity) {
   int64_t m = z.size(0), h = opt_.heads, cd = codebook_dim_;
   if (codebooks_.size() == 1) {
     // Head h of row n is row n*h + h: one codebook sees every head's rows.
-    CodebookOutput out = codebooks_[0]->forward(reshape(z, {m * h, cd}), comm);
+    CodebookOutput out = codebook_step(*codebooks_[0], reshape(z, {m * h, cd}), comm, diversity);
     q = reshape(out.quantize, {m, h * cd});
     indices = reshape(out.indices, {m, h});
     metrics.push_back(out.metrics);
@@ -40,7 +59,7 @@ void VectorQuantize::quantize_heads(const Tensor& z, Communicator& comm, Tensor&
   Tensor by_head = reshape(transpose(reshape(z, {m, h, cd}), 0, 1), {h * m, cd});  // (H*M, cd), head-major
   std::vector<Tensor> qs, is;
   for (int64_t i = 0; i < h; ++i) {
-    CodebookOutput out = codebooks_[i]->forward(slice_rows(by_head, i * m, (i + 1) * m), comm);
+    CodebookOutput out = codebook_step(*codebooks_[i], slice_rows(by_head, i * m, (i + 1) * m), comm, diversity);
     qs.push_back(out.quantize);
     is.push_back(out.indices);
     metrics.push_back(out.metrics);
@@ -57,8 +76,16 @@ QuantizerOutput VectorQuantize::quantize(const Tensor& x, Communicator& comm, co
   z = projection_.in(z);  // (M, heads * cd)
   QuantizerOutput out;
   Tensor q, idx;
-  quantize_heads(z, comm, q, idx, out.metrics);
+  std::vector<Tensor> diversity;  // one per codebook, in a training step with the loss on
+  quantize_heads(z, comm, q, idx, out.metrics, diversity);
   out.loss = quantization_loss(q, z, opt_.commitment_weight, codebooks_[0]->options().learnable, comm);
+  if (opt_.codebook_diversity_loss_weight > 0) {
+    Tensor d = full({}, 0.0, DType::f32, x.device());
+    for (const Tensor& t : diversity) d = add(d, t);
+    if (!diversity.empty()) d = div(d, static_cast<float>(diversity.size()));
+    out.extras["codebook_diversity_loss"] = d;
+    out.loss = add(out.loss, mul(d, opt_.codebook_diversity_loss_weight));
+  }
   // Per head: each head's piece of a row is rotated onto its own code
   // (vector-quantize-pytorch rotates the head-split rows).
   const int64_t m = z.size(0), h = opt_.heads;

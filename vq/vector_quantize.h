@@ -35,6 +35,10 @@ struct VectorQuantizeOptions {
   // The gradient through the quantizer in training (vq/rotation_trick.h):
   // the rotation trick, vector-quantize-pytorch's default, or straight-through.
   bool rotation_trick = true;
+  // The codebook diversity loss (vq/codebook_diversity.h), added to the loss
+  // with this weight in a training step; 0: off (the reference's default).
+  float codebook_diversity_loss_weight = 0.f;
+  float codebook_diversity_temperature = 100.f;
   // Codebook hyper-parameters; codebook_size, dim and seed are set from the
   // fields above (each separate codebook gets its own seed).
   CodebookOptions codebook;
@@ -47,6 +51,8 @@ class VectorQuantize : public Quantizer {
 
   // The contract (vq/quantizer.h): indices (N, heads), one column per head,
   // -1 for masked rows; metrics one per codebook; layer_losses the one loss.
+  // extras: "codebook_diversity_loss" (unweighted, the mean over the
+  // codebooks) when its weight is set, 0 outside a training step.
   // Every rank must call in training (also with N = 0 or all rows masked).
   // mask: undefined, or (N) int64 with 1 = keep, 0 = masked.
   QuantizerOutput quantize(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor()) override;
@@ -63,7 +69,10 @@ class VectorQuantize : public Quantizer {
  private:
   // (M, heads * cd) -> quantized (M, heads * cd), indices (M, heads).
   void quantize_heads(const Tensor& z, Communicator& comm, Tensor& q, Tensor& indices,
-                      std::vector<CodebookMetrics>& metrics);
+                      std::vector<CodebookMetrics>& metrics, std::vector<Tensor>& diversity);
+  // Codebook::forward of `rows`, plus (with the diversity loss, in a
+  // training step) that loss from the codes the rows were assigned against.
+  CodebookOutput codebook_step(Codebook& book, const Tensor& rows, Communicator& comm, std::vector<Tensor>& diversity);
   Tensor codes_of(const Tensor& indices) const;  // (M, heads) -> (M, heads * cd), -1 -> 0
 
   VectorQuantizeOptions opt_;

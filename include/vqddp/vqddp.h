@@ -63,6 +63,7 @@
 #include "vq/assign.h"
 #include "vq/code_stats.h"
 #include "vq/codebook.h"
+#include "vq/codebook_diversity.h"
 #include "vq/device_constants.h"
 #include "vq/finite_rows.h"
 #include "vq/fsq.h"

@@ -21,7 +21,7 @@ ResidualVQOptions rvq_options(bool dropout, bool shared = false) {
   o.num_quantizers = 4;
   o.codebook_size = 8;
   o.shared_codebook = shared;
-  o.quantize_dropout = {dropout, 1, 1};
+  o.quantize_dropout = {dropout, 1, 1, std::nullopt};
   o.codebook.kmeans_iters = 3;
   o.codebook.threshold_ema_dead_code = 0.5f;
   o.codebook.decay = 0.8f;
@@ -34,7 +34,7 @@ ResidualFSQOptions rfsq_options() {
   o.levels = {8, 5, 5};
   o.num_quantizers = 5;
   o.dim = 4;
-  o.quantize_dropout = {true, 0, 1};
+  o.quantize_dropout = {true, 0, 1, std::nullopt};
   o.seed = 9;
   return o;
 }

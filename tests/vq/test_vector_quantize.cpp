@@ -112,6 +112,87 @@ TEST_CASE("rotation trick with heads: each head's piece is rotated onto its own 
   CHECK(x.grad().to_vector<float>() == pieces.grad().to_vector<float>());
 }
 
+namespace {
+VectorQuantizeOptions diversity_options() {
+  VectorQuantizeOptions o = base(4);
+  o.codebook.kmeans_init = false;  // the codes the rows meet are the initial ones
+  o.commitment_weight = 0.f;       // the diversity loss alone
+  o.codebook_diversity_loss_weight = 1.f;
+  o.codebook_diversity_temperature = 2.f;  // soft enough for a gradient everywhere
+  return o;
+}
+}  // namespace
+
+TEST_CASE("codebook diversity loss: minus the entropy of the average code probability, from the codes before the update") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(1, 0);
+  VectorQuantize vq(diversity_options(), init);
+  const std::vector<float> e = vq.codebooks()[0]->embed.to_vector<float>();  // (8, 4), before the step
+  Tensor x = rand_normal({10, 4}, data);
+  QuantizerOutput out = vq.quantize(x, comm);
+  const std::vector<float> xs = x.to_vector<float>();
+  std::vector<double> avg(8, 0.0);
+  for (int n = 0; n < 10; ++n) {
+    std::vector<double> s(8);
+    double top = -1e300, z = 0;
+    for (int k = 0; k < 8; ++k) {
+      double d2 = 0;
+      for (int j = 0; j < 4; ++j) d2 += std::pow(double(xs[n * 4 + j]) - e[k * 4 + j], 2);
+      s[k] = -2.0 * std::sqrt(d2);
+      top = std::max(top, s[k]);
+    }
+    for (int k = 0; k < 8; ++k) z += std::exp(s[k] - top);
+    for (int k = 0; k < 8; ++k) avg[k] += std::exp(s[k] - top) / z / 10;
+  }
+  double h = 0;
+  for (double p : avg) h -= p * std::log(std::max(p, 1e-5));
+  CHECK(out.extra("codebook_diversity_loss").item<float>() == doctest::Approx(-h).epsilon(1e-5));
+  CHECK(out.loss.item<float>() == doctest::Approx(-h).epsilon(1e-5));
+  vq.eval();  // inference: no loss term, no collective
+  const uint64_t before = comm.counters().collectives;
+  CHECK(vq.quantize(x, comm).extra("codebook_diversity_loss").item<float>() == 0.f);
+  CHECK(comm.counters().collectives == before);
+}
+
+TEST_CASE("codebook diversity loss: the average is the global batch's, so W ranks (uneven, one empty) give 1 rank's gradient") {
+  Generator data(3, 0);
+  Tensor x = rand_normal({13, 4}, data);
+  Tensor reference;
+  float reference_loss = 0;
+  run_ranks(1, [&](Communicator& comm) {
+    Generator init(0, 0);
+    VectorQuantize vq(diversity_options(), init);
+    Tensor xr = x.clone();
+    xr.set_requires_grad(true);
+    QuantizerOutput out = vq.quantize(xr, comm);
+    out.loss.backward();
+    reference = xr.grad();
+    reference_loss = out.loss.item<float>();
+  }, kFast);
+  REQUIRE(reference.defined());
+  CHECK(sum(square(reference)).item<float>() > 1e-6f);
+  for (int w : {2, 3}) {
+    CAPTURE(w);
+    std::vector<int64_t> sizes = w == 2 ? std::vector<int64_t>{4, 9} : std::vector<int64_t>{0, 5, 8};
+    std::vector<Tensor> grads(w);
+    std::vector<float> losses(w);
+    run_ranks(w, [&](Communicator& comm) {
+      Generator init(0, 0);
+      VectorQuantize vq(diversity_options(), init);
+      Tensor xr = shard(x, sizes, comm.rank()).clone();
+      xr.set_requires_grad(true);
+      QuantizerOutput out = vq.quantize(xr, comm);
+      losses[comm.rank()] = out.loss.item<float>();
+      // The loss is the global one on every rank: each backpropagates 1/W of
+      // it, and the average's backward sums the ranks' shares (one collective).
+      mul(out.loss, 1.f / static_cast<float>(w)).backward();
+      grads[comm.rank()] = xr.grad().defined() ? xr.grad() : zeros(xr.shape());
+    }, kFast);
+    for (float l : losses) CHECK(l == doctest::Approx(reference_loss).epsilon(1e-6));
+    check_close({{"grad", concat(grads, 0)}}, {{"grad", reference}}, 1e-4, 1e-7);
+  }
+}
+
 TEST_CASE("the commitment loss applies its weight") {
   SingleCommunicator comm;
   Generator init(0, 0), data(1, 0);
