@@ -30,18 +30,22 @@ VectorQuantize::VectorQuantize(const VectorQuantizeOptions& o, Generator& init_g
 
 CodebookOutput VectorQuantize::codebook_step(Codebook& book, const Tensor& rows, Communicator& comm,
                                              std::vector<Tensor>& diversity) {
-  if (!(opt_.codebook_diversity_loss_weight > 0 && updates_state())) return book.forward(rows, comm);
-  // Codebook::forward in its pieces, the loss between assignment and update.
+  const bool diversity_on = opt_.codebook_diversity_loss_weight > 0 && updates_state();
+  if (!diversity_on && !opt_.freeze_codebook) return book.forward(rows, comm);
+  // Codebook::forward in its pieces: the loss between assignment and
+  // update, or no update for a frozen codebook.
   std::optional<CodebookAssignment> a = book.nearest(rows, comm);
   if (!a) return {zeros({0, codebook_dim_}, DType::f32, rows.device()), zeros({0}, DType::i64, rows.device()),
                   CodebookMetrics::empty_world()};  // nobody had rows, on every rank
   // An EMA codebook's update below writes its codes in place: the loss keeps
   // a copy (the same on every rank: batch-free, engine/exact_batch.h). A
   // learnable one is not written here, and its loss reaches the embed.
-  Tensor codes = book.options().learnable ? book.codes() : mark_batch_free(book.codes().clone());
-  diversity.push_back(
-      codebook_diversity_loss(a->prepared, codes, book.options().cosine, opt_.codebook_diversity_temperature, comm));
-  CodebookMetrics m = book.update(a->prepared, a->indices, comm);
+  if (diversity_on) {
+    Tensor codes = book.options().learnable ? book.codes() : mark_batch_free(book.codes().clone());
+    diversity.push_back(
+        codebook_diversity_loss(a->prepared, codes, book.options().cosine, opt_.codebook_diversity_temperature, comm));
+  }
+  CodebookMetrics m = updates_state() && !opt_.freeze_codebook ? book.update(a->prepared, a->indices, comm) : CodebookMetrics{};
   return {a->codes, a->indices, m};
 }
 
@@ -78,7 +82,9 @@ QuantizerOutput VectorQuantize::quantize(const Tensor& x, Communicator& comm, co
   Tensor q, idx;
   std::vector<Tensor> diversity;  // one per codebook, in a training step with the loss on
   quantize_heads(z, comm, q, idx, out.metrics, diversity);
-  out.loss = quantization_loss(q, z, opt_.commitment_weight, codebooks_[0]->options().learnable, comm);
+  // A frozen learnable codebook gets no gradient: its codes count as constants.
+  const bool learnable = codebooks_[0]->options().learnable && !opt_.freeze_codebook;
+  out.loss = quantization_loss(learnable ? q : q.detach(), z, opt_.commitment_weight, learnable, comm);
   if (opt_.codebook_diversity_loss_weight > 0) {
     Tensor d = full({}, 0.0, DType::f32, x.device());
     for (const Tensor& t : diversity) d = add(d, t);

@@ -39,6 +39,11 @@ struct VectorQuantizeOptions {
   // with this weight in a training step; 0: off (the reference's default).
   float codebook_diversity_loss_weight = 0.f;
   float codebook_diversity_temperature = 100.f;
+  // The codebooks quantize but never change in training: no EMA update, no
+  // revival, no gradient to a learnable codebook (k-means init still runs
+  // once, as in the reference). A training step then issues no collective
+  // but that init and the losses' means.
+  bool freeze_codebook = false;
   // Codebook hyper-parameters; codebook_size, dim and seed are set from the
   // fields above (each separate codebook gets its own seed).
   CodebookOptions codebook;

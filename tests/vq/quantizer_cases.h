@@ -66,6 +66,10 @@ inline std::vector<Case> quantizer_cases() {
   VectorQuantizeOptions straight = heads;
   straight.rotation_trick = false;
   vq_case("VectorQuantize, 2 heads, straight-through", straight);
+  VectorQuantizeOptions frozen = heads;
+  frozen.freeze_codebook = true;
+  frozen.codebook_diversity_loss_weight = 0.5f;
+  vq_case("VectorQuantize, frozen codebook, diversity loss", frozen);
   VectorQuantizeOptions cosine = heads;
   cosine.heads = 1;
   cosine.codebook.cosine = true;

@@ -193,6 +193,39 @@ TEST_CASE("codebook diversity loss: the average is the global batch's, so W rank
   }
 }
 
+TEST_CASE("freeze_codebook: after k-means init a training step changes no codebook state, issues no collective and "
+          "gives a learnable codebook no gradient") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(1, 0);
+  VectorQuantizeOptions o = base(4);
+  o.freeze_codebook = true;
+  VectorQuantize vq(o, init);
+  vq.quantize(rand_normal({10, 4}, data), comm);  // k-means init runs once
+  CHECK(vq.codebooks()[0]->initted());
+  NamedTensors after_init = vq.state_copy();
+  const uint64_t before = comm.counters().collectives;
+  for (int s = 0; s < 2; ++s) {
+    Tensor x = rand_normal({10, 4}, data);
+    x.set_requires_grad(true);
+    QuantizerOutput out = vq.quantize(x, comm);
+    add(sum(out.quantized), out.loss).backward();
+    CHECK(out.metrics[0].codes_used() == 0);  // the metrics of a step that does not update
+  }
+  CHECK(test::first_difference(vq.state_copy(), after_init) == "");
+  CHECK(comm.counters().collectives == before);
+
+  VectorQuantizeOptions l = o;
+  l.codebook.learnable = true;
+  l.codebook.kmeans_init = false;
+  VectorQuantize learnable(l, init);
+  Tensor x = rand_normal({10, 4}, data);
+  x.set_requires_grad(true);
+  QuantizerOutput out = learnable.quantize(x, comm);
+  add(sum(out.quantized), out.loss).backward();
+  CHECK(x.grad().defined());
+  CHECK_FALSE(learnable.codebooks()[0]->embed.grad().defined());
+}
+
 TEST_CASE("the commitment loss applies its weight") {
   SingleCommunicator comm;
   Generator init(0, 0), data(1, 0);
