@@ -142,6 +142,20 @@ Linear::Linear(int64_t in, int64_t out, Generator& gen, bool with_bias) {
   if (with_bias) bias = register_parameter("bias", rand_uniform({out}, gen, -bound, bound));
 }
 
+LayerNorm::LayerNorm(int64_t dim, float eps) : eps_(eps) {
+  VQDDP_CHECK(dim > 0, "LayerNorm({}): the size must be positive", dim);
+  weight = register_parameter("weight", full({dim}, 1.0));
+  bias = register_parameter("bias", full({dim}, 0.0));
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  VQDDP_CHECK(x.dim() == 2 && x.size(1) == weight.size(0), "LayerNorm({}) expects [N, {}], got {}", weight.size(0),
+              weight.size(0), x.desc());
+  Tensor centred = sub(x, mean(x, 1, /*keepdim=*/true));
+  Tensor var = mean(square(centred), 1, /*keepdim=*/true);
+  return add(mul(div(centred, vqddp::sqrt(add(var, eps_))), weight), bias);
+}
+
 Residual::Residual(std::shared_ptr<Layer> inner) : inner_(register_module("block", std::move(inner))) {}
 
 Tensor Residual::forward(const Tensor& x) {

@@ -120,6 +120,22 @@ class Linear : public Layer {
   Tensor bias;    // (out), undefined without bias
 };
 
+// torch.nn.LayerNorm over the last dimension of [N, D]:
+//   y = (x - mean) / sqrt(var + eps) * weight + bias
+// with the biased variance; weight 1 and bias 0 at init. Rows are
+// independent (batch-invariant).
+class LayerNorm : public Layer {
+ public:
+  explicit LayerNorm(int64_t dim, float eps = 1e-5f);
+  Tensor forward(const Tensor& x) override;
+
+  Tensor weight;  // (D)
+  Tensor bias;    // (D)
+
+ private:
+  float eps_;
+};
+
 // Modules named 0, 1, ... under one name (torch's ModuleList): the state
 // names "<list>.<i>.<member>" of a list of submodules.
 class ModuleList : public Module {

@@ -7,7 +7,11 @@
 
 namespace vqddp {
 
-Tensor Projection::in(const Tensor& x) const { return in_ ? in_->forward(x) : x; }
+Tensor Projection::in(const Tensor& x) const {
+  if (!in_) return x;
+  Tensor y = in_->forward(x);
+  return norm_ ? norm_->forward(y) : y;
+}
 Tensor Projection::out(const Tensor& y) const { return out_ ? out_->forward(y) : y; }
 
 const Tensor& QuantizerOutput::extra(const std::string& name) const {
@@ -22,12 +26,13 @@ double Quantizer::bits() const {
   return b;
 }
 
-Projection Quantizer::make_projection(int64_t dim, int64_t inner, Generator& init_gen) {
+Projection Quantizer::make_projection(int64_t dim, int64_t inner, Generator& init_gen, bool layernorm) {
   Projection p;
   if (dim != inner) {
     // project_in first: the order the generator's draws have always had.
     p.in_ = register_module("project_in", std::make_shared<Linear>(dim, inner, init_gen));
     p.out_ = register_module("project_out", std::make_shared<Linear>(inner, dim, init_gen));
+    if (layernorm) p.norm_ = register_module("project_in_norm", std::make_shared<LayerNorm>(inner));
   }
   return p;
 }

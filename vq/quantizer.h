@@ -56,13 +56,14 @@ struct QuantizerOutput {
 // weights from the quantizer's init generator at the point it is made.
 class Projection {
  public:
-  Tensor in(const Tensor& x) const;   // x, or project_in(x)
+  Tensor in(const Tensor& x) const;   // x, or project_in(x) (then its LayerNorm, when it has one)
   Tensor out(const Tensor& y) const;  // y, or project_out(y)
   bool active() const { return in_ != nullptr; }
 
  private:
   friend class Quantizer;
   std::shared_ptr<Linear> in_, out_;
+  std::shared_ptr<LayerNorm> norm_;  // layernorm_after_project_in
 };
 
 class Quantizer : public Module {
@@ -79,8 +80,11 @@ class Quantizer : public Module {
   double bits() const;
 
  protected:
-  // Registers project_in / project_out on this module when dim != inner.
-  Projection make_projection(int64_t dim, int64_t inner, Generator& init_gen);
+  // Registers project_in / project_out on this module when dim != inner,
+  // and with `layernorm` a LayerNorm(inner) after project_in
+  // ("project_in_norm"; vector-quantize-pytorch's layernorm_after_project_in,
+  // which exists only with a projection there too).
+  Projection make_projection(int64_t dim, int64_t inner, Generator& init_gen, bool layernorm = false);
   // Refuses a mask for quantizers that take none (naming `who` and the rank).
   static void refuse_mask(const Tensor& mask, const char* who, int rank);
   // indices (N) -> (N, 1); (N, Q) unchanged.

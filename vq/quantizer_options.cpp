@@ -133,6 +133,7 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     if (!(q.codebook_diversity_loss_weight >= 0)) s.fail("codebook_diversity_loss_weight", "must not be negative");
     if (!(q.codebook_diversity_temperature > 0)) s.fail("codebook_diversity_temperature", "must be positive");
     q.freeze_codebook = s.boolean("freeze_codebook", q.freeze_codebook);
+    q.layernorm_after_project_in = s.boolean("layernorm_after_project_in", q.layernorm_after_project_in);
   }
   if (base == "residual_vq") q.shared_codebook = s.boolean("shared_codebook", q.shared_codebook);
   if (residual) {
@@ -175,6 +176,7 @@ std::shared_ptr<Quantizer> make_one(const QuantizerOptions& q, int64_t dim, uint
     o.codebook_diversity_loss_weight = q.codebook_diversity_loss_weight;
     o.codebook_diversity_temperature = q.codebook_diversity_temperature;
     o.freeze_codebook = q.freeze_codebook;
+    o.layernorm_after_project_in = q.layernorm_after_project_in;
     return std::make_shared<VectorQuantize>(o, gen);
   }
   if (q.type == "residual_vq") {

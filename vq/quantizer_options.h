@@ -11,7 +11,8 @@
 //   codebook_size, num_quantizers, codebook_dim, shared_codebook,
 //   commitment_weight, rotation_trick, heads,
 //   separate_codebook_per_head, codebook_diversity_loss_weight,
-//   codebook_diversity_temperature and freeze_codebook (vq), quantize_dropout,
+//   codebook_diversity_temperature, freeze_codebook and
+//   layernorm_after_project_in (vq), quantize_dropout,
 //   quantize_dropout_cutoff_index, quantize_dropout_multiple_of, levels (FSQ)
 //   codebook keys (read_codebook_options): decay, eps,
 //     threshold_ema_dead_code, kmeans_init, kmeans_iters, use_cosine_sim,
@@ -48,6 +49,7 @@ struct QuantizerOptions {
   float codebook_diversity_loss_weight = 0.f;  // vq
   float codebook_diversity_temperature = 100.f;  // vq
   bool freeze_codebook = false;                  // vq
+  bool layernorm_after_project_in = false;       // vq
   bool separate_codebook_per_head = false;  // vq
   CodebookOptions codebook;  // decay, eps, threshold, kmeans, cosine, learnable, cluster_size_init, sync
   bool quantize_dropout = false;

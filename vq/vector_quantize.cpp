@@ -16,7 +16,7 @@ VectorQuantize::VectorQuantize(const VectorQuantizeOptions& o, Generator& init_g
   VQDDP_CHECK(codebook_dim_ > 0 && (o.codebook_dim > 0 || o.dim % o.heads == 0),
               "VectorQuantize: dim {} is not divisible by heads {}; set codebook_dim", o.dim, o.heads);
   int64_t inner = codebook_dim_ * o.heads;
-  projection_ = make_projection(o.dim, inner, init_gen);
+  projection_ = make_projection(o.dim, inner, init_gen, o.layernorm_after_project_in);
   int books = o.separate_codebook_per_head ? o.heads : 1;
   for (int h = 0; h < books; ++h) {
     CodebookOptions c = o.codebook;

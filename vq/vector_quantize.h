@@ -44,6 +44,8 @@ struct VectorQuantizeOptions {
   // once, as in the reference). A training step then issues no collective
   // but that init and the losses' means.
   bool freeze_codebook = false;
+  // A LayerNorm after project_in (only with a projection, as in the reference).
+  bool layernorm_after_project_in = false;
   // Codebook hyper-parameters; codebook_size, dim and seed are set from the
   // fields above (each separate codebook gets its own seed).
   CodebookOptions codebook;

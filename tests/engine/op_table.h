@@ -148,6 +148,13 @@ inline std::vector<OpCase> op_table() {
   t.push_back({"softmax_rows", {in({3, 5}, -2.f, 2.f)}, [](const V& v) { return softmax_rows(v[0]); }, false});
   t.push_back({"entropy_rows", {in({3, 5}, 0.05f, 0.9f)}, [](const V& v) { return entropy_rows(v[0]); }, false});
   t.push_back({"l2_normalize_rows", {in({3, 4})}, [](const V& v) { return l2_normalize_rows(v[0]); }, false});
+  // The LayerNorm module, its weight and bias taken from the case's inputs.
+  t.push_back({"LayerNorm", {in({3, 5}), in({5}), in({5})}, [](const V& v) {
+                 LayerNorm norm(5);
+                 norm.weight = v[1];
+                 norm.bias = v[2];
+                 return norm.forward(v[0]);
+               }, false});
 
   // ---- matmul, every transpose combination (K = 4)
   for (bool ta : {false, true})

@@ -70,6 +70,10 @@ inline std::vector<Case> quantizer_cases() {
   frozen.freeze_codebook = true;
   frozen.codebook_diversity_loss_weight = 0.5f;
   vq_case("VectorQuantize, frozen codebook, diversity loss", frozen);
+  VectorQuantizeOptions normed = heads;
+  normed.codebook_dim = 3;  // project_in to 2 x 3, then the LayerNorm
+  normed.layernorm_after_project_in = true;
+  vq_case("VectorQuantize, LayerNorm after project_in", normed);
   VectorQuantizeOptions cosine = heads;
   cosine.heads = 1;
   cosine.codebook.cosine = true;

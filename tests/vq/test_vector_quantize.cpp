@@ -226,6 +226,30 @@ TEST_CASE("freeze_codebook: after k-means init a training step changes no codebo
   CHECK_FALSE(learnable.codebooks()[0]->embed.grad().defined());
 }
 
+TEST_CASE("layernorm_after_project_in: the codebook sees project_in's rows normalised (mean 0, variance 1)") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(1, 0);
+  VectorQuantizeOptions o = base(6);
+  o.codebook_dim = 4;  // a projection: the LayerNorm exists only with one
+  o.layernorm_after_project_in = true;
+  o.codebook.kmeans_iters = 1;
+  VectorQuantize vq(o, init);
+  int found = 0;
+  for (const auto& [name, t] : vq.named_parameters()) found += name == "project_in_norm.weight" || name == "project_in_norm.bias";
+  CHECK(found == 2);
+  // Eight rows for eight codes: k-means' first draw picks codes among the
+  // normalised rows, each of mean 0 and variance 1 (up to LayerNorm's eps).
+  vq.quantize(mul(rand_normal({8, 6}, data), 5.f), comm);
+  std::vector<float> e = vq.codebooks()[0]->embed.to_vector<float>();
+  for (int k = 0; k < 8; ++k) {
+    double m = 0, v = 0;
+    for (int j = 0; j < 4; ++j) m += e[k * 4 + j] / 4.0;
+    for (int j = 0; j < 4; ++j) v += std::pow(e[k * 4 + j] - m, 2) / 4.0;
+    CHECK(std::fabs(m) < 1e-5);
+    CHECK(v == doctest::Approx(1.0).epsilon(1e-3));
+  }
+}
+
 TEST_CASE("the commitment loss applies its weight") {
   SingleCommunicator comm;
   Generator init(0, 0), data(1, 0);
