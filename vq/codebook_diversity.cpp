@@ -1,5 +1,6 @@
 #include "vq/codebook_diversity.h"
 
+#include "engine/autograd.h"
 #include "engine/ops.h"
 #include "vq/losses.h"
 
@@ -20,6 +21,15 @@ Tensor codebook_diversity_loss(const Tensor& rows, const Tensor& codes, bool cos
   }
   Tensor p = softmax_rows(mul(scores, temperature));
   return neg(entropy_rows(global_row_mean(p, comm)));
+}
+
+Tensor codebook_diversity_loss(const Codebook& book, const CodebookAssignment& a, float temperature,
+                               Communicator& comm) {
+  // The copy is the same on every rank: batch-free (engine/exact_batch.h).
+  // A learnable codebook is not written by the update, and its loss reaches
+  // the embed.
+  Tensor codes = book.options().learnable ? book.codes() : mark_batch_free(book.codes().clone());
+  return codebook_diversity_loss(a.prepared, codes, book.options().cosine, temperature, comm);
 }
 
 }  // namespace vqddp

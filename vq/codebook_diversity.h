@@ -15,6 +15,7 @@
 
 #include "comm/communicator.h"
 #include "engine/tensor.h"
+#include "vq/codebook.h"
 
 namespace vqddp {
 
@@ -22,6 +23,12 @@ namespace vqddp {
 // graph); codes (K, D) as Codebook::codes(). A collective: every rank calls,
 // also with M = 0.
 Tensor codebook_diversity_loss(const Tensor& rows, const Tensor& codes, bool cosine, float temperature,
+                               Communicator& comm);
+
+// The loss of `book`'s assignment `a` (Codebook::nearest), against the
+// codes as they are now: call it before the step's update, which writes an
+// EMA codebook's codes in place (the loss keeps a copy).
+Tensor codebook_diversity_loss(const Codebook& book, const CodebookAssignment& a, float temperature,
                                Communicator& comm);
 
 }  // namespace vqddp

@@ -49,6 +49,9 @@ Options codebook_quantizer_options(const QuantizerOptions& q, int64_t dim, uint6
   o.codebook_dim = q.codebook_dim;
   o.commitment_weight = q.commitment_weight;
   o.rotation_trick = q.rotation_trick;
+  o.codebook_diversity_loss_weight = q.codebook_diversity_loss_weight;
+  o.codebook_diversity_temperature = q.codebook_diversity_temperature;
+  o.freeze_codebook = q.freeze_codebook;
   o.codebook = q.codebook;
   o.seed = seed;
   return o;
@@ -121,11 +124,6 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     q.codebook_dim = s.integer("codebook_dim", q.codebook_dim, limits::codebook_dim);
     q.commitment_weight = static_cast<float>(s.number("commitment_weight", q.commitment_weight));
     q.rotation_trick = s.boolean("rotation_trick", q.rotation_trick);
-    read_codebook_options(s, q.codebook);
-  }
-  if (q.type == "vq") {
-    q.heads = static_cast<int>(s.integer("heads", q.heads, limits::heads));
-    q.separate_codebook_per_head = s.boolean("separate_codebook_per_head", q.separate_codebook_per_head);
     q.codebook_diversity_loss_weight =
         static_cast<float>(s.number("codebook_diversity_loss_weight", q.codebook_diversity_loss_weight));
     q.codebook_diversity_temperature =
@@ -133,6 +131,11 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     if (!(q.codebook_diversity_loss_weight >= 0)) s.fail("codebook_diversity_loss_weight", "must not be negative");
     if (!(q.codebook_diversity_temperature > 0)) s.fail("codebook_diversity_temperature", "must be positive");
     q.freeze_codebook = s.boolean("freeze_codebook", q.freeze_codebook);
+    read_codebook_options(s, q.codebook);
+  }
+  if (q.type == "vq") {
+    q.heads = static_cast<int>(s.integer("heads", q.heads, limits::heads));
+    q.separate_codebook_per_head = s.boolean("separate_codebook_per_head", q.separate_codebook_per_head);
     q.layernorm_after_project_in = s.boolean("layernorm_after_project_in", q.layernorm_after_project_in);
   }
   if (base == "residual_vq") q.shared_codebook = s.boolean("shared_codebook", q.shared_codebook);
@@ -173,9 +176,6 @@ std::shared_ptr<Quantizer> make_one(const QuantizerOptions& q, int64_t dim, uint
     VectorQuantizeOptions o = codebook_quantizer_options<VectorQuantizeOptions>(q, dim, seed);
     o.heads = q.heads;
     o.separate_codebook_per_head = q.separate_codebook_per_head;
-    o.codebook_diversity_loss_weight = q.codebook_diversity_loss_weight;
-    o.codebook_diversity_temperature = q.codebook_diversity_temperature;
-    o.freeze_codebook = q.freeze_codebook;
     o.layernorm_after_project_in = q.layernorm_after_project_in;
     return std::make_shared<VectorQuantize>(o, gen);
   }

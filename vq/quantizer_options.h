@@ -9,10 +9,9 @@
 //                             grouped_residual_fsq, grouped_residual_lfq
 //                             (the residual type's keys and `groups`)
 //   codebook_size, num_quantizers, codebook_dim, shared_codebook,
-//   commitment_weight, rotation_trick, heads,
-//   separate_codebook_per_head, codebook_diversity_loss_weight,
-//   codebook_diversity_temperature, freeze_codebook and
-//   layernorm_after_project_in (vq), quantize_dropout,
+//   commitment_weight, rotation_trick, codebook_diversity_loss_weight,
+//   codebook_diversity_temperature, freeze_codebook (vq, residual_vq),
+//   heads, separate_codebook_per_head, layernorm_after_project_in (vq), quantize_dropout,
 //   quantize_dropout_cutoff_index, quantize_dropout_multiple_of, levels (FSQ)
 //   codebook keys (read_codebook_options): decay, eps,
 //     threshold_ema_dead_code, kmeans_init, kmeans_iters, use_cosine_sim,
@@ -46,9 +45,9 @@ struct QuantizerOptions {
   bool rotation_trick = true;            // vq, residual_vq (vector-quantize-pytorch's default)
   int groups = 1;                        // grouped_*: feature groups, each its own residual quantizer
   int heads = 1;                         // vq
-  float codebook_diversity_loss_weight = 0.f;  // vq
-  float codebook_diversity_temperature = 100.f;  // vq
-  bool freeze_codebook = false;                  // vq
+  float codebook_diversity_loss_weight = 0.f;    // vq, residual_vq
+  float codebook_diversity_temperature = 100.f;  // vq, residual_vq
+  bool freeze_codebook = false;                  // vq, residual_vq
   bool layernorm_after_project_in = false;       // vq
   bool separate_codebook_per_head = false;  // vq
   CodebookOptions codebook;  // decay, eps, threshold, kmeans, cosine, learnable, cluster_size_init, sync

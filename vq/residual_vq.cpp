@@ -4,6 +4,7 @@
 
 #include "engine/ops.h"
 #include "vq/masked_rows.h"
+#include "vq/codebook_diversity.h"
 #include "vq/index_columns.h"
 #include "vq/losses.h"
 #include "vq/rotation_trick.h"
@@ -40,6 +41,11 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
   z = projection_.in(z);                            // (M, cd)
   int64_t m = z.size(0);
   bool update = updates_state();
+  // A frozen codebook is assigned against (and k-means-initialised) but
+  // never updated; its codes count as constants in the loss.
+  const bool change = update && !opt_.freeze_codebook;
+  const bool diversity_on = opt_.codebook_diversity_loss_weight > 0 && update;
+  Tensor diversity = full({}, 0.0, DType::f32, z.device());  // the layers' sum
   // Dropout starts once every codebook is initialised: until then all layers
   // run, so k-means initialises each one and inference never meets a layer
   // that dropout happened to skip. Every rank sees the same initted flags.
@@ -66,26 +72,37 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
       out.metrics.push_back(CodebookMetrics::empty_world());
       continue;
     }
-    const Tensor &prepared = a->prepared, &idx = a->indices, &code = a->codes;  // code: (M, cd)
+    const Tensor &prepared = a->prepared, &idx = a->indices;
+    const bool learnable = book.options().learnable && !opt_.freeze_codebook;
+    const Tensor code = learnable ? a->codes : a->codes.detach();  // (M, cd)
+    // Before the update below, which may write the codes in place.
+    Tensor layer_diversity = diversity_on ? codebook_diversity_loss(book, *a, opt_.codebook_diversity_temperature, comm)
+                                          : Tensor();
     if (opt_.shared_codebook) {
       shared_ran = true;
-      if (update) {
+      if (change) {
         shared_rows.push_back(prepared.detach());
         shared_idx.push_back(idx);
       }
-    } else if (update) {
+    } else if (change) {
       out.metrics.push_back(book.update(prepared, idx, comm));
     } else {
       out.metrics.push_back({});
     }
-    out.layer_losses.push_back(
-        quantization_loss(code, residual, opt_.commitment_weight, book.options().learnable, comm));
+    Tensor layer_loss = quantization_loss(code, residual, opt_.commitment_weight, learnable, comm);
+    if (layer_diversity.defined()) {
+      // Each layer's loss holds its own weighted term, as each layer of the
+      // reference is a VectorQuantize with the option.
+      layer_loss = add(layer_loss, mul(layer_diversity, opt_.codebook_diversity_loss_weight));
+      diversity = add(diversity, layer_diversity);
+    }
+    out.layer_losses.push_back(layer_loss);
     Tensor quantized = through_quantizer(residual, code, opt_.rotation_trick && is_training());
     residual = sub(residual, quantized.detach());
     sum = add(sum, quantized);
     idx_columns[l] = idx;
   }
-  if (opt_.shared_codebook && shared_ran && !update) {
+  if (opt_.shared_codebook && shared_ran && !change) {
     out.metrics.push_back({});  // eval: one entry for the shared codebook, no rows to gather
   } else if (opt_.shared_codebook && shared_ran) {
     // Rows example-major (row n's layers together), not layer-major: the
@@ -101,6 +118,7 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
   }
   out.loss = zero;
   for (const Tensor& l : out.layer_losses) out.loss = add(out.loss, l);
+  if (opt_.codebook_diversity_loss_weight > 0) out.extras["codebook_diversity_loss"] = diversity;
   Tensor y = projection_.out(sum);  // (M, dim)
   out.quantized = rows.expand(y, x);
   out.indices = rows.expand_indices(stack_columns(idx_columns));

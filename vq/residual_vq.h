@@ -37,6 +37,12 @@ struct ResidualVQOptions {
   QuantizeDropoutOptions quantize_dropout;
   float commitment_weight = 1.f;
   bool rotation_trick = true;  // per layer, as VectorQuantizeOptions
+  // Per layer, as VectorQuantizeOptions (the reference passes them to every
+  // layer): the diversity loss (each layer's, weighted, in its layer loss)
+  // and frozen codebooks.
+  float codebook_diversity_loss_weight = 0.f;
+  float codebook_diversity_temperature = 100.f;
+  bool freeze_codebook = false;
   CodebookOptions codebook;  // hyper-parameters; size, dim and seed are set per layer
   uint64_t seed = 0;
 };
@@ -49,7 +55,9 @@ class ResidualVQ : public Quantizer {
   // layers and masked rows; loss the sum of Q layer_losses (0 for dropped
   // layers); metrics one entry per layer (separate codebooks; a layer that
   // quantize dropout skipped has the metrics of an empty batch, what its
-  // indices, all -1, would count) or one for a shared codebook.
+  // indices, all -1, would count) or one for a shared codebook. extras:
+  // "codebook_diversity_loss", the layers' sum (unweighted), when its
+  // weight is set.
   // Every rank must call in training. mask: undefined or int64 (N), 1 = keep.
   QuantizerOutput quantize(const Tensor& x, Communicator& comm, const Tensor& mask = Tensor()) override;
 

@@ -1,6 +1,5 @@
 #include "vq/vector_quantize.h"
 
-#include "engine/autograd.h"
 #include "engine/ops.h"
 #include "vq/codebook_diversity.h"
 #include "vq/index_columns.h"
@@ -37,14 +36,7 @@ CodebookOutput VectorQuantize::codebook_step(Codebook& book, const Tensor& rows,
   std::optional<CodebookAssignment> a = book.nearest(rows, comm);
   if (!a) return {zeros({0, codebook_dim_}, DType::f32, rows.device()), zeros({0}, DType::i64, rows.device()),
                   CodebookMetrics::empty_world()};  // nobody had rows, on every rank
-  // An EMA codebook's update below writes its codes in place: the loss keeps
-  // a copy (the same on every rank: batch-free, engine/exact_batch.h). A
-  // learnable one is not written here, and its loss reaches the embed.
-  if (diversity_on) {
-    Tensor codes = book.options().learnable ? book.codes() : mark_batch_free(book.codes().clone());
-    diversity.push_back(
-        codebook_diversity_loss(a->prepared, codes, book.options().cosine, opt_.codebook_diversity_temperature, comm));
-  }
+  if (diversity_on) diversity.push_back(codebook_diversity_loss(book, *a, opt_.codebook_diversity_temperature, comm));
   CodebookMetrics m = updates_state() && !opt_.freeze_codebook ? book.update(a->prepared, a->indices, comm) : CodebookMetrics{};
   return {a->codes, a->indices, m};
 }

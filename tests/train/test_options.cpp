@@ -152,7 +152,7 @@ TEST_CASE("quantizer section: each type reads only its own keys; another type's 
       {"sim_vq", {{"decay", 0.9}}},                    {"sim_vq", {{"num_quantizers", 2}}},
       {"vq", {{"frozen_codebook_dim", 4}}},            {"residual_vq", {{"groups", 2}}},
       {"grouped_residual_vq", {{"heads", 2}}},         {"grouped_residual_fsq", {{"decay", 0.9}}},
-      {"grouped_residual_lfq", {{"kmeans_init", true}}}, {"residual_vq", {{"codebook_diversity_loss_weight", 0.1}}},
+      {"grouped_residual_lfq", {{"kmeans_init", true}}}, {"residual_vq", {{"layernorm_after_project_in", true}}},
   };
   for (const Case& c : cases) {
     nlohmann::json q = {{"type", c.type}};

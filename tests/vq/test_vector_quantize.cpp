@@ -10,6 +10,7 @@
 #include "engine/autograd.h"
 #include "tests/vq/harness.h"
 #include "vq/assign.h"
+#include "vq/quantizer_options.h"
 #include "vq/residual_vq.h"
 #include "vq/rotation_trick.h"
 #include "vq/vector_quantize.h"
@@ -154,42 +155,50 @@ TEST_CASE("codebook diversity loss: minus the entropy of the average code probab
   CHECK(comm.counters().collectives == before);
 }
 
-TEST_CASE("codebook diversity loss: the average is the global batch's, so W ranks (uneven, one empty) give 1 rank's gradient") {
+TEST_CASE("codebook diversity loss: the average is the global batch's, so W ranks (uneven, one empty) give 1 rank's "
+          "gradient, for vq and (per layer) residual_vq") {
   Generator data(3, 0);
   Tensor x = rand_normal({13, 4}, data);
-  Tensor reference;
-  float reference_loss = 0;
-  run_ranks(1, [&](Communicator& comm) {
-    Generator init(0, 0);
-    VectorQuantize vq(diversity_options(), init);
-    Tensor xr = x.clone();
-    xr.set_requires_grad(true);
-    QuantizerOutput out = vq.quantize(xr, comm);
-    out.loss.backward();
-    reference = xr.grad();
-    reference_loss = out.loss.item<float>();
-  }, kFast);
-  REQUIRE(reference.defined());
-  CHECK(sum(square(reference)).item<float>() > 1e-6f);
-  for (int w : {2, 3}) {
-    CAPTURE(w);
-    std::vector<int64_t> sizes = w == 2 ? std::vector<int64_t>{4, 9} : std::vector<int64_t>{0, 5, 8};
-    std::vector<Tensor> grads(w);
-    std::vector<float> losses(w);
-    run_ranks(w, [&](Communicator& comm) {
-      Generator init(0, 0);
-      VectorQuantize vq(diversity_options(), init);
-      Tensor xr = shard(x, sizes, comm.rank()).clone();
-      xr.set_requires_grad(true);
-      QuantizerOutput out = vq.quantize(xr, comm);
-      losses[comm.rank()] = out.loss.item<float>();
-      // The loss is the global one on every rank: each backpropagates 1/W of
-      // it, and the average's backward sums the ranks' shares (one collective).
-      mul(out.loss, 1.f / static_cast<float>(w)).backward();
-      grads[comm.rank()] = xr.grad().defined() ? xr.grad() : zeros(xr.shape());
-    }, kFast);
-    for (float l : losses) CHECK(l == doctest::Approx(reference_loss).epsilon(1e-6));
-    check_close({{"grad", concat(grads, 0)}}, {{"grad", reference}}, 1e-4, 1e-7);
+  for (const char* type : {"vq", "residual_vq"}) {
+    CAPTURE(type);
+    QuantizerOptions q;
+    q.type = type;
+    q.codebook_size = 8;
+    q.num_quantizers = 2;
+    q.codebook.kmeans_init = false;
+    q.commitment_weight = 0.f;  // the diversity loss alone
+    q.codebook_diversity_loss_weight = 1.f;
+    q.codebook_diversity_temperature = 2.f;  // soft enough for a gradient everywhere
+    auto run = [&](int w, const std::vector<int64_t>& sizes, std::vector<Tensor>& grads, std::vector<float>& losses) {
+      grads.assign(w, Tensor());
+      losses.assign(w, 0.f);
+      run_ranks(w, [&](Communicator& comm) {
+        Generator init(0, 0);
+        std::shared_ptr<Quantizer> m = make_quantizer(q, 4, 1, init);
+        m->train();
+        Tensor xr = shard(x, sizes, comm.rank()).clone();
+        xr.set_requires_grad(true);
+        QuantizerOutput out = m->quantize(xr, comm);
+        losses[comm.rank()] = out.loss.item<float>();
+        CHECK(out.extra("codebook_diversity_loss").item<float>() < 0);
+        // The loss is the global one on every rank: each backpropagates 1/W
+        // of it, and the average's backward sums the ranks' shares.
+        mul(out.loss, 1.f / static_cast<float>(w)).backward();
+        grads[comm.rank()] = xr.grad().defined() ? xr.grad() : zeros(xr.shape());
+      }, kFast);
+    };
+    std::vector<Tensor> reference;
+    std::vector<float> reference_loss;
+    run(1, {13}, reference, reference_loss);
+    CHECK(sum(square(reference[0])).item<float>() > 1e-6f);
+    for (int w : {2, 3}) {
+      CAPTURE(w);
+      std::vector<Tensor> grads;
+      std::vector<float> losses;
+      run(w, w == 2 ? std::vector<int64_t>{4, 9} : std::vector<int64_t>{0, 5, 8}, grads, losses);
+      for (float l : losses) CHECK(l == doctest::Approx(reference_loss[0]).epsilon(1e-6));
+      check_close({{"grad", concat(grads, 0)}}, {{"grad", reference[0]}}, 1e-4, 1e-7);
+    }
   }
 }
 
@@ -213,6 +222,18 @@ TEST_CASE("freeze_codebook: after k-means init a training step changes no codebo
   }
   CHECK(test::first_difference(vq.state_copy(), after_init) == "");
   CHECK(comm.counters().collectives == before);
+
+  ResidualVQOptions r;
+  r.dim = 4;
+  r.num_quantizers = 2;
+  r.codebook_size = 8;
+  r.codebook.kmeans_iters = 3;
+  r.freeze_codebook = true;
+  ResidualVQ rvq(r, init);
+  rvq.quantize(rand_normal({10, 4}, data), comm);
+  NamedTensors rvq_after_init = rvq.state_copy();
+  rvq.quantize(rand_normal({10, 4}, data), comm);
+  CHECK(test::first_difference(rvq.state_copy(), rvq_after_init) == "");
 
   VectorQuantizeOptions l = o;
   l.codebook.learnable = true;
