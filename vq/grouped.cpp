@@ -19,12 +19,10 @@ GroupedQuantizer::GroupedQuantizer(std::vector<std::shared_ptr<Quantizer>> group
   }
 }
 
-Tensor GroupedQuantizer::chunk(const Tensor& x, int g) const {
+Tensor GroupedQuantizer::group_major(const Tensor& x) const {
   const int64_t n = x.size(0), groups = num_groups();
-  if (groups == 1) return x;
   // (N, G, d) -> (G, N, d): group g's columns are then rows g*N .. (g+1)*N.
-  Tensor by_group = reshape(transpose(reshape(x, {n, groups, group_dim_}), 0, 1), {groups * n, group_dim_});
-  return slice_rows(by_group, g * n, (g + 1) * n);
+  return groups == 1 ? x : reshape(transpose(reshape(x, {n, groups, group_dim_}), 0, 1), {groups * n, group_dim_});
 }
 
 QuantizerOutput GroupedQuantizer::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
@@ -34,8 +32,9 @@ QuantizerOutput GroupedQuantizer::quantize(const Tensor& x, Communicator& comm, 
   QuantizerOutput out;
   std::vector<Tensor> quantized, index_columns;
   out.loss = full({}, 0.0, DType::f32, x.device());
+  const Tensor by_group = group_major(x);  // one transpose for all groups
   for (int g = 0; g < groups; ++g) {
-    QuantizerOutput o = groups_[g]->quantize(chunk(x, g), comm, mask);
+    QuantizerOutput o = groups_[g]->quantize(slice_rows(by_group, g * n, (g + 1) * n), comm, mask);
     quantized.push_back(o.quantized);
     for (Tensor& c : split_columns(o.indices)) index_columns.push_back(c);
     out.loss = add(out.loss, o.loss);

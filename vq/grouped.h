@@ -40,8 +40,9 @@ class GroupedQuantizer : public Quantizer {
   const Quantizer& group(int g) const { return *groups_.at(g); }
 
  private:
-  // Columns [g * group_dim, (g + 1) * group_dim) of x (N, dim): (N, group_dim).
-  Tensor chunk(const Tensor& x, int g) const;
+  // x (N, dim) group-major, (G * N, group_dim): rows g*N .. (g+1)*N are
+  // group g's columns.
+  Tensor group_major(const Tensor& x) const;
 
   std::vector<std::shared_ptr<Quantizer>> groups_;
   int64_t group_dim_ = 0;

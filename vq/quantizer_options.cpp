@@ -17,7 +17,9 @@ namespace {
 
 bool is_grouped(const std::string& type) { return type.starts_with("grouped_"); }
 // The type without "grouped_": a grouped type reads its residual type's keys.
-std::string base_type(const std::string& type) { return is_grouped(type) ? type.substr(8) : type; }
+std::string base_type(const std::string& type) {
+  return is_grouped(type) ? type.substr(std::string_view("grouped_").size()) : type;
+}
 bool is_fsq(const std::string& type) { return base_type(type) == "fsq" || base_type(type) == "residual_fsq"; }
 bool is_lfq(const std::string& type) { return base_type(type) == "lfq" || base_type(type) == "residual_lfq"; }
 
@@ -228,7 +230,7 @@ std::shared_ptr<Quantizer> make_quantizer(const QuantizerOptions& q, int64_t dim
   // Each group: the residual type, its own codebook streams, one dropout
   // stream for all (vq/grouped.h).
   QuantizerOptions inner = q;
-  inner.type = q.type.substr(std::string("grouped_").size());
+  inner.type = base_type(q.type);
   std::vector<std::shared_ptr<Quantizer>> groups;
   for (int g = 0; g < q.groups; ++g) groups.push_back(make_one(inner, dim / q.groups, codebook_seed(seed, g), seed, gen));
   return std::make_shared<GroupedQuantizer>(std::move(groups));

@@ -45,7 +45,7 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
   // never updated; its codes count as constants in the loss.
   const bool change = update && !opt_.freeze_codebook;
   const bool diversity_on = opt_.codebook_diversity_loss_weight > 0 && update;
-  Tensor diversity = full({}, 0.0, DType::f32, z.device());  // the layers' sum
+  Tensor diversity;  // the layers' sum, with the loss on
   // Dropout starts once every codebook is initialised: until then all layers
   // run, so k-means initialises each one and inference never meets a layer
   // that dropout happened to skip. Every rank sees the same initted flags.
@@ -94,7 +94,7 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
       // Each layer's loss holds its own weighted term, as each layer of the
       // reference is a VectorQuantize with the option.
       layer_loss = add(layer_loss, mul(layer_diversity, opt_.codebook_diversity_loss_weight));
-      diversity = add(diversity, layer_diversity);
+      diversity = diversity.defined() ? add(diversity, layer_diversity) : layer_diversity;
     }
     out.layer_losses.push_back(layer_loss);
     Tensor quantized = through_quantizer(residual, code, opt_.rotation_trick && is_training());
@@ -118,7 +118,7 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
   }
   out.loss = zero;
   for (const Tensor& l : out.layer_losses) out.loss = add(out.loss, l);
-  if (opt_.codebook_diversity_loss_weight > 0) out.extras["codebook_diversity_loss"] = diversity;
+  if (opt_.codebook_diversity_loss_weight > 0) out.extras["codebook_diversity_loss"] = diversity.defined() ? diversity : zero;
   Tensor y = projection_.out(sum);  // (M, dim)
   out.quantized = rows.expand(y, x);
   out.indices = rows.expand_indices(stack_columns(idx_columns));

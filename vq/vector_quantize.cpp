@@ -29,14 +29,13 @@ VectorQuantize::VectorQuantize(const VectorQuantizeOptions& o, Generator& init_g
 
 CodebookOutput VectorQuantize::codebook_step(Codebook& book, const Tensor& rows, Communicator& comm,
                                              std::vector<Tensor>& diversity) {
-  const bool diversity_on = opt_.codebook_diversity_loss_weight > 0 && updates_state();
-  if (!diversity_on && !opt_.freeze_codebook) return book.forward(rows, comm);
-  // Codebook::forward in its pieces: the loss between assignment and
-  // update, or no update for a frozen codebook.
+  // Codebook::forward in its pieces (as ResidualVQ runs them): the
+  // diversity loss between assignment and update, no update when frozen.
   std::optional<CodebookAssignment> a = book.nearest(rows, comm);
   if (!a) return {zeros({0, codebook_dim_}, DType::f32, rows.device()), zeros({0}, DType::i64, rows.device()),
                   CodebookMetrics::empty_world()};  // nobody had rows, on every rank
-  if (diversity_on) diversity.push_back(codebook_diversity_loss(book, *a, opt_.codebook_diversity_temperature, comm));
+  if (opt_.codebook_diversity_loss_weight > 0 && updates_state())
+    diversity.push_back(codebook_diversity_loss(book, *a, opt_.codebook_diversity_temperature, comm));
   CodebookMetrics m = updates_state() && !opt_.freeze_codebook ? book.update(a->prepared, a->indices, comm) : CodebookMetrics{};
   return {a->codes, a->indices, m};
 }
