@@ -377,6 +377,37 @@ TEST_CASE("check-ddp per step: exact steps leave nothing to tolerate, gradients 
   CHECK(r.worst_abs == 0);
 }
 
+TEST_CASE("check-ddp per step, bitwise, with the quantizer options that add a collective or change a step: the "
+          "diversity loss, frozen codebooks, LayerNorm after project_in, heads, the rotation trick") {
+  const char* src = std::getenv("VQDDP_SOURCE_DIR");
+  Config base = load_config(std::string(src ? src : ".") + "/examples/fashion_vq.json");
+  base.data.max_examples = 2000;
+  Dataset data = load_dataset(base.data);
+  for (const char* type : {"vq", "residual_vq"}) {
+    for (bool freeze : {false, true}) {
+      CAPTURE(type);
+      CAPTURE(freeze);
+      Config cfg = base;
+      cfg.quantizer.type = type;
+      cfg.quantizer.num_quantizers = std::string(type) == "vq" ? 1 : 2;
+      cfg.quantizer.rotation_trick = true;
+      cfg.quantizer.codebook_diversity_loss_weight = 0.1f;  // a collective inside autograd
+      cfg.quantizer.freeze_codebook = freeze;
+      if (std::string(type) == "vq") {
+        cfg.quantizer.heads = 2;
+        cfg.quantizer.codebook_dim = 3;  // a projection to 2 x 3, then the LayerNorm
+        cfg.quantizer.layernorm_after_project_in = true;
+      }
+      CheckDdpResult r = check_ddp(cfg, data,
+                                   {.mode = CheckDdpOptions::Mode::per_step, .world = 3, .steps = 2, .rtol = 0,
+                                    .atol = 0, .print = false});
+      CHECK_MESSAGE(r.passed, r.first_failure);
+      CHECK(r.state_bitwise);
+      CHECK(r.worst_grad_abs == 0);
+    }
+  }
+}
+
 TEST_CASE("config errors name the key path and the expected type") {
   auto fails = [](const nlohmann::json& j, const std::string& what) {
     CHECK_THROWS_WITH_AS(parse_config(j, "run.json"), doctest::Contains(what.c_str()), Error);
