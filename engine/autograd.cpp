@@ -25,6 +25,12 @@ Tensor mark_batch_free(Tensor t) {
   return t;
 }
 
+Tensor requires_input_grad(Tensor t) {
+  t.set_requires_grad(true);
+  t.autograd_meta().batch_free = false;
+  return t;
+}
+
 bool grad_enabled() { return t_grad_enabled; }
 void set_grad_enabled(bool on) { t_grad_enabled = on; }
 

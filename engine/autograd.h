@@ -95,4 +95,10 @@ bool wants_unit_partials(size_t i);
 // constant operand such as a scalar) as batch-free; returns it.
 Tensor mark_batch_free(Tensor t);
 
+// Makes a leaf INPUT require grad: batched (its rows are this rank's
+// examples), so backward() gives it a gradient per row, where a leaf that
+// requires grad is otherwise a parameter (batch-free, its gradient a sum
+// over the batch). For input gradients (`vqddp replay`'s grad.x.N).
+Tensor requires_input_grad(Tensor t);
+
 }  // namespace vqddp

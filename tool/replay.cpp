@@ -14,6 +14,11 @@
 #include "engine/parse_number.h"
 #include "engine/safetensors.h"
 #include "engine/count_limits.h"
+#include "engine/autograd.h"
+#include "engine/exact_batch.h"
+#include "engine/streams.h"
+#include "comm/batch_reduce.h"
+#include "tool/reference_quantizer.h"
 #include "train/schedule.h"
 #include "vq/codebook.h"
 #include "vq/quantizer_options.h"
@@ -86,12 +91,139 @@ CodebookOptions replay_codebook_options(const SafetensorsFile& f, const std::str
 }
 
 
-int run_replay(const ReplayOptions& opt) {
+namespace {
+
+// The batches x.0, x.1, ... of width `dim` and their optional upstream
+// gradients g.i; any other tensor must be one `known` accepts.
+struct Batches {
+  std::vector<Tensor> x, g;  // g[i] undefined where the file has no g.i
+};
+
+Batches read_batches(const SafetensorsFile& f, int64_t dim, const std::function<bool(const std::string&)>& known) {
+  Batches b;
+  for (int i = 0; f.contains("x." + std::to_string(i)); ++i) {
+    const std::string xi = "x." + std::to_string(i), gi = "g." + std::to_string(i);
+    const Tensor& x = f.at(xi);
+    VQDDP_CHECK(x.dtype() == DType::f32 && x.dim() == 2 && x.size(1) == dim, "{}: '{}' must be float32 [N, {}], got {}",
+                f.path, xi, dim, x.desc());
+    b.x.push_back(x);
+    b.g.emplace_back();
+    if (f.contains(gi)) {
+      const Tensor& g = f.at(gi);
+      VQDDP_CHECK(g.dtype() == DType::f32 && g.shape() == x.shape(), "{}: '{}' must be float32 {} like '{}', got {}",
+                  f.path, gi, shape_str(x.shape()), xi, g.desc());
+      b.g.back() = g;
+    }
+  }
+  VQDDP_CHECK(!b.x.empty(), "{}: missing tensor 'x.0' (no batches to replay)", f.path);
+  for (const auto& [name, t] : f.tensors) {
+    bool ok = known(name);
+    for (size_t i = 0; i < b.x.size(); ++i) ok |= name == "x." + std::to_string(i) || name == "g." + std::to_string(i);
+    VQDDP_CHECK(ok, "{}: unexpected tensor '{}' (batches are numbered x.0, x.1, ... without gaps, gradients g.i "
+                "beside them, and the state goes by the reference's state_dict names)", f.path, name);
+  }
+  return b;
+}
+
+void check_paths(const ReplayOptions& opt) {
   VQDDP_CHECK(limits::world.contains(opt.world), "replay: --world {}", limits::world.violation(std::to_string(opt.world)));
   std::error_code ec;
   VQDDP_CHECK(!std::filesystem::equivalent(opt.input, opt.output, ec),
               "replay: the output {} is the input file: it would be overwritten (give another output path)", opt.output);
+}
+
+// A whole quantizer described by the reference's class, keys and state
+// names: each step an exact training step on W thread ranks (one unit per
+// row, so any split gives 1 rank's bits), with backward() of
+// sum(quantized * g.i) + loss where g.i is given.
+int replay_quantizer(const ReplayOptions& opt, const SafetensorsFile& f) {
+  const ReferenceQuantizer ref = reference_quantizer(f.metadata, opt.input);
+  auto make = [&] {
+    Generator init(ref.seed, streams::kInit);
+    return make_quantizer(ref.options, ref.dim, ref.seed, init);
+  };
+  std::shared_ptr<Quantizer> probe = make();
+  const std::vector<ReferenceSlot> slots = reference_slots(ref.options, *probe);
+  const std::vector<std::string> state_names = load_reference_state(*probe, slots, f);  // checks every slot once
+  const std::set<std::string> state(state_names.begin(), state_names.end());
+  const Batches b = read_batches(f, ref.dim, [&](const std::string& name) {
+    return state.contains(name) || is_reference_constant(ref.options, name);
+  });
+  std::vector<int64_t> rows;
+  for (const Tensor& x : b.x) rows.push_back(x.size(0));
+  const std::vector<std::vector<int64_t>> shards = parse_shards(opt.shards, rows, opt.world);
+
+  const size_t steps = b.x.size();
+  std::vector<std::vector<Tensor>> quantized(steps, std::vector<Tensor>(opt.world)),
+      indices(steps, std::vector<Tensor>(opt.world)), grads(steps, std::vector<Tensor>(opt.world));
+  std::vector<NamedTensors> lead(steps);  // rank 0's losses, parameter gradients and state, per step
+  run_ranks(opt.world, [&](Communicator& comm) {
+    std::shared_ptr<Quantizer> m = make();
+    load_reference_state(*m, slots, f);
+    m->train();
+    const int r = comm.rank();
+    for (size_t s = 0; s < steps; ++s) {
+      const int64_t begin = shard_begin(shards[s], r), n = shards[s][r];
+      ExactBatchScope exact(exact_batch_for(comm, std::vector<int64_t>(n, 1), shards[s]));
+      Tensor x = b.x[s].slice_rows(begin, begin + n).clone();
+      const bool backward = b.g[s].defined();
+      if (backward) requires_input_grad(x);
+      QuantizerOutput out;
+      try {
+        out = m->quantize(x, comm);
+        if (backward) add(sum(mul(out.quantized, b.g[s].slice_rows(begin, begin + n))), out.loss).backward();
+      } catch (const NonFiniteError& e) {
+        throw NonFiniteError(fmt::format("{}: batch x.{} (rows {} to {} on rank {}): {}", opt.input, s, begin,
+                                         begin + n, r, e.what()));
+      }
+      quantized[s][r] = out.quantized.detach().clone();
+      indices[s][r] = out.indices.clone();
+      if (backward) grads[s][r] = x.grad().clone();
+      if (r == 0) {
+        // Every rank holds these alike: the global batch's losses, the
+        // global gradient of the parameters, the state after the step.
+        NamedTensors& o = lead[s];
+        o.emplace_back("loss", out.loss.detach().clone());
+        if (!out.layer_losses.empty()) {
+          std::vector<Tensor> each;
+          for (const Tensor& l : out.layer_losses) each.push_back(l.detach().reshape({1}));
+          o.emplace_back("losses", concat(each, 0));
+        }
+        for (const auto& [name, t] : out.extras) o.emplace_back(name, t.detach().clone());
+        if (backward) {
+          NamedTensors param_grads;
+          for (const auto& [name, p] : m->named_parameters())
+            if (p.grad().defined()) param_grads.emplace_back(name, p.grad());
+          for (const auto& [name, t] : to_reference(param_grads, slots)) o.emplace_back("grad." + name, t);
+        }
+        for (const auto& [name, t] : reference_state(*m, slots)) o.emplace_back(name, t);
+      }
+      m->zero_grad();  // replay steps no optimizer: each step's gradients are its own
+    }
+  });
+
+  NamedTensors out;
+  for (size_t s = 0; s < steps; ++s) {
+    out.emplace_back(fmt::format("quantized.{}", s), concat(quantized[s], 0));
+    out.emplace_back(fmt::format("indices.{}", s), concat(indices[s], 0));
+    if (b.g[s].defined()) out.emplace_back(fmt::format("grad.x.{}", s), concat(grads[s], 0));
+    for (const auto& [name, t] : lead[s]) out.emplace_back(fmt::format("{}.{}", name, s), t);
+  }
+  std::set<std::string> names;
+  for (const auto& [name, t] : out)
+    VQDDP_CHECK(names.insert(name).second, "replay: two outputs are named '{}' (a state name meets an output's)", name);
+  std::map<std::string, std::string> meta = f.metadata;
+  meta["world"] = std::to_string(opt.world);
+  safetensors_save(opt.output, out, meta);
+  return static_cast<int>(steps);
+}
+
+}  // namespace
+
+int run_replay(const ReplayOptions& opt) {
+  check_paths(opt);
   SafetensorsFile f = safetensors_load(opt.input);
+  if (f.metadata.contains("class")) return replay_quantizer(opt, f);
   float weight = 1.f;
   CodebookOptions o = replay_codebook_options(f, opt.input, weight);
   for (const char* name : {"embed", "embed_avg", "cluster_size"})
