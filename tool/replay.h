@@ -1,7 +1,8 @@
-// `vqddp replay`: runs recorded batches through one EMA codebook in training
-// mode on W thread ranks and writes the resulting state, for debugging and
-// for comparing with other implementations (the file format is in
-// docs/vq.md, "replay").
+// `vqddp replay`: runs recorded batches through a quantizer in training mode
+// on W thread ranks and writes each step's outputs, gradients and state, to
+// hold a vector-quantize-pytorch module against ours (its class, keys and
+// state_dict names: tool/reference_quantizer.h) or to step one bare EMA
+// codebook (the file formats are in docs/vq.md, "replay").
 #pragma once
 
 #include <string>
