@@ -8,6 +8,7 @@
 #include "engine/streams.h"
 #include "vq/assign.h"
 #include "vq/code_stats.h"
+#include "vq/gumbel_sample.h"
 #include "vq/kmeans.h"
 #include "vq/kernels/vq_kernels.h"
 #include "vq/sampler.h"
@@ -74,6 +75,16 @@ Tensor Codebook::codes() const {
 Tensor Codebook::assign(const Tensor& prepared) const {
   NoGradGuard no_grad;
   return assign_codes(prepared, codes(), opt_.cosine);
+}
+
+Tensor Codebook::choose(const Tensor& x, Communicator& comm) {
+  if (!(opt_.stochastic_sample && opt_.sample_temperature > 0 && updates_state())) return assign(x);
+  std::vector<int64_t> counts = all_gather_counts(comm, x.size(0));  // host numbers: this rank's first global row
+  int64_t first_row = 0;
+  for (int r = 0; r < comm.rank(); ++r) first_row += counts[r];
+  NoGradGuard no_grad;
+  return gumbel_sample_codes(x.detach(), codes().detach(), opt_.cosine, opt_.sample_temperature, first_row,
+                             next_shared_generator());
 }
 
 bool Codebook::ensure_initialised(const Tensor& x, Communicator& comm) {
@@ -161,7 +172,7 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
 std::optional<CodebookAssignment> Codebook::nearest(const Tensor& x_in, Communicator& comm) {
   Tensor x = prepare(x_in, comm);  // (N, D)
   if (!ensure_initialised(x.detach(), comm)) return std::nullopt;
-  Tensor indices = assign(x);                         // (N)
+  Tensor indices = choose(x, comm);                   // (N)
   Tensor codes = lookup(indices, Indices::trusted);  // (N, D), from the codebook before this step's update
   return CodebookAssignment{x, indices, codes};
 }

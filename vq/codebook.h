@@ -52,6 +52,11 @@ struct CodebookOptions {
   // the data-parallel bug the Python libraries had (codebooks silently
   // diverge); it exists so `vqddp check-ddp` can show that it catches it.
   bool sync_stats = true;
+  // stochastic_sample_codes: codes drawn from softmax(logits / temperature)
+  // in training steps (vq/gumbel_sample.h) instead of the nearest; a
+  // temperature of 0 keeps the nearest, as the reference.
+  bool stochastic_sample = false;
+  float sample_temperature = 1.f;  // sample_codebook_temp
   bool operator==(const CodebookOptions&) const = default;
 };
 
@@ -158,6 +163,9 @@ class Codebook : public Module {
   void check_input(const Tensor& x, const Communicator& comm) const;
   void revive_dead_codes(const Tensor& x, Tensor& stats, const StatsLayout& layout, Communicator& comm);
   Generator next_shared_generator();
+  // assign(), or in a training step with stochastic_sample_codes a sample
+  // (one shared stream per call, row numbers from a gather of the counts).
+  Tensor choose(const Tensor& prepared, Communicator& comm);
 
   CodebookOptions opt_;
   Tensor initted_;  // int64 (1): 1 once the codebook holds trained or k-means values

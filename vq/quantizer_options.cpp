@@ -103,6 +103,9 @@ void read_codebook_options(ConfigSection& s, CodebookOptions& c) {
   c.cluster_size_init_ones =
       s.choice("cluster_size_init", c.cluster_size_init_ones ? "ones" : "zeros", {"ones", "zeros"}) == "ones";
   c.sync_stats = s.boolean("sync_codebook", c.sync_stats);
+  c.stochastic_sample = s.boolean("stochastic_sample_codes", c.stochastic_sample);
+  c.sample_temperature = static_cast<float>(s.number("sample_codebook_temp", c.sample_temperature));
+  if (!(c.sample_temperature >= 0)) s.fail("sample_codebook_temp", "must not be negative");
   if (!(c.decay >= 0 && c.decay <= 1)) s.fail("decay", "must be in [0, 1]");
   if (!(c.eps > 0)) s.fail("eps", "must be positive");
   if (!(c.threshold_ema_dead_code >= 0)) s.fail("threshold_ema_dead_code", "must not be negative");
@@ -126,6 +129,9 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     q.codebook_dim = s.integer("codebook_dim", q.codebook_dim, limits::codebook_dim);
     q.commitment_weight = static_cast<float>(s.number("commitment_weight", q.commitment_weight));
     q.rotation_trick = s.boolean("rotation_trick", q.rotation_trick);
+    q.straight_through = s.boolean("straight_through", q.straight_through);
+    if (q.straight_through && q.rotation_trick)
+      s.fail("straight_through", "needs \"rotation_trick\": false (at most one of them, as vector-quantize-pytorch asserts)");
     q.codebook_diversity_loss_weight =
         static_cast<float>(s.number("codebook_diversity_loss_weight", q.codebook_diversity_loss_weight));
     q.codebook_diversity_temperature =

@@ -13,9 +13,11 @@
 //   codebook_diversity_temperature, freeze_codebook (vq, residual_vq),
 //   heads, separate_codebook_per_head, layernorm_after_project_in (vq), quantize_dropout,
 //   quantize_dropout_cutoff_index, quantize_dropout_multiple_of, levels (FSQ)
+//   straight_through (vq, residual_vq)
 //   codebook keys (read_codebook_options): decay, eps,
 //     threshold_ema_dead_code, kmeans_init, kmeans_iters, use_cosine_sim,
-//     learnable_codebook, cluster_size_init, sync_codebook
+//     learnable_codebook, cluster_size_init, sync_codebook,
+//     stochastic_sample_codes, sample_codebook_temp
 //   LFQ keys (lfq, residual_lfq only): entropy_loss_weight,
 //     commitment_loss_weight, diversity_gamma, inv_temperature, codebook_scale
 //   SimVQ keys (sim_vq, residual_sim_vq): codebook_size, frozen_codebook_dim, rotation_trick,
@@ -43,6 +45,12 @@ struct QuantizerOptions {
   bool shared_codebook = false;
   float commitment_weight = 1.f;
   bool rotation_trick = true;            // vq, residual_vq (vector-quantize-pytorch's default)
+  // vq, residual_vq: the reference's Gumbel straight-through. Its softmax
+  // gradient is cut by the reference's own outer straight-through estimator
+  // whenever the input needs a gradient, so it changes neither outputs nor
+  // gradients there; accepted (with its rule: not with rotation_trick) and
+  // the same here.
+  bool straight_through = false;
   int groups = 1;                        // grouped_*: feature groups, each its own residual quantizer
   int heads = 1;                         // vq
   float codebook_diversity_loss_weight = 0.f;    // vq, residual_vq

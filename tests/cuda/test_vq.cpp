@@ -318,8 +318,8 @@ TEST_CASE("every quantizer on the GPU: once initialised, a training step reads n
         for (size_t s = 1; s < gpu[r].counts.size(); ++s) {
           CAPTURE(s);
           CAPTURE(gpu[r].counts[s].str());
-          CHECK(gpu[r].counts[s].to_host == 0);
-          CHECK(gpu[r].counts[s].waits == 0);
+          CHECK((gpu[r].counts[s].to_host == 0) != c.reads_back);
+          CHECK((gpu[r].counts[s].waits == 0) != c.reads_back);
         }
         // The codes are the CPU's (fixed-order GEMM); learnable weights see
         // cuBLAS's backward, so the state is held to a tolerance.

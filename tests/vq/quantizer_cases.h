@@ -31,6 +31,9 @@ struct Case {
   std::string name;
   std::function<std::shared_ptr<Module>(Generator&)> make;
   std::function<std::vector<Tensor>(Module&, const Tensor&, Communicator&)> step;
+  // The step copies to the host and back, as documented for it
+  // (stochastic_sample_codes draws on the host: vq/gumbel_sample.h).
+  bool reads_back = false;
 };
 
 inline Tensor step_loss(const Tensor& quantized, const Tensor& loss) { return add(mean(square(quantized)), loss); }
@@ -66,6 +69,10 @@ inline std::vector<Case> quantizer_cases() {
   VectorQuantizeOptions straight = heads;
   straight.rotation_trick = false;
   vq_case("VectorQuantize, 2 heads, straight-through", straight);
+  VectorQuantizeOptions sampled = heads;
+  sampled.codebook.stochastic_sample = true;
+  vq_case("VectorQuantize, 2 heads, stochastic_sample_codes", sampled);
+  out.back().reads_back = true;
   VectorQuantizeOptions frozen = heads;
   frozen.freeze_codebook = true;
   frozen.codebook_diversity_loss_weight = 0.5f;

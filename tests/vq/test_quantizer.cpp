@@ -9,6 +9,8 @@
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
+#include "comm/single.h"
+#include "engine/random.h"
 #include "engine/streams.h"
 #include "tests/vq/harness.h"
 #include "tests/vq/quantizer_trace.h"
@@ -98,6 +100,72 @@ TEST_CASE("the Quantizer contract: indices (N, Q) within the layer sizes, a scal
       }
     }, test::kFast);
   }
+}
+
+}  // namespace vqddp
+
+namespace vqddp {
+namespace {
+
+// Options of vector-quantize-pytorch's VectorQuantize that add a random draw
+// or a statistic over the batch, on vq and residual_vq.
+std::vector<std::pair<std::string, QuantizerOptions>> option_variants() {
+  std::vector<std::pair<std::string, QuantizerOptions>> out;
+  for (const char* type : {"vq", "residual_vq"}) {
+    QuantizerOptions q = options_for(type);
+    q.codebook.stochastic_sample = true;  // a Gumbel draw per row and code, from one shared stream per step
+    q.codebook.sample_temperature = 0.5f;
+    out.emplace_back(std::string(type) + ", stochastic_sample_codes", q);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("VectorQuantize options that draw or reduce over the batch (stochastic_sample_codes, ...): W ranks' "
+          "outputs, indices and state are == 1 rank's, W = 2..3, every split") {
+  for (const auto& [name, q] : option_variants()) {
+    CAPTURE(name);
+    Trace one = per_rank(1, [&](Communicator& comm) { return run(q, comm, {kRows}); })[0];
+    for_each_split(kRows, 2, 3, [&](int w, const std::string& split) {
+      std::vector<int64_t> sizes = test::split_sizes(kRows, w, split);
+      std::vector<Trace> ranks = per_rank(w, [&](Communicator& comm) { return run(q, comm, sizes); });
+      test::check_traces_equal(ranks, one);
+      for (int s = 0; s < kSteps; ++s) {
+        std::vector<Tensor> is;
+        for (int r = 0; r < w; ++r) is.push_back(ranks[r].indices[s]);
+        CHECK(test::first_difference({{"indices", concat(is, 0)}}, {{"indices", one.indices[s]}}) == "");
+      }
+    });
+  }
+}
+
+TEST_CASE("stochastic_sample_codes draws codes in training steps only: some rows leave their nearest code at "
+          "temperature 1, none at temperature 0 or in eval") {
+  auto chosen = [](float temperature, bool training) {
+    QuantizerOptions q = options_for("vq");
+    q.codebook.kmeans_init = false;
+    q.codebook.threshold_ema_dead_code = 0;
+    q.rotation_trick = false;
+    q.codebook.stochastic_sample = true;
+    q.codebook.sample_temperature = temperature;
+    std::shared_ptr<Quantizer> m = make(q);
+    m->train(training);
+    Generator data(3);
+    Tensor x = rand_normal({64, kDim}, data);
+    SingleCommunicator comm;
+    QuantizerOutput out = m->quantize(x, comm);
+    std::shared_ptr<Quantizer> nearest = make(q);
+    nearest->eval();
+    Tensor near = nearest->quantize(x, comm).indices;  // the same initial codebook: make() draws it alike
+    int64_t moved = 0;
+    std::vector<int64_t> a = out.indices.to_vector<int64_t>(), b = near.to_vector<int64_t>();
+    for (size_t i = 0; i < a.size(); ++i) moved += a[i] != b[i];
+    return moved;
+  };
+  CHECK(chosen(1.f, true) > 8);
+  CHECK(chosen(0.f, true) == 0);
+  CHECK(chosen(1.f, false) == 0);
 }
 
 }  // namespace vqddp
