@@ -2,7 +2,7 @@
 // codebook_diversity_loss_weight): minus the entropy of the average code
 // probability, which a codebook minimises by spreading its use.
 //
-//   s_nk = -|x_n - e_k|  (Euclidean)  or  x_n . e_k  (cosine: unit rows)
+//   s_nk = code_logits (vq/code_logits.h): minus the distance, or the cosine
 //   p_n = softmax(temperature * s_n)           (N, K)
 //   loss = -H(mean_n p_n), H with log's argument clamped at 1e-5
 //

@@ -53,6 +53,7 @@ Options codebook_quantizer_options(const QuantizerOptions& q, int64_t dim, uint6
   o.rotation_trick = q.rotation_trick;
   o.codebook_diversity_loss_weight = q.codebook_diversity_loss_weight;
   o.codebook_diversity_temperature = q.codebook_diversity_temperature;
+  o.commitment_use_cross_entropy_loss = q.commitment_use_cross_entropy_loss;
   o.freeze_codebook = q.freeze_codebook;
   o.codebook = q.codebook;
   o.seed = seed;
@@ -139,6 +140,8 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     if (!(q.codebook_diversity_loss_weight >= 0)) s.fail("codebook_diversity_loss_weight", "must not be negative");
     if (!(q.codebook_diversity_temperature > 0)) s.fail("codebook_diversity_temperature", "must be positive");
     q.freeze_codebook = s.boolean("freeze_codebook", q.freeze_codebook);
+    q.commitment_use_cross_entropy_loss =
+        s.boolean("commitment_use_cross_entropy_loss", q.commitment_use_cross_entropy_loss);
     read_codebook_options(s, q.codebook);
   }
   if (q.type == "vq") {

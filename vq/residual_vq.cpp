@@ -4,6 +4,7 @@
 
 #include "engine/ops.h"
 #include "vq/masked_rows.h"
+#include "vq/code_logits.h"
 #include "vq/codebook_diversity.h"
 #include "vq/index_columns.h"
 #include "vq/losses.h"
@@ -78,6 +79,9 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
     // Before the update below, which may write the codes in place.
     Tensor layer_diversity = diversity_on ? codebook_diversity_loss(book, *a, opt_.codebook_diversity_temperature, comm)
                                           : Tensor();
+    Tensor cross_entropy = opt_.commitment_use_cross_entropy_loss && update
+                               ? code_cross_entropy(prepared, assigned_codebook(book), book.options().cosine, idx, comm)
+                               : Tensor();
     if (opt_.shared_codebook) {
       shared_ran = true;
       if (change) {
@@ -89,7 +93,8 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
     } else {
       out.metrics.push_back({});
     }
-    Tensor layer_loss = quantization_loss(code, residual, opt_.commitment_weight, learnable, comm);
+    Tensor layer_loss = cross_entropy.defined() ? mul(cross_entropy, opt_.commitment_weight)
+                                                : quantization_loss(code, residual, opt_.commitment_weight, learnable, comm);
     if (layer_diversity.defined()) {
       // Each layer's loss holds its own weighted term, as each layer of the
       // reference is a VectorQuantize with the option.

@@ -42,6 +42,7 @@ struct ResidualVQOptions {
   // and frozen codebooks.
   float codebook_diversity_loss_weight = 0.f;
   float codebook_diversity_temperature = 100.f;
+  bool commitment_use_cross_entropy_loss = false;  // per layer, as VectorQuantizeOptions
   bool freeze_codebook = false;
   CodebookOptions codebook;  // hyper-parameters; size, dim and seed are set per layer
   uint64_t seed = 0;

@@ -1,6 +1,7 @@
 #include "vq/vector_quantize.h"
 
 #include "engine/ops.h"
+#include "vq/code_logits.h"
 #include "vq/codebook_diversity.h"
 #include "vq/index_columns.h"
 #include "vq/losses.h"
@@ -28,24 +29,27 @@ VectorQuantize::VectorQuantize(const VectorQuantizeOptions& o, Generator& init_g
 }
 
 CodebookOutput VectorQuantize::codebook_step(Codebook& book, const Tensor& rows, Communicator& comm,
-                                             std::vector<Tensor>& diversity) {
+                                             AssignmentLosses& losses) {
   // Codebook::forward in its pieces (as ResidualVQ runs them): the
   // diversity loss between assignment and update, no update when frozen.
   std::optional<CodebookAssignment> a = book.nearest(rows, comm);
   if (!a) return {zeros({0, codebook_dim_}, DType::f32, rows.device()), zeros({0}, DType::i64, rows.device()),
                   CodebookMetrics::empty_world()};  // nobody had rows, on every rank
   if (opt_.codebook_diversity_loss_weight > 0 && updates_state())
-    diversity.push_back(codebook_diversity_loss(book, *a, opt_.codebook_diversity_temperature, comm));
+    losses.diversity.push_back(codebook_diversity_loss(book, *a, opt_.codebook_diversity_temperature, comm));
+  if (opt_.commitment_use_cross_entropy_loss && updates_state())
+    losses.cross_entropy.push_back(code_cross_entropy(a->prepared, assigned_codebook(book), book.options().cosine,
+                                                a->indices, comm));
   CodebookMetrics m = updates_state() && !opt_.freeze_codebook ? book.update(a->prepared, a->indices, comm) : CodebookMetrics{};
   return {a->codes, a->indices, m};
 }
 
 void VectorQuantize::quantize_heads(const Tensor& z, Communicator& comm, Tensor& q, Tensor& indices,
-                                    std::vector<CodebookMetrics>& metrics, std::vector<Tensor>& diversity) {
+                                    std::vector<CodebookMetrics>& metrics, AssignmentLosses& losses) {
   int64_t m = z.size(0), h = opt_.heads, cd = codebook_dim_;
   if (codebooks_.size() == 1) {
     // Head h of row n is row n*h + h: one codebook sees every head's rows.
-    CodebookOutput out = codebook_step(*codebooks_[0], reshape(z, {m * h, cd}), comm, diversity);
+    CodebookOutput out = codebook_step(*codebooks_[0], reshape(z, {m * h, cd}), comm, losses);
     q = reshape(out.quantize, {m, h * cd});
     indices = reshape(out.indices, {m, h});
     metrics.push_back(out.metrics);
@@ -54,7 +58,7 @@ void VectorQuantize::quantize_heads(const Tensor& z, Communicator& comm, Tensor&
   Tensor by_head = reshape(transpose(reshape(z, {m, h, cd}), 0, 1), {h * m, cd});  // (H*M, cd), head-major
   std::vector<Tensor> qs, is;
   for (int64_t i = 0; i < h; ++i) {
-    CodebookOutput out = codebook_step(*codebooks_[i], slice_rows(by_head, i * m, (i + 1) * m), comm, diversity);
+    CodebookOutput out = codebook_step(*codebooks_[i], slice_rows(by_head, i * m, (i + 1) * m), comm, losses);
     qs.push_back(out.quantize);
     is.push_back(out.indices);
     metrics.push_back(out.metrics);
@@ -71,15 +75,24 @@ QuantizerOutput VectorQuantize::quantize(const Tensor& x, Communicator& comm, co
   z = projection_.in(z);  // (M, heads * cd)
   QuantizerOutput out;
   Tensor q, idx;
-  std::vector<Tensor> diversity;  // one per codebook, in a training step with the loss on
-  quantize_heads(z, comm, q, idx, out.metrics, diversity);
+  AssignmentLosses losses;
+  quantize_heads(z, comm, q, idx, out.metrics, losses);
   // A frozen learnable codebook gets no gradient: its codes count as constants.
   const bool learnable = codebooks_[0]->options().learnable && !opt_.freeze_codebook;
-  out.loss = quantization_loss(learnable ? q : q.detach(), z, opt_.commitment_weight, learnable, comm);
+  if (!losses.cross_entropy.empty()) {
+    // The mean over codebook calls of their row means: every call has the
+    // same rows (one per head piece), so this is the mean over rows and heads.
+    const std::vector<Tensor>& ce = losses.cross_entropy;
+    Tensor total = ce[0];
+    for (size_t i = 1; i < ce.size(); ++i) total = add(total, ce[i]);
+    out.loss = mul(total, opt_.commitment_weight / static_cast<float>(ce.size()));
+  } else {
+    out.loss = quantization_loss(learnable ? q : q.detach(), z, opt_.commitment_weight, learnable, comm);
+  }
   if (opt_.codebook_diversity_loss_weight > 0) {
     Tensor d = full({}, 0.0, DType::f32, x.device());
-    for (const Tensor& t : diversity) d = add(d, t);
-    if (!diversity.empty()) d = div(d, static_cast<float>(diversity.size()));
+    for (const Tensor& t : losses.diversity) d = add(d, t);
+    if (!losses.diversity.empty()) d = div(d, static_cast<float>(losses.diversity.size()));
     out.extras["codebook_diversity_loss"] = d;
     out.loss = add(out.loss, mul(d, opt_.codebook_diversity_loss_weight));
   }

@@ -39,6 +39,10 @@ struct VectorQuantizeOptions {
   // with this weight in a training step; 0: off (the reference's default).
   float codebook_diversity_loss_weight = 0.f;
   float codebook_diversity_temperature = 100.f;
+  // commitment_use_cross_entropy_loss: the commitment term is the cross
+  // entropy of each row's code logits against its code (vq/code_logits.h)
+  // instead of the squared distance, as the reference (training steps).
+  bool commitment_use_cross_entropy_loss = false;
   // The codebooks quantize but never change in training: no EMA update, no
   // revival, no gradient to a learnable codebook (k-means init still runs
   // once, as in the reference). A training step then issues no collective
@@ -74,12 +78,17 @@ class VectorQuantize : public Quantizer {
   const std::vector<std::shared_ptr<Codebook>>& codebooks() const { return codebooks_; }
 
  private:
+  // The loss terms of a training step taken from the codes each codebook
+  // call's rows were assigned against: one entry per call, when on.
+  struct AssignmentLosses {
+    std::vector<Tensor> diversity, cross_entropy;
+  };
   // (M, heads * cd) -> quantized (M, heads * cd), indices (M, heads).
   void quantize_heads(const Tensor& z, Communicator& comm, Tensor& q, Tensor& indices,
-                      std::vector<CodebookMetrics>& metrics, std::vector<Tensor>& diversity);
-  // Codebook::forward of `rows`, plus (with the diversity loss, in a
-  // training step) that loss from the codes the rows were assigned against.
-  CodebookOutput codebook_step(Codebook& book, const Tensor& rows, Communicator& comm, std::vector<Tensor>& diversity);
+                      std::vector<CodebookMetrics>& metrics, AssignmentLosses& losses);
+  // Codebook::forward of `rows`, plus (in a training step) the losses of
+  // AssignmentLosses that are on.
+  CodebookOutput codebook_step(Codebook& book, const Tensor& rows, Communicator& comm, AssignmentLosses& losses);
   Tensor codes_of(const Tensor& indices) const;  // (M, heads) -> (M, heads * cd), -1 -> 0
 
   VectorQuantizeOptions opt_;

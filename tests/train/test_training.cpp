@@ -378,7 +378,8 @@ TEST_CASE("check-ddp per step: exact steps leave nothing to tolerate, gradients 
 }
 
 TEST_CASE("check-ddp per step, bitwise, with the quantizer options that add a collective or change a step: the "
-          "diversity loss, frozen codebooks, LayerNorm after project_in, heads, the rotation trick") {
+          "diversity loss, frozen codebooks, LayerNorm after project_in, heads, the rotation trick, the cross-entropy "
+          "commitment loss") {
   const char* src = std::getenv("VQDDP_SOURCE_DIR");
   Config base = load_config(std::string(src ? src : ".") + "/examples/fashion_vq.json");
   base.data.max_examples = 2000;
@@ -396,6 +397,8 @@ TEST_CASE("check-ddp per step, bitwise, with the quantizer options that add a co
       cfg.quantizer.rotation_trick = true;
       cfg.quantizer.codebook_diversity_loss_weight = 0.1f;  // a collective inside autograd
       cfg.quantizer.freeze_codebook = freeze;
+      // Release builds: on vq with frozen codebooks, on residual_vq with updating ones.
+      cfg.quantizer.commitment_use_cross_entropy_loss = (std::string(type) == "residual_vq") != freeze;
       if (std::string(type) == "vq") {
         cfg.quantizer.heads = 2;
         cfg.quantizer.codebook_dim = 3;  // a projection to 2 x 3, then the LayerNorm

@@ -155,6 +155,36 @@ TEST_CASE("codebook diversity loss: minus the entropy of the average code probab
   CHECK(comm.counters().collectives == before);
 }
 
+TEST_CASE("commitment_use_cross_entropy_loss: the commitment term is the weighted mean cross entropy of each row's "
+          "logits (minus the distance) against its code") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(1, 0);
+  VectorQuantizeOptions o = base(4);
+  o.codebook.kmeans_init = false;
+  o.commitment_weight = 0.5f;
+  o.commitment_use_cross_entropy_loss = true;
+  VectorQuantize vq(o, init);
+  const std::vector<float> e = vq.codebooks()[0]->embed.to_vector<float>();  // (8, 4), before the step
+  Tensor x = rand_normal({10, 4}, data);
+  QuantizerOutput out = vq.quantize(x, comm);
+  const std::vector<float> xs = x.to_vector<float>();
+  const std::vector<int64_t> idx = out.indices.to_vector<int64_t>();
+  double ce = 0;
+  for (int n = 0; n < 10; ++n) {
+    std::vector<double> s(8);
+    double top = -1e300, z = 0;
+    for (int k = 0; k < 8; ++k) {
+      double d2 = 0;
+      for (int j = 0; j < 4; ++j) d2 += std::pow(double(xs[n * 4 + j]) - e[k * 4 + j], 2);
+      s[k] = -std::sqrt(d2);
+      top = std::max(top, s[k]);
+    }
+    for (int k = 0; k < 8; ++k) z += std::exp(s[k] - top);
+    ce += (std::log(z) + top - s[idx[n]]) / 10;
+  }
+  CHECK(out.loss.item<float>() == doctest::Approx(0.5 * ce).epsilon(1e-5));
+}
+
 TEST_CASE("codebook diversity loss: the average is the global batch's, so W ranks (uneven, one empty) give 1 rank's "
           "gradient, for vq and (per layer) residual_vq") {
   Generator data(3, 0);
