@@ -31,7 +31,7 @@ VQDDP_HD float apply_binary(BinaryOp op, float a, float b) {
 
 // A unary op and its derivative. `low`/`high` are clamp's bounds.
 struct UnaryFn {
-  enum class Op : unsigned char { neg, square, sqrt, exp, log, relu, gelu, tanh, sigmoid, clamp, round, elu, leaky_relu, silu, abs };
+  enum class Op : unsigned char { neg, square, sqrt, exp, log, relu, gelu, tanh, sigmoid, clamp, round, elu, leaky_relu, silu, abs, floor, positive };
   Op op;
   // clamp's bounds; `low` is also elu's alpha and leaky_relu's negative slope.
   float low = 0.f, high = 0.f;
@@ -58,6 +58,8 @@ struct UnaryFn {
       case Op::leaky_relu: return v > 0.f ? v : low * v;
       case Op::silu: return v / (1.f + ::expf(-v));
       case Op::abs: return ::fabsf(v);
+      case Op::floor: return ::floorf(v);
+      case Op::positive: return v > 0.f ? 1.f : 0.f;
     }
     return 0.f;
   }
@@ -90,6 +92,8 @@ struct UnaryFn {
         return s * (1.f + v * (1.f - s));
       }
       case Op::abs: return v > 0.f ? 1.f : v < 0.f ? -1.f : 0.f;  // 0 at the kink, as PyTorch
+      case Op::floor: return 0.f;     // step functions
+      case Op::positive: return 0.f;
     }
     return 0.f;
   }

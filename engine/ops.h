@@ -62,6 +62,11 @@ Tensor clamp(const Tensor& x, float low, float high);
 // Half away from zero (std::round); gradient 0 (a step function: FSQ passes
 // the gradient straight through around it).
 Tensor round(const Tensor& x);
+// Rounded toward minus infinity; gradient 0.
+Tensor floor(const Tensor& x);
+// 1 where x > 0, else 0 (NaN: 0): a mask for where-like blends
+// (mask * a + (1 - mask) * b is exactly a or b); gradient 0.
+Tensor positive(const Tensor& x);
 
 // ---- reductions ----------------------------------------------------------------
 // Sums accumulate in double in ascending index order, then round once.

@@ -149,6 +149,8 @@ Tensor silu(const Tensor& x) { return unary_op("silu", x, {U::silu}); }
 Tensor abs(const Tensor& x) { return unary_op("abs", x, {U::abs}); }
 
 Tensor round(const Tensor& x) { return unary_op("round", x, {U::round}); }
+Tensor floor(const Tensor& x) { return unary_op("floor", x, {U::floor}); }
+Tensor positive(const Tensor& x) { return unary_op("positive", x, {U::positive}); }
 
 Tensor clamp(const Tensor& x, float low, float high) {
   VQDDP_CHECK(low <= high, "clamp: low {} > high {}", low, high);

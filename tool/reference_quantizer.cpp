@@ -32,6 +32,7 @@ constexpr ClassType kClasses[] = {
     {"GroupedResidualLFQ", "grouped_residual_lfq"},
     {"SimVQ", "sim_vq"},
     {"ResidualSimVQ", "residual_sim_vq"},
+    {"FSP", "fsp"},
 };
 
 std::string without_group(const std::string& type) {
@@ -64,7 +65,7 @@ std::vector<ReferenceSlot> slots_of(const std::string& base, const QuantizerOpti
   const size_t dot = ours.rfind('.');
   const std::string leaf = dot == std::string::npos ? ours : ours.substr(dot + 1);
   const std::string owner = dot == std::string::npos ? "" : ours.substr(0, dot);
-  if (leaf == "draws" || leaf == "dropout_step") return {{ours, "vqddp." + ours, L::ours_only}};
+  if (leaf == "draws" || leaf == "dropout_step" || leaf == "perturb_step") return {{ours, "vqddp." + ours, L::ours_only}};
   if (owner == "project_in_norm") return {{ours, "project_in.1." + leaf}};
   if (owner == "project_in" && q.layernorm_after_project_in) return {{ours, "project_in.0." + leaf}};
   if (!is_codebook_leaf(leaf)) return {{ours, ours}};
@@ -142,14 +143,14 @@ ReferenceQuantizer reference_quantizer(const std::map<std::string, std::string>&
   j["type"] = r.options.type;  // our reader's key for the class (it finishes the section)
   const std::string base = without_group(r.options.type);
   // FSQ and LFQ may leave dim out: the reference then takes the code width.
-  const bool dim_optional = base == "fsq" || base == "lfq";
+  const bool dim_optional = base == "fsq" || base == "lfq" || base == "fsp";
   if (!j.contains("dim") && !dim_optional) s.fail("dim", "is required for class " + r.class_name);
   r.dim = s.integer("dim", 0, limits::width);
   r.seed = s.unsigned_integer("seed", 0);
   set_reference_defaults(r.options, r.dim);
   read_quantizer_options(s, r.options);
   if (r.dim == 0) {
-    if (base == "fsq") r.dim = static_cast<int64_t>(r.options.levels.size());
+    if (base == "fsq" || base == "fsp") r.dim = static_cast<int64_t>(r.options.levels.size());
     else r.dim = static_cast<int64_t>(std::llround(std::log2(static_cast<double>(r.options.codebook_size))));
   }
   if (r.options.codebook.learnable)

@@ -1,6 +1,7 @@
 #include "vq/quantizer_options.h"
 
 #include "engine/count_limits.h"
+#include "vq/fsp.h"
 #include "vq/fsq.h"
 #include "vq/grouped.h"
 #include "vq/lfq.h"
@@ -21,6 +22,8 @@ std::string base_type(const std::string& type) {
   return is_grouped(type) ? type.substr(std::string_view("grouped_").size()) : type;
 }
 bool is_fsq(const std::string& type) { return base_type(type) == "fsq" || base_type(type) == "residual_fsq"; }
+// Types whose codebook is implicit in `levels`.
+bool has_levels(const std::string& type) { return is_fsq(type) || type == "fsp"; }
 bool is_lfq(const std::string& type) { return base_type(type) == "lfq" || base_type(type) == "residual_lfq"; }
 
 void read_lfq_options(ConfigSection& s, QuantizerOptions& q) {
@@ -89,7 +92,7 @@ const std::vector<std::string>& quantizer_types() {
   static const std::vector<std::string> types{
       "vq",     "residual_vq",         "fsq",                  "residual_fsq",        "lfq",
       "residual_lfq", "sim_vq",        "residual_sim_vq",      "grouped_residual_vq", "grouped_residual_fsq",
-      "grouped_residual_lfq"};
+      "grouped_residual_lfq", "fsp"};
   return types;
 }
 
@@ -124,7 +127,7 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
   if (!residual) q.num_quantizers = 1;
   if (is_grouped(q.type)) q.groups = static_cast<int>(s.integer("groups", q.groups, limits::heads));
   // FSQ's codebook is implicit: the product of its levels.
-  if (!is_fsq(q.type)) q.codebook_size = s.integer("codebook_size", q.codebook_size, limits::codebook_size);
+  if (!has_levels(q.type)) q.codebook_size = s.integer("codebook_size", q.codebook_size, limits::codebook_size);
   if (residual) q.num_quantizers = static_cast<int>(s.integer("num_quantizers", q.num_quantizers, limits::layers));
   if (codebook) {
     q.codebook_dim = s.integer("codebook_dim", q.codebook_dim, limits::codebook_dim);
@@ -157,13 +160,20 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     q.quantize_dropout_multiple_of =
         static_cast<int>(s.integer("quantize_dropout_multiple_of", q.quantize_dropout_multiple_of, limits::layers));
   }
-  if (is_fsq(q.type)) {
+  if (has_levels(q.type)) {
     std::vector<int64_t> levels(q.levels.begin(), q.levels.end());
     q.levels.clear();
     for (int64_t l : s.integers("levels", levels, limits::fsq_level)) q.levels.push_back(static_cast<int>(l));
     if (q.levels.empty()) s.fail("levels", "is required for type \"" + q.type + "\"");
   }
   if (is_lfq(q.type)) read_lfq_options(s, q);
+  if (q.type == "fsp") {
+    q.act_name = s.choice("act_name", q.act_name, fsp_activations());
+    q.quantize_rate = static_cast<float>(s.number("quantize_rate", q.quantize_rate));
+    if (!(q.quantize_rate >= 0 && q.quantize_rate <= 1)) s.fail("quantize_rate", "must be in [0, 1]");
+    q.need_inv_act = s.boolean("need_inv_act", q.need_inv_act);
+    q.vector_norm = s.choice("vector_norm", q.vector_norm, fsp_vector_norms());
+  }
   if (base == "sim_vq" || base == "residual_sim_vq") {
     q.frozen_codebook_dim = s.integer("frozen_codebook_dim", q.frozen_codebook_dim, limits::codebook_dim);
     q.rotation_trick = s.boolean("rotation_trick", q.rotation_trick);
@@ -198,6 +208,9 @@ std::shared_ptr<Quantizer> make_one(const QuantizerOptions& q, int64_t dim, uint
     return std::make_shared<ResidualVQ>(o, gen);
   }
   if (q.type == "fsq") return std::make_shared<FSQ>(FSQOptions{q.levels, dim, 1}, gen);
+  if (q.type == "fsp")
+    return std::make_shared<FSP>(FSPOptions{q.levels, dim, q.act_name, q.quantize_rate, q.need_inv_act, q.vector_norm, seed},
+                                 gen);
   if (q.type == "residual_fsq") {
     ResidualFSQOptions o;
     o.levels = q.levels;

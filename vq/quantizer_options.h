@@ -7,7 +7,7 @@
 //                             residual_lfq, sim_vq, residual_sim_vq,
 //                             grouped_residual_vq,
 //                             grouped_residual_fsq, grouped_residual_lfq
-//                             (the residual type's keys and `groups`)
+//                             (the residual type's keys and `groups`), fsp
 //   codebook_size, num_quantizers, codebook_dim, shared_codebook,
 //   commitment_weight, rotation_trick, codebook_diversity_loss_weight,
 //   codebook_diversity_temperature, freeze_codebook (vq, residual_vq),
@@ -20,6 +20,7 @@
 //     stochastic_sample_codes, sample_codebook_temp
 //   LFQ keys (lfq, residual_lfq only): entropy_loss_weight,
 //     commitment_loss_weight, diversity_gamma, inv_temperature, codebook_scale
+//   FSP keys (fsp): levels, act_name, quantize_rate, need_inv_act, vector_norm
 //   SimVQ keys (sim_vq, residual_sim_vq): codebook_size, frozen_codebook_dim, rotation_trick,
 //     commitment_weight, input_to_quantize_commit_loss_weight
 // A bad value is refused by the reader, naming the key path and what is
@@ -73,6 +74,11 @@ struct QuantizerOptions {
   // SimVQ (vector-quantize-pytorch's SimVQ defaults).
   int64_t frozen_codebook_dim = 0;  // 0: the input width
   float input_to_quantize_commit_loss_weight = 0.25f;
+  // FSP (vector-quantize-pytorch's FSP defaults).
+  std::string act_name = "tanh";
+  float quantize_rate = 0.f;
+  bool need_inv_act = false;
+  std::string vector_norm = "var_tanh";
   bool operator==(const QuantizerOptions&) const = default;
 };
 

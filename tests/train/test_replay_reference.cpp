@@ -81,6 +81,8 @@ TEST_CASE("replay of the reference's classes: its state names and layouts, and W
        {{"rvqs.1.project_in.weight", {2, 4}}}},
       {{{"class", "ResidualLFQ"}, {"dim", "8"}, {"codebook_size", "16"}, {"num_quantizers", "2"}},
        {{"project_out.bias", {8}}}},
+      {{{"class", "FSP"}, {"dim", "8"}, {"levels", "[3, 5, 4]"}, {"quantize_rate", "0.5"}},
+       {{"project_in.weight", {3, 8}}, {"vqddp.perturb_step", {1}}}},
       {{{"class", "SimVQ"}, {"dim", "8"}, {"codebook_size", "16"}},
        {{"frozen_codebook", {16, 8}}, {"code_transform.weight", {8, 8}}}},
       {{{"class", "ResidualSimVQ"}, {"dim", "8"}, {"codebook_size", "16"}, {"num_quantizers", "2"}},
