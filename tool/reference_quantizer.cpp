@@ -33,6 +33,7 @@ constexpr ClassType kClasses[] = {
     {"SimVQ", "sim_vq"},
     {"ResidualSimVQ", "residual_sim_vq"},
     {"FSP", "fsp"},
+    {"LatentQuantize", "latent_quantize"},
 };
 
 std::string without_group(const std::string& type) {

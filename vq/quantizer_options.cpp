@@ -2,6 +2,7 @@
 
 #include "engine/count_limits.h"
 #include "vq/fsp.h"
+#include "vq/latent_quantize.h"
 #include "vq/fsq.h"
 #include "vq/grouped.h"
 #include "vq/lfq.h"
@@ -23,7 +24,7 @@ std::string base_type(const std::string& type) {
 }
 bool is_fsq(const std::string& type) { return base_type(type) == "fsq" || base_type(type) == "residual_fsq"; }
 // Types whose codebook is implicit in `levels`.
-bool has_levels(const std::string& type) { return is_fsq(type) || type == "fsp"; }
+bool has_levels(const std::string& type) { return is_fsq(type) || type == "fsp" || type == "latent_quantize"; }
 bool is_lfq(const std::string& type) { return base_type(type) == "lfq" || base_type(type) == "residual_lfq"; }
 
 void read_lfq_options(ConfigSection& s, QuantizerOptions& q) {
@@ -92,7 +93,7 @@ const std::vector<std::string>& quantizer_types() {
   static const std::vector<std::string> types{
       "vq",     "residual_vq",         "fsq",                  "residual_fsq",        "lfq",
       "residual_lfq", "sim_vq",        "residual_sim_vq",      "grouped_residual_vq", "grouped_residual_fsq",
-      "grouped_residual_lfq", "fsp"};
+      "grouped_residual_lfq", "fsp", "latent_quantize"};
   return types;
 }
 
@@ -167,6 +168,14 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     if (q.levels.empty()) s.fail("levels", "is required for type \"" + q.type + "\"");
   }
   if (is_lfq(q.type)) read_lfq_options(s, q);
+  if (q.type == "latent_quantize") {
+    q.num_codebooks = static_cast<int>(s.integer("num_codebooks", q.num_codebooks, limits::heads));
+    q.latent_commitment_loss_weight =
+        static_cast<float>(s.number("commitment_loss_weight", q.latent_commitment_loss_weight));
+    q.quantization_loss_weight = static_cast<float>(s.number("quantization_loss_weight", q.quantization_loss_weight));
+    if (!(q.latent_commitment_loss_weight >= 0)) s.fail("commitment_loss_weight", "must not be negative");
+    if (!(q.quantization_loss_weight >= 0)) s.fail("quantization_loss_weight", "must not be negative");
+  }
   if (q.type == "fsp") {
     q.act_name = s.choice("act_name", q.act_name, fsp_activations());
     q.quantize_rate = static_cast<float>(s.number("quantize_rate", q.quantize_rate));
@@ -208,6 +217,10 @@ std::shared_ptr<Quantizer> make_one(const QuantizerOptions& q, int64_t dim, uint
     return std::make_shared<ResidualVQ>(o, gen);
   }
   if (q.type == "fsq") return std::make_shared<FSQ>(FSQOptions{q.levels, dim, 1}, gen);
+  if (q.type == "latent_quantize")
+    return std::make_shared<LatentQuantize>(
+        LatentQuantizeOptions{q.levels, dim, q.num_codebooks, q.latent_commitment_loss_weight, q.quantization_loss_weight},
+        gen);
   if (q.type == "fsp")
     return std::make_shared<FSP>(FSPOptions{q.levels, dim, q.act_name, q.quantize_rate, q.need_inv_act, q.vector_norm, seed},
                                  gen);

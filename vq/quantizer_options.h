@@ -7,7 +7,8 @@
 //                             residual_lfq, sim_vq, residual_sim_vq,
 //                             grouped_residual_vq,
 //                             grouped_residual_fsq, grouped_residual_lfq
-//                             (the residual type's keys and `groups`), fsp
+//                             (the residual type's keys and `groups`), fsp,
+//                             latent_quantize
 //   codebook_size, num_quantizers, codebook_dim, shared_codebook,
 //   commitment_weight, rotation_trick, codebook_diversity_loss_weight,
 //   codebook_diversity_temperature, freeze_codebook (vq, residual_vq),
@@ -20,6 +21,8 @@
 //     stochastic_sample_codes, sample_codebook_temp
 //   LFQ keys (lfq, residual_lfq only): entropy_loss_weight,
 //     commitment_loss_weight, diversity_gamma, inv_temperature, codebook_scale
+//   LatentQuantize keys (latent_quantize): levels, num_codebooks,
+//     commitment_loss_weight, quantization_loss_weight
 //   FSP keys (fsp): levels, act_name, quantize_rate, need_inv_act, vector_norm
 //   SimVQ keys (sim_vq, residual_sim_vq): codebook_size, frozen_codebook_dim, rotation_trick,
 //     commitment_weight, input_to_quantize_commit_loss_weight
@@ -74,6 +77,11 @@ struct QuantizerOptions {
   // SimVQ (vector-quantize-pytorch's SimVQ defaults).
   int64_t frozen_codebook_dim = 0;  // 0: the input width
   float input_to_quantize_commit_loss_weight = 0.25f;
+  // LatentQuantize (vector-quantize-pytorch's defaults; its key
+  // commitment_loss_weight has another default there than LFQ's).
+  int num_codebooks = 1;
+  float latent_commitment_loss_weight = 0.1f;
+  float quantization_loss_weight = 0.1f;
   // FSP (vector-quantize-pytorch's FSP defaults).
   std::string act_name = "tanh";
   float quantize_rate = 0.f;

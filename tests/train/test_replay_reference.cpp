@@ -83,6 +83,8 @@ TEST_CASE("replay of the reference's classes: its state names and layouts, and W
        {{"project_out.bias", {8}}}},
       {{{"class", "FSP"}, {"dim", "8"}, {"levels", "[3, 5, 4]"}, {"quantize_rate", "0.5"}},
        {{"project_in.weight", {3, 8}}, {"vqddp.perturb_step", {1}}}},
+      {{{"class", "LatentQuantize"}, {"dim", "8"}, {"levels", "[3, 4]"}, {"num_codebooks", "2"}},
+       {{"values_per_latent.1", {4}}, {"project_in.weight", {4, 8}}}},
       {{{"class", "SimVQ"}, {"dim", "8"}, {"codebook_size", "16"}},
        {{"frozen_codebook", {16, 8}}, {"code_transform.weight", {8, 8}}}},
       {{{"class", "ResidualSimVQ"}, {"dim", "8"}, {"codebook_size", "16"}, {"num_quantizers", "2"}},

@@ -431,7 +431,7 @@ TEST_CASE("config errors name the key path and the expected type") {
   j = base;
   j["quantizer"] = {{"type", "pq"}};
   fails(j, "'quantizer.type' must be one of \"vq\", \"residual_vq\", \"fsq\", \"residual_fsq\", \"lfq\", \"residual_lfq\", \"sim_vq\", \"residual_sim_vq\", \"grouped_residual_vq\", "
-           "\"grouped_residual_fsq\", \"grouped_residual_lfq\", \"fsp\", got \"pq\"");
+           "\"grouped_residual_fsq\", \"grouped_residual_lfq\", \"fsp\", \"latent_quantize\", got \"pq\"");
   j = base;
   j["quantizer"] = {{"type", "fsq"}};
   fails(j, "'quantizer.levels' is required for type \"fsq\"");

@@ -23,7 +23,7 @@ inline QuantizerOptions options_for(const std::string& type) {
   q.codebook.kmeans_iters = 3;
   q.codebook.threshold_ema_dead_code = 1.5f;
   q.quantize_dropout = true;
-  if (type.ends_with("fsq") || type == "fsp") q.levels = {5, 4, 3};
+  if (type.ends_with("fsq") || type == "fsp" || type == "latent_quantize") q.levels = {5, 4, 3};
   if (type.starts_with("grouped_")) q.groups = 2;
   return q;
 }
