@@ -153,6 +153,10 @@ class Codebook : public Module {
   Tensor codes() const;
 
   const CodebookOptions& options() const { return opt_; }
+  // The next of this codebook's shared random streams (counted in its
+  // `draws` buffer, so a resumed run draws on): for draws other modules
+  // make on its behalf (the orthogonal regulariser's subset of codes).
+  Generator draw_stream() { return next_shared_generator(); }
   bool initted() const { return initted_.item<int64_t>() != 0; }
 
   Tensor embed;         // (K, D) buffer, or parameter when learnable

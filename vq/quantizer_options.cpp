@@ -58,6 +58,9 @@ Options codebook_quantizer_options(const QuantizerOptions& q, int64_t dim, uint6
   o.codebook_diversity_loss_weight = q.codebook_diversity_loss_weight;
   o.codebook_diversity_temperature = q.codebook_diversity_temperature;
   o.commitment_use_cross_entropy_loss = q.commitment_use_cross_entropy_loss;
+  o.orthogonal_reg_weight = q.orthogonal_reg_weight;
+  o.orthogonal_reg_active_codes_only = q.orthogonal_reg_active_codes_only;
+  o.orthogonal_reg_max_codes = q.orthogonal_reg_max_codes;
   o.freeze_codebook = q.freeze_codebook;
   o.codebook = q.codebook;
   o.seed = seed;
@@ -147,6 +150,16 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     q.commitment_use_cross_entropy_loss =
         s.boolean("commitment_use_cross_entropy_loss", q.commitment_use_cross_entropy_loss);
     read_codebook_options(s, q.codebook);
+    q.orthogonal_reg_weight = static_cast<float>(s.number("orthogonal_reg_weight", q.orthogonal_reg_weight));
+    q.orthogonal_reg_active_codes_only =
+        s.boolean("orthogonal_reg_active_codes_only", q.orthogonal_reg_active_codes_only);
+    q.orthogonal_reg_max_codes = s.integer("orthogonal_reg_max_codes", q.orthogonal_reg_max_codes, limits::codebook_dim);
+    if (!(q.orthogonal_reg_weight >= 0)) s.fail("orthogonal_reg_weight", "must not be negative");
+    if (q.orthogonal_reg_weight > 0 && !q.codebook.learnable)
+      s.fail("orthogonal_reg_weight",
+             "needs \"learnable_codebook\": true (the reference makes the codebook a parameter but keeps its EMA "
+             "update, which overwrites each gradient step at the next forward; here the regulariser trains a "
+             "learnable codebook)");
   }
   if (q.type == "vq") {
     q.heads = static_cast<int>(s.integer("heads", q.heads, limits::heads));

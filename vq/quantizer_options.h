@@ -14,7 +14,8 @@
 //   codebook_diversity_temperature, freeze_codebook (vq, residual_vq),
 //   heads, separate_codebook_per_head, layernorm_after_project_in (vq), quantize_dropout,
 //   quantize_dropout_cutoff_index, quantize_dropout_multiple_of, levels (FSQ)
-//   straight_through, commitment_use_cross_entropy_loss (vq, residual_vq)
+//   straight_through, commitment_use_cross_entropy_loss, orthogonal_reg_weight,
+//   orthogonal_reg_active_codes_only, orthogonal_reg_max_codes (vq, residual_vq)
 //   codebook keys (read_codebook_options): decay, eps,
 //     threshold_ema_dead_code, kmeans_init, kmeans_iters, use_cosine_sim,
 //     learnable_codebook, cluster_size_init, sync_codebook,
@@ -60,6 +61,9 @@ struct QuantizerOptions {
   float codebook_diversity_loss_weight = 0.f;    // vq, residual_vq
   float codebook_diversity_temperature = 100.f;  // vq, residual_vq
   bool commitment_use_cross_entropy_loss = false;  // vq, residual_vq
+  float orthogonal_reg_weight = 0.f;                // vq, residual_vq (learnable codebooks)
+  bool orthogonal_reg_active_codes_only = false;
+  int64_t orthogonal_reg_max_codes = 0;             // 0: no limit (the reference's None)
   bool freeze_codebook = false;                  // vq, residual_vq
   bool layernorm_after_project_in = false;       // vq
   bool separate_codebook_per_head = false;  // vq

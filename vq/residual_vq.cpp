@@ -6,6 +6,7 @@
 #include "vq/masked_rows.h"
 #include "vq/code_logits.h"
 #include "vq/codebook_diversity.h"
+#include "vq/orthogonal_reg.h"
 #include "vq/index_columns.h"
 #include "vq/losses.h"
 #include "vq/rotation_trick.h"
@@ -46,7 +47,8 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
   // never updated; its codes count as constants in the loss.
   const bool change = update && !opt_.freeze_codebook;
   const bool diversity_on = opt_.codebook_diversity_loss_weight > 0 && update;
-  Tensor diversity;  // the layers' sum, with the loss on
+  Tensor diversity;   // the layers' sum, with the loss on
+  Tensor orthogonal;  // the layers' orthogonal regularisers' sum, with it on
   // Dropout starts once every codebook is initialised: until then all layers
   // run, so k-means initialises each one and inference never meets a layer
   // that dropout happened to skip. Every rank sees the same initted flags.
@@ -101,6 +103,12 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
       layer_loss = add(layer_loss, mul(layer_diversity, opt_.codebook_diversity_loss_weight));
       diversity = diversity.defined() ? add(diversity, layer_diversity) : layer_diversity;
     }
+    if (opt_.orthogonal_reg_weight > 0 && update) {
+      Tensor o = orthogonal_regularizer(book, idx, opt_.orthogonal_reg_active_codes_only, opt_.orthogonal_reg_max_codes,
+                                        comm);
+      layer_loss = add(layer_loss, mul(o, opt_.orthogonal_reg_weight));
+      orthogonal = orthogonal.defined() ? add(orthogonal, o) : o;
+    }
     out.layer_losses.push_back(layer_loss);
     Tensor quantized = through_quantizer(residual, code, opt_.rotation_trick && is_training());
     residual = sub(residual, quantized.detach());
@@ -123,6 +131,7 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
   }
   out.loss = zero;
   for (const Tensor& l : out.layer_losses) out.loss = add(out.loss, l);
+  if (opt_.orthogonal_reg_weight > 0) out.extras["orthogonal_reg_loss"] = orthogonal.defined() ? orthogonal : zero;
   if (opt_.codebook_diversity_loss_weight > 0) out.extras["codebook_diversity_loss"] = diversity.defined() ? diversity : zero;
   Tensor y = projection_.out(sum);  // (M, dim)
   out.quantized = rows.expand(y, x);

@@ -42,7 +42,12 @@ struct ResidualVQOptions {
   // and frozen codebooks.
   float codebook_diversity_loss_weight = 0.f;
   float codebook_diversity_temperature = 100.f;
-  bool commitment_use_cross_entropy_loss = false;  // per layer, as VectorQuantizeOptions
+  bool commitment_use_cross_entropy_loss = false;
+  // The orthogonal regulariser of a learnable codebook (vq/orthogonal_reg.h),
+  // weighted into the loss in training steps; 0: off.
+  float orthogonal_reg_weight = 0.f;
+  bool orthogonal_reg_active_codes_only = false;
+  int64_t orthogonal_reg_max_codes = 0;  // 0: every code  // per layer, as VectorQuantizeOptions
   bool freeze_codebook = false;
   CodebookOptions codebook;  // hyper-parameters; size, dim and seed are set per layer
   uint64_t seed = 0;

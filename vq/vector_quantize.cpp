@@ -6,6 +6,7 @@
 #include "vq/index_columns.h"
 #include "vq/losses.h"
 #include "vq/masked_rows.h"
+#include "vq/orthogonal_reg.h"
 #include "vq/rotation_trick.h"
 
 namespace vqddp {
@@ -37,6 +38,9 @@ CodebookOutput VectorQuantize::codebook_step(Codebook& book, const Tensor& rows,
                   CodebookMetrics::empty_world()};  // nobody had rows, on every rank
   if (opt_.codebook_diversity_loss_weight > 0 && updates_state())
     losses.diversity.push_back(codebook_diversity_loss(book, *a, opt_.codebook_diversity_temperature, comm));
+  if (opt_.orthogonal_reg_weight > 0 && updates_state())
+    losses.orthogonal.push_back(orthogonal_regularizer(book, a->indices, opt_.orthogonal_reg_active_codes_only,
+                                                       opt_.orthogonal_reg_max_codes, comm));
   if (opt_.commitment_use_cross_entropy_loss && updates_state())
     losses.cross_entropy.push_back(code_cross_entropy(a->prepared, assigned_codebook(book), book.options().cosine,
                                                 a->indices, comm));
@@ -88,6 +92,14 @@ QuantizerOutput VectorQuantize::quantize(const Tensor& x, Communicator& comm, co
     out.loss = mul(total, opt_.commitment_weight / static_cast<float>(ce.size()));
   } else {
     out.loss = quantization_loss(learnable ? q : q.detach(), z, opt_.commitment_weight, learnable, comm);
+  }
+  if (opt_.orthogonal_reg_weight > 0) {
+    // The mean over codebooks (the reference: the sum over heads over h).
+    Tensor o = full({}, 0.0, DType::f32, x.device());
+    for (const Tensor& t : losses.orthogonal) o = add(o, t);
+    if (!losses.orthogonal.empty()) o = div(o, static_cast<float>(losses.orthogonal.size()));
+    out.extras["orthogonal_reg_loss"] = o;
+    out.loss = add(out.loss, mul(o, opt_.orthogonal_reg_weight));
   }
   if (opt_.codebook_diversity_loss_weight > 0) {
     Tensor d = full({}, 0.0, DType::f32, x.device());

@@ -43,6 +43,11 @@ struct VectorQuantizeOptions {
   // entropy of each row's code logits against its code (vq/code_logits.h)
   // instead of the squared distance, as the reference (training steps).
   bool commitment_use_cross_entropy_loss = false;
+  // The orthogonal regulariser of a learnable codebook (vq/orthogonal_reg.h),
+  // weighted into the loss in training steps; 0: off.
+  float orthogonal_reg_weight = 0.f;
+  bool orthogonal_reg_active_codes_only = false;
+  int64_t orthogonal_reg_max_codes = 0;  // 0: every code
   // The codebooks quantize but never change in training: no EMA update, no
   // revival, no gradient to a learnable codebook (k-means init still runs
   // once, as in the reference). A training step then issues no collective
@@ -81,7 +86,7 @@ class VectorQuantize : public Quantizer {
   // The loss terms of a training step taken from the codes each codebook
   // call's rows were assigned against: one entry per call, when on.
   struct AssignmentLosses {
-    std::vector<Tensor> diversity, cross_entropy;
+    std::vector<Tensor> diversity, cross_entropy, orthogonal;
   };
   // (M, heads * cd) -> quantized (M, heads * cd), indices (M, heads).
   void quantize_heads(const Tensor& z, Communicator& comm, Tensor& q, Tensor& indices,

@@ -414,6 +414,29 @@ TEST_CASE("check-ddp per step, bitwise, with the quantizer options that add a co
   }
 }
 
+TEST_CASE("check-ddp per step, bitwise, with the orthogonal regulariser of a learnable codebook: active codes of the "
+          "global batch, a random subset from the shared stream") {
+  if (test::sanitized_build()) return;  // the option adds no kernel the sanitizers have not seen; the time goes elsewhere
+  const char* src = std::getenv("VQDDP_SOURCE_DIR");
+  Config cfg = load_config(std::string(src ? src : ".") + "/examples/fashion_vq.json");
+  cfg.data.max_examples = 2000;
+  Dataset data = load_dataset(cfg.data);
+  for (const char* type : {"vq", "residual_vq"}) {
+    CAPTURE(type);
+    cfg.quantizer.type = type;
+    cfg.quantizer.num_quantizers = std::string(type) == "vq" ? 1 : 2;
+    cfg.quantizer.codebook.learnable = true;
+    cfg.quantizer.orthogonal_reg_weight = 10.f;
+    cfg.quantizer.orthogonal_reg_active_codes_only = true;
+    cfg.quantizer.orthogonal_reg_max_codes = 8;
+    CheckDdpResult r = check_ddp(
+        cfg, data, {.mode = CheckDdpOptions::Mode::per_step, .world = 3, .steps = 2, .rtol = 0, .atol = 0, .print = false});
+    CHECK_MESSAGE(r.passed, r.first_failure);
+    CHECK(r.state_bitwise);
+    CHECK(r.worst_grad_abs == 0);
+  }
+}
+
 TEST_CASE("config errors name the key path and the expected type") {
   auto fails = [](const nlohmann::json& j, const std::string& what) {
     CHECK_THROWS_WITH_AS(parse_config(j, "run.json"), doctest::Contains(what.c_str()), Error);

@@ -13,6 +13,8 @@
 #include "vq/quantizer_options.h"
 #include "vq/residual_vq.h"
 #include "vq/rotation_trick.h"
+#include "vq/orthogonal_reg.h"
+#include "vq/quantizer_options.h"
 #include "vq/vector_quantize.h"
 
 using namespace vqddp;
@@ -183,6 +185,30 @@ TEST_CASE("commitment_use_cross_entropy_loss: the commitment term is the weighte
     ce += (std::log(z) + top - s[idx[n]]) / 10;
   }
   CHECK(out.loss.item<float>() == doctest::Approx(0.5 * ce).epsilon(1e-5));
+}
+
+TEST_CASE("orthogonal regulariser: sum of squared cosines over n^2 minus 1/n; 0 for orthogonal codes, 1/2 for two "
+          "equal ones; only on learnable codebooks, added with its weight") {
+  CHECK(orthogonal_loss(from_vector({1, 0, 0, 0, 2, 0, 0, 0, -3}, {3, 3})).item<float>() == doctest::Approx(0.f).scale(1));
+  CHECK(orthogonal_loss(from_vector({1, 2, 2, 4}, {2, 2})).item<float>() == doctest::Approx(0.5f));
+  SingleCommunicator comm;
+  Generator init(0, 0), data(1, 0);
+  VectorQuantizeOptions o = base(4);
+  o.codebook.kmeans_init = false;
+  o.codebook.learnable = true;
+  o.commitment_weight = 0.f;
+  o.orthogonal_reg_weight = 2.f;
+  VectorQuantize vq(o, init);
+  QuantizerOutput out = vq.quantize(rand_normal({10, 4}, data), comm);
+  const float reg = orthogonal_loss(vq.codebooks()[0]->embed.detach()).item<float>();
+  CHECK(out.extra("orthogonal_reg_loss").item<float>() == reg);
+  out.loss.backward();
+  CHECK(vq.codebooks()[0]->embed.grad().defined());
+  QuantizerOptions bad;
+  bad.type = "vq";
+  nlohmann::json j = {{"type", "vq"}, {"orthogonal_reg_weight", 1.0}};
+  CHECK_THROWS_WITH_AS(read_quantizer_options(ConfigSection(j, "quantizer", "run.json"), bad),
+                       doctest::Contains("'quantizer.orthogonal_reg_weight' needs \"learnable_codebook\": true"), Error);
 }
 
 TEST_CASE("codebook diversity loss: the average is the global batch's, so W ranks (uneven, one empty) give 1 rank's "
