@@ -157,10 +157,14 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
   // changes. On a device the update kernels skip a flagged step and the
   // error comes when the metrics are read.
   if (dev.is_cpu()) check_nonfinite_flags(stats, layout);
-  if (!opt_.learnable) {
+  if (!opt_.learnable && (opt_.ema_update || opt_.threshold_ema_dead_code > 0.f)) {
     VqKernels& vq = vq_kernels(dev);
+    // Without ema_update the statistics move (revival reads them) but the
+    // codes are put back: the kernel writes them with the statistics.
+    const Tensor kept = opt_.ema_update ? Tensor() : embed.clone();
     vq.ema_update(stats, layout, cluster_size, embed_avg, embed, opt_.decay, opt_.eps);
-    if (opt_.cosine) embed.copy_(l2_normalize_rows(embed));
+    if (kept.defined()) embed.copy_(kept);
+    else if (opt_.cosine) embed.copy_(l2_normalize_rows(embed));
     if (opt_.threshold_ema_dead_code > 0.f) revive_dead_codes(x.detach(), stats, layout, comm);
     cluster_size.bump_version();
     embed_avg.bump_version();

@@ -56,6 +56,10 @@ struct CodebookOptions {
   // in training steps (vq/gumbel_sample.h) instead of the nearest; a
   // temperature of 0 keeps the nearest, as the reference.
   bool stochastic_sample = false;
+  // ema_update false (vector-quantize-pytorch's key): an EMA codebook's
+  // codes stay as they are; with revival on, the usage statistics are still
+  // tracked and dead codes still replaced, as the reference does.
+  bool ema_update = true;
   float sample_temperature = 1.f;  // sample_codebook_temp
   bool operator==(const CodebookOptions&) const = default;
 };

@@ -61,6 +61,7 @@ Options codebook_quantizer_options(const QuantizerOptions& q, int64_t dim, uint6
   o.orthogonal_reg_weight = q.orthogonal_reg_weight;
   o.orthogonal_reg_active_codes_only = q.orthogonal_reg_active_codes_only;
   o.orthogonal_reg_max_codes = q.orthogonal_reg_max_codes;
+  o.sync_update_v = q.sync_update_v;
   o.freeze_codebook = q.freeze_codebook;
   o.codebook = q.codebook;
   o.seed = seed;
@@ -112,6 +113,7 @@ void read_codebook_options(ConfigSection& s, CodebookOptions& c) {
       s.choice("cluster_size_init", c.cluster_size_init_ones ? "ones" : "zeros", {"ones", "zeros"}) == "ones";
   c.sync_stats = s.boolean("sync_codebook", c.sync_stats);
   c.stochastic_sample = s.boolean("stochastic_sample_codes", c.stochastic_sample);
+  c.ema_update = s.boolean("ema_update", c.ema_update);
   c.sample_temperature = static_cast<float>(s.number("sample_codebook_temp", c.sample_temperature));
   if (!(c.sample_temperature >= 0)) s.fail("sample_codebook_temp", "must not be negative");
   if (!(c.decay >= 0 && c.decay <= 1)) s.fail("decay", "must be in [0, 1]");
@@ -154,6 +156,10 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     q.orthogonal_reg_active_codes_only =
         s.boolean("orthogonal_reg_active_codes_only", q.orthogonal_reg_active_codes_only);
     q.orthogonal_reg_max_codes = s.integer("orthogonal_reg_max_codes", q.orthogonal_reg_max_codes, limits::codebook_dim);
+    q.sync_update_v = static_cast<float>(s.number("sync_update_v", q.sync_update_v));
+    if (!(q.sync_update_v >= 0 && q.sync_update_v <= 1)) s.fail("sync_update_v", "must be in [0, 1]");
+    if (q.sync_update_v > 0 && !q.codebook.learnable)
+      s.fail("sync_update_v", "needs \"learnable_codebook\": true (as vector-quantize-pytorch asserts)");
     if (!(q.orthogonal_reg_weight >= 0)) s.fail("orthogonal_reg_weight", "must not be negative");
     if (q.orthogonal_reg_weight > 0 && !q.codebook.learnable)
       s.fail("orthogonal_reg_weight",

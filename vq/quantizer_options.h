@@ -15,11 +15,11 @@
 //   heads, separate_codebook_per_head, layernorm_after_project_in (vq), quantize_dropout,
 //   quantize_dropout_cutoff_index, quantize_dropout_multiple_of, levels (FSQ)
 //   straight_through, commitment_use_cross_entropy_loss, orthogonal_reg_weight,
-//   orthogonal_reg_active_codes_only, orthogonal_reg_max_codes (vq, residual_vq)
+//   orthogonal_reg_active_codes_only, orthogonal_reg_max_codes, sync_update_v (vq, residual_vq)
 //   codebook keys (read_codebook_options): decay, eps,
 //     threshold_ema_dead_code, kmeans_init, kmeans_iters, use_cosine_sim,
 //     learnable_codebook, cluster_size_init, sync_codebook,
-//     stochastic_sample_codes, sample_codebook_temp
+//     stochastic_sample_codes, sample_codebook_temp, ema_update
 //   LFQ keys (lfq, residual_lfq only): entropy_loss_weight,
 //     commitment_loss_weight, diversity_gamma, inv_temperature, codebook_scale
 //   LatentQuantize keys (latent_quantize): levels, num_codebooks,
@@ -64,6 +64,7 @@ struct QuantizerOptions {
   float orthogonal_reg_weight = 0.f;                // vq, residual_vq (learnable codebooks)
   bool orthogonal_reg_active_codes_only = false;
   int64_t orthogonal_reg_max_codes = 0;             // 0: no limit (the reference's None)
+  float sync_update_v = 0.f;                        // vq, residual_vq (learnable codebooks), in [0, 1]
   bool freeze_codebook = false;                  // vq, residual_vq
   bool layernorm_after_project_in = false;       // vq
   bool separate_codebook_per_head = false;  // vq

@@ -111,6 +111,8 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
     }
     out.layer_losses.push_back(layer_loss);
     Tensor quantized = through_quantizer(residual, code, opt_.rotation_trick && is_training());
+    if (opt_.sync_update_v > 0 && is_training())  // per layer, as the reference's layers
+      quantized = add(quantized, mul(sub(quantized, quantized.detach()), opt_.sync_update_v));
     residual = sub(residual, quantized.detach());
     sum = add(sum, quantized);
     idx_columns[l] = idx;

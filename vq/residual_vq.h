@@ -47,7 +47,11 @@ struct ResidualVQOptions {
   // weighted into the loss in training steps; 0: off.
   float orthogonal_reg_weight = 0.f;
   bool orthogonal_reg_active_codes_only = false;
-  int64_t orthogonal_reg_max_codes = 0;  // 0: every code  // per layer, as VectorQuantizeOptions
+  int64_t orthogonal_reg_max_codes = 0;  // 0: every code
+  // sync_update_v (learnable codebooks): the output plus v (y - y.detach()),
+  // as the reference's code does it (after its straight-through or
+  // rotation): values unchanged, the gradient through the output times 1 + v.
+  float sync_update_v = 0.f;  // per layer, as VectorQuantizeOptions
   bool freeze_codebook = false;
   CodebookOptions codebook;  // hyper-parameters; size, dim and seed are set per layer
   uint64_t seed = 0;

@@ -114,6 +114,7 @@ QuantizerOutput VectorQuantize::quantize(const Tensor& x, Communicator& comm, co
   Tensor y = reshape(through_quantizer(reshape(z, {m * h, codebook_dim_}), reshape(q, {m * h, codebook_dim_}),
                                        opt_.rotation_trick && is_training()),
                      {m, h * codebook_dim_});
+  if (opt_.sync_update_v > 0 && is_training()) y = add(y, mul(sub(y, y.detach()), opt_.sync_update_v));
   y = projection_.out(y);  // (M, dim)
   out.quantized = rows.expand(y, x);
   out.indices = rows.expand_indices(idx);  // (N, heads)

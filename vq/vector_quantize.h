@@ -48,6 +48,10 @@ struct VectorQuantizeOptions {
   float orthogonal_reg_weight = 0.f;
   bool orthogonal_reg_active_codes_only = false;
   int64_t orthogonal_reg_max_codes = 0;  // 0: every code
+  // sync_update_v (learnable codebooks): the output plus v (y - y.detach()),
+  // as the reference's code does it (after its straight-through or
+  // rotation): values unchanged, the gradient through the output times 1 + v.
+  float sync_update_v = 0.f;
   // The codebooks quantize but never change in training: no EMA update, no
   // revival, no gradient to a learnable codebook (k-means init still runs
   // once, as in the reference). A training step then issues no collective

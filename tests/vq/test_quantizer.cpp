@@ -116,6 +116,9 @@ std::vector<std::pair<std::string, QuantizerOptions>> option_variants() {
     q.codebook.stochastic_sample = true;  // a Gumbel draw per row and code, from one shared stream per step
     q.codebook.sample_temperature = 0.5f;
     out.emplace_back(std::string(type) + ", stochastic_sample_codes", q);
+    QuantizerOptions frozen_codes = options_for(type);
+    frozen_codes.codebook.ema_update = false;  // statistics and revival only
+    out.emplace_back(std::string(type) + ", ema_update false", frozen_codes);
   }
   return out;
 }

@@ -211,6 +211,47 @@ TEST_CASE("orthogonal regulariser: sum of squared cosines over n^2 minus 1/n; 0 
                        doctest::Contains("'quantizer.orthogonal_reg_weight' needs \"learnable_codebook\": true"), Error);
 }
 
+TEST_CASE("ema_update false keeps the codes; with revival on the statistics still move and dead codes are still "
+          "replaced, as the reference; sync_update_v scales the gradient through the output by 1 + v") {
+  SingleCommunicator comm;
+  for (float threshold : {0.f, 1.5f}) {
+    CAPTURE(threshold);
+    Generator init(0, 0), data(1, 0);
+    VectorQuantizeOptions o = base(4);
+    o.codebook.kmeans_init = false;
+    o.codebook.ema_update = false;
+    o.codebook.threshold_ema_dead_code = threshold;
+    VectorQuantize vq(o, init);
+    const Codebook& book = *vq.codebooks()[0];
+    const std::vector<float> e0 = book.embed.to_vector<float>(), c0 = book.cluster_size.to_vector<float>();
+    QuantizerOutput out = vq.quantize(rand_normal({10, 4}, data), comm);
+    const std::vector<float> e1 = book.embed.to_vector<float>(), c1 = book.cluster_size.to_vector<float>();
+    const int64_t revived = out.metrics[0].codes_revived();
+    int changed = 0;
+    for (int k = 0; k < 8; ++k) changed += !std::equal(e0.begin() + k * 4, e0.begin() + k * 4 + 4, e1.begin() + k * 4);
+    CHECK(changed == revived);  // only revived codes move
+    CHECK((c0 != c1) == (threshold > 0));
+    if (threshold > 0) CHECK(revived > 0);
+  }
+  auto input_grad = [&](float v) {
+    Generator init(0, 0), data(1, 0);
+    VectorQuantizeOptions o = base(4);
+    o.codebook.kmeans_init = false;
+    o.codebook.learnable = true;
+    o.rotation_trick = false;
+    o.commitment_weight = 0.f;
+    o.sync_update_v = v;
+    VectorQuantize vq(o, init);
+    Tensor x = rand_normal({6, 4}, data);
+    x.set_requires_grad(true);
+    QuantizerOutput out = vq.quantize(x, comm);
+    sum(out.quantized).backward();
+    return x.grad().to_vector<float>();
+  };
+  const std::vector<float> g0 = input_grad(0.f), g1 = input_grad(0.5f);
+  for (size_t i = 0; i < g0.size(); ++i) CHECK(g1[i] == 1.5f * g0[i]);
+}
+
 TEST_CASE("codebook diversity loss: the average is the global batch's, so W ranks (uneven, one empty) give 1 rank's "
           "gradient, for vq and (per layer) residual_vq") {
   Generator data(3, 0);
