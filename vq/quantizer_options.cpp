@@ -172,7 +172,11 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     q.separate_codebook_per_head = s.boolean("separate_codebook_per_head", q.separate_codebook_per_head);
     q.layernorm_after_project_in = s.boolean("layernorm_after_project_in", q.layernorm_after_project_in);
   }
-  if (base == "residual_vq") q.shared_codebook = s.boolean("shared_codebook", q.shared_codebook);
+  if (base == "residual_vq") {
+    q.shared_codebook = s.boolean("shared_codebook", q.shared_codebook);
+    q.quant_grad_frac = static_cast<float>(s.number("quant_grad_frac", q.quant_grad_frac));
+    if (!(q.quant_grad_frac >= 0 && q.quant_grad_frac <= 1)) s.fail("quant_grad_frac", "must be in [0, 1]");
+  }
   if (residual) {
     q.quantize_dropout = s.boolean("quantize_dropout", q.quantize_dropout);
     q.quantize_dropout_cutoff_index = static_cast<int>(
@@ -232,6 +236,7 @@ std::shared_ptr<Quantizer> make_one(const QuantizerOptions& q, int64_t dim, uint
     ResidualVQOptions o = codebook_quantizer_options<ResidualVQOptions>(q, dim, seed);
     o.num_quantizers = q.num_quantizers;
     o.shared_codebook = q.shared_codebook;
+    o.quant_grad_frac = q.quant_grad_frac;
     o.quantize_dropout = dropout_options(q, dropout_seed);
     return std::make_shared<ResidualVQ>(o, gen);
   }

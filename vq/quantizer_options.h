@@ -13,7 +13,8 @@
 //   commitment_weight, rotation_trick, codebook_diversity_loss_weight,
 //   codebook_diversity_temperature, freeze_codebook (vq, residual_vq),
 //   heads, separate_codebook_per_head, layernorm_after_project_in (vq), quantize_dropout,
-//   quantize_dropout_cutoff_index, quantize_dropout_multiple_of, levels (FSQ)
+//   quantize_dropout_cutoff_index, quantize_dropout_multiple_of, quant_grad_frac
+//   (residual_vq), levels (FSQ)
 //   straight_through, commitment_use_cross_entropy_loss, orthogonal_reg_weight,
 //   orthogonal_reg_active_codes_only, orthogonal_reg_max_codes, sync_update_v (vq, residual_vq)
 //   codebook keys (read_codebook_options): decay, eps,
@@ -65,6 +66,7 @@ struct QuantizerOptions {
   bool orthogonal_reg_active_codes_only = false;
   int64_t orthogonal_reg_max_codes = 0;             // 0: no limit (the reference's None)
   float sync_update_v = 0.f;                        // vq, residual_vq (learnable codebooks), in [0, 1]
+  float quant_grad_frac = 0.f;                      // residual_vq, in [0, 1]
   bool freeze_codebook = false;                  // vq, residual_vq
   bool layernorm_after_project_in = false;       // vq
   bool separate_codebook_per_head = false;  // vq

@@ -113,7 +113,12 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
     Tensor quantized = through_quantizer(residual, code, opt_.rotation_trick && is_training());
     if (opt_.sync_update_v > 0 && is_training())  // per layer, as the reference's layers
       quantized = add(quantized, mul(sub(quantized, quantized.detach()), opt_.sync_update_v));
-    residual = sub(residual, quantized.detach());
+    // quant_grad_frac: frac q + (1 - frac) q.detach(), as the reference
+    // writes it (so its value rounds as there): the later layers' gradient
+    // reaches this layer's output in that share.
+    residual = sub(residual, opt_.quant_grad_frac > 0
+                                 ? add(mul(quantized, opt_.quant_grad_frac), mul(quantized.detach(), 1.f - opt_.quant_grad_frac))
+                                 : quantized.detach());
     sum = add(sum, quantized);
     idx_columns[l] = idx;
   }

@@ -51,7 +51,10 @@ struct ResidualVQOptions {
   // sync_update_v (learnable codebooks): the output plus v (y - y.detach()),
   // as the reference's code does it (after its straight-through or
   // rotation): values unchanged, the gradient through the output times 1 + v.
-  float sync_update_v = 0.f;  // per layer, as VectorQuantizeOptions
+  float sync_update_v = 0.f;
+  // quant_grad_frac in [0, 1]: the share of the later layers' gradient that
+  // flows back through each layer's output (0: the residual is detached).
+  float quant_grad_frac = 0.f;  // per layer, as VectorQuantizeOptions
   bool freeze_codebook = false;
   CodebookOptions codebook;  // hyper-parameters; size, dim and seed are set per layer
   uint64_t seed = 0;

@@ -263,3 +263,31 @@ TEST_CASE("the first training step runs every layer, so dropout never leaves a c
   rvq.eval();
   CHECK(rvq.quantize(rand_normal({12, 6}, data), comm).active_layers == 4);
 }
+
+TEST_CASE("quant_grad_frac: the share of a later layer's gradient that flows back through the earlier layers' output "
+          "(0: none, 1: all, which cancels the straight-through path of layer 1's loss to the input)") {
+  auto grad = [](float frac) {
+    Generator init(0, 0), data(3, 0);
+    ResidualVQOptions o;
+    o.dim = 4;
+    o.codebook_size = 8;
+    o.num_quantizers = 2;
+    o.codebook.kmeans_init = false;
+    o.rotation_trick = false;
+    o.quant_grad_frac = frac;
+    ResidualVQ rvq(o, init);
+    SingleCommunicator comm;
+    Tensor x = rand_normal({6, 4}, data);
+    x.set_requires_grad(true);
+    rvq.quantize(x, comm).layer_losses[1].backward();  // layer 1's commitment loss alone
+    return x.grad().to_vector<float>();
+  };
+  const std::vector<float> none = grad(0.f), half = grad(0.5f), all = grad(1.f);
+  double norm = 0;
+  for (size_t i = 0; i < none.size(); ++i) {
+    norm += std::fabs(none[i]);
+    CHECK(half[i] == doctest::Approx(0.5 * none[i]).epsilon(1e-4).scale(1e-6));
+    CHECK(all[i] == doctest::Approx(0.0).scale(1e-6));
+  }
+  CHECK(norm > 0);
+}
