@@ -11,6 +11,8 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bench/timing.h"
 #include "comm/single.h"
@@ -26,14 +28,35 @@ int main(int argc, char** argv) {
   Generator data(1, 0);
   Tensor x = rand_normal({n, dim}, data);
   double vq_ms = 0;
+  // Every type, then vq with each option that changes a step's work.
+  std::vector<std::pair<std::string, QuantizerOptions>> runs;
   for (const std::string& type : quantizer_types()) {
     QuantizerOptions q;
     q.type = type;
+    runs.emplace_back(type, q);
+  }
+  auto vq_with = [&](const std::string& name, auto set) {
+    QuantizerOptions q;
+    q.type = "vq";
+    set(q);
+    runs.emplace_back("vq " + name, q);
+  };
+  vq_with("stochastic_sample_codes", [](QuantizerOptions& q) { q.codebook.stochastic_sample = true; });
+  vq_with("commitment_use_ce", [](QuantizerOptions& q) { q.commitment_use_cross_entropy_loss = true; });
+  vq_with("learnable", [](QuantizerOptions& q) { q.codebook.learnable = true; });
+  vq_with("learnable+orthogonal_reg", [](QuantizerOptions& q) {
+    q.codebook.learnable = true;
+    q.orthogonal_reg_weight = 1.f;
+    q.orthogonal_reg_active_codes_only = true;
+    q.orthogonal_reg_max_codes = 256;
+  });
+  for (auto [name, q] : runs) {
+    const std::string type = q.type;
     q.codebook_size = 1024;
     q.num_quantizers = 4;
     q.groups = 2;
     q.codebook.kmeans_init = false;  // the steady-state step, not the one-off init
-    if (type.ends_with("fsq")) q.levels = {8, 8, 8, 2};
+    if (type.ends_with("fsq") || type == "fsp" || type == "latent_quantize") q.levels = {8, 8, 8, 2};
     Generator init(0, 0);
     std::shared_ptr<Quantizer> m = make_quantizer(q, dim, 1, init);
     m->train();
@@ -46,8 +69,8 @@ int main(int argc, char** argv) {
     };
     step();  // warm-up (and any first-step initialisation)
     double ms = bench::median_ms(step, 5);
-    if (type == "vq") vq_ms = ms;
-    fmt::print("{:22s} N={} dim={} codebooks {} x {:4d}: {:8.2f} ms per training step ({:.2f}x vq)\n", type, n, dim,
+    if (name == "vq") vq_ms = ms;
+    fmt::print("{:30s} N={} dim={} codebooks {} x {:4d}: {:8.2f} ms per training step ({:.2f}x vq)\n", name, n, dim,
                m->layer_sizes().size(), m->layer_sizes()[0], ms, vq_ms > 0 ? ms / vq_ms : 0.0);
   }
 }
