@@ -171,6 +171,14 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     q.heads = static_cast<int>(s.integer("heads", q.heads, limits::heads));
     q.separate_codebook_per_head = s.boolean("separate_codebook_per_head", q.separate_codebook_per_head);
     q.layernorm_after_project_in = s.boolean("layernorm_after_project_in", q.layernorm_after_project_in);
+    ConfigSection inplace = s.section("in_place_codebook_optimizer");
+    std::string kind = inplace.choice("type", q.in_place_codebook_lr > 0 ? "sgd" : "none", {"none", "sgd"});
+    q.in_place_codebook_lr = kind == "sgd" ? static_cast<float>(inplace.number("lr", q.in_place_codebook_lr)) : 0.f;
+    if (kind == "sgd" && !(q.in_place_codebook_lr > 0))
+      inplace.fail("lr", "must be positive (the in-place SGD step's learning rate)");
+    inplace.finish("for in_place_codebook_optimizer");
+    if (q.in_place_codebook_lr > 0 && !q.codebook.learnable)
+      s.fail("in_place_codebook_optimizer", "needs \"learnable_codebook\": true (it steps the codebook's parameter)");
   }
   if (base == "residual_vq") {
     q.shared_codebook = s.boolean("shared_codebook", q.shared_codebook);
@@ -230,6 +238,7 @@ std::shared_ptr<Quantizer> make_one(const QuantizerOptions& q, int64_t dim, uint
     o.heads = q.heads;
     o.separate_codebook_per_head = q.separate_codebook_per_head;
     o.layernorm_after_project_in = q.layernorm_after_project_in;
+    o.in_place_codebook_lr = q.in_place_codebook_lr;
     return std::make_shared<VectorQuantize>(o, gen);
   }
   if (q.type == "residual_vq") {

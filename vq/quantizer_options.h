@@ -12,7 +12,8 @@
 //   codebook_size, num_quantizers, codebook_dim, shared_codebook,
 //   commitment_weight, rotation_trick, codebook_diversity_loss_weight,
 //   codebook_diversity_temperature, freeze_codebook (vq, residual_vq),
-//   heads, separate_codebook_per_head, layernorm_after_project_in (vq), quantize_dropout,
+//   heads, separate_codebook_per_head, layernorm_after_project_in,
+//   in_place_codebook_optimizer ({"type": "sgd", "lr": x}) (vq), quantize_dropout,
 //   quantize_dropout_cutoff_index, quantize_dropout_multiple_of, quant_grad_frac
 //   (residual_vq), levels (FSQ)
 //   straight_through, commitment_use_cross_entropy_loss, orthogonal_reg_weight,
@@ -67,6 +68,9 @@ struct QuantizerOptions {
   int64_t orthogonal_reg_max_codes = 0;             // 0: no limit (the reference's None)
   float sync_update_v = 0.f;                        // vq, residual_vq (learnable codebooks), in [0, 1]
   float quant_grad_frac = 0.f;                      // residual_vq, in [0, 1]
+  // vq with a learnable codebook: in_place_codebook_optimizer {"type": "sgd",
+  // "lr": x}; 0: off.
+  float in_place_codebook_lr = 0.f;
   bool freeze_codebook = false;                  // vq, residual_vq
   bool layernorm_after_project_in = false;       // vq
   bool separate_codebook_per_head = false;  // vq

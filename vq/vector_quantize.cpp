@@ -3,6 +3,7 @@
 #include "engine/ops.h"
 #include "vq/code_logits.h"
 #include "vq/codebook_diversity.h"
+#include "vq/in_place_codebook_step.h"
 #include "vq/index_columns.h"
 #include "vq/losses.h"
 #include "vq/masked_rows.h"
@@ -36,6 +37,12 @@ CodebookOutput VectorQuantize::codebook_step(Codebook& book, const Tensor& rows,
   std::optional<CodebookAssignment> a = book.nearest(rows, comm);
   if (!a) return {zeros({0, codebook_dim_}, DType::f32, rows.device()), zeros({0}, DType::i64, rows.device()),
                   CodebookMetrics::empty_world()};  // nobody had rows, on every rank
+  if (opt_.in_place_codebook_lr > 0 && updates_state() && !opt_.freeze_codebook) {
+    // The reference's order: the in-place step, then the rows assigned
+    // again; the losses below come from the stepped codebook.
+    in_place_codebook_step(book, *a, opt_.in_place_codebook_lr, comm);
+    a = book.nearest(rows, comm);
+  }
   if (opt_.codebook_diversity_loss_weight > 0 && updates_state())
     losses.diversity.push_back(codebook_diversity_loss(book, *a, opt_.codebook_diversity_temperature, comm));
   if (opt_.orthogonal_reg_weight > 0 && updates_state())

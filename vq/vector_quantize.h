@@ -52,6 +52,10 @@ struct VectorQuantizeOptions {
   // as the reference's code does it (after its straight-through or
   // rotation): values unchanged, the gradient through the output times 1 + v.
   float sync_update_v = 0.f;
+  // in_place_codebook_optimizer: SGD at this learning rate on a learnable
+  // codebook inside each training forward (vq/in_place_codebook_step.h);
+  // 0: off.
+  float in_place_codebook_lr = 0.f;
   // The codebooks quantize but never change in training: no EMA update, no
   // revival, no gradient to a learnable codebook (k-means init still runs
   // once, as in the reference). A training step then issues no collective

@@ -414,8 +414,8 @@ TEST_CASE("check-ddp per step, bitwise, with the quantizer options that add a co
   }
 }
 
-TEST_CASE("check-ddp per step, bitwise, with the orthogonal regulariser of a learnable codebook: active codes of the "
-          "global batch, a random subset from the shared stream") {
+TEST_CASE("check-ddp per step, bitwise, with the orthogonal regulariser of a learnable codebook (active codes of the "
+          "global batch, a random subset from the shared stream), and with its in-place SGD step (the global gradient)") {
   if (test::sanitized_build()) return;  // the option adds no kernel the sanitizers have not seen; the time goes elsewhere
   const char* src = std::getenv("VQDDP_SOURCE_DIR");
   Config cfg = load_config(std::string(src ? src : ".") + "/examples/fashion_vq.json");
@@ -429,6 +429,7 @@ TEST_CASE("check-ddp per step, bitwise, with the orthogonal regulariser of a lea
     cfg.quantizer.orthogonal_reg_weight = 10.f;
     cfg.quantizer.orthogonal_reg_active_codes_only = true;
     cfg.quantizer.orthogonal_reg_max_codes = 8;
+    cfg.quantizer.in_place_codebook_lr = std::string(type) == "vq" ? 0.5f : 0.f;  // an option of vq
     CheckDdpResult r = check_ddp(
         cfg, data, {.mode = CheckDdpOptions::Mode::per_step, .world = 3, .steps = 2, .rtol = 0, .atol = 0, .print = false});
     CHECK_MESSAGE(r.passed, r.first_failure);

@@ -252,6 +252,33 @@ TEST_CASE("ema_update false keeps the codes; with revival on the statistics stil
   for (size_t i = 0; i < g0.size(); ++i) CHECK(g1[i] == 1.5f * g0[i]);
 }
 
+TEST_CASE("in_place_codebook_optimizer: one SGD step on the codebook for mse(codes, x) inside the forward, then the "
+          "rows assigned again") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(1, 0);
+  VectorQuantizeOptions o = base(4);
+  o.codebook.kmeans_init = false;
+  o.codebook.learnable = true;
+  o.in_place_codebook_lr = 0.5f;
+  VectorQuantize vq(o, init);
+  Tensor& embed = vq.codebooks()[0]->embed;
+  const std::vector<float> e0 = embed.to_vector<float>();
+  Tensor x = rand_normal({10, 4}, data);
+  const std::vector<float> xs = x.to_vector<float>();
+  const std::vector<int64_t> first = assign_codes(x, embed.detach(), false).to_vector<int64_t>();
+  QuantizerOutput out = vq.quantize(x, comm);
+  std::vector<float> want = e0;
+  for (int n = 0; n < 10; ++n)
+    for (int j = 0; j < 4; ++j) {
+      const int64_t k = first[n];
+      want[k * 4 + j] -= 0.5f * 2.f * (e0[k * 4 + j] - xs[n * 4 + j]) / 40.f;
+    }
+  const std::vector<float> e1 = embed.to_vector<float>();
+  for (size_t i = 0; i < want.size(); ++i) CHECK(e1[i] == doctest::Approx(want[i]).epsilon(1e-5));
+  // The output's codes are the stepped codebook's nearest.
+  CHECK(out.indices.reshape({-1}).to_vector<int64_t>() == assign_codes(x, embed.detach(), false).to_vector<int64_t>());
+}
+
 TEST_CASE("codebook diversity loss: the average is the global batch's, so W ranks (uneven, one empty) give 1 rank's "
           "gradient, for vq and (per layer) residual_vq") {
   Generator data(3, 0);
