@@ -69,24 +69,46 @@ std::vector<ReferenceSlot> slots_of(const std::string& base, const QuantizerOpti
   if (leaf == "draws" || leaf == "dropout_step" || leaf == "perturb_step") return {{ours, "vqddp." + ours, L::ours_only}};
   if (owner == "project_in_norm") return {{ours, "project_in.1." + leaf}};
   if (owner == "project_in" && q.layernorm_after_project_in) return {{ours, "project_in.0." + leaf}};
-  if (!is_codebook_leaf(leaf)) return {{ours, ours}};
-  const L layout = leaf == "initted" ? L::flag : L::leading_one;
+  // A codebook's tensors (its own, or its affine statistics'), under each
+  // place the reference holds that codebook.
+  const bool affine = owner.ends_with(".affine");
+  const std::string book = affine ? owner.substr(0, owner.size() - std::string(".affine").size()) : owner;
+  if (!affine && !is_codebook_leaf(leaf)) return {{ours, ours}};
+  struct Place {
+    std::string prefix;
+    int64_t head = 0, heads = 1;  // heads > 1: separate codebooks, stacked there
+  };
+  std::vector<Place> places;
   if (base == "vq") {
-    if (owner == "codebook") return {{ours, "_codebook." + leaf, layout}};
-    const int64_t h = std::stoll(owner.substr(std::string("codebook").size()));  // codebook<h>: one per head
-    return {{ours, "_codebook." + leaf, leaf == "initted" ? L::flag : L::head, h, q.heads}};
-  }
-  if (base == "residual_vq") {
-    if (owner == "codebook") {  // shared: the reference holds it under every layer
-      std::vector<ReferenceSlot> all;
-      for (int l = 0; l < q.num_quantizers; ++l)
-        all.push_back({ours, fmt::format("layers.{}._codebook.{}", l, leaf), layout});
-      return all;
+    if (book == "codebook") places.push_back({"_codebook."});
+    else places.push_back({"_codebook.", std::stoll(book.substr(std::string("codebook").size())), q.heads});  // codebook<h>
+  } else if (base == "residual_vq") {
+    if (book == "codebook") {  // shared: the reference holds it under every layer
+      for (int l = 0; l < q.num_quantizers; ++l) places.push_back({fmt::format("layers.{}._codebook.", l)});
+    } else {
+      places.push_back({fmt::format("layers.{}._codebook.", book.substr(std::string("layer").size()))});  // layer<l>
     }
-    const std::string l = owner.substr(std::string("layer").size());  // layer<l>
-    return {{ours, fmt::format("layers.{}._codebook.{}", l, leaf), layout}};
+  } else {
+    return {{ours, ours}};
   }
-  return {{ours, ours}};
+  std::vector<ReferenceSlot> out;
+  for (const Place& p : places) {
+    if (leaf == "initted") {
+      out.push_back({ours, p.prefix + leaf, L::flag});
+    } else if (!affine) {
+      out.push_back({ours, p.prefix + leaf, p.heads > 1 ? L::head : L::leading_one, p.head, p.heads});
+    } else if (leaf == "batch_needs_init") {
+      out.push_back({ours, "vqddp." + ours, L::ours_only});  // the reference tells by the statistics' absence
+    } else if (leaf == "codebook_needs_init") {  // one flag for the reference's two
+      out.push_back({ours, p.prefix + "codebook_mean_needs_init", L::flag});
+      out.push_back({ours, p.prefix + "codebook_variance_needs_init", L::flag});
+    } else {
+      ReferenceSlot s{ours, p.prefix + leaf, L::head_row, p.head, p.heads};
+      s.optional = leaf == "batch_mean" || leaf == "batch_variance";  // None there until the first forward
+      out.push_back(s);
+    }
+  }
+  return out;
 }
 
 Shape reference_shape(const ReferenceSlot& s, const Shape& ours) {
@@ -95,6 +117,7 @@ Shape reference_shape(const ReferenceSlot& s, const Shape& ours) {
   switch (s.layout) {
     case L::leading_one: out.insert(out.begin(), 1); break;
     case L::head: out.insert(out.begin(), s.heads); break;
+    case L::head_row: out.insert(out.begin(), {s.heads, 1}); break;
     case L::flag: out = {}; break;
     default: break;
   }
@@ -103,7 +126,8 @@ Shape reference_shape(const ReferenceSlot& s, const Shape& ours) {
 
 // Our tensor's value from the reference's tensor `t` (already checked).
 Tensor our_value(const ReferenceSlot& s, const Tensor& t, const Shape& ours) {
-  if (s.layout == ReferenceSlot::Layout::head) return t.slice_rows(s.head, s.head + 1).reshape(ours);
+  if (s.layout == ReferenceSlot::Layout::head || s.layout == ReferenceSlot::Layout::head_row)
+    return t.slice_rows(s.head, s.head + 1).reshape(ours);
   return t.reshape(ours);
 }
 
@@ -193,7 +217,7 @@ std::vector<std::string> load_reference_state(Module& m, const std::vector<Refer
   for (const ReferenceSlot& s : slots) {
     Tensor& dst = ours.at(s.ours);
     if (!f.contains(s.theirs)) {
-      if (s.layout == ReferenceSlot::Layout::ours_only) continue;  // ours alone: the initial value stays
+      if (s.layout == ReferenceSlot::Layout::ours_only || s.optional) continue;  // the initial value stays
       VQDDP_THROW("{}: missing tensor '{}' (the reference's name for {} {}; the file must hold the module's whole "
                   "state_dict)",
                   f.path, s.theirs, shape_str(dst.shape()), s.ours);
@@ -228,10 +252,12 @@ NamedTensors to_reference(const NamedTensors& tensors, const std::vector<Referen
     auto it = ours.find(s.ours);
     if (it == ours.end()) continue;
     const Tensor& t = it->second;
-    if (s.layout == ReferenceSlot::Layout::head) {
+    if (s.layout == ReferenceSlot::Layout::head || s.layout == ReferenceSlot::Layout::head_row) {
       auto& rows = heads[s.theirs];
       if (rows.empty()) out.emplace_back(s.theirs, Tensor());  // its place; filled below
-      rows.push_back(t.clone().reshape(reference_shape({s.ours, s.theirs, ReferenceSlot::Layout::leading_one}, t.shape())));
+      ReferenceSlot one = s;
+      one.heads = 1;  // this head's piece: a leading axis of 1
+      rows.push_back(t.clone().reshape(reference_shape(one, t.shape())));
     } else if (!written(s.theirs)) {  // heads share one `initted`
       out.emplace_back(s.theirs, t.clone().reshape(reference_shape(s, t.shape())));
     }

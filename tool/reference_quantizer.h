@@ -37,12 +37,14 @@ struct ReferenceSlot {
     same,         // the same shape
     leading_one,  // a leading axis of 1 (the reference's num_codebooks axis)
     head,         // row `head` of a stack over `heads` (separate_codebook_per_head)
+    head_row,     // the same with an axis of 1 after it (the affine statistics' [heads, 1, D])
     flag,         // our int64 [1] as a scalar (the reference's bool `initted`, written as int64)
     ours_only,    // no counterpart there (revival draws, the dropout step): kept as "vqddp.<ours>"
   };
   std::string ours, theirs;
   Layout layout = Layout::same;
   int64_t head = 0, heads = 1;
+  bool optional = false;  // may be absent there (then ours keeps its initial value)
 };
 
 // The slots of every state tensor of `m` (made from `q`), in state order;

@@ -45,6 +45,10 @@ Codebook::Codebook(const CodebookOptions& o, Generator& init_gen) : opt_(o) {
                              o.kmeans_init ? ValueRange{0, 1} : ValueRange::exactly(1));
   // A stream id: negative ids would replay streams of other purposes.
   draws_ = register_buffer("draws", zeros({1}, DType::i64), ValueRange::non_negative());
+  VQDDP_CHECK(!o.affine_param || !o.cosine, "codebook: affine_param needs a Euclidean codebook (use_cosine_sim false)");
+  if (o.affine_param)
+    affine_ = register_module("affine", std::make_shared<CodebookAffine>(d, o.affine_param_batch_decay,
+                                                                          o.affine_param_codebook_decay));
 }
 
 Generator Codebook::next_shared_generator() {
@@ -69,7 +73,8 @@ Tensor Codebook::codes() const {
   // An EMA cosine codebook is kept unit-length by its update; a learnable
   // one is moved by the optimizer, so it is normalised where it is used
   // (differentiably, so the gradient sees the normalisation).
-  return opt_.cosine && opt_.learnable ? l2_normalize_rows(embed) : embed;
+  Tensor base = opt_.cosine && opt_.learnable ? l2_normalize_rows(embed) : embed;
+  return affine_ ? affine_->to_batch_space(base) : base;
 }
 
 Tensor Codebook::assign(const Tensor& prepared) const {
@@ -143,7 +148,9 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
   // Learnable: counts only, for the metrics (the embed is trained by the
   // optimizer). EMA: counts and sums.
   StatsLayout layout{opt_.codebook_size, opt_.learnable ? 0 : opt_.dim, comm.world_size(), opt_.dim};
-  Tensor stats = code_stats(x.detach(), indices, layout, comm.rank());
+  // With affine_param the statistics see the rows in the codebook's space;
+  // revival takes the rows as they are, as the reference.
+  Tensor stats = code_stats(affine_ ? affine_->to_codebook_space(x.detach()) : x.detach(), indices, layout, comm.rank());
   if (opt_.sync_stats) {
     comm.all_reduce(stats, ReduceOp::sum);
   } else {
@@ -176,6 +183,7 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
 std::optional<CodebookAssignment> Codebook::nearest(const Tensor& x_in, Communicator& comm) {
   Tensor x = prepare(x_in, comm);  // (N, D)
   if (!ensure_initialised(x.detach(), comm)) return std::nullopt;
+  if (affine_ && updates_state()) affine_->update(x.detach(), embed.detach(), comm);  // before the codes are used
   Tensor indices = choose(x, comm);                   // (N)
   Tensor codes = lookup(indices, Indices::trusted);  // (N, D), from the codebook before this step's update
   return CodebookAssignment{x, indices, codes};

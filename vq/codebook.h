@@ -33,6 +33,7 @@
 #include "engine/nn.h"
 #include "engine/ops.h"
 #include "vq/code_stats.h"
+#include "vq/codebook_affine.h"
 
 namespace vqddp {
 
@@ -60,6 +61,11 @@ struct CodebookOptions {
   // codes stay as they are; with revival on, the usage statistics are still
   // tracked and dead codes still replaced, as the reference does.
   bool ema_update = true;
+  // affine_param (vq/codebook_affine.h): Euclidean codes used in the batch's
+  // space by EMAs of the global batch's and the codebook's moments.
+  bool affine_param = false;
+  float affine_param_batch_decay = 0.99f;
+  float affine_param_codebook_decay = 0.9f;
   float sample_temperature = 1.f;  // sample_codebook_temp
   bool operator==(const CodebookOptions&) const = default;
 };
@@ -182,6 +188,7 @@ class Codebook : public Module {
   // one, whether or not a code expired (the host cannot know that without
   // waiting for the device). int64 buffers stay on the host (Module::to).
   Tensor draws_;
+  std::shared_ptr<CodebookAffine> affine_;  // with affine_param
 };
 
 }  // namespace vqddp

@@ -114,6 +114,17 @@ void read_codebook_options(ConfigSection& s, CodebookOptions& c) {
   c.sync_stats = s.boolean("sync_codebook", c.sync_stats);
   c.stochastic_sample = s.boolean("stochastic_sample_codes", c.stochastic_sample);
   c.ema_update = s.boolean("ema_update", c.ema_update);
+  c.affine_param = s.boolean("affine_param", c.affine_param);
+  // The batch statistics are the global batch's always; the reference's
+  // switch is read so its configs load (false there is its per-rank bug).
+  (void)s.boolean("sync_affine_param", true);
+  c.affine_param_batch_decay = static_cast<float>(s.number("affine_param_batch_decay", c.affine_param_batch_decay));
+  c.affine_param_codebook_decay =
+      static_cast<float>(s.number("affine_param_codebook_decay", c.affine_param_codebook_decay));
+  if (!(c.affine_param_batch_decay >= 0 && c.affine_param_batch_decay <= 1)) s.fail("affine_param_batch_decay", "must be in [0, 1]");
+  if (!(c.affine_param_codebook_decay >= 0 && c.affine_param_codebook_decay <= 1))
+    s.fail("affine_param_codebook_decay", "must be in [0, 1]");
+  if (c.affine_param && c.cosine) s.fail("affine_param", "needs \"use_cosine_sim\": false (as the reference asserts)");
   c.sample_temperature = static_cast<float>(s.number("sample_codebook_temp", c.sample_temperature));
   if (!(c.sample_temperature >= 0)) s.fail("sample_codebook_temp", "must not be negative");
   if (!(c.decay >= 0 && c.decay <= 1)) s.fail("decay", "must be in [0, 1]");

@@ -21,7 +21,8 @@
 //   codebook keys (read_codebook_options): decay, eps,
 //     threshold_ema_dead_code, kmeans_init, kmeans_iters, use_cosine_sim,
 //     learnable_codebook, cluster_size_init, sync_codebook,
-//     stochastic_sample_codes, sample_codebook_temp, ema_update
+//     stochastic_sample_codes, sample_codebook_temp, ema_update, affine_param,
+//     sync_affine_param, affine_param_batch_decay, affine_param_codebook_decay
 //   LFQ keys (lfq, residual_lfq only): entropy_loss_weight,
 //     commitment_loss_weight, diversity_gamma, inv_temperature, codebook_scale
 //   LatentQuantize keys (latent_quantize): levels, num_codebooks,

@@ -119,13 +119,17 @@ std::vector<std::pair<std::string, QuantizerOptions>> option_variants() {
     QuantizerOptions frozen_codes = options_for(type);
     frozen_codes.codebook.ema_update = false;  // statistics and revival only
     out.emplace_back(std::string(type) + ", ema_update false", frozen_codes);
+    QuantizerOptions affine = options_for(type);
+    affine.codebook.affine_param = true;  // moments of the global batch, every step
+    out.emplace_back(std::string(type) + ", affine_param", affine);
   }
   return out;
 }
 
 }  // namespace
 
-TEST_CASE("VectorQuantize options that draw or reduce over the batch (stochastic_sample_codes, ...): W ranks' "
+TEST_CASE("VectorQuantize options that draw or reduce over the batch (stochastic_sample_codes, ema_update false, "
+          "affine_param): W ranks' "
           "outputs, indices and state are == 1 rank's, W = 2..3, every split") {
   for (const auto& [name, q] : option_variants()) {
     CAPTURE(name);

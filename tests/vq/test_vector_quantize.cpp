@@ -279,6 +279,47 @@ TEST_CASE("in_place_codebook_optimizer: one SGD step on the codebook for mse(cod
   CHECK(out.indices.reshape({-1}).to_vector<int64_t>() == assign_codes(x, embed.detach(), false).to_vector<int64_t>());
 }
 
+TEST_CASE("affine_param: the codes are used in the batch's space, (embed - cm) * bstd / cstd + bm, from the first "
+          "step's moments of the batch and of the codebook") {
+  SingleCommunicator comm;
+  Generator init(0, 0), data(1, 0);
+  VectorQuantizeOptions o = base(4);
+  o.codebook.kmeans_init = false;
+  o.codebook.threshold_ema_dead_code = 0;
+  o.codebook.affine_param = true;
+  VectorQuantize vq(o, init);
+  const Codebook& book = *vq.codebooks()[0];
+  const std::vector<float> e = book.embed.to_vector<float>();  // (8, 4) before the step
+  Tensor x = add(mul(rand_normal({10, 4}, data), 3.f), 5.f);     // far from the codes' scale
+  const std::vector<float> xs = x.to_vector<float>();
+  QuantizerOutput out = vq.quantize(x, comm);
+  std::vector<double> bm(4, 0), bv(4, 0), cm(4, 0), cv(4, 0);
+  for (int j = 0; j < 4; ++j) {
+    for (int n = 0; n < 10; ++n) bm[j] += xs[n * 4 + j] / 10.0;
+    for (int n = 0; n < 10; ++n) bv[j] += std::pow(xs[n * 4 + j] - bm[j], 2) / 10.0;
+    for (int k = 0; k < 8; ++k) cm[j] += e[k * 4 + j] / 8.0;
+    for (int k = 0; k < 8; ++k) cv[j] += std::pow(e[k * 4 + j] - cm[j], 2) / 8.0;
+  }
+  const std::vector<float> q = out.quantized.detach().to_vector<float>();
+  const std::vector<int64_t> idx = out.indices.reshape({-1}).to_vector<int64_t>();
+  for (int n = 0; n < 10; ++n) {
+    double best = 1e300;
+    int64_t want = -1;
+    for (int k = 0; k < 8; ++k) {
+      double d2 = 0;
+      for (int j = 0; j < 4; ++j) {
+        double c = (e[k * 4 + j] - cm[j]) * std::sqrt(bv[j]) / std::sqrt(cv[j]) + bm[j];
+        d2 += std::pow(xs[n * 4 + j] - c, 2);
+      }
+      if (d2 < best) best = d2, want = k;
+    }
+    CHECK(idx[n] == want);
+    for (int j = 0; j < 4; ++j)
+      CHECK(q[n * 4 + j] ==
+            doctest::Approx((e[want * 4 + j] - cm[j]) * std::sqrt(bv[j]) / std::sqrt(cv[j]) + bm[j]).epsilon(1e-4));
+  }
+}
+
 TEST_CASE("codebook diversity loss: the average is the global batch's, so W ranks (uneven, one empty) give 1 rank's "
           "gradient, for vq and (per layer) residual_vq") {
   Generator data(3, 0);
