@@ -96,25 +96,22 @@ QuantizerOutput VectorQuantize::quantize(const Tensor& x, Communicator& comm, co
     const std::vector<Tensor>& ce = losses.cross_entropy;
     Tensor total = ce[0];
     for (size_t i = 1; i < ce.size(); ++i) total = add(total, ce[i]);
-    out.loss = mul(total, opt_.commitment_weight / static_cast<float>(ce.size()));
+    out.loss = mul(div(total, static_cast<float>(ce.size())), opt_.commitment_weight);
   } else {
     out.loss = quantization_loss(learnable ? q : q.detach(), z, opt_.commitment_weight, learnable, comm);
   }
-  if (opt_.orthogonal_reg_weight > 0) {
-    // The mean over codebooks (the reference: the sum over heads over h).
-    Tensor o = full({}, 0.0, DType::f32, x.device());
-    for (const Tensor& t : losses.orthogonal) o = add(o, t);
-    if (!losses.orthogonal.empty()) o = div(o, static_cast<float>(losses.orthogonal.size()));
-    out.extras["orthogonal_reg_loss"] = o;
-    out.loss = add(out.loss, mul(o, opt_.orthogonal_reg_weight));
-  }
-  if (opt_.codebook_diversity_loss_weight > 0) {
-    Tensor d = full({}, 0.0, DType::f32, x.device());
-    for (const Tensor& t : losses.diversity) d = add(d, t);
-    if (!losses.diversity.empty()) d = div(d, static_cast<float>(losses.diversity.size()));
-    out.extras["codebook_diversity_loss"] = d;
-    out.loss = add(out.loss, mul(d, opt_.codebook_diversity_loss_weight));
-  }
+  // Each further term: the mean over codebooks (the reference's sum over
+  // heads over h), logged as an extra and added with its weight.
+  auto add_term = [&](const char* name, const std::vector<Tensor>& terms, float weight) {
+    Tensor t = full({}, 0.0, DType::f32, x.device());
+    for (const Tensor& each : terms) t = add(t, each);
+    if (!terms.empty()) t = div(t, static_cast<float>(terms.size()));
+    out.extras[name] = t;
+    out.loss = add(out.loss, mul(t, weight));
+  };
+  if (opt_.orthogonal_reg_weight > 0) add_term("orthogonal_reg_loss", losses.orthogonal, opt_.orthogonal_reg_weight);
+  if (opt_.codebook_diversity_loss_weight > 0)
+    add_term("codebook_diversity_loss", losses.diversity, opt_.codebook_diversity_loss_weight);
   // Per head: each head's piece of a row is rotated onto its own code
   // (vector-quantize-pytorch rotates the head-split rows).
   const int64_t m = z.size(0), h = opt_.heads;

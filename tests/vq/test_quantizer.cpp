@@ -32,29 +32,33 @@ using test::run;
 
 }  // namespace
 
+// Invariants 1-2 through the interface: W ranks' outputs, indices, state
+// and metrics (each rank's) are == 1 rank's on the whole batch, W = 2..3,
+// every split kind.
+void check_w_ranks_equal_one(const QuantizerOptions& q) {
+  Trace one = per_rank(1, [&](Communicator& comm) { return run(q, comm, {kRows}); })[0];
+  for_each_split(kRows, 2, 3, [&](int w, const std::string& split) {
+    std::vector<int64_t> sizes = test::split_sizes(kRows, w, split);
+    std::vector<Trace> ranks = per_rank(w, [&](Communicator& comm) { return run(q, comm, sizes); });
+    test::check_traces_equal(ranks, one);
+    for (int s = 0; s < kSteps; ++s) {
+      CAPTURE(s);
+      std::vector<Tensor> qs, is;
+      for (int r = 0; r < w; ++r) {
+        qs.push_back(ranks[r].quantized[s]);
+        is.push_back(ranks[r].indices[s]);
+      }
+      CHECK(test::first_difference({{"quantized", concat(qs, 0)}, {"indices", concat(is, 0)}},
+                                   {{"quantized", one.quantized[s]}, {"indices", one.indices[s]}}) == "");
+    }
+  });
+}
+
 TEST_CASE("every quantizer type through the Quantizer interface: W ranks' outputs, indices, state and metrics are == 1 "
-          "rank's "
-          "on the whole batch, W = 2..3, every split") {
+          "rank's on the whole batch, W = 2..3, every split") {
   for (const std::string& type : quantizer_types()) {
     CAPTURE(type);
-    QuantizerOptions q = options_for(type);
-    Trace one = per_rank(1, [&](Communicator& comm) { return run(q, comm, {kRows}); })[0];
-    for_each_split(kRows, 2, 3, [&](int w, const std::string& split) {
-      std::vector<int64_t> sizes = test::split_sizes(kRows, w, split);
-      std::vector<Trace> ranks = per_rank(w, [&](Communicator& comm) { return run(q, comm, sizes); });
-      // Invariants 1-2: every rank's state and metrics are the 1-rank ones.
-      test::check_traces_equal(ranks, one);
-      for (int s = 0; s < kSteps; ++s) {
-        CAPTURE(s);
-        std::vector<Tensor> qs, is;
-        for (int r = 0; r < w; ++r) {
-          qs.push_back(ranks[r].quantized[s]);
-          is.push_back(ranks[r].indices[s]);
-        }
-        CHECK(test::first_difference({{"quantized", concat(qs, 0)}, {"indices", concat(is, 0)}},
-                                     {{"quantized", one.quantized[s]}, {"indices", one.indices[s]}}) == "");
-      }
-    });
+    check_w_ranks_equal_one(options_for(type));
   }
 }
 
@@ -133,17 +137,7 @@ TEST_CASE("VectorQuantize options that draw or reduce over the batch (stochastic
           "outputs, indices and state are == 1 rank's, W = 2..3, every split") {
   for (const auto& [name, q] : option_variants()) {
     CAPTURE(name);
-    Trace one = per_rank(1, [&](Communicator& comm) { return run(q, comm, {kRows}); })[0];
-    for_each_split(kRows, 2, 3, [&](int w, const std::string& split) {
-      std::vector<int64_t> sizes = test::split_sizes(kRows, w, split);
-      std::vector<Trace> ranks = per_rank(w, [&](Communicator& comm) { return run(q, comm, sizes); });
-      test::check_traces_equal(ranks, one);
-      for (int s = 0; s < kSteps; ++s) {
-        std::vector<Tensor> is;
-        for (int r = 0; r < w; ++r) is.push_back(ranks[r].indices[s]);
-        CHECK(test::first_difference({{"indices", concat(is, 0)}}, {{"indices", one.indices[s]}}) == "");
-      }
-    });
+    check_w_ranks_equal_one(q);
   }
 }
 

@@ -116,9 +116,15 @@ TEST_CASE("rotation trick with heads: each head's piece is rotated onto its own 
 }
 
 namespace {
-VectorQuantizeOptions diversity_options() {
+// The codes the rows meet are the initial ones (no k-means init).
+VectorQuantizeOptions initial_codes() {
   VectorQuantizeOptions o = base(4);
-  o.codebook.kmeans_init = false;  // the codes the rows meet are the initial ones
+  o.codebook.kmeans_init = false;
+  return o;
+}
+
+VectorQuantizeOptions diversity_options() {
+  VectorQuantizeOptions o = initial_codes();
   o.commitment_weight = 0.f;       // the diversity loss alone
   o.codebook_diversity_loss_weight = 1.f;
   o.codebook_diversity_temperature = 2.f;  // soft enough for a gradient everywhere
@@ -161,8 +167,7 @@ TEST_CASE("commitment_use_cross_entropy_loss: the commitment term is the weighte
           "logits (minus the distance) against its code") {
   SingleCommunicator comm;
   Generator init(0, 0), data(1, 0);
-  VectorQuantizeOptions o = base(4);
-  o.codebook.kmeans_init = false;
+  VectorQuantizeOptions o = initial_codes();
   o.commitment_weight = 0.5f;
   o.commitment_use_cross_entropy_loss = true;
   VectorQuantize vq(o, init);
@@ -193,8 +198,7 @@ TEST_CASE("orthogonal regulariser: sum of squared cosines over n^2 minus 1/n; 0 
   CHECK(orthogonal_loss(from_vector({1, 2, 2, 4}, {2, 2})).item<float>() == doctest::Approx(0.5f));
   SingleCommunicator comm;
   Generator init(0, 0), data(1, 0);
-  VectorQuantizeOptions o = base(4);
-  o.codebook.kmeans_init = false;
+  VectorQuantizeOptions o = initial_codes();
   o.codebook.learnable = true;
   o.commitment_weight = 0.f;
   o.orthogonal_reg_weight = 2.f;
@@ -217,8 +221,7 @@ TEST_CASE("ema_update false keeps the codes; with revival on the statistics stil
   for (float threshold : {0.f, 1.5f}) {
     CAPTURE(threshold);
     Generator init(0, 0), data(1, 0);
-    VectorQuantizeOptions o = base(4);
-    o.codebook.kmeans_init = false;
+    VectorQuantizeOptions o = initial_codes();
     o.codebook.ema_update = false;
     o.codebook.threshold_ema_dead_code = threshold;
     VectorQuantize vq(o, init);
@@ -235,8 +238,7 @@ TEST_CASE("ema_update false keeps the codes; with revival on the statistics stil
   }
   auto input_grad = [&](float v) {
     Generator init(0, 0), data(1, 0);
-    VectorQuantizeOptions o = base(4);
-    o.codebook.kmeans_init = false;
+    VectorQuantizeOptions o = initial_codes();
     o.codebook.learnable = true;
     o.rotation_trick = false;
     o.commitment_weight = 0.f;
@@ -256,8 +258,7 @@ TEST_CASE("in_place_codebook_optimizer: one SGD step on the codebook for mse(cod
           "rows assigned again") {
   SingleCommunicator comm;
   Generator init(0, 0), data(1, 0);
-  VectorQuantizeOptions o = base(4);
-  o.codebook.kmeans_init = false;
+  VectorQuantizeOptions o = initial_codes();
   o.codebook.learnable = true;
   o.in_place_codebook_lr = 0.5f;
   VectorQuantize vq(o, init);
@@ -283,8 +284,7 @@ TEST_CASE("affine_param: the codes are used in the batch's space, (embed - cm) *
           "step's moments of the batch and of the codebook") {
   SingleCommunicator comm;
   Generator init(0, 0), data(1, 0);
-  VectorQuantizeOptions o = base(4);
-  o.codebook.kmeans_init = false;
+  VectorQuantizeOptions o = initial_codes();
   o.codebook.threshold_ema_dead_code = 0;
   o.codebook.affine_param = true;
   VectorQuantize vq(o, init);
