@@ -53,16 +53,7 @@ Options codebook_quantizer_options(const QuantizerOptions& q, int64_t dim, uint6
   o.dim = dim;
   o.codebook_size = q.codebook_size;
   o.codebook_dim = q.codebook_dim;
-  o.commitment_weight = q.commitment_weight;
-  o.rotation_trick = q.rotation_trick;
-  o.codebook_diversity_loss_weight = q.codebook_diversity_loss_weight;
-  o.codebook_diversity_temperature = q.codebook_diversity_temperature;
-  o.commitment_use_cross_entropy_loss = q.commitment_use_cross_entropy_loss;
-  o.orthogonal_reg_weight = q.orthogonal_reg_weight;
-  o.orthogonal_reg_active_codes_only = q.orthogonal_reg_active_codes_only;
-  o.orthogonal_reg_max_codes = q.orthogonal_reg_max_codes;
-  o.sync_update_v = q.sync_update_v;
-  o.freeze_codebook = q.freeze_codebook;
+  static_cast<CodebookLossOptions&>(o) = q;  // the training terms, by their one declaration
   o.codebook = q.codebook;
   o.seed = seed;
   return o;

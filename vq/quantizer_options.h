@@ -41,18 +41,19 @@
 #include "engine/config_reader.h"
 #include "engine/random.h"
 #include "vq/codebook.h"
+#include "vq/codebook_loss_options.h"
 #include "vq/quantizer.h"
 
 namespace vqddp {
 
-struct QuantizerOptions {
+// The codebook quantizers' training terms are CodebookLossOptions'
+// (commitment_weight and rotation_trick also SimVQ's).
+struct QuantizerOptions : CodebookLossOptions {
   std::string type = "residual_vq";  // one of quantizer_types()
   int64_t codebook_size = 256;
   int num_quantizers = 4;
   int64_t codebook_dim = 0;  // 0: the quantizer's input width (no projection)
   bool shared_codebook = false;
-  float commitment_weight = 1.f;
-  bool rotation_trick = true;            // vq, residual_vq (vector-quantize-pytorch's default)
   // vq, residual_vq: the reference's Gumbel straight-through. Its softmax
   // gradient is cut by the reference's own outer straight-through estimator
   // whenever the input needs a gradient, so it changes neither outputs nor
@@ -61,18 +62,10 @@ struct QuantizerOptions {
   bool straight_through = false;
   int groups = 1;                        // grouped_*: feature groups, each its own residual quantizer
   int heads = 1;                         // vq
-  float codebook_diversity_loss_weight = 0.f;    // vq, residual_vq
-  float codebook_diversity_temperature = 100.f;  // vq, residual_vq
-  bool commitment_use_cross_entropy_loss = false;  // vq, residual_vq
-  float orthogonal_reg_weight = 0.f;                // vq, residual_vq (learnable codebooks)
-  bool orthogonal_reg_active_codes_only = false;
-  int64_t orthogonal_reg_max_codes = 0;             // 0: no limit (the reference's None)
-  float sync_update_v = 0.f;                        // vq, residual_vq (learnable codebooks), in [0, 1]
   float quant_grad_frac = 0.f;                      // residual_vq, in [0, 1]
   // vq with a learnable codebook: in_place_codebook_optimizer {"type": "sgd",
   // "lr": x}; 0: off.
   float in_place_codebook_lr = 0.f;
-  bool freeze_codebook = false;                  // vq, residual_vq
   bool layernorm_after_project_in = false;       // vq
   bool separate_codebook_per_head = false;  // vq
   CodebookOptions codebook;  // decay, eps, threshold, kmeans, cosine, learnable, cluster_size_init, sync

@@ -22,12 +22,15 @@
 #include <vector>
 
 #include "vq/codebook.h"
+#include "vq/codebook_loss_options.h"
 #include "vq/quantize_dropout.h"
 #include "vq/quantizer.h"
 
 namespace vqddp {
 
-struct ResidualVQOptions {
+// The training terms are CodebookLossOptions' (vq/codebook_loss_options.h),
+// applied per layer as the reference passes them to every layer.
+struct ResidualVQOptions : CodebookLossOptions {
   int64_t dim = 0;
   int num_quantizers = 8;
   int64_t codebook_size = 1024;
@@ -35,27 +38,9 @@ struct ResidualVQOptions {
   int64_t codebook_dim = 0;             // 0: dim (no projection)
   bool shared_codebook = false;
   QuantizeDropoutOptions quantize_dropout;
-  float commitment_weight = 1.f;
-  bool rotation_trick = true;  // per layer, as VectorQuantizeOptions
-  // Per layer, as VectorQuantizeOptions (the reference passes them to every
-  // layer): the diversity loss (each layer's, weighted, in its layer loss)
-  // and frozen codebooks.
-  float codebook_diversity_loss_weight = 0.f;
-  float codebook_diversity_temperature = 100.f;
-  bool commitment_use_cross_entropy_loss = false;
-  // The orthogonal regulariser of a learnable codebook (vq/orthogonal_reg.h),
-  // weighted into the loss in training steps; 0: off.
-  float orthogonal_reg_weight = 0.f;
-  bool orthogonal_reg_active_codes_only = false;
-  int64_t orthogonal_reg_max_codes = 0;  // 0: every code
-  // sync_update_v (learnable codebooks): the output plus v (y - y.detach()),
-  // as the reference's code does it (after its straight-through or
-  // rotation): values unchanged, the gradient through the output times 1 + v.
-  float sync_update_v = 0.f;
   // quant_grad_frac in [0, 1]: the share of the later layers' gradient that
   // flows back through each layer's output (0: the residual is detached).
-  float quant_grad_frac = 0.f;  // per layer, as VectorQuantizeOptions
-  bool freeze_codebook = false;
+  float quant_grad_frac = 0.f;
   CodebookOptions codebook;  // hyper-parameters; size, dim and seed are set per layer
   uint64_t seed = 0;
 };

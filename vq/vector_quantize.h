@@ -21,46 +21,23 @@
 #include <vector>
 
 #include "vq/codebook.h"
+#include "vq/codebook_loss_options.h"
 #include "vq/quantizer.h"
 
 namespace vqddp {
 
-struct VectorQuantizeOptions {
+// The training terms (commitment, rotation trick, diversity, ...) are
+// CodebookLossOptions' (vq/codebook_loss_options.h).
+struct VectorQuantizeOptions : CodebookLossOptions {
   int64_t dim = 0;
   int64_t codebook_size = 512;
   int64_t codebook_dim = 0;  // 0: dim / heads
   int heads = 1;
   bool separate_codebook_per_head = false;
-  float commitment_weight = 1.f;
-  // The gradient through the quantizer in training (vq/rotation_trick.h):
-  // the rotation trick, vector-quantize-pytorch's default, or straight-through.
-  bool rotation_trick = true;
-  // The codebook diversity loss (vq/codebook_diversity.h), added to the loss
-  // with this weight in a training step; 0: off (the reference's default).
-  float codebook_diversity_loss_weight = 0.f;
-  float codebook_diversity_temperature = 100.f;
-  // commitment_use_cross_entropy_loss: the commitment term is the cross
-  // entropy of each row's code logits against its code (vq/code_logits.h)
-  // instead of the squared distance, as the reference (training steps).
-  bool commitment_use_cross_entropy_loss = false;
-  // The orthogonal regulariser of a learnable codebook (vq/orthogonal_reg.h),
-  // weighted into the loss in training steps; 0: off.
-  float orthogonal_reg_weight = 0.f;
-  bool orthogonal_reg_active_codes_only = false;
-  int64_t orthogonal_reg_max_codes = 0;  // 0: every code
-  // sync_update_v (learnable codebooks): the output plus v (y - y.detach()),
-  // as the reference's code does it (after its straight-through or
-  // rotation): values unchanged, the gradient through the output times 1 + v.
-  float sync_update_v = 0.f;
   // in_place_codebook_optimizer: SGD at this learning rate on a learnable
   // codebook inside each training forward (vq/in_place_codebook_step.h);
   // 0: off.
   float in_place_codebook_lr = 0.f;
-  // The codebooks quantize but never change in training: no EMA update, no
-  // revival, no gradient to a learnable codebook (k-means init still runs
-  // once, as in the reference). A training step then issues no collective
-  // but that init and the losses' means.
-  bool freeze_codebook = false;
   // A LayerNorm after project_in (only with a projection, as in the reference).
   bool layernorm_after_project_in = false;
   // Codebook hyper-parameters; codebook_size, dim and seed are set from the
