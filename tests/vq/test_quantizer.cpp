@@ -170,3 +170,66 @@ TEST_CASE("stochastic_sample_codes draws codes in training steps only: some rows
 }
 
 }  // namespace vqddp
+
+namespace vqddp {
+
+TEST_CASE("invariant 4 for every VectorQuantize option: after a training step, inference (eval, or no grad in "
+          "training mode) issues no collective and changes no state") {
+  std::vector<std::pair<std::string, QuantizerOptions>> all = option_variants();
+  for (const char* type : {"vq", "residual_vq"}) {
+    auto with = [&](const std::string& name, auto set) {
+      QuantizerOptions q = options_for(type);
+      set(q);
+      all.emplace_back(std::string(type) + ", " + name, q);
+    };
+    with("commitment_use_cross_entropy_loss", [](QuantizerOptions& q) { q.commitment_use_cross_entropy_loss = true; });
+    with("orthogonal_reg, learnable", [](QuantizerOptions& q) {
+      q.codebook.learnable = true;
+      q.orthogonal_reg_weight = 1.f;
+      q.orthogonal_reg_active_codes_only = true;
+      q.orthogonal_reg_max_codes = 4;
+    });
+    with("sync_update_v, quant_grad_frac", [](QuantizerOptions& q) {
+      q.codebook.learnable = true;
+      q.sync_update_v = 0.5f;
+      q.quant_grad_frac = std::string(q.type) == "residual_vq" ? 0.5f : 0.f;
+    });
+  }
+  QuantizerOptions inplace = options_for("vq");
+  inplace.codebook.learnable = true;
+  inplace.in_place_codebook_lr = 0.1f;
+  all.emplace_back("vq, in_place_codebook_optimizer", inplace);
+  for (const auto& [name, q] : all) {
+    CAPTURE(name);
+    run_ranks(1, [&](Communicator& comm) {
+      std::shared_ptr<Quantizer> m = make(q);
+      Generator data(3);
+      Tensor x = rand_normal({kRows, kDim}, data);
+      m->train();
+      m->quantize(x, comm);
+      const NamedTensors state = m->state_copy();
+      const uint64_t before = comm.counters().collectives;
+      {
+        NoGradGuard no_grad;
+        m->quantize(x, comm);
+      }
+      m->eval();
+      m->quantize(x, comm);
+      CHECK(comm.counters().collectives == before);
+      CHECK(test::first_difference(m->state_copy(), state) == "");
+    }, test::kFast);
+  }
+}
+
+TEST_CASE("straight_through follows the reference's rule: refused with the rotation trick, accepted without") {
+  auto read = [](nlohmann::json j) {
+    QuantizerOptions q;
+    read_quantizer_options(ConfigSection(j, "quantizer", "run.json"), q);
+    return q;
+  };
+  CHECK_THROWS_WITH_AS(read({{"type", "vq"}, {"straight_through", true}}),
+                       doctest::Contains("'quantizer.straight_through' needs \"rotation_trick\": false"), Error);
+  CHECK(read({{"type", "vq"}, {"straight_through", true}, {"rotation_trick", false}}).straight_through);
+}
+
+}  // namespace vqddp
