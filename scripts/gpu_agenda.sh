@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The standing GPU agenda (../shared/tools/GPU.md) as one command for a lent
+# GPU machine, which has no network and none of the Debian -dev packages:
+#   bash ../shared/tools/gpu-pack.sh            # here: .gpu/ with the packages
+#   bash scripts/gpu_agenda.sh --pack-data      # here: data and Python sources into .gpu/
+#   bash scripts/gpu_agenda.sh OUTDIR [SECONDS] # there (carry .gpu): everything, logs in OUTDIR
+# The GPU work (test_cuda, runs on cuda and nccl, benchmarks, the SIGINT stop,
+# compute-sanitizer) runs in one lane and the CPU work (the whole meson suite
+# but cuda, runs on the cpu, the replay parity against vector-quantize-pytorch)
+# in another, beside it, so CPU steps/s here are read with 4-8 cores busy.
+# Each item is time-limited and nothing new starts after SECONDS (540).
+set -u
+if [ "${1:-}" = --pack-data ]; then
+  # Data the examples name, at their paths there (a Fashion-MNIST subset:
+  # 15000 training and 5000 validation images, to fit the 64 MiB carry), and
+  # the reference's pure-Python sources for scripts/replay_parity.py.
+  set -e
+  mkdir -p .gpu/data/fashion-mnist .gpu/data/Allison/digits .gpu/py
+  python3 - <<'EOF'
+import gzip, struct
+for name, keep in (("train", 15000), ("t10k", 5000)):
+    raw = gzip.open(f"/usr/share/datasets/fashion-mnist/{name}-images-idx3-ubyte.gz").read()
+    magic, n, r, c = struct.unpack(">IIII", raw[:16])
+    with gzip.open(f".gpu/data/fashion-mnist/{name}-images-idx3-ubyte.gz", "wb", 6) as f:
+        f.write(struct.pack(">IIII", magic, keep, r, c) + raw[16:16 + keep * r * c])
+EOF
+  cp /usr/share/asterisk/sounds/en_US_f_Allison/*.wav .gpu/data/Allison/
+  cp /usr/share/asterisk/sounds/en_US_f_Allison/digits/*.wav .gpu/data/Allison/digits/
+  echo "now put vector_quantize_pytorch/, einx/ and frozendict/ (pure Python) into .gpu/py"
+  exit 0
+fi
+
+out=${1:?usage: gpu_agenda.sh OUTDIR [SECONDS]}
+budget=${2:-540}
+mkdir -p "$out"
+start=$SECONDS
+left() { echo $((budget - (SECONDS - start))); }
+stamp() { echo "[$((SECONDS - start)) s] $*"; }
+
+# The examples' data paths.
+mkdir -p /usr/share/datasets /usr/share/asterisk/sounds
+ln -sfn "$PWD/.gpu/data/fashion-mnist" /usr/share/datasets/fashion-mnist
+ln -sfn "$PWD/.gpu/data/Allison" /usr/share/asterisk/sounds/en_US_f_Allison
+
+stamp build
+bash .gpu/build.sh >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+tail -3 "$out/build.log"
+source .gpu/env.sh
+nproc
+stamp built
+
+# item NAME SECONDS COMMAND...: runs COMMAND with a limit (never past the
+# budget), its output in OUTDIR/NAME.log, and says how it ended and how long it took.
+item() {
+  local name=$1 limit=$2; shift 2
+  local l; l=$(left)
+  [ "$l" -gt 15 ] || { stamp "$name: skipped (budget)"; return 0; }
+  [ "$limit" -lt "$l" ] || limit=$((l - 5))
+  local t0=$SECONDS
+  timeout -s INT -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  stamp "$name: rc $rc in $((SECONDS - t0)) s"
+}
+
+examples=(speech_codec fashion_vq fashion_conv_vqvae speech_codec_fsq speech_codec_lfq speech_codec_mlp
+  speech_codec_spectral fashion_fsq fashion_lfq fashion_simvq fashion_grouped_rvq fashion_residual_simvq
+  fashion_grouped_rlfq fashion_grouped_rfsq fashion_fsp fashion_latent_quantize)
+
+gpu_lane() {
+  item test_cuda 150 build-gpu/tests/test_cuda
+  item main_cuda 90 build-gpu/vqddp train --device cuda --steps 500 --dir /tmp/g
+  item main_nccl 90 build-gpu/vqddp train --backend nccl --steps 500 --dir /tmp/n
+  item bench_cuda_codebook_step 60 build-gpu/bench/bench_cuda_codebook_step bench/torch_ema_step.py
+  item bench_nccl_allreduce 30 build-gpu/bench/bench_nccl_allreduce
+  item bench_device_transfers 60 build-gpu/bench/bench_device_transfers --device cuda --steps 100 examples/speech_codec.json
+  # SIGINT after the first log line: it must checkpoint, say how to resume, and the resume must run.
+  (
+    rm -rf /tmp/s
+    build-gpu/vqddp train --backend nccl --steps 300 --dir /tmp/s >"$out/sigint.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do grep -q '"loss"' /tmp/s/metrics.jsonl 2>/dev/null && break; sleep 0.1; done
+    kill -INT $pid; wait $pid; echo "sigint: exit $?" >>"$out/sigint.log"
+    resume=$(sed -n 's/^resume with: //p' "$out/sigint.log")
+    echo "sigint: resume line: $resume" >>"$out/sigint.log"
+    [ -n "$resume" ] && timeout 60 bash -c "$resume" >>"$out/sigint.log" 2>&1
+    echo "sigint: resume exit $?" >>"$out/sigint.log"
+  )
+  stamp "sigint: $(grep -c '^sigint' "$out/sigint.log") lines"
+  for e in "${examples[@]}"; do
+    item "ex_cuda_$e" 40 build-gpu/vqddp train "examples/$e.json" --device cuda --steps 300 --dir "/tmp/ex/cuda_$e"
+  done
+  item sanitizer 120 compute-sanitizer --tool memcheck --report-api-errors no build-gpu/tests/test_cuda
+  for e in "${examples[@]}"; do
+    item "ex_nccl_$e" 40 build-gpu/vqddp train "examples/$e.json" --backend nccl --steps 300 --dir "/tmp/ex/nccl_$e"
+  done
+}
+
+cpu_lane() {
+  item suite 240 meson test -C build-gpu --no-rebuild --print-errorlogs --num-processes 8 --no-suite gpu
+  item parity 120 env PYTHONPATH="$PWD/.gpu/py" python3 scripts/replay_parity.py build-gpu/vqddp --world 4
+  item main_cpu 120 build-gpu/vqddp train --device cpu --steps 500 --dir /tmp/c
+  for e in "${examples[@]}"; do
+    item "ex_cpu_$e" 40 build-gpu/vqddp train "examples/$e.json" --device cpu --steps 300 --dir "/tmp/ex/cpu_$e"
+  done
+}
+
+gpu_lane >"$out/gpu_lane.txt" 2>&1 &
+gpu=$!
+cpu_lane >"$out/cpu_lane.txt" 2>&1
+wait $gpu
+cat "$out/gpu_lane.txt" "$out/cpu_lane.txt"
+
+# Checkpoints of cuda and cpu runs, tensor by tensor (CRC per tensor).
+for e in "${examples[@]}"; do
+  a=/tmp/ex/cuda_$e/checkpoint.safetensors b=/tmp/ex/cpu_$e/checkpoint.safetensors
+  [ -f "$a" ] && [ -f "$b" ] || { echo "crc $e: missing"; continue; }
+  build-gpu/vqddp inspect "$a" | grep '^tensor' >/tmp/ia; build-gpu/vqddp inspect "$b" | grep '^tensor' >/tmp/ib
+  echo "crc $e: $(diff /tmp/ia /tmp/ib | grep -c '^<') of $(wc -l </tmp/ia) tensors differ"
+done >"$out/crc.txt"
+cat "$out/crc.txt"
+# One summary file: the last lines of each log (the figures).
+for f in "$out"/*.log; do echo "== $(basename "$f")"; tail -4 "$f"; done >"$out/summary.txt"
+stamp done
