@@ -43,7 +43,25 @@ ln -sfn "$PWD/.gpu/data/fashion-mnist" /usr/share/datasets/fashion-mnist
 ln -sfn "$PWD/.gpu/data/Allison" /usr/share/asterisk/sounds/en_US_f_Allison
 
 stamp build
-bash .gpu/build.sh >"$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+# .gpu/build.sh's steps, plus zlib: zlib1g-dev's libz.so points at the
+# runtime package, which is not carried, so the link would take libz.a
+# (not position-independent) into libvqddp.so; point it at the machine's.
+build() {
+  mkdir -p /opt/deps
+  for f in .gpu/debs/*.deb; do dpkg -x "$f" /opt/deps; done
+  local lib=/opt/deps/usr/lib/x86_64-linux-gnu ob=/opt/deps/usr/lib/x86_64-linux-gnu/openblas-pthread
+  for l in libopenblas.so libopenblas.so.0 libblas.so libblas.so.3; do
+    [ -e "$ob/$l" ] && ln -sf "$ob/$l" "$lib/$l"
+  done
+  rm -f "$lib/libz.a"
+  ln -sf "$(ldconfig -p | sed -n 's/.*libz.so.1 (libc6,x86-64) => //p' | head -1)" "$lib/libz.so"
+  source .gpu/env.sh
+  command -v pkg-config >/dev/null || ln -sf /opt/deps/usr/bin/pkgconf /opt/deps/usr/bin/pkg-config
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  [ -f build-gpu/build.ninja ] || meson setup build-gpu --buildtype=release -Dcuda=enabled
+  ninja -C build-gpu
+}
+build >"$out/build.log" 2>&1 || { grep -B2 -A8 "FAILED\|error:" "$out/build.log" | head -60; exit 1; }
 tail -3 "$out/build.log"
 source .gpu/env.sh
 nproc

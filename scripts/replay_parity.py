@@ -46,19 +46,26 @@ CASES = {
     "vq_commit_weight": ("VectorQuantize", dict(dim=D, codebook_size=64, commitment_weight=0.5)),
     "vq_diversity": ("VectorQuantize", dict(dim=D, codebook_size=64, codebook_diversity_loss_weight=0.5)),
     "vq_commit_ce": ("VectorQuantize", dict(dim=D, codebook_size=64, commitment_use_cross_entropy_loss=True)),
+    "vq_commit_ce_ema_off": ("VectorQuantize", dict(dim=D, codebook_size=64, commitment_use_cross_entropy_loss=True,
+                                                    ema_update=False)),
     "vq_affine": ("VectorQuantize", dict(dim=D, codebook_size=64, affine_param=True)),
     "vq_ema_off": ("VectorQuantize", dict(dim=D, codebook_size=64, ema_update=False)),
     "rvq": ("ResidualVQ", dict(dim=D, codebook_size=64, num_quantizers=4, decay=0.9)),
     "rvq_shared": ("ResidualVQ", dict(dim=D, codebook_size=64, num_quantizers=3, shared_codebook=True)),
+    "rvq_cosine": ("ResidualVQ", dict(dim=D, codebook_size=64, num_quantizers=3, use_cosine_sim=True)),
     "rvq_codebook_dim": ("ResidualVQ", dict(dim=D, codebook_size=64, num_quantizers=3, codebook_dim=16)),
     "grouped_rvq": ("GroupedResidualVQ", dict(dim=D, codebook_size=64, num_quantizers=2, groups=2)),
     "fsq": ("FSQ", dict(dim=4, levels=[8, 5, 5, 5])),
     "fsq_project": ("FSQ", dict(dim=D, levels=[8, 5, 5, 5])),
     "fsq_codebooks": ("FSQ", dict(dim=D, levels=[8, 5, 5, 5], num_codebooks=2)),
+    "fsq_symmetric": ("FSQ", dict(dim=4, levels=[8, 5, 5, 5], preserve_symmetry=True)),
+    "fsq_symmetric_hard": ("FSQ", dict(dim=D, levels=[8, 5, 2, 5], preserve_symmetry=True, bound_hard_clamp=True)),
+    "fsq_hard_clamp": ("FSQ", dict(dim=4, levels=[8, 5, 5, 5], bound_hard_clamp=True)),
     "residual_fsq": ("ResidualFSQ", dict(dim=D, levels=[8, 5, 5, 5], num_quantizers=3)),
     "grouped_residual_fsq": ("GroupedResidualFSQ", dict(dim=D, levels=[8, 5, 5, 5], num_quantizers=2, groups=2)),
     "lfq": ("LFQ", dict(dim=8, codebook_size=256)),
     "lfq_project": ("LFQ", dict(dim=D, codebook_size=256, entropy_loss_weight=0.1, diversity_gamma=1.0)),
+    "lfq_commitment": ("LFQ", dict(dim=D, codebook_size=256, commitment_loss_weight=0.25)),
     "residual_lfq": ("ResidualLFQ", dict(dim=D, codebook_size=256, num_quantizers=3)),
     "grouped_residual_lfq": ("GroupedResidualLFQ", dict(dim=D, codebook_size=256, num_quantizers=2, groups=2)),
     "sim_vq": ("SimVQ", dict(dim=D, codebook_size=64)),
@@ -66,6 +73,13 @@ CASES = {
     "residual_sim_vq": ("ResidualSimVQ", dict(dim=D, codebook_size=64, num_quantizers=3)),
     "fsp_no_perturbation": ("FSP", dict(dim=D, levels=[8, 5, 5, 5], quantize_rate=1.0)),
     "latent_quantize": ("LatentQuantize", dict(dim=D, levels=[5, 5, 5])),
+}
+
+# Where we differ from the reference on purpose (README's parity table says why).
+KNOWN = {
+    "vq_diversity": "the reference averages the code distribution per sequence position, not over the batch",
+    "vq_commit_ce": "the reference's backward reads the codes its EMA update rewrote in place (vq_commit_ce_ema_off "
+                    "holds the formula)",
 }
 
 
@@ -107,8 +121,9 @@ def run_case(name, cls, kw, exe, world, tol, work):
         for p in ref.parameters():
             p.grad = None
         x = xs[i].clone().requires_grad_()
-        ret = ref(x[None])
-        q, idx = ret[0], ret[1]
+        channel_first = cls == "LatentQuantize"  # it takes [b, d, n]
+        ret = ref(x.t()[None] if channel_first else x[None])
+        q, idx = (ret[0].transpose(1, 2) if channel_first else ret[0]), ret[1]
         losses = [t for t in ret[2:] if isinstance(t, torch.Tensor)]
         total = sum((l.sum() for l in losses), torch.zeros(()))
         ((q[0] * gs[i]).sum() + total).backward()
@@ -142,8 +157,9 @@ def run_case(name, cls, kw, exe, world, tol, work):
         worst = max([worst] + list(row.values()))
     if missing:
         print(f"  {name}: not in OUT: {sorted(missing)}")
-    verdict = "PASS" if worst <= tol and bad_rows == 0 else "DIFFERS"
-    print(f"{name}: {verdict} (largest difference {worst:.3g}, index rows differing {bad_rows})")
+    verdict = "PASS" if worst <= tol and bad_rows == 0 else ("KNOWN" if name in KNOWN else "DIFFERS")
+    why = f"; known: {KNOWN[name]}" if verdict == "KNOWN" else ""
+    print(f"{name}: {verdict} (largest difference {worst:.3g}, index rows differing {bad_rows}){why}")
     return verdict
 
 

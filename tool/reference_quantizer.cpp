@@ -42,11 +42,16 @@ std::string without_group(const std::string& type) {
 
 // The reference's constructor defaults where ours differ (VectorQuantize's
 // signature, which ResidualVQ and GroupedResidualVQ pass on to their
-// layers): a key the metadata leaves out means what it means there. FSQ,
-// LFQ and SimVQ already take the reference's defaults (quantizer_options.h).
+// layers; LFQ's commitment weight): a key the metadata leaves out means
+// what it means there. FSQ and SimVQ already take the reference's defaults
+// (quantizer_options.h).
 void set_reference_defaults(QuantizerOptions& q, int64_t dim) {
   const std::string base = without_group(q.type);
+  if (base == "lfq" || base == "residual_lfq") q.commitment_loss_weight = 0.f;
   if (base != "vq" && base != "residual_vq") return;
+  // There each head is codebook_dim wide, dim by default (projected from
+  // dim to heads x codebook_dim); ours defaults to dim / heads.
+  if (base == "vq") q.codebook_dim = dim;
   q.codebook.decay = 0.8f;
   q.codebook.kmeans_init = false;
   q.codebook.kmeans_iters = 10;
@@ -175,7 +180,8 @@ ReferenceQuantizer reference_quantizer(const std::map<std::string, std::string>&
   set_reference_defaults(r.options, r.dim);
   read_quantizer_options(s, r.options);
   if (r.dim == 0) {
-    if (base == "fsq" || base == "fsp") r.dim = static_cast<int64_t>(r.options.levels.size());
+    if (base == "fsq") r.dim = static_cast<int64_t>(r.options.levels.size()) * r.options.num_codebooks;
+    else if (base == "fsp") r.dim = static_cast<int64_t>(r.options.levels.size());
     else r.dim = static_cast<int64_t>(std::llround(std::log2(static_cast<double>(r.options.codebook_size))));
   }
   if (r.options.codebook.learnable)

@@ -143,16 +143,34 @@ void Codebook::revive_dead_codes(const Tensor& x, Tensor& stats, const StatsLayo
 Tensor Codebook::lookup(const Tensor& indices, Indices from) const { return index_select(codes(), indices, from); }
 
 CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communicator& comm) {
+  return update_layers({}, {}, x, indices, comm);
+}
+
+CodebookMetrics Codebook::update_layers(const std::vector<Tensor>& xs, const std::vector<Tensor>& indices,
+                                        const Tensor& all_rows, const Tensor& all_indices, Communicator& comm) {
   NoGradGuard no_grad;
-  const Device dev = x.device();
+  VQDDP_CHECK(xs.size() == indices.size(), "codebook update: {} row sets for {} index sets", xs.size(), indices.size());
+  const Device dev = all_rows.device();
   // Learnable: counts only, for the metrics (the embed is trained by the
   // optimizer). EMA: counts and sums.
   StatsLayout layout{opt_.codebook_size, opt_.learnable ? 0 : opt_.dim, comm.world_size(), opt_.dim};
-  // With affine_param the statistics see the rows in the codebook's space;
-  // revival takes the rows as they are, as the reference.
-  Tensor stats = code_stats(affine_ ? affine_->to_codebook_space(x.detach()) : x.detach(), indices, layout, comm.rank());
+  // The statistics of all rows (metrics, non-finite flags, revival), then
+  // those of each row set, all in one all-reduce. With affine_param the
+  // statistics see the rows in the codebook's space; revival takes the
+  // rows as they are, as the reference.
+  auto stats_of = [&](const Tensor& x, const Tensor& idx) {
+    return code_stats(affine_ ? affine_->to_codebook_space(x.detach()) : x.detach(), idx, layout, comm.rank());
+  };
+  std::vector<Tensor> own{stats_of(all_rows, all_indices)};
+  for (size_t l = 0; l < xs.size(); ++l) own.push_back(stats_of(xs[l], indices[l]));
+  Tensor buffer = own.size() == 1 ? own[0] : concat(own, 0);
+  const int64_t size = own[0].numel();
+  auto block = [&](size_t i) {
+    return buffer.slice_rows(static_cast<int64_t>(i) * size, static_cast<int64_t>(i + 1) * size);
+  };
+  Tensor stats = block(0);
   if (opt_.sync_stats) {
-    comm.all_reduce(stats, ReduceOp::sum);
+    comm.all_reduce(buffer, ReduceOp::sum);
   } else {
     // The deliberately unsynchronised mode still shares the non-finite
     // flags, so a bad row stops every rank alike instead of leaving the
@@ -169,10 +187,20 @@ CodebookMetrics Codebook::update(const Tensor& x, const Tensor& indices, Communi
     // Without ema_update the statistics move (revival reads them) but the
     // codes are put back: the kernel writes them with the statistics.
     const Tensor kept = opt_.ema_update ? Tensor() : embed.clone();
-    vq.ema_update(stats, layout, cluster_size, embed_avg, embed, opt_.decay, opt_.eps);
+    if (xs.empty()) {
+      vq.ema_update(stats, layout, cluster_size, embed_avg, embed, opt_.decay, opt_.eps);
+    } else {
+      // One EMA step per row set, in order, as each layer of the
+      // reference's ResidualVQ steps the one shared codebook; the codes
+      // come from the last step's statistics. A set's block carries the
+      // same non-finite flags as the whole (a bad row poisons every later
+      // layer's residual too), so the kernels skip alike.
+      for (size_t l = 0; l < xs.size(); ++l)
+        vq.ema_update(block(l + 1), layout, cluster_size, embed_avg, embed, opt_.decay, opt_.eps);
+    }
     if (kept.defined()) embed.copy_(kept);
     else if (opt_.cosine) embed.copy_(l2_normalize_rows(embed));
-    if (opt_.threshold_ema_dead_code > 0.f) revive_dead_codes(x.detach(), stats, layout, comm);
+    if (opt_.threshold_ema_dead_code > 0.f) revive_dead_codes(all_rows.detach(), stats, layout, comm);
     cluster_size.bump_version();
     embed_avg.bump_version();
     embed.bump_version();

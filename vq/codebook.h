@@ -157,6 +157,13 @@ class Codebook : public Module {
   // Steps 4-9 for prepared rows and their indices: one all-reduce, EMA,
   // normalisation, revival; metrics of the global counts.
   CodebookMetrics update(const Tensor& prepared, const Tensor& indices, Communicator& comm);
+  // The same with one EMA step per row set, in order (ResidualVQ's shared
+  // codebook: one set per layer, as each layer of vector-quantize-
+  // pytorch's ResidualVQ steps the shared codebook), all in one all-reduce;
+  // `all_rows`/`all_indices` hold every set's rows in an order that is the
+  // same on any split: the metrics count them and revival samples them.
+  CodebookMetrics update_layers(const std::vector<Tensor>& prepared, const std::vector<Tensor>& indices,
+                                const Tensor& all_rows, const Tensor& all_indices, Communicator& comm);
 
   // The codebook (K, D) as assign and lookup use it (cosine: unit rows),
   // with the embed's gradient when it is learnable.

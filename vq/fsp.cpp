@@ -166,7 +166,7 @@ QuantizerOutput FSP::quantize(const Tensor& x, Communicator& comm, const Tensor&
               "rank {}: FSP expects float32 [N, {}], got {}", comm.rank(), opt_.dim, x.desc());
   const bool training = updates_state();
   if (training) refuse_nonfinite_rows(x, comm, "FSP's input");
-  const int64_t m = x.size(0), c = static_cast<int64_t>(opt_.levels.size());
+  const int64_t m = x.size(0);
   const Device dev = x.device();
   Tensor z = projection_.in(x);  // (M, C)
   QuantizerOutput out;

@@ -24,6 +24,16 @@ Tensor round_straight_through(const Tensor& v) {
   return straight_through(v, r);
 }
 
+// floor(v) in value, v's gradient (the reference's floor_ste).
+Tensor floor_straight_through(const Tensor& v) {
+  Tensor r;
+  {
+    NoGradGuard no_grad;
+    r = vqddp::floor(v.detach());
+  }
+  return straight_through(v, r);
+}
+
 }  // namespace
 
 int64_t fsq_codebook_size(const std::vector<int>& levels) {
@@ -36,15 +46,17 @@ int64_t fsq_codebook_size(const std::vector<int>& levels) {
 
 FSQ::FSQ(const FSQOptions& o, Generator& init_gen) : opt_(o) {
   VQDDP_CHECK(!o.levels.empty() && o.num_codebooks >= 1, "FSQ: needs at least one level and one codebook");
-  std::vector<float> half_l, offset, shift, half_width;
+  std::vector<float> half_l, offset, shift, half_width, levels_minus_1, step;
   for (int l : o.levels) {
     VQDDP_CHECK(l >= 2, "FSQ: every level must be at least 2, got {}", l);
     float h = (l - 1) * (1.f + 1e-3f) / 2.f;
     float off = l % 2 == 0 ? 0.5f : 0.f;
     half_l.push_back(h);
     offset.push_back(off);
-    shift.push_back(std::atanh(off / h));
-    half_width.push_back(static_cast<float>(l / 2));
+    shift.push_back(o.bound_hard_clamp ? off / h : std::atanh(off / h));
+    half_width.push_back(o.preserve_symmetry ? static_cast<float>(l - 1) / 2.f : static_cast<float>(l / 2));
+    levels_minus_1.push_back(static_cast<float>(l - 1));
+    step.push_back(2.f / static_cast<float>(l - 1));
   }
   codebook_size_ = fsq_codebook_size(o.levels);
   int64_t d = code_dim();
@@ -54,6 +66,8 @@ FSQ::FSQ(const FSQOptions& o, Generator& init_gen) : opt_(o) {
   offset_ = constants_.add(from_vector(offset, {d}));
   shift_ = constants_.add(from_vector(shift, {d}));
   half_width_ = constants_.add(from_vector(half_width, {d}));
+  levels_minus_1_ = constants_.add(from_vector(levels_minus_1, {d}));
+  step_ = constants_.add(from_vector(step, {d}));
   levels_ = constants_.add(from_vector(levels, {d}));
   basis_ = constants_.add(from_vector(basis, {d}));
   int64_t inner = d * o.num_codebooks;
@@ -74,7 +88,12 @@ Tensor FSQ::round_codes(const Tensor& z) const {
       VQDDP_THROW_NONFINITE("FSQ: row {} has a non-finite value ({} in column {})", at / code_dim(),
                             z.detach().reshape({-1}).slice_rows(at, at + 1).item<float>(), at % code_dim());
   Device dev = z.device();
-  Tensor bounded = sub(mul(vqddp::tanh(add(z, constant(shift_, dev))), constant(half_l_, dev)), constant(offset_, dev));
+  auto squash = [&](const Tensor& v) { return opt_.bound_hard_clamp ? clamp(v, -1.f, 1.f) : vqddp::tanh(v); };
+  if (opt_.preserve_symmetry) {  // the reference's operation order, for its float32 bits
+    Tensor bracket = add(div(mul(constant(levels_minus_1_, dev), add(squash(z), 1.f)), 2.f), 0.5f);
+    return sub(mul(constant(step_, dev), floor_straight_through(bracket)), 1.f);
+  }
+  Tensor bounded = sub(mul(squash(add(z, constant(shift_, dev))), constant(half_l_, dev)), constant(offset_, dev));
   return div(round_straight_through(bounded), constant(half_width_, dev));
 }
 

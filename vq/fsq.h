@@ -10,6 +10,12 @@
 //   z_hat    = round(bound(z)) / (L_j // 2)       (round is straight-through)
 // Index = sum_j (z_hat_j * (L_j // 2) + L_j // 2) * b_j with
 // b = cumprod([1] + L[:-1]); the inverse is (i // b_j) mod L_j.
+// bound_hard_clamp: clamp(., -1, 1) in place of tanh (and no shift).
+// preserve_symmetry (Zhao et al. 2024, section 3.2; what ResidualFSQ's
+// layers use): L_j codes spread evenly over [-1, 1], ends included,
+//   t = tanh(z) (clamp(z, -1, 1) with bound_hard_clamp)
+//   z_hat = 2/(L_j - 1) * floor((L_j - 1)(t + 1)/2 + 0.5) - 1   (floor straight-through)
+// with digit (z_hat + 1)(L_j - 1)/2 in the index.
 // Everything is float32, whatever the caller's precision would be.
 #pragma once
 
@@ -26,6 +32,8 @@ struct FSQOptions {
   std::vector<int> levels;  // L_j, each >= 2
   int64_t dim = 0;          // 0: levels.size() * num_codebooks (no projection)
   int num_codebooks = 1;
+  bool preserve_symmetry = false;
+  bool bound_hard_clamp = false;
 };
 
 class FSQ : public Quantizer {
@@ -57,10 +65,11 @@ class FSQ : public Quantizer {
   int64_t codebook_size_ = 1;
   const Tensor& constant(size_t i, Device device) const { return constants_.on(i, device); }
   // (D) per-dimension constants, uploaded once per device: float32 half_l,
-  // offset, shift, half_width; int64 levels, basis (the place value of each
-  // digit of an index).
+  // offset, shift, half_width (the digit's: L // 2, or (L - 1) / 2 with
+  // preserve_symmetry), L - 1 and 2 / (L - 1); int64 levels, basis (the
+  // place value of each digit of an index).
   DeviceConstants constants_;
-  size_t half_l_ = 0, offset_ = 0, shift_ = 0, half_width_ = 0, levels_ = 0, basis_ = 0;
+  size_t half_l_ = 0, offset_ = 0, shift_ = 0, half_width_ = 0, levels_minus_1_ = 0, step_ = 0, levels_ = 0, basis_ = 0;
   Projection projection_;
 };
 

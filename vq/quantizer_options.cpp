@@ -200,6 +200,14 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     for (int64_t l : s.integers("levels", levels, limits::fsq_level)) q.levels.push_back(static_cast<int>(l));
     if (q.levels.empty()) s.fail("levels", "is required for type \"" + q.type + "\"");
   }
+  if (q.type == "fsq") {
+    q.num_codebooks = static_cast<int>(s.integer("num_codebooks", q.num_codebooks, limits::heads));
+    // The reference's: one index column per codebook, which is our only layout.
+    if (!s.boolean("keep_num_codebooks_dim", true) && q.num_codebooks > 1)
+      s.fail("keep_num_codebooks_dim", "must be true with num_codebooks > 1");
+    q.preserve_symmetry = s.boolean("preserve_symmetry", q.preserve_symmetry);
+    q.bound_hard_clamp = s.boolean("bound_hard_clamp", q.bound_hard_clamp);
+  }
   if (is_lfq(q.type)) read_lfq_options(s, q);
   if (q.type == "latent_quantize") {
     q.num_codebooks = static_cast<int>(s.integer("num_codebooks", q.num_codebooks, limits::heads));
@@ -251,7 +259,12 @@ std::shared_ptr<Quantizer> make_one(const QuantizerOptions& q, int64_t dim, uint
     o.quantize_dropout = dropout_options(q, dropout_seed);
     return std::make_shared<ResidualVQ>(o, gen);
   }
-  if (q.type == "fsq") return std::make_shared<FSQ>(FSQOptions{q.levels, dim, 1}, gen);
+  if (q.type == "fsq") {
+    FSQOptions o{q.levels, dim, q.num_codebooks};
+    o.preserve_symmetry = q.preserve_symmetry;
+    o.bound_hard_clamp = q.bound_hard_clamp;
+    return std::make_shared<FSQ>(o, gen);
+  }
   if (q.type == "latent_quantize")
     return std::make_shared<LatentQuantize>(
         LatentQuantizeOptions{q.levels, dim, q.num_codebooks, q.latent_commitment_loss_weight, q.quantization_loss_weight},

@@ -25,6 +25,8 @@
 //     sync_affine_param, affine_param_batch_decay, affine_param_codebook_decay
 //   LFQ keys (lfq, residual_lfq only): entropy_loss_weight,
 //     commitment_loss_weight, diversity_gamma, inv_temperature, codebook_scale
+//   FSQ keys (fsq): num_codebooks, keep_num_codebooks_dim, preserve_symmetry,
+//     bound_hard_clamp
 //   LatentQuantize keys (latent_quantize): levels, num_codebooks,
 //     commitment_loss_weight, quantization_loss_weight
 //   FSP keys (fsp): levels, act_name, quantize_rate, need_inv_act, vector_norm
@@ -52,7 +54,7 @@ struct QuantizerOptions : CodebookLossOptions {
   std::string type = "residual_vq";  // one of quantizer_types()
   int64_t codebook_size = 256;
   int num_quantizers = 4;
-  int64_t codebook_dim = 0;  // 0: the quantizer's input width (no projection)
+  int64_t codebook_dim = 0;  // 0: the input width (vq: the width / heads), no projection
   bool shared_codebook = false;
   // vq, residual_vq: the reference's Gumbel straight-through. Its softmax
   // gradient is cut by the reference's own outer straight-through estimator
@@ -73,7 +75,10 @@ struct QuantizerOptions : CodebookLossOptions {
   int quantize_dropout_cutoff_index = 0;
   int quantize_dropout_multiple_of = 1;
   std::vector<int> levels;  // FSQ
-  // LFQ (vector-quantize-pytorch's LFQ defaults).
+  bool preserve_symmetry = false;  // fsq (vq/fsq.h)
+  bool bound_hard_clamp = false;   // fsq
+  // LFQ (vector-quantize-pytorch's LFQ defaults but commitment_loss_weight:
+  // 0 there, 0.25 here as in MAGVIT-v2; `replay` takes the reference's).
   float entropy_loss_weight = 0.1f;
   float commitment_loss_weight = 0.25f;
   float diversity_gamma = 1.f;

@@ -11,10 +11,16 @@ namespace vqddp {
 
 ResidualFSQ::ResidualFSQ(const ResidualFSQOptions& o, Generator& init_gen) : opt_(o) {
   VQDDP_CHECK(o.num_quantizers >= 1, "ResidualFSQ: num_quantizers {} must be positive", o.num_quantizers);
-  fsq_ = std::make_shared<FSQ>(FSQOptions{o.levels, 0, 1}, init_gen);
+  FSQOptions layer{o.levels, 0, 1};
+  layer.preserve_symmetry = true;
+  layer.bound_hard_clamp = true;
+  fsq_ = std::make_shared<FSQ>(layer, init_gen);
   code_dim_ = fsq_->code_dim();
   if (opt_.dim == 0) opt_.dim = code_dim_;
   projection_ = make_projection(opt_.dim, code_dim_, init_gen);
+  std::vector<float> c;
+  for (int l : o.levels) c.push_back(1.f + 1.f / static_cast<float>(l - 1));
+  soft_clamp_ = constants_.add(from_vector(c, {code_dim_}));
   for (int i = 0; i < o.num_quantizers; ++i) {
     std::vector<float> s;
     for (int l : o.levels) s.push_back(static_cast<float>(std::pow(double(l), -double(i))));
@@ -47,6 +53,10 @@ QuantizerOutput ResidualFSQ::quantize(const Tensor& x, Communicator& comm, const
   if (updates_state()) refuse_nonfinite_rows(x, comm, "ResidualFSQ's input");
   const int q = opt_.num_quantizers;
   Tensor z = projection_.in(x);  // (N, D)
+  {
+    const Tensor& c = constants_.on(soft_clamp_, z.device());
+    z = mul(vqddp::tanh(div(z, c)), c);
+  }
   int64_t n = z.size(0);
   int last = last_active_layer(opt_.quantize_dropout, q, updates_state(), opt_.seed, dropout_step_);
   Device dev = z.device();

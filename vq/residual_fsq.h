@@ -1,6 +1,10 @@
 // ResidualFSQ: Q FSQ layers on successive residuals, layer i working at
 // scale L^-i (per dimension): q_i = FSQ(residual / s_i) * s_i with
-// s_i = L^-i, as VQ_SEMANTICS.md section 2 states. Quantize dropout as in
+// s_i = L^-i, as VQ_SEMANTICS.md section 2 states. As vector-quantize-
+// pytorch's: the layers are symmetric FSQ with a hard clamp (vq/fsq.h:
+// L codes over [-1, 1], ends included, so a layer's grid covers the
+// previous layer's bin), and the projected input is soft-clamped once,
+// z = tanh(z / c) * c with c = 1 + 1/(L - 1) per dimension. Quantize dropout as in
 // ResidualVQ (vq/quantize_dropout.h). No codebook statistics; the dropout
 // index comes from a shared stream. quantize()'s one collective: it refuses non-finite input on every rank alike,
 // with one all-reduce of W flags when the input is on the host, in a
@@ -45,6 +49,8 @@ class ResidualFSQ : public Quantizer {
   int64_t code_dim_;
   std::shared_ptr<FSQ> fsq_;  // the per-layer quantizer (no state, no projection)
   DeviceConstants scales_;  // (D) per layer: L^-i, uploaded once per device
+  DeviceConstants constants_;  // (D): the soft clamp's c = 1 + 1/(L - 1)
+  size_t soft_clamp_ = 0;
   Projection projection_;
   Tensor dropout_step_;  // int64 (1)
 };

@@ -96,7 +96,7 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
       out.metrics.push_back({});
     }
     Tensor layer_loss = cross_entropy.defined() ? mul(cross_entropy, opt_.commitment_weight)
-                                                : quantization_loss(code, residual, opt_.commitment_weight, learnable, comm);
+                                                : quantization_loss(code, prepared, opt_.commitment_weight, learnable, comm);
     if (layer_diversity.defined()) {
       // Each layer's loss holds its own weighted term, as each layer of the
       // reference is a VectorQuantize with the option.
@@ -110,7 +110,9 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
       orthogonal = orthogonal.defined() ? add(orthogonal, o) : o;
     }
     out.layer_losses.push_back(layer_loss);
-    Tensor quantized = through_quantizer(residual, code, opt_.rotation_trick && is_training());
+    // `prepared` is the residual (cosine: normalised, as the reference's
+    // layers normalise their input before the loss and the output).
+    Tensor quantized = through_quantizer(prepared, code, opt_.rotation_trick && is_training());
     if (opt_.sync_update_v > 0 && is_training())  // per layer, as the reference's layers
       quantized = add(quantized, mul(sub(quantized, quantized.detach()), opt_.sync_update_v));
     // quant_grad_frac: frac q + (1 - frac) q.detach(), as the reference
@@ -134,7 +136,7 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
     Tensor rows = reshape(transpose(reshape(concat(shared_rows, 0), {layers, m, codebook_dim_}), 0, 1),
                           {m * layers, codebook_dim_});
     Tensor idx = reshape(transpose(reshape(concat(shared_idx, 0), {layers, m}), 0, 1), {m * layers});
-    out.metrics.push_back(books_[0]->update(rows, idx, comm));
+    out.metrics.push_back(books_[0]->update_layers(shared_rows, shared_idx, rows, idx, comm));
   }
   out.loss = zero;
   for (const Tensor& l : out.layer_losses) out.loss = add(out.loss, l);

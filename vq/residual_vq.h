@@ -11,11 +11,13 @@
 // every layer.
 //
 // With shared_codebook, ONE codebook serves every layer: all layers are
-// quantized with the codebook as it was at the start of the step, and the
-// codebook is updated once, with every layer's residuals and indices, in a
-// single all-reduce. Those rows go in example-major (row n's layers
-// together), the one order whose global row numbers, and so the rows
-// revival samples, do not depend on how the batch is split.
+// quantized with the codebook as it was at the start of the step; then,
+// from a single all-reduce of every layer's statistics, it takes one EMA
+// step per layer in layer order (as vector-quantize-pytorch's layers each
+// step it: the decay applies once per layer) and revives once. Revival's
+// rows go in example-major (row n's layers together), the one order whose
+// global row numbers, and so the rows revival samples, do not depend on
+// how the batch is split.
 #pragma once
 
 #include <memory>

@@ -84,6 +84,14 @@ QuantizerOutput VectorQuantize::quantize(const Tensor& x, Communicator& comm, co
   MaskedRows rows(mask, x.size(0), comm.rank());
   Tensor z = rows.compact(x);                 // (M, dim)
   z = projection_.in(z);  // (M, heads * cd)
+  if (codebooks_[0]->options().cosine) {
+    // As the reference: each head piece is normalised before everything,
+    // so the commitment loss and the output's gradient see the unit vector
+    // the codebook compares (the codebook's own normalisation is then a
+    // no-op up to rounding).
+    const int64_t m = z.size(0), h = opt_.heads;
+    z = reshape(l2_normalize_rows(reshape(z, {m * h, codebook_dim_})), {m, h * codebook_dim_});
+  }
   QuantizerOutput out;
   Tensor q, idx;
   AssignmentLosses losses;

@@ -71,7 +71,8 @@ TEST_CASE("replay of the reference's classes: its state names and layouts, and W
         {"vqddp.codebook1.draws", {1}}}},
       {{{"class", "VectorQuantize"}, {"dim", "8"}, {"codebook_size", "16"}, {"heads", "2"},
         {"separate_codebook_per_head", "true"}, {"affine_param", "true"}, {"rotation_trick", "false"}},
-       {{"_codebook.batch_mean", {2, 1, 4}}, {"_codebook.codebook_variance", {2, 1, 4}},
+       // The reference's heads are codebook_dim = dim wide by default, projected 8 -> 2 x 8.
+       {{"_codebook.batch_mean", {2, 1, 8}}, {"_codebook.codebook_variance", {2, 1, 8}}, {"project_in.weight", {16, 8}},
         {"_codebook.codebook_mean_needs_init", {}}, {"vqddp.codebook0.affine.batch_needs_init", {1}}}},
       {{{"class", "ResidualVQ"}, {"dim", "8"}, {"codebook_size", "16"}, {"num_quantizers", "2"},
         {"shared_codebook", "true"}, {"quantize_dropout", "true"}, {"codebook_diversity_loss_weight", "0.1"}},

@@ -2,6 +2,9 @@
 // (bits, entropy gradient with W ranks equal to one rank).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "comm/single.h"
 #include "engine/autograd.h"
 #include "tests/vq/harness.h"
@@ -50,6 +53,76 @@ TEST_CASE("FSQ: any input lands on a valid code whose index round-trips; gradien
     double h = (l - 1) * (1 + 1e-3) / 2, off = l % 2 == 0 ? 0.5 : 0.0, shift = std::atanh(off / h);
     double t = std::tanh(px[i] + shift);
     CHECK(g[i] == doctest::Approx((1 - t * t) * h / (l / 2)).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("FSQ preserve_symmetry with a hard clamp: L codes over [-1, 1], ends included, the clamp's gradient") {
+  Generator init(0, 0);
+  SingleCommunicator comm;
+  FSQOptions o{{8, 5}};
+  o.preserve_symmetry = true;
+  o.bound_hard_clamp = true;
+  FSQ fsq(o, init);
+  // Per dimension: code = 2/(L-1) * floor((L-1)(clamp(z)+1)/2 + 0.5) - 1; digit = the floor.
+  std::vector<float> z = {0.f, 0.f, 1.f, 1.f, -1.f, -1.f, 2.f, -3.f, 0.3f, 0.3f};
+  Tensor x = from_vector(z, {5, 2});
+  x.set_requires_grad(true);
+  QuantizerOutput out = fsq.quantize(x, comm);
+  std::vector<float> q = out.quantized.to_vector<float>();
+  std::vector<int64_t> idx = out.indices.to_vector<int64_t>();
+  for (int64_t r = 0; r < 5; ++r) {
+    int64_t index = 0, place = 1;
+    for (int j = 0; j < 2; ++j) {
+      const int l = j == 0 ? 8 : 5;
+      const float t = std::clamp(z[r * 2 + j], -1.f, 1.f);
+      const float bracket = std::floor(static_cast<float>(l - 1) * (t + 1.f) / 2.f + 0.5f);
+      CHECK(q[r * 2 + j] == 2.f / static_cast<float>(l - 1) * bracket - 1.f);
+      index += static_cast<int64_t>(bracket) * place;
+      place *= l;
+    }
+    CHECK(idx[r] == index);
+  }
+  CHECK(q[4] == -1.f);  // the ends are codes
+  CHECK(q[2] == 1.f);
+  // Straight-through floor: the gradient is the clamp's, 1 inside [-1, 1] (ends included), 0 outside.
+  sum(out.quantized).backward();
+  std::vector<float> g = x.grad().to_vector<float>();
+  for (size_t i = 0; i < z.size(); ++i) CHECK(g[i] == (std::fabs(z[i]) <= 1.f ? 1.f : 0.f));
+  Tensor all = arange(fsq.codebook_size());
+  CHECK(fsq.codes_to_indices(fsq.indices_to_codes(all)).to_vector<int64_t>() == all.to_vector<int64_t>());
+}
+
+TEST_CASE("ResidualFSQ soft-clamps once, then quantizes each layer with symmetric hard-clamped FSQ") {
+  Generator init(0, 0), data(3, 0);
+  SingleCommunicator comm;
+  ResidualFSQOptions o;
+  o.levels = {8, 5, 5, 5};
+  o.num_quantizers = 3;
+  ResidualFSQ rfsq(o, init);
+  Tensor x = mul(rand_normal({64, 4}, data), 2.f);
+  QuantizerOutput out = rfsq.quantize(x, comm);
+  // The first layer's digit from the closed form: c = 1 + 1/(L-1), z = tanh(x/c)*c.
+  std::vector<float> px = x.to_vector<float>();
+  std::vector<int64_t> idx = out.indices.to_vector<int64_t>();
+  for (int64_t r = 0; r < 64; ++r) {
+    int64_t index = 0, place = 1;
+    for (int j = 0; j < 4; ++j) {
+      const int l = o.levels[j];
+      const float c = 1.f + 1.f / static_cast<float>(l - 1);
+      const float zc = std::tanh(px[r * 4 + j] / c) * c;
+      const float t = std::clamp(zc, -1.f, 1.f);
+      index += static_cast<int64_t>(std::floor(static_cast<float>(l - 1) * (t + 1.f) / 2.f + 0.5f)) * place;
+      place *= l;
+    }
+    CHECK(idx[r * 3] == index);
+  }
+  // The layers together get within the last layer's half step: |z - q| <= 1/(L-1) * L^-2.
+  std::vector<float> q = out.quantized.to_vector<float>();
+  for (int64_t i = 0; i < 64 * 4; ++i) {
+    const int l = o.levels[i % 4];
+    const float c = 1.f + 1.f / static_cast<float>(l - 1);
+    const float zc = std::tanh(px[i] / c) * c;
+    CHECK(std::fabs(zc - q[i]) <= 1.0001f / static_cast<float>((l - 1) * l * l));
   }
 }
 

@@ -291,3 +291,30 @@ TEST_CASE("quant_grad_frac: the share of a later layer's gradient that flows bac
   }
   CHECK(norm > 0);
 }
+
+TEST_CASE("a shared ResidualVQ codebook takes one EMA step per layer, in layer order (the reference's dynamics)") {
+  // cluster_size after one step: d^L cs0 + (1 - d) sum_l d^(L-1-l) n_l, with
+  // n_l the code's count in layer l; embed_avg alike with the layers' sums.
+  Generator init(0, 0), data(4, 0);
+  SingleCommunicator comm;
+  ResidualVQOptions o = rvq_options(false, true);
+  o.codebook.kmeans_init = false;
+  o.codebook.threshold_ema_dead_code = 0.f;
+  ResidualVQ rvq(o, init);
+  const Codebook& book = rvq.codebook(0);
+  std::vector<float> cs0 = book.cluster_size.to_vector<float>();
+  const int64_t k = o.codebook_size, n = 40;
+  QuantizerOutput out = rvq.quantize(rand_normal({n, o.dim}, data), comm);
+  std::vector<int64_t> idx = out.indices.to_vector<int64_t>();
+  std::vector<float> cs = book.cluster_size.to_vector<float>();
+  const double d = o.codebook.decay;
+  for (int64_t c = 0; c < k; ++c) {
+    double expect = cs0[c];
+    for (int l = 0; l < o.num_quantizers; ++l) {
+      int64_t count = 0;
+      for (int64_t r = 0; r < n; ++r) count += idx[r * o.num_quantizers + l] == c;
+      expect = d * expect + (1 - d) * static_cast<double>(count);
+    }
+    CHECK(cs[c] == doctest::Approx(expect).epsilon(1e-5));
+  }
+}

@@ -664,3 +664,34 @@ TEST_CASE("decode uses the codes the forward used: learnable cosine codebooks de
   QuantizerOutput rev = rvq.quantize(x, comm);
   check_close({{"decode", rvq.decode(rev.indices)}}, {{"decode", rev.quantized}}, 1e-5, 1e-5);
 }
+
+TEST_CASE("cosine VectorQuantize commits the unit input to its code, and the output's gradient is the "
+          "unit vector's (the reference normalises before everything)") {
+  Generator init(0, 0), data(2, 0);
+  SingleCommunicator comm;
+  VectorQuantizeOptions o = base(4);
+  o.codebook.cosine = true;
+  o.rotation_trick = false;
+  VectorQuantize vq(o, init);
+  Tensor x = mul(rand_normal({12, 4}, data), 3.f);
+  x.set_requires_grad(true);
+  QuantizerOutput out = vq.quantize(x, comm);
+  // loss = w * mean((q - x/|x|)^2): with |x| ~ 6 the unnormalised input would give ~ w * 10.
+  std::vector<float> px = x.to_vector<float>(), q = out.quantized.to_vector<float>();
+  double se = 0;
+  for (int64_t r = 0; r < 12; ++r) {
+    double norm = 0;
+    for (int j = 0; j < 4; ++j) norm += double(px[r * 4 + j]) * px[r * 4 + j];
+    norm = std::sqrt(norm);
+    for (int j = 0; j < 4; ++j) se += std::pow(q[r * 4 + j] - px[r * 4 + j] / norm, 2);
+  }
+  CHECK(out.loss.item<float>() == doctest::Approx(0.5 * se / 48).epsilon(1e-5));
+  // Straight-through onto the unit vector: d(sum q)/dx = (I - u u^T) 1 / |x|, orthogonal to x.
+  sum(out.quantized).backward();
+  std::vector<float> g = x.grad().to_vector<float>();
+  for (int64_t r = 0; r < 12; ++r) {
+    double dot = 0, norm = 0;
+    for (int j = 0; j < 4; ++j) dot += double(g[r * 4 + j]) * px[r * 4 + j], norm += double(px[r * 4 + j]) * px[r * 4 + j];
+    CHECK(std::fabs(dot) / std::sqrt(norm) < 1e-5);
+  }
+}
