@@ -4,6 +4,7 @@
 #   bash ../shared/tools/gpu-pack.sh            # here: .gpu/ with the packages
 #   bash scripts/gpu_agenda.sh --pack-data      # here: data and Python sources into .gpu/
 #   bash scripts/gpu_agenda.sh OUTDIR [SECONDS] # there (carry .gpu): everything, logs in OUTDIR
+#   AGENDA=quick bash scripts/gpu_agenda.sh ... # there: build, test_cuda and the replay parity only
 # The GPU work (test_cuda, runs on cuda and nccl, benchmarks, the SIGINT stop,
 # compute-sanitizer) runs in one lane and the CPU work (the whole meson suite
 # but cuda, runs on the cpu, the replay parity against vector-quantize-pytorch)
@@ -86,6 +87,7 @@ examples=(speech_codec fashion_vq fashion_conv_vqvae speech_codec_fsq speech_cod
 
 gpu_lane() {
   item test_cuda 150 build-gpu/tests/test_cuda
+  [ "${AGENDA:-}" = quick ] && return
   item main_cuda 90 build-gpu/vqddp train --device cuda --steps 500 --dir /tmp/g
   item main_nccl 90 build-gpu/vqddp train --backend nccl --steps 500 --dir /tmp/n
   item bench_cuda_codebook_step 60 build-gpu/bench/bench_cuda_codebook_step bench/torch_ema_step.py
@@ -114,8 +116,10 @@ gpu_lane() {
 }
 
 cpu_lane() {
-  item suite 240 meson test -C build-gpu --no-rebuild --print-errorlogs --num-processes 8 --no-suite gpu
+  [ "${AGENDA:-}" = quick ] ||
+    item suite 240 meson test -C build-gpu --no-rebuild --print-errorlogs --num-processes 8 --no-suite gpu
   item parity 120 env PYTHONPATH="$PWD/.gpu/py" python3 scripts/replay_parity.py build-gpu/vqddp --world 4
+  [ "${AGENDA:-}" = quick ] && return
   item main_cpu 120 build-gpu/vqddp train --device cpu --steps 500 --dir /tmp/c
   for e in "${examples[@]}"; do
     item "ex_cpu_$e" 40 build-gpu/vqddp train "examples/$e.json" --device cpu --steps 300 --dir "/tmp/ex/cpu_$e"
