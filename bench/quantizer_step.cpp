@@ -50,6 +50,12 @@ int main(int argc, char** argv) {
     q.orthogonal_reg_active_codes_only = true;
     q.orthogonal_reg_max_codes = 256;
   });
+  {
+    QuantizerOptions q;
+    q.type = "residual_vq";
+    q.beam_size = 2;
+    runs.emplace_back("residual_vq beam_size 2", q);
+  }
   for (auto [name, q] : runs) {
     const std::string type = q.type;
     q.codebook_size = 1024;

@@ -101,6 +101,18 @@ std::vector<int64_t> ConfigSection::integers(const std::string& key, const std::
   return out;
 }
 
+std::vector<double> ConfigSection::numbers(const std::string& key, const std::vector<double>& fallback) {
+  const nlohmann::json* v = get(key);
+  if (!v) return fallback;
+  if (!v->is_array()) fail(key, "must be an array of numbers, got " + type_of(*v));
+  std::vector<double> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    if (!(*v)[i].is_number()) fail(fmt::format("{}[{}]", key, i), "must be a number, got " + type_of((*v)[i]));
+    out.push_back((*v)[i].get<double>());
+  }
+  return out;
+}
+
 ConfigSection ConfigSection::section(const std::string& key) {
   const nlohmann::json* v = get(key);
   return ConfigSection(v ? *v : empty_object(), key_path(key), file_);

@@ -33,6 +33,7 @@ class ConfigSection {
   // One of `choices`, else an error listing them.
   std::string choice(const std::string& key, const std::string& fallback, const std::vector<std::string>& choices);
   std::vector<int64_t> integers(const std::string& key, const std::vector<int64_t>& fallback, CountRange range);
+  std::vector<double> numbers(const std::string& key, const std::vector<double>& fallback);
   // A sub-object; an absent key gives an empty section.
   ConfigSection section(const std::string& key);
   // Elements of an array of objects.

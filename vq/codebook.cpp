@@ -208,11 +208,11 @@ CodebookMetrics Codebook::update_layers(const std::vector<Tensor>& xs, const std
   return CodebookMetrics::on_device(stats, layout);
 }
 
-std::optional<CodebookAssignment> Codebook::nearest(const Tensor& x_in, Communicator& comm) {
+std::optional<CodebookAssignment> Codebook::nearest(const Tensor& x_in, Communicator& comm, const Tensor& given) {
   Tensor x = prepare(x_in, comm);  // (N, D)
   if (!ensure_initialised(x.detach(), comm)) return std::nullopt;
   if (affine_ && updates_state()) affine_->update(x.detach(), embed.detach(), comm);  // before the codes are used
-  Tensor indices = choose(x, comm);                   // (N)
+  Tensor indices = given.defined() ? to_device(given, x.device()) : choose(x, comm);  // (N)
   Tensor codes = lookup(indices, Indices::trusted);  // (N, D), from the codebook before this step's update
   return CodebookAssignment{x, indices, codes};
 }

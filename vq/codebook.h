@@ -153,7 +153,9 @@ class Codebook : public Module {
   // prepare, ensure_initialised, assign and lookup: the first half of
   // forward(), which ResidualVQ runs per layer too. Empty when no rank had
   // rows (on every rank alike): nothing to quantize anywhere.
-  std::optional<CodebookAssignment> nearest(const Tensor& x, Communicator& comm);
+  // With `given` (N) int64 indices, those codes instead of the nearest
+  // (ResidualVQ's beam search chose them).
+  std::optional<CodebookAssignment> nearest(const Tensor& x, Communicator& comm, const Tensor& given = Tensor());
   // Steps 4-9 for prepared rows and their indices: one all-reduce, EMA,
   // normalisation, revival; metrics of the global counts.
   CodebookMetrics update(const Tensor& prepared, const Tensor& indices, Communicator& comm);

@@ -186,6 +186,17 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     q.shared_codebook = s.boolean("shared_codebook", q.shared_codebook);
     q.quant_grad_frac = static_cast<float>(s.number("quant_grad_frac", q.quant_grad_frac));
     if (!(q.quant_grad_frac >= 0 && q.quant_grad_frac <= 1)) s.fail("quant_grad_frac", "must be in [0, 1]");
+    q.beam_size = static_cast<int>(s.integer("beam_size", q.beam_size, limits::beam));
+    q.eval_beam_size = static_cast<int>(s.integer("eval_beam_size", q.eval_beam_size, {1, limits::beam.hi}));
+    std::vector<double> w(q.beam_score_quantizer_weights.begin(), q.beam_score_quantizer_weights.end());
+    w = s.numbers("beam_score_quantizer_weights", w);
+    if (!w.empty() && static_cast<int64_t>(w.size()) != q.num_quantizers)
+      s.fail("beam_score_quantizer_weights", fmt::format("must hold one weight per quantizer ({}), got {}",
+                                                         q.num_quantizers, w.size()));
+    q.beam_score_quantizer_weights.assign(w.begin(), w.end());
+    if ((q.beam_size > 1 || q.eval_beam_size > 1) &&
+        (q.codebook.stochastic_sample || q.codebook.affine_param || q.commitment_use_cross_entropy_loss))
+      s.fail("beam_size", "does not go with stochastic_sample_codes, affine_param or commitment_use_cross_entropy_loss");
   }
   if (residual) {
     q.quantize_dropout = s.boolean("quantize_dropout", q.quantize_dropout);
@@ -256,6 +267,9 @@ std::shared_ptr<Quantizer> make_one(const QuantizerOptions& q, int64_t dim, uint
     o.num_quantizers = q.num_quantizers;
     o.shared_codebook = q.shared_codebook;
     o.quant_grad_frac = q.quant_grad_frac;
+    o.beam_size = q.beam_size;
+    o.eval_beam_size = q.eval_beam_size;
+    o.beam_score_quantizer_weights = q.beam_score_quantizer_weights;
     o.quantize_dropout = dropout_options(q, dropout_seed);
     return std::make_shared<ResidualVQ>(o, gen);
   }

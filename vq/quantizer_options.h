@@ -14,8 +14,8 @@
 //   codebook_diversity_temperature, freeze_codebook (vq, residual_vq),
 //   heads, separate_codebook_per_head, layernorm_after_project_in,
 //   in_place_codebook_optimizer ({"type": "sgd", "lr": x}) (vq), quantize_dropout,
-//   quantize_dropout_cutoff_index, quantize_dropout_multiple_of, quant_grad_frac
-//   (residual_vq), levels (FSQ)
+//   quantize_dropout_cutoff_index, quantize_dropout_multiple_of, quant_grad_frac,
+//   beam_size, eval_beam_size, beam_score_quantizer_weights (residual_vq), levels (FSQ)
 //   straight_through, commitment_use_cross_entropy_loss, orthogonal_reg_weight,
 //   orthogonal_reg_active_codes_only, orthogonal_reg_max_codes, sync_update_v (vq, residual_vq)
 //   codebook keys (read_codebook_options): decay, eps,
@@ -65,6 +65,9 @@ struct QuantizerOptions : CodebookLossOptions {
   int groups = 1;                        // grouped_*: feature groups, each its own residual quantizer
   int heads = 1;                         // vq
   float quant_grad_frac = 0.f;                      // residual_vq, in [0, 1]
+  int beam_size = 1;                                // residual_vq (vq/beam_search.h)
+  int eval_beam_size = 0;                           // residual_vq; 0: beam_size
+  std::vector<float> beam_score_quantizer_weights;  // residual_vq; empty: all 1
   // vq with a learnable codebook: in_place_codebook_optimizer {"type": "sgd",
   // "lr": x}; 0: off.
   float in_place_codebook_lr = 0.f;

@@ -4,6 +4,7 @@
 
 #include "engine/ops.h"
 #include "vq/masked_rows.h"
+#include "vq/beam_search.h"
 #include "vq/code_logits.h"
 #include "vq/codebook_diversity.h"
 #include "vq/orthogonal_reg.h"
@@ -32,6 +33,33 @@ ResidualVQ::ResidualVQ(const ResidualVQOptions& o, Generator& init_gen) : opt_(o
   }
   // Offsets the dropout stream id (engine/streams.h): never negative.
   dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64), ValueRange::non_negative());
+  VQDDP_CHECK(o.beam_size >= 1 && o.eval_beam_size >= 0, "ResidualVQ: beam_size {} and eval_beam_size {} must be positive",
+              o.beam_size, o.eval_beam_size);
+  VQDDP_CHECK(o.beam_score_quantizer_weights.empty() ||
+                  static_cast<int>(o.beam_score_quantizer_weights.size()) == o.num_quantizers,
+              "ResidualVQ: {} beam_score_quantizer_weights for {} quantizers", o.beam_score_quantizer_weights.size(),
+              o.num_quantizers);
+  if (o.beam_size > 1 || o.eval_beam_size > 1) {
+    // The search scores squared distances to the codes as the codebook
+    // holds them: no draw, no affine transform, no cross-entropy term.
+    VQDDP_CHECK(!o.codebook.stochastic_sample && !o.codebook.affine_param && !o.commitment_use_cross_entropy_loss,
+                "ResidualVQ: beam search does not go with stochastic_sample_codes, affine_param or "
+                "commitment_use_cross_entropy_loss");
+  }
+}
+
+Tensor ResidualVQ::search_paths(const Tensor& z, int layers) const {
+  const int beam = is_training() ? opt_.beam_size : (opt_.eval_beam_size > 0 ? opt_.eval_beam_size : opt_.beam_size);
+  if (beam <= 1) return Tensor();
+  BeamSearchOptions o;
+  o.beam = beam;
+  o.cosine = opt_.codebook.cosine;
+  std::vector<Tensor> books;
+  for (int l = 0; l < layers; ++l) {
+    o.weights.push_back(opt_.beam_score_quantizer_weights.empty() ? 1.f : opt_.beam_score_quantizer_weights[l]);
+    books.push_back(codebook(l).codes().detach());
+  }
+  return beam_search(z, books, o);
 }
 
 QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
@@ -57,6 +85,11 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
 
   QuantizerOutput out;
   out.active_layers = last + 1;
+  // The beam's paths, once every codebook holds codes (the k-means step
+  // assigns greedily); rows only, so no collective and the same on any split.
+  std::vector<Tensor> paths;
+  if (all_initted)
+    if (Tensor p = search_paths(z, last + 1); p.defined()) paths = split_columns(p);
   Tensor residual = z, sum = zeros({m, codebook_dim_}, DType::f32, z.device());
   const Tensor zero = full({}, 0.0, DType::f32, z.device());  // the loss of a layer that did not run
   std::vector<Tensor> idx_columns(q, full({m}, -1, DType::i64, z.device()));  // -1: layer did not run
@@ -68,7 +101,8 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
       continue;
     }
     Codebook& book = *books_[opt_.shared_codebook ? 0 : l];
-    std::optional<CodebookAssignment> a = book.nearest(residual, comm);  // Codebook::forward's first half
+    // Codebook::forward's first half, with the beam's codes when it searched.
+    std::optional<CodebookAssignment> a = book.nearest(residual, comm, paths.empty() ? Tensor() : paths[l]);
     if (!a) {
       // No rank has rows: nothing to quantize on any rank.
       out.layer_losses.push_back(zero);

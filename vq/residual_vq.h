@@ -43,6 +43,14 @@ struct ResidualVQOptions : CodebookLossOptions {
   // quant_grad_frac in [0, 1]: the share of the later layers' gradient that
   // flows back through each layer's output (0: the residual is detached).
   float quant_grad_frac = 0.f;
+  // beam_size > 1: the layers' codes come from a per-row beam search
+  // (vq/beam_search.h) in training; eval_beam_size (0: beam_size) in
+  // inference; beam_score_quantizer_weights: w_l per layer (empty: all 1).
+  // The codebooks are updated from the chosen paths. Searching starts once
+  // every codebook is initialised (the k-means step runs the greedy path).
+  int beam_size = 1;
+  int eval_beam_size = 0;
+  std::vector<float> beam_score_quantizer_weights;
   CodebookOptions codebook;  // hyper-parameters; size, dim and seed are set per layer
   uint64_t seed = 0;
 };
@@ -77,6 +85,9 @@ class ResidualVQ : public Quantizer {
   Projection projection_;
   std::vector<std::shared_ptr<Codebook>> books_;
   Tensor dropout_step_;  // int64 (1): training steps drawn so far (the dropout stream)
+  // The beam search's best path (M, layers) on the host, or undefined
+  // when this mode's beam is 1.
+  Tensor search_paths(const Tensor& z, int layers) const;
 };
 
 }  // namespace vqddp

@@ -61,6 +61,7 @@
 
 // vq/
 #include "vq/assign.h"
+#include "vq/beam_search.h"
 #include "vq/code_logits.h"
 #include "vq/code_stats.h"
 #include "vq/codebook.h"

@@ -195,6 +195,10 @@ TEST_CASE("invariant 4 for every VectorQuantize option: after a training step, i
       q.quant_grad_frac = std::string(q.type) == "residual_vq" ? 0.5f : 0.f;
     });
   }
+  QuantizerOptions beam = options_for("residual_vq");
+  beam.beam_size = 2;
+  beam.eval_beam_size = 3;
+  all.emplace_back("residual_vq, beam_size, eval_beam_size", beam);
   QuantizerOptions inplace = options_for("vq");
   inplace.codebook.learnable = true;
   inplace.in_place_codebook_lr = 0.1f;
@@ -230,6 +234,26 @@ TEST_CASE("straight_through follows the reference's rule: refused with the rotat
   CHECK_THROWS_WITH_AS(read({{"type", "vq"}, {"straight_through", true}}),
                        doctest::Contains("'quantizer.straight_through' needs \"rotation_trick\": false"), Error);
   CHECK(read({{"type", "vq"}, {"straight_through", true}, {"rotation_trick", false}}).straight_through);
+}
+
+TEST_CASE("beam search keys: one weight per quantizer, a beam of 1..64, refused beside what it cannot score") {
+  auto read = [](nlohmann::json j) {
+    QuantizerOptions q;
+    read_quantizer_options(ConfigSection(j, "quantizer", "run.json"), q);
+    return q;
+  };
+  QuantizerOptions q = read({{"type", "residual_vq"}, {"num_quantizers", 3}, {"beam_size", 4},
+                             {"beam_score_quantizer_weights", {1.0, 0.5, 0.25}}});
+  CHECK(q.beam_size == 4);
+  CHECK(q.beam_score_quantizer_weights == std::vector<float>{1.f, 0.5f, 0.25f});
+  CHECK_THROWS_WITH_AS(read({{"type", "residual_vq"}, {"num_quantizers", 3}, {"beam_score_quantizer_weights", {1.0}}}),
+                       doctest::Contains("'quantizer.beam_score_quantizer_weights' must hold one weight per quantizer (3), got 1"),
+                       Error);
+  CHECK_THROWS_WITH_AS(read({{"type", "residual_vq"}, {"beam_size", 0}}), doctest::Contains("'quantizer.beam_size'"), Error);
+  CHECK_THROWS_WITH_AS(read({{"type", "residual_vq"}, {"beam_size", 2}, {"commitment_use_cross_entropy_loss", true}}),
+                       doctest::Contains("does not go with"), Error);
+  CHECK_THROWS_WITH_AS(read({{"type", "vq"}, {"beam_size", 2}}), doctest::Contains("unknown key 'quantizer.beam_size'"),
+                       Error);
 }
 
 }  // namespace vqddp

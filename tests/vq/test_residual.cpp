@@ -8,6 +8,7 @@
 #include "engine/autograd.h"
 #include "tests/vq/harness.h"
 #include "vq/residual_fsq.h"
+#include "vq/beam_search.h"
 #include "vq/residual_vq.h"
 
 using namespace vqddp;
@@ -123,13 +124,15 @@ TEST_CASE("the users' hang: a no-grad validation pass on only some ranks of a tr
 
 TEST_CASE("ResidualVQ bitwise: after steps with k-means init, revival and dropout every rank's state is == 1 rank's "
           "on the whole batch (separate and shared codebooks, with and without project_in; W = 2..5, every split "
-          "kind)") {
+          "kind; with beam search on two of the four)") {
   for (bool shared : {false, true})
     for (int64_t codebook_dim : {0, 4}) {  // 4: project_in 6 -> 4 before the first layer
       CAPTURE(shared);
       CAPTURE(codebook_dim);
       ResidualVQOptions o = rvq_options(true, shared);
       o.codebook_dim = codebook_dim;
+      o.beam_size = shared == (codebook_dim == 4) ? 3 : 1;  // the search is row-local: any split gives its paths
+      CAPTURE(o.beam_size);
       // Near the mean rows per code (30 rows, or up to 4 x 30 shared, for 8
       // codes), so revival fires.
       o.codebook.threshold_ema_dead_code = shared ? 8.f : 2.5f;
@@ -317,4 +320,68 @@ TEST_CASE("a shared ResidualVQ codebook takes one EMA step per layer, in layer o
     }
     CHECK(cs[c] == doctest::Approx(expect).epsilon(1e-5));
   }
+}
+
+TEST_CASE("beam search keeps the path of lowest summed weighted error where greedy takes the nearest code") {
+  // One row, width 1. Greedy: 1.0 (error 0.2025), then -0.9 for the residual
+  // -0.45 (0.2025): 0.405. The beam keeps 0 (0.3025) and then 0.55 fits
+  // exactly: 0.3025. With the second layer weighted 0.1 greedy's path wins.
+  Tensor z = from_vector(std::vector<float>{0.55f}, {1, 1});
+  std::vector<Tensor> books = {from_vector(std::vector<float>{0.f, 1.f}, {2, 1}),
+                               from_vector(std::vector<float>{0.55f, -0.9f}, {2, 1})};
+  BeamSearchOptions o;
+  o.weights = {1.f, 1.f};
+  CHECK(beam_search(z, books, o).to_vector<int64_t>() == std::vector<int64_t>{0, 0});
+  o.weights = {1.f, 0.1f};
+  CHECK(beam_search(z, books, o).to_vector<int64_t>() == std::vector<int64_t>{1, 1});
+}
+
+TEST_CASE("ResidualVQ with beam_size: lower summed error than greedy on the same codebooks, the same codes in eval "
+          "with eval_beam_size, and the EMA update from the chosen paths") {
+  Generator data(6, 0);
+  SingleCommunicator comm;
+  Tensor x = rand_normal({200, 6}, data);
+  auto trained = [&](int beam) {
+    ResidualVQOptions o = rvq_options(false);
+    o.codebook.threshold_ema_dead_code = 0.f;
+    o.beam_size = beam;
+    Generator init(0, 0);
+    auto rvq = std::make_shared<ResidualVQ>(o, init);
+    rvq->quantize(x, comm);  // the k-means step: greedy either way
+    return rvq;
+  };
+  auto greedy = trained(1), beam = trained(4);
+  CHECK(bitwise_equal(snapshot(*greedy), snapshot(*beam)));  // the first step did not search
+  // Summed per-layer squared error over the path: the beam's is never larger per row.
+  auto error = [&](ResidualVQ& rvq) {
+    rvq.eval();
+    QuantizerOutput out = rvq.quantize(x, comm);
+    std::vector<Tensor> codes = rvq.get_codes_from_indices(out.indices);
+    std::vector<float> px = x.to_vector<float>();
+    std::vector<double> per_row(200, 0.0);
+    std::vector<float> residual = px;
+    for (const Tensor& c : codes) {
+      std::vector<float> pc = c.to_vector<float>();
+      for (int64_t i = 0; i < 200 * 6; ++i) {
+        per_row[i / 6] += std::pow(double(pc[i]) - residual[i], 2) / 6;
+        residual[i] -= pc[i];
+      }
+    }
+    return std::make_pair(per_row, out.indices.to_vector<int64_t>());
+  };
+  auto [greedy_err, greedy_idx] = error(*greedy);
+  auto [beam_err, beam_idx] = error(*beam);  // eval_beam_size 0: the training beam
+  int better = 0;
+  for (int64_t r = 0; r < 200; ++r) {
+    CHECK(beam_err[r] <= greedy_err[r] + 1e-9);
+    better += beam_err[r] < greedy_err[r] - 1e-9;
+  }
+  CHECK(better > 0);
+  CHECK(greedy_idx != beam_idx);
+  // A training step with the beam: the codebooks move by the chosen paths' rows.
+  beam->train();
+  greedy->train();
+  beam->quantize(x, comm);
+  greedy->quantize(x, comm);
+  CHECK_FALSE(bitwise_equal(snapshot(*greedy), snapshot(*beam)));
 }
