@@ -31,7 +31,7 @@ VQDDP_HD float apply_binary(BinaryOp op, float a, float b) {
 
 // A unary op and its derivative. `low`/`high` are clamp's bounds.
 struct UnaryFn {
-  enum class Op : unsigned char { neg, square, sqrt, exp, log, relu, gelu, tanh, sigmoid, clamp, round, elu, leaky_relu, silu, abs, floor, positive };
+  enum class Op : unsigned char { neg, square, sqrt, exp, log, relu, gelu, tanh, sigmoid, clamp, round, elu, leaky_relu, silu, abs, floor, positive, erf, sign, atan, tan };
   Op op;
   // clamp's bounds; `low` is also elu's alpha and leaky_relu's negative slope.
   float low = 0.f, high = 0.f;
@@ -60,6 +60,13 @@ struct UnaryFn {
       case Op::abs: return ::fabsf(v);
       case Op::floor: return ::floorf(v);
       case Op::positive: return v > 0.f ? 1.f : 0.f;
+      // In double, then rounded, as gelu: the host's and CUDA's float
+      // versions may differ in the last bit; the double ones almost never
+      // round to different floats.
+      case Op::erf: return static_cast<float>(::erf(double(v)));
+      case Op::sign: return v > 0.f ? 1.f : v < 0.f ? -1.f : v;  // 0 stays 0 (and -0), NaN stays NaN
+      case Op::atan: return static_cast<float>(::atan(double(v)));
+      case Op::tan: return static_cast<float>(::tan(double(v)));
     }
     return 0.f;
   }
@@ -69,6 +76,7 @@ struct UnaryFn {
   VQDDP_HD float df(float v, float y) const {
     constexpr double kInvSqrt2 = 0.70710678118654752440;
     constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+    constexpr double kSqrt2 = 1.41421356237309504880;
     switch (op) {
       case Op::neg: return -1.f;
       case Op::square: return 2.f * v;
@@ -94,6 +102,10 @@ struct UnaryFn {
       case Op::abs: return v > 0.f ? 1.f : v < 0.f ? -1.f : 0.f;  // 0 at the kink, as PyTorch
       case Op::floor: return 0.f;     // step functions
       case Op::positive: return 0.f;
+      case Op::erf: return static_cast<float>(2.0 * kInvSqrt2Pi * kSqrt2 * ::exp(-double(v) * v));  // 2/sqrt(pi) e^-v^2
+      case Op::sign: return 0.f;
+      case Op::atan: return static_cast<float>(1.0 / (1.0 + double(v) * v));
+      case Op::tan: return static_cast<float>(1.0 + double(y) * y);
     }
     return 0.f;
   }

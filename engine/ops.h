@@ -67,6 +67,12 @@ Tensor floor(const Tensor& x);
 // 1 where x > 0, else 0 (NaN: 0): a mask for where-like blends
 // (mask * a + (1 - mask) * b is exactly a or b); gradient 0.
 Tensor positive(const Tensor& x);
+// erf, atan and tan computed in double and rounded to float; sign(0) = 0
+// with gradient 0 (a step function), as torch.
+Tensor erf(const Tensor& x);
+Tensor sign(const Tensor& x);
+Tensor atan(const Tensor& x);
+Tensor tan(const Tensor& x);
 
 // ---- reductions ----------------------------------------------------------------
 // Sums accumulate in double in ascending index order, then round once.

@@ -151,6 +151,10 @@ Tensor abs(const Tensor& x) { return unary_op("abs", x, {U::abs}); }
 Tensor round(const Tensor& x) { return unary_op("round", x, {U::round}); }
 Tensor floor(const Tensor& x) { return unary_op("floor", x, {U::floor}); }
 Tensor positive(const Tensor& x) { return unary_op("positive", x, {U::positive}); }
+Tensor erf(const Tensor& x) { return unary_op("erf", x, {U::erf}); }
+Tensor sign(const Tensor& x) { return unary_op("sign", x, {U::sign}); }
+Tensor atan(const Tensor& x) { return unary_op("atan", x, {U::atan}); }
+Tensor tan(const Tensor& x) { return unary_op("tan", x, {U::tan}); }
 
 Tensor clamp(const Tensor& x, float low, float high) {
   VQDDP_CHECK(low <= high, "clamp: low {} > high {}", low, high);

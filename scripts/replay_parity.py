@@ -75,6 +75,10 @@ CASES = {
     "sim_vq_no_rotation": ("SimVQ", dict(dim=D, codebook_size=64, rotation_trick=False)),
     "residual_sim_vq": ("ResidualSimVQ", dict(dim=D, codebook_size=64, num_quantizers=3)),
     "fsp_no_perturbation": ("FSP", dict(dim=D, levels=[8, 5, 5, 5], quantize_rate=1.0)),
+    "fsp_normal": ("FSP", dict(dim=D, levels=[8, 5, 5, 5], quantize_rate=1.0, act_name="normal")),
+    "fsp_laplace_inv": ("FSP", dict(dim=D, levels=[8, 5, 5, 5], quantize_rate=1.0, act_name="laplace",
+                                    need_inv_act=True)),
+    "fsp_cauchy": ("FSP", dict(dim=D, levels=[8, 5, 5, 5], quantize_rate=1.0, act_name="cauchy")),
     "latent_quantize": ("LatentQuantize", dict(dim=D, levels=[5, 5, 5])),
 }
 

@@ -1,5 +1,7 @@
 #include "vq/fsp.h"
 
+#include <algorithm>
+
 #include <cfloat>
 
 #include "comm/batch_reduce.h"
@@ -17,6 +19,10 @@ namespace {
 
 constexpr float kEps = FLT_EPSILON;              // the reference's torch.finfo(float32).eps
 constexpr float kUniformStd = 0.28867513459481287f;  // sqrt(1/12): the std of U(0, 1)
+// The CDFs' constants: the reference's Python floats sqrt(2) and pi, as
+// float32 tensor arithmetic takes them.
+constexpr float kSqrt2 = 1.41421356237309504880f;
+constexpr float kPi = 3.14159265358979323846f;
 
 // The reference's VectorNorm presets: (target, weight) of the mean,
 // variance, skewness and kurtosis terms.
@@ -84,7 +90,7 @@ Tensor vector_norm_loss(const Tensor& z, const NormPreset& preset, Communicator&
 }  // namespace
 
 const std::vector<std::string>& fsp_activations() {
-  static const std::vector<std::string> names{"tanh", "sigmoid"};
+  static const std::vector<std::string> names{"tanh", "sigmoid", "normal", "laplace", "cauchy"};
   return names;
 }
 
@@ -100,8 +106,13 @@ const std::vector<std::string>& fsp_vector_norms() {
 FSP::FSP(const FSPOptions& o, Generator& init_gen) : opt_(o) {
   VQDDP_CHECK(!o.levels.empty(), "FSP: levels must not be empty");
   VQDDP_CHECK(o.quantize_rate >= 0 && o.quantize_rate <= 1, "FSP: quantize_rate {} must be in [0, 1]", o.quantize_rate);
-  VQDDP_CHECK(o.act_name == "tanh" || o.act_name == "sigmoid", "FSP: act_name '{}' must be tanh or sigmoid",
-              o.act_name);
+  const std::vector<std::string>& acts = fsp_activations();
+  VQDDP_CHECK(std::find(acts.begin(), acts.end(), o.act_name) != acts.end(), "FSP: act_name '{}' must be one of {}",
+              o.act_name, fmt::join(acts, ", "));
+  // The reference inverts the normal CDF with erfinv, which no C library
+  // has (and so neither engine backend's shared math).
+  VQDDP_CHECK(!(o.need_inv_act && o.act_name == "normal"),
+              "FSP: need_inv_act with act_name 'normal' is not built (it needs erfinv)");
   norm_preset(o.vector_norm);
   const int64_t c = static_cast<int64_t>(o.levels.size());
   std::vector<float> levels_f;
@@ -123,13 +134,23 @@ FSP::FSP(const FSPOptions& o, Generator& init_gen) : opt_(o) {
   step_ = register_buffer("perturb_step", zeros({1}, DType::i64), ValueRange::non_negative());
 }
 
+// The CDFs in the reference's operation order.
 Tensor FSP::activation(const Tensor& z) const {
   if (opt_.act_name == "sigmoid") return sigmoid(z);
+  if (opt_.act_name == "normal") return div(add(vqddp::erf(div(z, kSqrt2)), 1.f), 2.f);  // (1 + erf(z/sqrt2)) / 2
+  if (opt_.act_name == "laplace")  // 0.5 (1 + sign(z) (1 - e^-|z|))
+    return mul(add(mul(vqddp::sign(z), add(neg(vqddp::exp(neg(vqddp::abs(z)))), 1.f)), 1.f), 0.5f);
+  if (opt_.act_name == "cauchy") return add(div(vqddp::atan(z), kPi), 0.5f);  // atan(z)/pi + 0.5
   return mul(add(vqddp::tanh(z), 1.f), 0.5f);  // (tanh(z) + 1) / 2
 }
 
 Tensor FSP::inverse_activation(const Tensor& p) const {
   if (opt_.act_name == "sigmoid") return log(div(p, add(neg(p), 1.f)));  // logit(p) = log(p / (1 - p))
+  if (opt_.act_name == "laplace") {  // -sign(p - 0.5) log(1 - 2 |p - 0.5|)
+    Tensor c = sub(p, 0.5f);
+    return neg(mul(vqddp::sign(c), log(add(neg(mul(vqddp::abs(c), 2.f)), 1.f))));
+  }
+  if (opt_.act_name == "cauchy") return vqddp::tan(mul(sub(p, 0.5f), kPi));  // tan((p - 0.5) pi)
   Tensor y = sub(mul(p, 2.f), 1.f);                                      // atanh(y), y = 2p - 1
   return mul(log(div(add(y, 1.f), add(neg(y), 1.f))), 0.5f);
 }

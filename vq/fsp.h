@@ -37,7 +37,7 @@ namespace vqddp {
 struct FSPOptions {
   std::vector<int> levels;           // L_j, each >= 2
   int64_t dim = 0;                   // 0: levels.size() (no projection)
-  std::string act_name = "tanh";     // tanh | sigmoid
+  std::string act_name = "tanh";     // tanh | sigmoid | normal | laplace | cauchy (normal: not with need_inv_act)
   float quantize_rate = 0.f;         // in [0, 1]; 1: never perturb
   bool need_inv_act = false;
   std::string vector_norm = "var_tanh";  // none | var | kurt | var_tanh | var_sigmoid | var_laplace

@@ -129,6 +129,13 @@ inline std::vector<OpCase> op_table() {
   t.push_back({"leaky_relu", {fixed(away_wide, true)}, [](const V& v) { return leaky_relu(v[0], 0.2f); }});
   t.push_back({"silu", {fixed(away_wide, true)}, [](const V& v) { return silu(v[0]); }, false});
   t.push_back({"abs", {fixed(away_wide, true)}, [](const V& v) { return vqddp::abs(v[0]); }});
+  // In double, rounded: the same bits on every device but for a double
+  // result next to a float midpoint, so within 1e-6 there.
+  t.push_back({"erf", {in({2, 5})}, [](const V& v) { return vqddp::erf(v[0]); }, false});
+  t.push_back({"atan", {in({2, 5})}, [](const V& v) { return vqddp::atan(v[0]); }, false});
+  t.push_back({"tan", {in({2, 5})}, [](const V& v) { return vqddp::tan(v[0]); }, false});
+  // sign: a step function away from 0; times x so the gradient check sees a slope (d/dx x sign(x) = sign(x)).
+  t.push_back({"sign", {fixed(away_wide, true)}, [](const V& v) { return mul(v[0], vqddp::sign(v[0])); }});
   // round: a step function, gradient 0 (values at least 0.05 from a half).
   t.push_back({"round", {fixed(from_vector({-1.3f, -0.8f, -0.2f, 0.1f, 0.4f, 0.6f, 1.2f, 1.9f}, {2, 4}), true)},
                [](const V& v) { return add(vqddp::round(v[0]), v[0]); }});

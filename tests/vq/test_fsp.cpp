@@ -144,3 +144,55 @@ TEST_CASE("FSP in exact steps: the moments are the global batch's, so W ranks (u
   CHECK(test::first_difference({{"quantized", q3}, {"grad", g3}}, {{"quantized", q1}, {"grad", g1}}) == "");
   for (float l : l3) CHECK(l == l1[0]);
 }
+
+TEST_CASE("FSP's normal, laplace and cauchy CDFs: the bins and indices of the reference's formulas; with need_inv_act "
+          "the output is the inverse CDF of the bin centre (laplace, cauchy), and normal's inverse is refused") {
+  SingleCommunicator comm;
+  struct Cdf {
+    const char* name;
+    double (*cdf)(double);
+    double (*inv)(double);
+  };
+  const Cdf cdfs[] = {
+      {"normal", [](double z) { return (1 + std::erf(z / std::sqrt(2.0))) / 2; }, nullptr},
+      {"laplace", [](double z) { return 0.5 * (1 + (z > 0 ? 1 : z < 0 ? -1 : 0) * (1 - std::exp(-std::fabs(z)))); },
+       [](double p) { return -(p > 0.5 ? 1 : p < 0.5 ? -1 : 0) * std::log(1 - 2 * std::fabs(p - 0.5)); }},
+      {"cauchy", [](double z) { return std::atan(z) / 3.14159265358979323846 + 0.5; },
+       [](double p) { return std::tan((p - 0.5) * 3.14159265358979323846); }},
+  };
+  for (const Cdf& c : cdfs) {
+    CAPTURE(c.name);
+    for (bool inv : {false, true}) {
+      if (inv && !c.inv) {
+        Generator init(0, 0);
+        FSPOptions o = options(1.f);
+        o.act_name = c.name;
+        o.need_inv_act = true;
+        CHECK_THROWS_WITH_AS(FSP(o, init), doctest::Contains("erfinv"), Error);
+        continue;
+      }
+      Generator init(0, 0), data(4, 0);
+      FSPOptions o = options(1.f);
+      o.act_name = c.name;
+      o.need_inv_act = inv;
+      FSP fsp(o, init);
+      Tensor x = mul(rand_normal({24, 3}, data), 2.f);
+      QuantizerOutput out = fsp.quantize(x, comm);
+      const std::vector<float> xs = x.to_vector<float>(), q = out.quantized.to_vector<float>();
+      const std::vector<int64_t> idx = out.indices.to_vector<int64_t>();
+      const int levels[3] = {3, 5, 4}, basis[3] = {1, 3, 15};
+      for (int n = 0; n < 24; ++n) {
+        int64_t want = 0;
+        for (int j = 0; j < 3; ++j) {
+          const double a = c.cdf(double(xs[n * 3 + j]));
+          const int l = static_cast<int>(std::floor(std::min(a, 1.0 - FLT_EPSILON) * levels[j]));
+          const double centre = (l + 0.5) / levels[j];
+          const double expect = inv ? c.inv(centre) : (centre - 0.5) / 0.28867513459481287;
+          CHECK(q[n * 3 + j] == doctest::Approx(expect).epsilon(1e-5));
+          want += l * basis[j];
+        }
+        CHECK(idx[n] == want);
+      }
+    }
+  }
+}
