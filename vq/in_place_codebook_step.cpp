@@ -8,15 +8,26 @@
 namespace vqddp {
 
 void in_place_codebook_step(Codebook& book, const CodebookAssignment& a, float lr, Communicator& comm) {
+  in_place_codebook_step(book, std::vector<CodebookAssignment>{a}, lr, comm);
+}
+
+void in_place_codebook_step(Codebook& book, const std::vector<CodebookAssignment>& sets, float lr,
+                            Communicator& comm) {
   VQDDP_CHECK(book.options().learnable, "in_place_codebook_step: the codebook is not learnable");
-  const int64_t d = a.codes.size(1);
-  int64_t rows = 0;
-  for (int64_t n : all_gather_counts(comm, a.codes.size(0))) rows += n;
-  if (rows == 0) return;  // no rank has rows: every rank skips alike
-  // mean((codes - x)^2) over the global batch's elements: the sums of every
-  // rank's rows, over the global count.
-  Tensor sums = batch_sum(square(sub(a.codes, a.prepared.detach())), comm);  // (D)
-  Tensor loss = div(sum(sums), static_cast<float>(rows * d));
+  // Sum over the sets of mean((codes - x)^2) over the global batch's
+  // elements: the sums of every rank's rows, over the global count.
+  Tensor loss;
+  for (const CodebookAssignment& a : sets) {
+    const int64_t d = a.prepared.size(1);
+    int64_t rows = 0;
+    for (int64_t n : all_gather_counts(comm, a.prepared.size(0))) rows += n;
+    if (rows == 0) continue;  // no rank has rows in this set: every rank skips it alike
+    Tensor codes = book.lookup(a.indices, Indices::trusted);
+    Tensor sums = batch_sum(square(sub(codes, a.prepared.detach())), comm);  // (D)
+    Tensor mean = div(sum(sums), static_cast<float>(rows * d));
+    loss = loss.defined() ? add(loss, mean) : mean;
+  }
+  if (!loss.defined()) return;
   book.embed.zero_grad();
   loss.backward();
   Sgd sgd({book.embed}, SgdOptions{.lr = lr});  // no momentum: no state to keep

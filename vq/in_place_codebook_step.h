@@ -14,6 +14,8 @@
 // run steps as an uninterrupted one.
 #pragma once
 
+#include <vector>
+
 #include "comm/communicator.h"
 #include "engine/tensor.h"
 #include "vq/codebook.h"
@@ -24,5 +26,11 @@ namespace vqddp {
 // assignment `a` of this rank's rows. A collective: every rank calls, also
 // with no rows.
 void in_place_codebook_step(Codebook& book, const CodebookAssignment& a, float lr, Communicator& comm);
+// One step for the sum of several assignments' losses (ResidualVQ's shared
+// codebook: one per layer, as the reference's layers each add their loss's
+// gradient and step once after the last). The codes are looked up again, so
+// the step's graph shares nothing with the forward's.
+void in_place_codebook_step(Codebook& book, const std::vector<CodebookAssignment>& sets, float lr,
+                            Communicator& comm);
 
 }  // namespace vqddp

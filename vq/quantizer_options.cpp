@@ -173,6 +173,8 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     q.heads = static_cast<int>(s.integer("heads", q.heads, limits::heads));
     q.separate_codebook_per_head = s.boolean("separate_codebook_per_head", q.separate_codebook_per_head);
     q.layernorm_after_project_in = s.boolean("layernorm_after_project_in", q.layernorm_after_project_in);
+  }
+  if (q.type == "vq" || base == "residual_vq") {
     ConfigSection inplace = s.section("in_place_codebook_optimizer");
     std::string kind = inplace.choice("type", q.in_place_codebook_lr > 0 ? "sgd" : "none", {"none", "sgd"});
     q.in_place_codebook_lr = kind == "sgd" ? static_cast<float>(inplace.number("lr", q.in_place_codebook_lr)) : 0.f;
@@ -194,9 +196,10 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
       s.fail("beam_score_quantizer_weights", fmt::format("must hold one weight per quantizer ({}), got {}",
                                                          q.num_quantizers, w.size()));
     q.beam_score_quantizer_weights.assign(w.begin(), w.end());
-    if ((q.beam_size > 1 || q.eval_beam_size > 1) &&
-        (q.codebook.stochastic_sample || q.codebook.affine_param || q.commitment_use_cross_entropy_loss))
-      s.fail("beam_size", "does not go with stochastic_sample_codes, affine_param or commitment_use_cross_entropy_loss");
+    if ((q.beam_size > 1 || q.eval_beam_size > 1) && (q.codebook.stochastic_sample || q.codebook.affine_param ||
+                                                       q.commitment_use_cross_entropy_loss || q.in_place_codebook_lr > 0))
+      s.fail("beam_size", "does not go with stochastic_sample_codes, affine_param, commitment_use_cross_entropy_loss or "
+                          "in_place_codebook_optimizer");
   }
   if (residual) {
     q.quantize_dropout = s.boolean("quantize_dropout", q.quantize_dropout);
@@ -267,6 +270,7 @@ std::shared_ptr<Quantizer> make_one(const QuantizerOptions& q, int64_t dim, uint
     o.num_quantizers = q.num_quantizers;
     o.shared_codebook = q.shared_codebook;
     o.quant_grad_frac = q.quant_grad_frac;
+    o.in_place_codebook_lr = q.in_place_codebook_lr;
     o.beam_size = q.beam_size;
     o.eval_beam_size = q.eval_beam_size;
     o.beam_score_quantizer_weights = q.beam_score_quantizer_weights;

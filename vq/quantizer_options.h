@@ -13,7 +13,7 @@
 //   commitment_weight, rotation_trick, codebook_diversity_loss_weight,
 //   codebook_diversity_temperature, freeze_codebook (vq, residual_vq),
 //   heads, separate_codebook_per_head, layernorm_after_project_in,
-//   in_place_codebook_optimizer ({"type": "sgd", "lr": x}) (vq), quantize_dropout,
+//   in_place_codebook_optimizer ({"type": "sgd", "lr": x}) (vq, residual_vq), quantize_dropout,
 //   quantize_dropout_cutoff_index, quantize_dropout_multiple_of, quant_grad_frac,
 //   beam_size, eval_beam_size, beam_score_quantizer_weights (residual_vq), levels (FSQ)
 //   straight_through, commitment_use_cross_entropy_loss, orthogonal_reg_weight,
@@ -68,7 +68,7 @@ struct QuantizerOptions : CodebookLossOptions {
   int beam_size = 1;                                // residual_vq (vq/beam_search.h)
   int eval_beam_size = 0;                           // residual_vq; 0: beam_size
   std::vector<float> beam_score_quantizer_weights;  // residual_vq; empty: all 1
-  // vq with a learnable codebook: in_place_codebook_optimizer {"type": "sgd",
+  // vq, residual_vq with a learnable codebook: in_place_codebook_optimizer {"type": "sgd",
   // "lr": x}; 0: off.
   float in_place_codebook_lr = 0.f;
   bool layernorm_after_project_in = false;       // vq

@@ -8,6 +8,7 @@
 #include "vq/code_logits.h"
 #include "vq/codebook_diversity.h"
 #include "vq/orthogonal_reg.h"
+#include "vq/in_place_codebook_step.h"
 #include "vq/index_columns.h"
 #include "vq/losses.h"
 #include "vq/rotation_trick.h"
@@ -33,6 +34,8 @@ ResidualVQ::ResidualVQ(const ResidualVQOptions& o, Generator& init_gen) : opt_(o
   }
   // Offsets the dropout stream id (engine/streams.h): never negative.
   dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64), ValueRange::non_negative());
+  VQDDP_CHECK(o.in_place_codebook_lr == 0 || o.codebook.learnable,
+              "ResidualVQ: in_place_codebook_optimizer needs a learnable codebook");
   VQDDP_CHECK(o.beam_size >= 1 && o.eval_beam_size >= 0, "ResidualVQ: beam_size {} and eval_beam_size {} must be positive",
               o.beam_size, o.eval_beam_size);
   VQDDP_CHECK(o.beam_score_quantizer_weights.empty() ||
@@ -42,9 +45,10 @@ ResidualVQ::ResidualVQ(const ResidualVQOptions& o, Generator& init_gen) : opt_(o
   if (o.beam_size > 1 || o.eval_beam_size > 1) {
     // The search scores squared distances to the codes as the codebook
     // holds them: no draw, no affine transform, no cross-entropy term.
-    VQDDP_CHECK(!o.codebook.stochastic_sample && !o.codebook.affine_param && !o.commitment_use_cross_entropy_loss,
-                "ResidualVQ: beam search does not go with stochastic_sample_codes, affine_param or "
-                "commitment_use_cross_entropy_loss");
+    VQDDP_CHECK(!o.codebook.stochastic_sample && !o.codebook.affine_param && !o.commitment_use_cross_entropy_loss &&
+                    o.in_place_codebook_lr == 0,
+                "ResidualVQ: beam search does not go with stochastic_sample_codes, affine_param, "
+                "commitment_use_cross_entropy_loss or in_place_codebook_optimizer");
   }
 }
 
@@ -94,6 +98,7 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
   const Tensor zero = full({}, 0.0, DType::f32, z.device());  // the loss of a layer that did not run
   std::vector<Tensor> idx_columns(q, full({m}, -1, DType::i64, z.device()));  // -1: layer did not run
   std::vector<Tensor> shared_rows, shared_idx;  // for the shared codebook's single update (training only)
+  std::vector<CodebookAssignment> shared_in_place;  // the layers' assignments, for its in-place step
   bool shared_ran = false;                      // some layer used the shared codebook
   for (int l = 0; l < q; ++l) {
     if (l > last) {
@@ -108,6 +113,15 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
       out.layer_losses.push_back(zero);
       out.metrics.push_back(CodebookMetrics::empty_world());
       continue;
+    }
+    const bool in_place = opt_.in_place_codebook_lr > 0 && change;
+    if (in_place && opt_.shared_codebook) {
+      shared_in_place.push_back(*a);  // one step after the last layer
+    } else if (in_place) {
+      // The reference's order: the step, then the rows assigned again; the
+      // losses below come from the stepped codebook.
+      in_place_codebook_step(book, *a, opt_.in_place_codebook_lr, comm);
+      a = book.nearest(residual, comm);
     }
     const Tensor &prepared = a->prepared, &idx = a->indices;
     const bool learnable = book.options().learnable && !opt_.freeze_codebook;
@@ -158,6 +172,7 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
     sum = add(sum, quantized);
     idx_columns[l] = idx;
   }
+  if (!shared_in_place.empty()) in_place_codebook_step(*books_[0], shared_in_place, opt_.in_place_codebook_lr, comm);
   if (opt_.shared_codebook && shared_ran && !change) {
     out.metrics.push_back({});  // eval: one entry for the shared codebook, no rows to gather
   } else if (opt_.shared_codebook && shared_ran) {

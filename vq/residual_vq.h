@@ -48,6 +48,11 @@ struct ResidualVQOptions : CodebookLossOptions {
   // inference; beam_score_quantizer_weights: w_l per layer (empty: all 1).
   // The codebooks are updated from the chosen paths. Searching starts once
   // every codebook is initialised (the k-means step runs the greedy path).
+  // in_place_codebook_optimizer (vq/in_place_codebook_step.h) on learnable
+  // codebooks: each layer's codebook steps inside the forward, then the
+  // layer's rows are assigned again; a shared codebook steps once, after
+  // the last layer, for the sum of the layers' losses (as the reference).
+  float in_place_codebook_lr = 0.f;
   int beam_size = 1;
   int eval_beam_size = 0;
   std::vector<float> beam_score_quantizer_weights;

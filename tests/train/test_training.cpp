@@ -424,15 +424,17 @@ TEST_CASE("check-ddp per step, bitwise, with the orthogonal regulariser of a lea
   Config cfg = load_config(std::string(src ? src : ".") + "/examples/fashion_vq.json");
   cfg.data.max_examples = 2000;
   Dataset data = load_dataset(cfg.data);
-  for (const char* type : {"vq", "residual_vq"}) {
+  for (const char* type : {"vq", "residual_vq", "residual_vq shared"}) {
     CAPTURE(type);
-    cfg.quantizer.type = type;
+    const bool shared = std::string(type) == "residual_vq shared";
+    cfg.quantizer.type = shared ? "residual_vq" : type;
+    cfg.quantizer.shared_codebook = shared;
     cfg.quantizer.num_quantizers = std::string(type) == "vq" ? 1 : 2;
     cfg.quantizer.codebook.learnable = true;
     cfg.quantizer.orthogonal_reg_weight = 10.f;
     cfg.quantizer.orthogonal_reg_active_codes_only = true;
     cfg.quantizer.orthogonal_reg_max_codes = 8;
-    cfg.quantizer.in_place_codebook_lr = std::string(type) == "vq" ? 0.5f : 0.f;  // an option of vq
+    cfg.quantizer.in_place_codebook_lr = 0.5f;
     CheckDdpResult r = check_ddp(
         cfg, data, {.mode = CheckDdpOptions::Mode::per_step, .world = 3, .steps = 2, .rtol = 0, .atol = 0, .print = false});
     CHECK_MESSAGE(r.passed, r.first_failure);

@@ -203,6 +203,14 @@ TEST_CASE("invariant 4 for every VectorQuantize option: after a training step, i
   inplace.codebook.learnable = true;
   inplace.in_place_codebook_lr = 0.1f;
   all.emplace_back("vq, in_place_codebook_optimizer", inplace);
+  for (bool shared : {false, true}) {
+    QuantizerOptions r = options_for("residual_vq");
+    r.codebook.learnable = true;
+    r.in_place_codebook_lr = 0.1f;
+    r.shared_codebook = shared;
+    all.emplace_back(shared ? "residual_vq shared, in_place_codebook_optimizer" : "residual_vq, in_place_codebook_optimizer",
+                     r);
+  }
   for (const auto& [name, q] : all) {
     CAPTURE(name);
     run_ranks(1, [&](Communicator& comm) {

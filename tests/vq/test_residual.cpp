@@ -8,6 +8,7 @@
 #include "engine/autograd.h"
 #include "tests/vq/harness.h"
 #include "vq/residual_fsq.h"
+#include "vq/assign.h"
 #include "vq/beam_search.h"
 #include "vq/residual_vq.h"
 
@@ -384,4 +385,42 @@ TEST_CASE("ResidualVQ with beam_size: lower summed error than greedy on the same
   beam->quantize(x, comm);
   greedy->quantize(x, comm);
   CHECK_FALSE(bitwise_equal(snapshot(*greedy), snapshot(*beam)));
+}
+
+TEST_CASE("in_place_codebook_optimizer on ResidualVQ: a shared codebook steps once, after the last layer, for the sum "
+          "of the layers' mse(codes, residual); separate codebooks step per layer and assign again") {
+  SingleCommunicator comm;
+  Generator data(2, 0);
+  Tensor x = rand_normal({20, 6}, data);
+  const std::vector<float> xs = x.to_vector<float>();
+  ResidualVQOptions o = rvq_options(false, true);
+  o.num_quantizers = 2;
+  o.codebook.learnable = true;
+  o.codebook.kmeans_init = false;
+  o.in_place_codebook_lr = 0.5f;
+  Generator init(0, 0);
+  ResidualVQ rvq(o, init);
+  const Tensor& embed = rvq.codebook(0).embed;
+  const std::vector<float> e0 = embed.to_vector<float>();
+  QuantizerOutput out = rvq.quantize(x, comm);
+  const std::vector<int64_t> idx = out.indices.to_vector<int64_t>();  // (20, 2), from the codebook before the step
+  // Layer 0's residual is x, layer 1's x - e0[idx0]; each layer's loss is a mean over its 20 x 6 elements.
+  std::vector<double> grad(e0.size(), 0.0);
+  for (int n = 0; n < 20; ++n) {
+    const int64_t k0 = idx[n * 2], k1 = idx[n * 2 + 1];
+    for (int j = 0; j < 6; ++j) {
+      const double r0 = xs[n * 6 + j], r1 = r0 - e0[k0 * 6 + j];
+      grad[k0 * 6 + j] += 2 * (e0[k0 * 6 + j] - r0) / 120;
+      grad[k1 * 6 + j] += 2 * (e0[k1 * 6 + j] - r1) / 120;
+    }
+  }
+  const std::vector<float> e1 = embed.to_vector<float>();
+  for (size_t i = 0; i < e0.size(); ++i) CHECK(e1[i] == doctest::Approx(e0[i] - 0.5 * grad[i]).epsilon(1e-5));
+  // Separate codebooks: layer 0 steps, then its rows are assigned to the stepped codes.
+  o.shared_codebook = false;
+  Generator init2(0, 0);
+  ResidualVQ separate(o, init2);
+  QuantizerOutput s = separate.quantize(x, comm);
+  const Tensor& layer0 = separate.codebook(0).embed;
+  CHECK(s.indices.to_vector<int64_t>()[0] == assign_codes(x.slice_rows(0, 1), layer0.detach(), false).item<int64_t>());
 }
