@@ -29,10 +29,11 @@ Codebook::Codebook(const CodebookOptions& o, Generator& init_gen) : opt_(o) {
   float bound = std::sqrt(6.f / static_cast<float>(d));
   Tensor init = o.kmeans_init ? zeros({k, d}) : rand_uniform({k, d}, init_gen, -bound, bound);
   if (o.cosine && !o.kmeans_init) init = l2_normalize_rows(init);
-  if (o.learnable) {
-    embed = register_parameter("embed", init);
-  } else {
-    embed = register_buffer("embed", init);
+  VQDDP_CHECK(!o.track_usage || (o.learnable && !o.cosine),
+              "codebook: usage tracking is for learnable Euclidean codebooks");
+  if (o.learnable) embed = register_parameter("embed", init);
+  else embed = register_buffer("embed", init);
+  if (tracks_usage()) {
     embed_avg = register_buffer("embed_avg", init.clone());
     // Counts: a negative one would divide the Laplace smoothing by a
     // negative total and never count as dead.
@@ -101,7 +102,7 @@ bool Codebook::ensure_initialised(const Tensor& x, Communicator& comm) {
   KmeansResult km = kmeans(x, opt_.codebook_size, opt_.kmeans_iters, opt_.cosine, comm, gen);
   if (!km.means.defined()) return false;  // no rank had rows: every rank stays uninitialised alike
   embed.copy_(km.means);
-  if (!opt_.learnable) {
+  if (tracks_usage()) {
     // embed_avg = means * bins (NOT means): the EMA normalisation divides by
     // the counts again, so this keeps the centroids where k-means put them.
     embed_avg.copy_(mul(km.means, reshape(km.bins, {-1, 1})));
@@ -153,7 +154,7 @@ CodebookMetrics Codebook::update_layers(const std::vector<Tensor>& xs, const std
   const Device dev = all_rows.device();
   // Learnable: counts only, for the metrics (the embed is trained by the
   // optimizer). EMA: counts and sums.
-  StatsLayout layout{opt_.codebook_size, opt_.learnable ? 0 : opt_.dim, comm.world_size(), opt_.dim};
+  StatsLayout layout{opt_.codebook_size, tracks_usage() ? opt_.dim : 0, comm.world_size(), opt_.dim};
   // The statistics of all rows (metrics, non-finite flags, revival), then
   // those of each row set, all in one all-reduce. With affine_param the
   // statistics see the rows in the codebook's space; revival takes the
@@ -182,11 +183,12 @@ CodebookMetrics Codebook::update_layers(const std::vector<Tensor>& xs, const std
   // changes. On a device the update kernels skip a flagged step and the
   // error comes when the metrics are read.
   if (dev.is_cpu()) check_nonfinite_flags(stats, layout);
-  if (!opt_.learnable && (opt_.ema_update || opt_.threshold_ema_dead_code > 0.f)) {
+  if (tracks_usage() && (opt_.ema_update || opt_.threshold_ema_dead_code > 0.f)) {
     VqKernels& vq = vq_kernels(dev);
-    // Without ema_update the statistics move (revival reads them) but the
-    // codes are put back: the kernel writes them with the statistics.
-    const Tensor kept = opt_.ema_update ? Tensor() : embed.clone();
+    // Without ema_update (and for a learnable codebook, which the optimizer
+    // trains) the statistics move (revival reads them) but the codes are put
+    // back: the kernel writes them with the statistics.
+    const Tensor kept = opt_.ema_update && !opt_.learnable ? Tensor() : embed.detach().clone();
     if (xs.empty()) {
       vq.ema_update(stats, layout, cluster_size, embed_avg, embed, opt_.decay, opt_.eps);
     } else {

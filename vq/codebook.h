@@ -41,7 +41,7 @@ struct CodebookOptions {
   int64_t codebook_size = 512;  // K
   int64_t dim = 0;              // D
   bool cosine = false;
-  bool learnable = false;  // gradient-trained embed (no EMA, no revival)
+  bool learnable = false;  // gradient-trained embed (no EMA, no revival unless track_usage)
   float decay = 0.99f;
   float eps = 1e-5f;
   float threshold_ema_dead_code = 2.f;  // 0 disables revival
@@ -67,6 +67,12 @@ struct CodebookOptions {
   float affine_param_batch_decay = 0.99f;
   float affine_param_codebook_decay = 0.9f;
   float sample_temperature = 1.f;  // sample_codebook_temp
+  // A learnable codebook that still tracks usage (directional_reparam, as
+  // the reference's learnable codebooks do): cluster_size and embed_avg
+  // buffers move by EMA, the codes stay the optimizer's, and dead codes are
+  // revived (threshold_ema_dead_code > 0). Euclidean only: a cosine
+  // codebook's normalisation would read the revived rows in its backward.
+  bool track_usage = false;
   bool operator==(const CodebookOptions&) const = default;
 };
 
@@ -172,6 +178,9 @@ class Codebook : public Module {
   Tensor codes() const;
 
   const CodebookOptions& options() const { return opt_; }
+  // cluster_size and embed_avg exist and move: an EMA codebook, or a
+  // learnable one with track_usage.
+  bool tracks_usage() const { return !opt_.learnable || opt_.track_usage; }
   // The next of this codebook's shared random streams (counted in its
   // `draws` buffer, so a resumed run draws on): for draws other modules
   // make on its behalf (the orthogonal regulariser's subset of codes).

@@ -173,6 +173,18 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     q.heads = static_cast<int>(s.integer("heads", q.heads, limits::heads));
     q.separate_codebook_per_head = s.boolean("separate_codebook_per_head", q.separate_codebook_per_head);
     q.layernorm_after_project_in = s.boolean("layernorm_after_project_in", q.layernorm_after_project_in);
+    q.directional_reparam = s.boolean("directional_reparam", q.directional_reparam);
+    q.directional_reparam_variance =
+        static_cast<float>(s.number("directional_reparam_variance", q.directional_reparam_variance));
+    if (!(q.directional_reparam_variance >= 0)) s.fail("directional_reparam_variance", "must not be negative");
+    if (q.directional_reparam && !q.codebook.learnable)
+      s.fail("directional_reparam", "needs \"learnable_codebook\": true (the codes learn through the output)");
+    if (q.directional_reparam && q.codebook.cosine)
+      s.fail("directional_reparam", "needs a Euclidean codebook (use_cosine_sim false)");
+    if (q.directional_reparam && !(q.codebook.threshold_ema_dead_code > 0))
+      s.fail("directional_reparam", "needs \"threshold_ema_dead_code\" > 0 (dead codes replaced, as the reference asserts)");
+    if (q.directional_reparam && (q.rotation_trick || q.straight_through))
+      s.fail("directional_reparam", "needs \"rotation_trick\": false (at most one of them, as the reference asserts)");
   }
   if (q.type == "vq" || base == "residual_vq") {
     ConfigSection inplace = s.section("in_place_codebook_optimizer");
@@ -263,6 +275,8 @@ std::shared_ptr<Quantizer> make_one(const QuantizerOptions& q, int64_t dim, uint
     o.separate_codebook_per_head = q.separate_codebook_per_head;
     o.layernorm_after_project_in = q.layernorm_after_project_in;
     o.in_place_codebook_lr = q.in_place_codebook_lr;
+    o.directional_reparam = q.directional_reparam;
+    o.directional_reparam_variance = q.directional_reparam_variance;
     return std::make_shared<VectorQuantize>(o, gen);
   }
   if (q.type == "residual_vq") {

@@ -13,6 +13,7 @@
 //   commitment_weight, rotation_trick, codebook_diversity_loss_weight,
 //   codebook_diversity_temperature, freeze_codebook (vq, residual_vq),
 //   heads, separate_codebook_per_head, layernorm_after_project_in,
+//   directional_reparam, directional_reparam_variance (vq),
 //   in_place_codebook_optimizer ({"type": "sgd", "lr": x}) (vq, residual_vq), quantize_dropout,
 //   quantize_dropout_cutoff_index, quantize_dropout_multiple_of, quant_grad_frac,
 //   beam_size, eval_beam_size, beam_score_quantizer_weights (residual_vq), levels (FSQ)
@@ -65,6 +66,8 @@ struct QuantizerOptions : CodebookLossOptions {
   int groups = 1;                        // grouped_*: feature groups, each its own residual quantizer
   int heads = 1;                         // vq
   float quant_grad_frac = 0.f;                      // residual_vq, in [0, 1]
+  bool directional_reparam = false;                 // vq (vq/directional_reparam.h)
+  float directional_reparam_variance = 5e-3f;       // vq
   int beam_size = 1;                                // residual_vq (vq/beam_search.h)
   int eval_beam_size = 0;                           // residual_vq; 0: beam_size
   std::vector<float> beam_score_quantizer_weights;  // residual_vq; empty: all 1

@@ -3,6 +3,7 @@
 #include "engine/ops.h"
 #include "vq/code_logits.h"
 #include "vq/codebook_diversity.h"
+#include "vq/directional_reparam.h"
 #include "vq/in_place_codebook_step.h"
 #include "vq/index_columns.h"
 #include "vq/losses.h"
@@ -19,9 +20,14 @@ VectorQuantize::VectorQuantize(const VectorQuantizeOptions& o, Generator& init_g
               "VectorQuantize: dim {} is not divisible by heads {}; set codebook_dim", o.dim, o.heads);
   int64_t inner = codebook_dim_ * o.heads;
   projection_ = make_projection(o.dim, inner, init_gen, o.layernorm_after_project_in);
+  VQDDP_CHECK(!o.directional_reparam || (o.codebook.learnable && !o.codebook.cosine &&
+                                           o.codebook.threshold_ema_dead_code > 0 && !o.rotation_trick),
+              "VectorQuantize: directional_reparam needs a learnable Euclidean codebook with "
+              "threshold_ema_dead_code > 0 and the rotation trick off");
   int books = o.separate_codebook_per_head ? o.heads : 1;
   for (int h = 0; h < books; ++h) {
     CodebookOptions c = o.codebook;
+    c.track_usage = o.directional_reparam;
     c.codebook_size = o.codebook_size;
     c.dim = codebook_dim_;
     c.seed = codebook_seed(o.seed, h);
@@ -105,6 +111,9 @@ QuantizerOutput VectorQuantize::quantize(const Tensor& x, Communicator& comm, co
     Tensor total = ce[0];
     for (size_t i = 1; i < ce.size(); ++i) total = add(total, ce[i]);
     out.loss = mul(div(total, static_cast<float>(ce.size())), opt_.commitment_weight);
+  } else if (opt_.directional_reparam) {
+    // The reference: no commitment loss; the codes learn through the output.
+    out.loss = full({}, 0.0, DType::f32, x.device());
   } else {
     out.loss = quantization_loss(learnable ? q : q.detach(), z, opt_.commitment_weight, learnable, comm);
   }
@@ -123,9 +132,21 @@ QuantizerOutput VectorQuantize::quantize(const Tensor& x, Communicator& comm, co
   // Per head: each head's piece of a row is rotated onto its own code
   // (vector-quantize-pytorch rotates the head-split rows).
   const int64_t m = z.size(0), h = opt_.heads;
-  Tensor y = reshape(through_quantizer(reshape(z, {m * h, codebook_dim_}), reshape(q, {m * h, codebook_dim_}),
-                                       opt_.rotation_trick && is_training()),
-                     {m, h * codebook_dim_});
+  Tensor y;
+  if (opt_.directional_reparam && updates_state()) {
+    // Each head piece of global row g is row g h + i of the noise's rows.
+    int64_t first_row = 0;
+    std::vector<int64_t> counts = all_gather_counts(comm, m);
+    for (int r = 0; r < comm.rank(); ++r) first_row += counts[r];
+    y = reshape(directional_reparam(reshape(z, {m * h, codebook_dim_}), reshape(q, {m * h, codebook_dim_}),
+                                    opt_.directional_reparam_variance, first_row * h,
+                                    codebooks_[0]->draw_stream()),
+                {m, h * codebook_dim_});
+  } else {
+    y = reshape(through_quantizer(reshape(z, {m * h, codebook_dim_}), reshape(q, {m * h, codebook_dim_}),
+                                  opt_.rotation_trick && is_training()),
+                {m, h * codebook_dim_});
+  }
   if (opt_.sync_update_v > 0 && is_training()) y = add(y, mul(sub(y, y.detach()), opt_.sync_update_v));
   y = projection_.out(y);  // (M, dim)
   out.quantized = rows.expand(y, x);

@@ -40,6 +40,12 @@ struct VectorQuantizeOptions : CodebookLossOptions {
   float in_place_codebook_lr = 0.f;
   // A LayerNorm after project_in (only with a projection, as in the reference).
   bool layernorm_after_project_in = false;
+  // DiVeQ (vq/directional_reparam.h): in training the output is the
+  // direction-reparameterised code instead of the rotation trick or
+  // straight-through, with no commitment term; needs a learnable Euclidean
+  // codebook with revival on (it then tracks usage), the rotation trick off.
+  bool directional_reparam = false;
+  float directional_reparam_variance = 5e-3f;
   // Codebook hyper-parameters; codebook_size, dim and seed are set from the
   // fields above (each separate codebook gets its own seed).
   CodebookOptions codebook;

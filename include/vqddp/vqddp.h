@@ -62,6 +62,7 @@
 // vq/
 #include "vq/assign.h"
 #include "vq/beam_search.h"
+#include "vq/directional_reparam.h"
 #include "vq/code_logits.h"
 #include "vq/code_stats.h"
 #include "vq/codebook.h"

@@ -203,6 +203,11 @@ TEST_CASE("invariant 4 for every VectorQuantize option: after a training step, i
   inplace.codebook.learnable = true;
   inplace.in_place_codebook_lr = 0.1f;
   all.emplace_back("vq, in_place_codebook_optimizer", inplace);
+  QuantizerOptions diveq = options_for("vq");
+  diveq.codebook.learnable = true;
+  diveq.rotation_trick = false;
+  diveq.directional_reparam = true;
+  all.emplace_back("vq, directional_reparam", diveq);
   for (bool shared : {false, true}) {
     QuantizerOptions r = options_for("residual_vq");
     r.codebook.learnable = true;

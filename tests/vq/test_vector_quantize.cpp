@@ -695,3 +695,59 @@ TEST_CASE("cosine VectorQuantize commits the unit input to its code, and the out
     CHECK(std::fabs(dot) / std::sqrt(norm) < 1e-5);
   }
 }
+
+TEST_CASE("directional_reparam (DiVeQ): the output is x + u |q - x| with u the noised unit direction, no commitment "
+          "loss, the gradient reaching input and codes; the learnable codebook tracks usage and revives dead codes") {
+  SingleCommunicator comm;
+  Generator data(5, 0);
+  VectorQuantizeOptions o = initial_codes();
+  o.codebook.learnable = true;
+  o.codebook.threshold_ema_dead_code = 1.f;  // unused codes fall to 0.99 of their initial 1 in one step
+  o.rotation_trick = false;
+  o.directional_reparam = true;
+  o.directional_reparam_variance = 0.f;  // the exact direction: y = q in value
+  Generator init(0, 0);
+  VectorQuantize vq(o, init);
+  Codebook& book = *vq.codebooks()[0];
+  const std::vector<float> e0 = book.embed.to_vector<float>();
+  // Every row near code 0, so the other codes die in the first update and are revived from rows.
+  Tensor x = add(mul(rand_normal({12, 4}, data), 0.01f), from_vector(std::vector<float>(e0.begin(), e0.begin() + 4), {1, 4}));
+  x.set_requires_grad(true);
+  QuantizerOutput out = vq.quantize(x, comm);
+  CHECK(out.loss.item<float>() == 0.f);
+  std::vector<float> q = out.quantized.to_vector<float>();
+  for (int64_t i = 0; i < 12 * 4; ++i) CHECK(q[i] == doctest::Approx(e0[i % 4]).epsilon(1e-5));
+  sum(mul(out.quantized, out.quantized)).backward();
+  CHECK(book.embed.grad().defined());
+  double code_grad = 0;
+  for (float g : book.embed.grad().to_vector<float>()) code_grad += std::fabs(g);
+  CHECK(code_grad > 0);
+  double input_grad = 0;
+  for (float g : x.grad().to_vector<float>()) input_grad += std::fabs(g);
+  CHECK(input_grad > 0);
+  // Usage: code 0 counted 12 rows (decay 0.99 from 1), the others revived with rows of the batch.
+  CHECK(book.cluster_size.defined());
+  const std::vector<float> cs = book.cluster_size.to_vector<float>(), e1 = book.embed.to_vector<float>();
+  CHECK(cs[0] == doctest::Approx(0.99 + 0.01 * 12));
+  CHECK(out.metrics[0].codes_revived() == 7);
+  const std::vector<float> xs = x.to_vector<float>();
+  for (int k = 1; k < 8; ++k) {
+    bool from_a_row = false;
+    for (int n = 0; n < 12; ++n) from_a_row |= std::equal(e1.begin() + k * 4, e1.begin() + k * 4 + 4, xs.begin() + n * 4);
+    CHECK(from_a_row);
+  }
+  // With noise the direction moves, the length |q - x| stays.
+  o.directional_reparam_variance = 0.5f;
+  Generator init2(0, 0);
+  VectorQuantize noisy(o, init2);
+  QuantizerOutput n = noisy.quantize(x.detach(), comm);
+  const std::vector<float> qn = n.quantized.to_vector<float>();
+  for (int r = 0; r < 12; ++r) {
+    double want = 0, got = 0;
+    for (int j = 0; j < 4; ++j) {
+      want += std::pow(double(e0[j]) - xs[r * 4 + j], 2);
+      got += std::pow(double(qn[r * 4 + j]) - xs[r * 4 + j], 2);
+    }
+    CHECK(std::sqrt(got) == doctest::Approx(std::sqrt(want)).epsilon(1e-4));
+  }
+}
