@@ -17,6 +17,9 @@
 
 namespace vqddp {
 
+// The reference's default noise variance (ResidualVQ's diveq uses it).
+inline constexpr float kDirectionalReparamVariance = 5e-3f;
+
 // src, tgt (N, D) on one device; the first of this rank's rows is global
 // row `first_row`.
 Tensor directional_reparam(const Tensor& src, const Tensor& tgt, float variance, int64_t first_row,

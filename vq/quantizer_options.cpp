@@ -200,6 +200,9 @@ void read_quantizer_options(ConfigSection s, QuantizerOptions& q) {
     q.shared_codebook = s.boolean("shared_codebook", q.shared_codebook);
     q.quant_grad_frac = static_cast<float>(s.number("quant_grad_frac", q.quant_grad_frac));
     if (!(q.quant_grad_frac >= 0 && q.quant_grad_frac <= 1)) s.fail("quant_grad_frac", "must be in [0, 1]");
+    q.diveq = s.boolean("diveq", q.diveq);
+    if (q.diveq && (!q.codebook.learnable || q.codebook.cosine))
+      s.fail("diveq", "needs \"learnable_codebook\": true and a Euclidean codebook (the codes learn through the output)");
     q.beam_size = static_cast<int>(s.integer("beam_size", q.beam_size, limits::beam));
     q.eval_beam_size = static_cast<int>(s.integer("eval_beam_size", q.eval_beam_size, {1, limits::beam.hi}));
     std::vector<double> w(q.beam_score_quantizer_weights.begin(), q.beam_score_quantizer_weights.end());
@@ -285,6 +288,7 @@ std::shared_ptr<Quantizer> make_one(const QuantizerOptions& q, int64_t dim, uint
     o.shared_codebook = q.shared_codebook;
     o.quant_grad_frac = q.quant_grad_frac;
     o.in_place_codebook_lr = q.in_place_codebook_lr;
+    o.diveq = q.diveq;
     o.beam_size = q.beam_size;
     o.eval_beam_size = q.eval_beam_size;
     o.beam_score_quantizer_weights = q.beam_score_quantizer_weights;

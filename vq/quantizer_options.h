@@ -16,7 +16,7 @@
 //   directional_reparam, directional_reparam_variance (vq),
 //   in_place_codebook_optimizer ({"type": "sgd", "lr": x}) (vq, residual_vq), quantize_dropout,
 //   quantize_dropout_cutoff_index, quantize_dropout_multiple_of, quant_grad_frac,
-//   beam_size, eval_beam_size, beam_score_quantizer_weights (residual_vq), levels (FSQ)
+//   beam_size, eval_beam_size, beam_score_quantizer_weights, diveq (residual_vq), levels (FSQ)
 //   straight_through, commitment_use_cross_entropy_loss, orthogonal_reg_weight,
 //   orthogonal_reg_active_codes_only, orthogonal_reg_max_codes, sync_update_v (vq, residual_vq)
 //   codebook keys (read_codebook_options): decay, eps,
@@ -68,6 +68,7 @@ struct QuantizerOptions : CodebookLossOptions {
   float quant_grad_frac = 0.f;                      // residual_vq, in [0, 1]
   bool directional_reparam = false;                 // vq (vq/directional_reparam.h)
   float directional_reparam_variance = 5e-3f;       // vq
+  bool diveq = false;                               // residual_vq (vq/residual_vq.h)
   int beam_size = 1;                                // residual_vq (vq/beam_search.h)
   int eval_beam_size = 0;                           // residual_vq; 0: beam_size
   std::vector<float> beam_score_quantizer_weights;  // residual_vq; empty: all 1

@@ -7,6 +7,7 @@
 #include "vq/beam_search.h"
 #include "vq/code_logits.h"
 #include "vq/codebook_diversity.h"
+#include "vq/directional_reparam.h"
 #include "vq/orthogonal_reg.h"
 #include "vq/in_place_codebook_step.h"
 #include "vq/index_columns.h"
@@ -26,6 +27,7 @@ ResidualVQ::ResidualVQ(const ResidualVQOptions& o, Generator& init_gen) : opt_(o
   int books = o.shared_codebook ? 1 : o.num_quantizers;
   for (int l = 0; l < books; ++l) {
     CodebookOptions c = o.codebook;
+    c.track_usage = o.diveq && c.threshold_ema_dead_code > 0;  // revival, as the reference's learnable layers
     c.codebook_size = o.codebook_sizes.empty() ? o.codebook_size : o.codebook_sizes[l];
     c.dim = codebook_dim_;
     c.seed = codebook_seed(o.seed, l);
@@ -42,6 +44,8 @@ ResidualVQ::ResidualVQ(const ResidualVQOptions& o, Generator& init_gen) : opt_(o
                   static_cast<int>(o.beam_score_quantizer_weights.size()) == o.num_quantizers,
               "ResidualVQ: {} beam_score_quantizer_weights for {} quantizers", o.beam_score_quantizer_weights.size(),
               o.num_quantizers);
+  VQDDP_CHECK(!o.diveq || (o.codebook.learnable && !o.codebook.cosine),
+              "ResidualVQ: diveq needs learnable Euclidean codebooks");
   if (o.beam_size > 1 || o.eval_beam_size > 1) {
     // The search scores squared distances to the codes as the codebook
     // holds them: no draw, no affine transform, no cross-entropy term.
@@ -143,8 +147,11 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
     } else {
       out.metrics.push_back({});
     }
-    Tensor layer_loss = cross_entropy.defined() ? mul(cross_entropy, opt_.commitment_weight)
-                                                : quantization_loss(code, prepared, opt_.commitment_weight, learnable, comm);
+    // diveq: no commitment term, as the reference's layers (commitment_weight 0).
+    Tensor layer_loss = opt_.diveq ? zero
+                        : cross_entropy.defined()
+                            ? mul(cross_entropy, opt_.commitment_weight)
+                            : quantization_loss(code, prepared, opt_.commitment_weight, learnable, comm);
     if (layer_diversity.defined()) {
       // Each layer's loss holds its own weighted term, as each layer of the
       // reference is a VectorQuantize with the option.
@@ -160,13 +167,16 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
     out.layer_losses.push_back(layer_loss);
     // `prepared` is the residual (cosine: normalised, as the reference's
     // layers normalise their input before the loss and the output).
-    Tensor quantized = through_quantizer(prepared, code, opt_.rotation_trick && is_training());
+    // diveq: the layer's output is its (learnable) code itself, as the
+    // reference's layers route no gradient to their input there.
+    Tensor quantized = opt_.diveq ? code : through_quantizer(prepared, code, opt_.rotation_trick && is_training());
     if (opt_.sync_update_v > 0 && is_training())  // per layer, as the reference's layers
       quantized = add(quantized, mul(sub(quantized, quantized.detach()), opt_.sync_update_v));
     // quant_grad_frac: frac q + (1 - frac) q.detach(), as the reference
     // writes it (so its value rounds as there): the later layers' gradient
     // reaches this layer's output in that share.
-    residual = sub(residual, opt_.quant_grad_frac > 0
+    residual = sub(residual, opt_.diveq ? quantized  // quant_grad_frac 1 there
+                             : opt_.quant_grad_frac > 0
                                  ? add(mul(quantized, opt_.quant_grad_frac), mul(quantized.detach(), 1.f - opt_.quant_grad_frac))
                                  : quantized.detach());
     sum = add(sum, quantized);
@@ -191,6 +201,16 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
   for (const Tensor& l : out.layer_losses) out.loss = add(out.loss, l);
   if (opt_.orthogonal_reg_weight > 0) out.extras["orthogonal_reg_loss"] = orthogonal.defined() ? orthogonal : zero;
   if (opt_.codebook_diversity_loss_weight > 0) out.extras["codebook_diversity_loss"] = diversity.defined() ? diversity : zero;
+  if (opt_.diveq && updates_state()) {
+    // DiVeQ on the whole output: the input moved along the noised direction
+    // to the codes' sum (vq/directional_reparam.h), global row g's noise
+    // from one shared stream per step. Training only (the reference applies
+    // it in eval too, so its eval outputs are noisy).
+    int64_t first_row = 0;
+    std::vector<int64_t> counts = all_gather_counts(comm, m);
+    for (int r = 0; r < comm.rank(); ++r) first_row += counts[r];
+    sum = directional_reparam(z, sum, kDirectionalReparamVariance, first_row, books_[0]->draw_stream());
+  }
   Tensor y = projection_.out(sum);  // (M, dim)
   out.quantized = rows.expand(y, x);
   out.indices = rows.expand_indices(stack_columns(idx_columns));

@@ -53,6 +53,12 @@ struct ResidualVQOptions : CodebookLossOptions {
   // layer's rows are assigned again; a shared codebook steps once, after
   // the last layer, for the sum of the layers' losses (as the reference).
   float in_place_codebook_lr = 0.f;
+  // diveq (the reference's DiVeQ for ResidualVQ): learnable layers whose
+  // outputs are their codes, no commitment term, the full gradient through
+  // the residual, and in training the output's sum direction-
+  // reparameterised (vq/directional_reparam.h); with revival on the layers
+  // track usage and revive dead codes.
+  bool diveq = false;
   int beam_size = 1;
   int eval_beam_size = 0;
   std::vector<float> beam_score_quantizer_weights;

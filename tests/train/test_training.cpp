@@ -443,22 +443,28 @@ TEST_CASE("check-ddp per step, bitwise, with the orthogonal regulariser of a lea
   }
 }
 
-TEST_CASE("check-ddp per step, bitwise, with directional_reparam (DiVeQ): the noise of a global row, the learnable "
-          "codebook's usage statistics and its revival are the same on 3 ranks as on 1") {
+TEST_CASE("check-ddp per step, bitwise, with directional_reparam (DiVeQ) on vq and diveq on residual_vq: the noise of a "
+          "global row, the learnable codebooks' usage statistics and their revival are the same on 3 ranks as on 1") {
   if (test::sanitized_build()) return;  // no kernel the sanitizers have not seen
   const char* src = std::getenv("VQDDP_SOURCE_DIR");
   Config cfg = load_config(std::string(src ? src : ".") + "/examples/fashion_vq.json");
   cfg.data.max_examples = 2000;
   Dataset data = load_dataset(cfg.data);
   cfg.quantizer.codebook.learnable = true;
-  cfg.quantizer.rotation_trick = false;
-  cfg.quantizer.directional_reparam = true;
   cfg.quantizer.codebook.threshold_ema_dead_code = 2.f;
-  CheckDdpResult r = check_ddp(
-      cfg, data, {.mode = CheckDdpOptions::Mode::per_step, .world = 3, .steps = 3, .rtol = 0, .atol = 0, .print = false});
-  CHECK_MESSAGE(r.passed, r.first_failure);
-  CHECK(r.state_bitwise);
-  CHECK(r.worst_grad_abs == 0);
+  for (const char* type : {"vq", "residual_vq"}) {
+    CAPTURE(type);
+    cfg.quantizer.type = type;
+    cfg.quantizer.num_quantizers = std::string(type) == "vq" ? 1 : 2;
+    cfg.quantizer.rotation_trick = false;
+    cfg.quantizer.directional_reparam = std::string(type) == "vq";
+    cfg.quantizer.diveq = std::string(type) == "residual_vq";
+    CheckDdpResult r = check_ddp(
+        cfg, data, {.mode = CheckDdpOptions::Mode::per_step, .world = 3, .steps = 3, .rtol = 0, .atol = 0, .print = false});
+    CHECK_MESSAGE(r.passed, r.first_failure);
+    CHECK(r.state_bitwise);
+    CHECK(r.worst_grad_abs == 0);
+  }
 }
 
 TEST_CASE("config errors name the key path and the expected type") {

@@ -208,6 +208,10 @@ TEST_CASE("invariant 4 for every VectorQuantize option: after a training step, i
   diveq.rotation_trick = false;
   diveq.directional_reparam = true;
   all.emplace_back("vq, directional_reparam", diveq);
+  QuantizerOptions rdiveq = options_for("residual_vq");
+  rdiveq.codebook.learnable = true;
+  rdiveq.diveq = true;
+  all.emplace_back("residual_vq, diveq", rdiveq);
   for (bool shared : {false, true}) {
     QuantizerOptions r = options_for("residual_vq");
     r.codebook.learnable = true;
