@@ -1,5 +1,7 @@
 #include "vq/in_place_codebook_step.h"
 
+#include <optional>
+
 #include "comm/batch_reduce.h"
 #include "engine/autograd.h"
 #include "engine/ops.h"
@@ -14,6 +16,18 @@ void in_place_codebook_step(Codebook& book, const CodebookAssignment& a, float l
 void in_place_codebook_step(Codebook& book, const std::vector<CodebookAssignment>& sets, float lr,
                             Communicator& comm) {
   VQDDP_CHECK(book.options().learnable, "in_place_codebook_step: the codebook is not learnable");
+  // Outside an exact step (a loop of the caller's own, the trace harness)
+  // the step makes its own, one unit per row: the codebook's gradient is
+  // then the global batch's, bit for bit 1 rank's, as inside the trainer's.
+  // Every set has this rank's rows (ResidualVQ's layers: the same rows).
+  std::optional<ExactBatchScope> own;
+  if (!exact_batch() && !sets.empty()) {
+    const int64_t mine = sets[0].prepared.size(0);
+    for (const CodebookAssignment& a : sets)
+      VQDDP_CHECK(a.prepared.size(0) == mine, "in_place_codebook_step: row sets of {} and {} rows", mine,
+                  a.prepared.size(0));
+    own.emplace(exact_batch_for(comm, std::vector<int64_t>(static_cast<size_t>(mine), 1), all_gather_counts(comm, mine)));
+  }
   // Sum over the sets of mean((codes - x)^2) over the global batch's
   // elements: the sums of every rank's rows, over the global count.
   Tensor loss;

@@ -5,13 +5,14 @@
 //
 // DDP (the reference's issue #222: its in-place step used each rank's own
 // gradient, so codebooks diverged): the loss is the GLOBAL batch's mean (a
-// batch_sum over every rank's rows, over the global row count), so every
-// rank's backward() gives the codebook the global gradient and every rank
-// steps alike. In an exact step the engine reduces the codebook's gradient
-// over the global batch itself (it is a parameter read by batched rows);
-// the global count is what makes that sum the mean's gradient (a per-rank
-// count fails check-ddp). Outside one the sum's all-reduce does it. SGD without momentum holds no state, so a resumed
-// run steps as an uninterrupted one.
+// batch_sum over every rank's rows, over the global row count), and its
+// backward runs in an exact step, so the codebook's gradient is the global
+// batch's, bit for bit 1 rank's: the trainer's step, or outside one (a
+// caller's own loop) a step of its own with one unit per row. (Outside an
+// exact step the sum's all-reduce alone gave each rank only its rows'
+// share of the gradient: ranks stepped apart, by about 2e-4 here.) SGD
+// without momentum holds no state, so a resumed run steps as an
+// uninterrupted one.
 #pragma once
 
 #include <vector>

@@ -127,13 +127,35 @@ std::vector<std::pair<std::string, QuantizerOptions>> option_variants() {
     affine.codebook.affine_param = true;  // moments of the global batch, every step
     out.emplace_back(std::string(type) + ", affine_param", affine);
   }
+  // The options that draw noise (by global row), step codebooks inside the
+  // forward or search per row.
+  QuantizerOptions diveq = options_for("vq");
+  diveq.codebook.learnable = true;
+  diveq.rotation_trick = false;
+  diveq.directional_reparam = true;
+  out.emplace_back("vq, directional_reparam", diveq);
+  QuantizerOptions rdiveq = options_for("residual_vq");
+  rdiveq.codebook.learnable = true;
+  rdiveq.diveq = true;
+  out.emplace_back("residual_vq, diveq", rdiveq);
+  for (const char* type : {"vq", "residual_vq", "residual_vq shared"}) {
+    QuantizerOptions inplace = options_for(std::string(type).substr(0, std::string(type).find(' ')).c_str());
+    inplace.codebook.learnable = true;
+    inplace.in_place_codebook_lr = 0.1f;
+    inplace.shared_codebook = std::string(type) == "residual_vq shared";
+    out.emplace_back(std::string(type) + ", in_place_codebook_optimizer", inplace);
+  }
+  QuantizerOptions beam = options_for("residual_vq");
+  beam.beam_size = 2;
+  beam.eval_beam_size = 3;
+  out.emplace_back("residual_vq, beam_size, eval_beam_size", beam);
   return out;
 }
 
 }  // namespace
 
 TEST_CASE("VectorQuantize options that draw or reduce over the batch (stochastic_sample_codes, ema_update false, "
-          "affine_param): W ranks' "
+          "affine_param, directional_reparam, diveq, a shared in-place step, beam search): W ranks' "
           "outputs, indices and state are == 1 rank's, W = 2..3, every split") {
   for (const auto& [name, q] : option_variants()) {
     CAPTURE(name);
@@ -194,31 +216,6 @@ TEST_CASE("invariant 4 for every VectorQuantize option: after a training step, i
       q.sync_update_v = 0.5f;
       q.quant_grad_frac = std::string(q.type) == "residual_vq" ? 0.5f : 0.f;
     });
-  }
-  QuantizerOptions beam = options_for("residual_vq");
-  beam.beam_size = 2;
-  beam.eval_beam_size = 3;
-  all.emplace_back("residual_vq, beam_size, eval_beam_size", beam);
-  QuantizerOptions inplace = options_for("vq");
-  inplace.codebook.learnable = true;
-  inplace.in_place_codebook_lr = 0.1f;
-  all.emplace_back("vq, in_place_codebook_optimizer", inplace);
-  QuantizerOptions diveq = options_for("vq");
-  diveq.codebook.learnable = true;
-  diveq.rotation_trick = false;
-  diveq.directional_reparam = true;
-  all.emplace_back("vq, directional_reparam", diveq);
-  QuantizerOptions rdiveq = options_for("residual_vq");
-  rdiveq.codebook.learnable = true;
-  rdiveq.diveq = true;
-  all.emplace_back("residual_vq, diveq", rdiveq);
-  for (bool shared : {false, true}) {
-    QuantizerOptions r = options_for("residual_vq");
-    r.codebook.learnable = true;
-    r.in_place_codebook_lr = 0.1f;
-    r.shared_codebook = shared;
-    all.emplace_back(shared ? "residual_vq shared, in_place_codebook_optimizer" : "residual_vq, in_place_codebook_optimizer",
-                     r);
   }
   for (const auto& [name, q] : all) {
     CAPTURE(name);
