@@ -10,7 +10,7 @@
 namespace vqddp {
 
 struct DataSourceConfig {
-  std::string path;  // a directory of WAV files, or an IDX file
+  std::string path;  // a directory of audio files (data/audio.h), or an IDX file
   double weight = 1;
   bool operator==(const DataSourceConfig&) const = default;
 };
@@ -20,6 +20,7 @@ struct DataConfig {
   std::vector<DataSourceConfig> sources;
   int64_t frame = 80;            // wav_frames: samples per example
   int64_t max_files = 0;         // wav_frames: per source, 0 = all
+  int64_t sample_rate = 0;       // wav_frames: Hz every clip is resampled to; 0: the first clip's, mixed rates refused
   int64_t holdout_every = 10;    // wav_frames: every k-th clip is held out for validation
   std::string validation_path;   // fashion_mnist: IDX images for validation
   int64_t max_examples = 0;      // per source, 0 = all

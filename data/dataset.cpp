@@ -3,13 +3,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
+#include <atomic>
 #include <cctype>
 #include <filesystem>
 
 #include "engine/file_io.h"
 #include "engine/ops.h"
 #include "data/idx.h"
-#include "data/wav.h"
+#include "data/audio.h"
 
 namespace vqddp {
 
@@ -28,16 +31,17 @@ Tensor rows_of(std::vector<float>& values, int64_t dim, int64_t limit) {
   return from_vector(values, {rows, dim});
 }
 
-// The WAV files of a source directory, sorted. The extension is matched in
-// any case (recorders write .WAV); an entry named like a WAV file that is
-// not one (a dangling symbolic link, a directory) is an error rather than a
-// clip silently missing from the data.
-std::vector<std::string> wav_files_in(const std::string& dir) {
+// The audio files of a source directory (data/audio.h's extensions),
+// sorted. The extension is matched in any case (recorders write .WAV); an
+// entry named like an audio file that is not one (a dangling symbolic link,
+// a directory) is an error rather than a clip silently missing from the data.
+std::vector<std::string> audio_files_in(const std::string& dir) {
   std::vector<std::string> files;
+  const std::vector<std::string>& known = audio_extensions();
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     std::string ext = e.path().extension().string();
     std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (ext != ".wav") continue;
+    if (std::find(known.begin(), known.end(), ext) == known.end()) continue;
     std::error_code ec;
     VQDDP_CHECK(e.is_regular_file(ec), "data source '{}': {} is {}", dir, e.path().filename().string(),
                 e.is_symlink() && !std::filesystem::exists(e.path(), ec) ? "a symbolic link to a missing file"
@@ -51,33 +55,62 @@ std::vector<std::string> wav_files_in(const std::string& dir) {
 Dataset load_wav_frames(const DataConfig& c) {
   Dataset d;
   d.example_dim = c.frame;
-  std::vector<float> validation;
-  int rate = 0;
-  int64_t clips = 0, held = 0;
+  // Every source's file list first: the rate rule needs the first clip.
+  std::vector<std::vector<std::string>> lists;
   for (const DataSourceConfig& src : c.sources) {
-    VQDDP_CHECK(std::filesystem::is_directory(src.path), "data source '{}' is not a directory of WAV files", src.path);
-    std::vector<std::string> files = wav_files_in(src.path);
+    VQDDP_CHECK(std::filesystem::is_directory(src.path), "data source '{}' is not a directory of audio files",
+                src.path);
+    std::vector<std::string> files = audio_files_in(src.path);
     if (c.max_files > 0 && static_cast<int64_t>(files.size()) > c.max_files) files.resize(c.max_files);
-    VQDDP_CHECK(!files.empty(), "data source '{}' holds no .wav files", src.path);
+    VQDDP_CHECK(!files.empty(), "data source '{}' holds no audio files ({})", src.path,
+                fmt::join(audio_extensions(), ", "));
+    lists.push_back(std::move(files));
+  }
+  // data.sample_rate, or the first clip's: then every clip must have it.
+  const int rate = c.sample_rate > 0 ? static_cast<int>(c.sample_rate) : audio_file_rate(lists[0][0]);
+  std::vector<float> validation;
+  int64_t clips = 0, held = 0, resampled = 0;
+  for (size_t s = 0; s < lists.size(); ++s) {
+    const std::vector<std::string>& files = lists[s];
+    // Decoding is the load's cost: the clips of a source in parallel, in
+    // file order afterwards (the frames do not depend on the thread count).
+    std::vector<Audio> audio(files.size());
+    std::vector<std::string> errors(files.size());
+    const size_t workers = std::max<size_t>(1, std::min<size_t>(files.size(), std::thread::hardware_concurrency()));
+    std::vector<std::thread> pool;
+    std::atomic<size_t> next{0};
+    for (size_t w = 0; w < workers; ++w)
+      pool.emplace_back([&] {
+        for (size_t i = next++; i < files.size(); i = next++) {
+          try {
+            audio[i] = read_audio(files[i], c.sample_rate > 0 ? rate : 0);
+          } catch (const std::exception& e) {
+            errors[i] = e.what();
+          }
+        }
+      });
+    for (std::thread& t : pool) t.join();
     std::vector<float> train;
     for (size_t i = 0; i < files.size(); ++i) {
-      WavAudio a = read_wav(files[i]);
-      VQDDP_CHECK(rate == 0 || a.sample_rate == rate, "{}: sample rate {} Hz differs from the {} Hz of earlier clips",
-                  files[i], a.sample_rate, rate);
-      rate = a.sample_rate;
+      VQDDP_CHECK(errors[i].empty(), "{}", errors[i]);  // the first bad file in order, whatever thread met it
+      VQDDP_CHECK(audio[i].sample_rate == rate, "{}: sample rate {} Hz differs from the {} Hz of {} (set "
+                  "data.sample_rate to resample every clip to one rate)", files[i], audio[i].sample_rate, rate,
+                  lists[0][0]);
+      resampled += audio[i].file_rate != rate;
       bool holdout = static_cast<int64_t>(i) % c.holdout_every == c.holdout_every - 1;
-      append_frames(a.samples, c.frame, holdout ? validation : train);
+      append_frames(audio[i].samples, c.frame, holdout ? validation : train);
       ++clips;
       held += holdout;
     }
     d.sources.push_back(rows_of(train, c.frame, c.max_examples));
-    d.weights.push_back(src.weight);
-    VQDDP_CHECK(d.sources.back().size(0) > 0, "data source '{}' yields no training frames of {} samples", src.path,
-                c.frame);
+    d.weights.push_back(c.sources[s].weight);
+    VQDDP_CHECK(d.sources.back().size(0) > 0, "data source '{}' yields no training frames of {} samples",
+                c.sources[s].path, c.frame);
   }
   d.validation = rows_of(validation, c.frame, 0);
   d.examples_per_second = static_cast<double>(rate) / c.frame;
-  d.description = fmt::format("{} WAV clips at {} Hz ({} held out), frames of {} samples", clips, rate, held, c.frame);
+  d.description = fmt::format("{} audio clips at {} Hz ({} resampled, {} held out), frames of {} samples", clips, rate,
+                              resampled, held, c.frame);
   return d;
 }
 
@@ -116,9 +149,13 @@ Dataset load_fashion_mnist(const DataConfig& c) {
 }  // namespace
 
 Dataset load_dataset(const DataConfig& c) {
+  const auto start = std::chrono::steady_clock::now();
   Dataset d = c.type == "wav_frames" ? load_wav_frames(c) : load_fashion_mnist(c);
   VQDDP_CHECK(d.validation.size(0) > 0, "data: the validation set is empty ({}); for wav_frames, holdout_every={} "
               "needs at least that many clips per source", d.description, c.holdout_every);
+  // Printed only (the ranks' data fingerprints do not read it).
+  d.description += fmt::format(", read in {:.2f} s",
+                               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return d;
 }
 

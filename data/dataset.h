@@ -1,7 +1,9 @@
 // Training and validation examples as rows of float tensors, loaded once.
 //
-//   wav_frames:    each source is a directory of 16-bit mono WAV clips
-//                  (sorted by name, not recursive); every holdout_every-th
+//   wav_frames:    each source is a directory of audio clips of any format
+//                  libsndfile reads (data/audio.h; sorted by name, not
+//                  recursive), mono by the channels' mean, at
+//                  data.sample_rate or the first clip's rate; every holdout_every-th
 //                  clip is held out for validation; clips are cut into
 //                  non-overlapping frames of `frame` samples (the tail is
 //                  dropped).

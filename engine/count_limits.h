@@ -39,6 +39,7 @@ inline constexpr CountRange width{1, 65536};                // hidden, latent_di
 inline constexpr CountRange codebook_dim{0, width.hi};      // 0: latent_dim
 inline constexpr CountRange layers{1, 256};                 // hidden_layers, num_quantizers
 inline constexpr CountRange beam{1, 64};                    // beam_size, eval_beam_size
+inline constexpr CountRange sample_rate{0, 1'000'000};       // data.sample_rate (0: the first clip's)
 inline constexpr CountRange heads{1, 256};                  // quantizer.heads
 inline constexpr CountRange conv_stride{1, 64};            // model.strides
 inline constexpr CountRange residual_units{0, 16};         // model.residual_units

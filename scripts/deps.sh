@@ -8,6 +8,7 @@ packages=(
   libfmt-dev nlohmann-json3-dev doctest-dev  # libraries (header-only but fmt)
   libopenblas-dev                    # CPU GEMM
   zlib1g-dev                         # gzip IDX files
+  libsndfile1-dev libsoxr-dev        # audio files of any format, resampled to one rate
   libopenmpi-dev openmpi-bin         # the MPI backend (--backend mpi) and mpirun
   asterisk-core-sounds-en-wav        # real speech: the default training run
   dataset-fashion-mnist              # real images: the VQ-VAE examples

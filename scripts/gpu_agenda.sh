@@ -25,6 +25,9 @@ for name, keep in (("train", 15000), ("t10k", 5000)):
     with gzip.open(f".gpu/data/fashion-mnist/{name}-images-idx3-ubyte.gz", "wb", 6) as f:
         f.write(struct.pack(">IIII", magic, keep, r, c) + raw[16:16 + keep * r * c])
 EOF
+  # libsndfile and libsoxr (data/audio.h), with the codec libraries they link.
+  (cd .gpu/debs && apt-get download -qq libsndfile1-dev libsndfile1 libsoxr-dev libsoxr0 libflac12 libvorbis0a \
+    libvorbisenc2 libogg0 libopus0 libmpg123-0 libmp3lame0 libgomp1)
   cp /usr/share/asterisk/sounds/en_US_f_Allison/*.wav .gpu/data/Allison/
   cp /usr/share/asterisk/sounds/en_US_f_Allison/digits/*.wav .gpu/data/Allison/digits/
   echo "now put vector_quantize_pytorch/, einx/ and frozendict/ (pure Python) into .gpu/py"

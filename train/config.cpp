@@ -60,6 +60,7 @@ void read_data(ConfigSection s, DataConfig& d) {
   if (d.sources.empty()) s.fail("sources", "needs at least one {\"path\": ...} entry");
   d.frame = s.integer("frame", d.frame, limits::frame);
   d.max_files = s.integer("max_files", d.max_files, limits::optional_count);
+  d.sample_rate = s.integer("sample_rate", d.sample_rate, limits::sample_rate);
   d.holdout_every = s.integer("holdout_every", d.holdout_every, limits::holdout_every);
   d.validation_path = s.string("validation_path", d.validation_path);
   d.max_examples = s.integer("max_examples", d.max_examples, limits::optional_count);

@@ -116,4 +116,4 @@
 #include "data/data_config.h"
 #include "data/dataset.h"
 #include "data/idx.h"
-#include "data/wav.h"
+#include "data/audio.h"

@@ -18,7 +18,7 @@
 #include <limits>
 
 #include "data/idx.h"
-#include "data/wav.h"
+#include "data/audio.h"
 #include "engine/error.h"
 #include "engine/file_io.h"
 #include "engine/json_strict.h"
@@ -152,7 +152,7 @@ TEST_CASE("what is not a regular file is refused by every reader at once, naming
     CHECK_THROWS_WITH_AS(load_config_json(path), doctest::Contains(named.c_str()), Error);
     CHECK_THROWS_WITH_AS(safetensors_load(path), doctest::Contains(named.c_str()), Error);
     CHECK_THROWS_WITH_AS(read_idx(path), doctest::Contains(named.c_str()), Error);
-    CHECK_THROWS_WITH_AS(read_wav(path), doctest::Contains(named.c_str()), Error);
+    CHECK_THROWS_WITH_AS(read_audio(path), doctest::Contains(named.c_str()), Error);
   }
   CHECK_THROWS_WITH_AS(read_file(fifo), doctest::Contains("is a FIFO (named pipe), not a regular file"), Error);
   CHECK_THROWS_WITH_AS(read_file("/dev/zero"), doctest::Contains("is a character device, not a regular file"), Error);

@@ -1,10 +1,13 @@
-// Data readers: WAV and IDX files built byte by byte here round-trip exact
-// values, and each refused or malformed file is named in its error. No test
+// Data readers: audio files (byte-built WAV, and every format libsndfile
+// writes here) and IDX files round-trip, and each refused or malformed file
+// is named in its error. No test
 // depends on the data packages the readers are meant for.
 #include <doctest/doctest.h>
 
+#include <sndfile.h>
 #include <zlib.h>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -17,7 +20,7 @@
 #include "tests/engine/tmpdir.h"
 #include "data/idx.h"
 #include "data/dataset.h"
-#include "data/wav.h"
+#include "data/audio.h"
 
 using namespace vqddp;
 using vqddp::test::TempDir;
@@ -74,68 +77,162 @@ void write_gzip(const std::string& path, const std::string& bytes) {
   REQUIRE(gzclose(f) == Z_OK);
 }
 
+// A file written by libsndfile: `format` (SF_FORMAT_*), interleaved frames.
+void write_audio(const std::string& path, int format, int rate, int channels, const std::vector<float>& frames) {
+  SF_INFO info{};
+  info.samplerate = rate;
+  info.channels = channels;
+  info.format = format;
+  SNDFILE* f = sf_open(path.c_str(), SFM_WRITE, &info);
+  REQUIRE_MESSAGE(f != nullptr, sf_strerror(nullptr));
+  const sf_count_t n = static_cast<sf_count_t>(frames.size() / channels);
+  const int sub = format & SF_FORMAT_SUBMASK;
+  if (sub == SF_FORMAT_PCM_16 || sub == SF_FORMAT_PCM_24 || sub == SF_FORMAT_PCM_32 || sub == SF_FORMAT_PCM_U8) {
+    // As int32 (v * 2^31): libsndfile writes float with a 0x7FFF scale but
+    // reads with 1/0x8000, so only integers keep k / 32768 exact.
+    std::vector<int> ints(frames.size());
+    for (size_t i = 0; i < frames.size(); ++i) ints[i] = static_cast<int>(std::lround(double(frames[i]) * 2147483648.0));
+    REQUIRE(sf_writef_int(f, ints.data(), n) == n);
+  } else {
+    REQUIRE(sf_writef_float(f, frames.data(), n) == n);
+  }
+  sf_close(f);
+}
+
+// A 16-bit-exact test signal: a 220 Hz tone plus steps, every value k / 32768.
+std::vector<float> tone(int n, int rate) {
+  std::vector<float> v(n);
+  for (int i = 0; i < n; ++i)
+    v[i] = std::round(0.5 * std::sin(2 * M_PI * 220.0 * i / rate) * 32768.0) / 32768.f + (i % 7 == 0 ? 1.f / 32768 : 0.f);
+  return v;
+}
+
+double rms_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double se = 0;
+  const size_t n = std::min(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) se += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  return std::sqrt(se / std::max<size_t>(n, 1));
+}
+
 }  // namespace
 
-TEST_CASE("16-bit mono WAV round-trips exact sample values and its rate past a LIST chunk") {
+TEST_CASE("audio: 16-bit mono WAV built byte by byte reads exact values and its rate past a LIST chunk; extensible PCM "
+          "too") {
   TempDir dir;
   std::string p = dir.file("a.wav");
   // The odd-sized LIST chunk checks that the pad byte after it is skipped.
   write_bytes(p, riff_wave(chunk("fmt ", fmt_body(1, 1, 22050, 16)) + chunk("LIST", "INFOx") +
                            chunk("data", pcm16({-32768, -16384, 0, 1, 16384, 32767}))));
-  WavAudio w = read_wav(p);
-  CHECK(w.sample_rate == 22050);
-  CHECK(w.samples == std::vector<float>{-1.f, -0.5f, 0.f, 1.f / 32768, 0.5f, 32767.f / 32768});
-}
-
-TEST_CASE("extensible WAV reads like plain PCM when its subformat is PCM") {
-  TempDir dir;
-  std::string p = dir.file("ext.wav");
+  Audio a = read_audio(p);
+  CHECK(a.sample_rate == 22050);
+  CHECK(a.samples == std::vector<float>{-1.f, -0.5f, 0.f, 1.f / 32768, 0.5f, 32767.f / 32768});
   write_bytes(p, riff_wave(chunk("fmt ", extensible_fmt_body(1)) + chunk("data", pcm16({7, -7}))));
-  WavAudio w = read_wav(p);
-  CHECK(w.sample_rate == 16000);
-  CHECK(w.samples == std::vector<float>{7.f / 32768, -7.f / 32768});
+  a = read_audio(p);
+  CHECK(a.sample_rate == 16000);
+  CHECK(a.samples == std::vector<float>{7.f / 32768, -7.f / 32768});
 }
 
-TEST_CASE("a WAV file cut short in its data chunk is refused naming the file; a streamed size reads to the end") {
+TEST_CASE("audio: every format libsndfile writes here round-trips: lossless ones exactly (WAV 8/16/24/32-bit and "
+          "float, FLAC, AIFF), lossy ones closely (Ogg Vorbis, Opus, MP3 where the build has it)") {
   TempDir dir;
-  std::string p = dir.file("cut.wav");
-  std::string full = riff_wave(chunk("fmt ", fmt_body(1, 1, 8000, 16)) + chunk("data", pcm16({1, 2, 3, 4, 5, 6})));
-  write_bytes(p, full.substr(0, full.size() - 5));  // 3.5 samples left of 6
-  CHECK_THROWS_WITH_AS(read_wav(p), doctest::Contains((p + ": the data chunk declares 12 bytes but only 7 remain: file "
-                                                           "truncated").c_str()),
-                       Error);
-  // 0xFFFFFFFF: a writer that streamed did not know the size; the whole samples present are the clip.
-  std::string streamed = riff_wave(chunk("fmt ", fmt_body(1, 1, 8000, 16))) + "data" + le32(0xFFFFFFFF) + pcm16({1, 2, 3});
-  write_bytes(p, streamed + "\x01");
-  CHECK(read_wav(p).samples == std::vector<float>{1.f / 32768, 2.f / 32768, 3.f / 32768});
+  const std::vector<float> x = tone(4800, 48000);
+  struct Case {
+    const char* file;
+    int format;
+    double rms;  // 0: exact
+  };
+  const Case cases[] = {
+      {"pcm16.wav", SF_FORMAT_WAV | SF_FORMAT_PCM_16, 0},   {"pcm24.wav", SF_FORMAT_WAV | SF_FORMAT_PCM_24, 0},
+      {"pcm32.wav", SF_FORMAT_WAV | SF_FORMAT_PCM_32, 0},   {"float.wav", SF_FORMAT_WAV | SF_FORMAT_FLOAT, 0},
+      {"pcm16.flac", SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 0}, {"pcm24.flac", SF_FORMAT_FLAC | SF_FORMAT_PCM_24, 0},
+      {"pcm16.aiff", SF_FORMAT_AIFF | SF_FORMAT_PCM_16, 0}, {"u8.wav", SF_FORMAT_WAV | SF_FORMAT_PCM_U8, 0.005},
+      {"vorbis.ogg", SF_FORMAT_OGG | SF_FORMAT_VORBIS, 0.05}, {"opus.opus", SF_FORMAT_OGG | SF_FORMAT_OPUS, 0.1},
+      {"layer3.mp3", SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III, 0.1},
+  };
+  for (const Case& c : cases) {
+    const std::string file = c.file;
+    CAPTURE(file);
+    SF_INFO probe{};
+    probe.samplerate = 48000;
+    probe.channels = 1;
+    probe.format = c.format;
+    if (!sf_format_check(&probe)) {
+      MESSAGE("this libsndfile build does not write " << file);
+      continue;
+    }
+    const std::string p = dir.file(c.file);
+    write_audio(p, c.format, 48000, 1, x);
+    Audio a = read_audio(p);
+    CHECK(a.sample_rate == 48000);
+    if (c.rms == 0) {
+      CHECK(a.samples == x);
+    } else {
+      // Codecs add priming samples; compare the middle, aligned by the best of a few lags.
+      double best = 1e9;
+      for (int lag = 0; lag < 2000 && lag + 2400 < static_cast<int>(a.samples.size()); ++lag)
+        best = std::min(best, rms_error(std::vector<float>(x.begin() + 1200, x.begin() + 2400),
+                                        std::vector<float>(a.samples.begin() + 1200 + lag, a.samples.begin() + 2400 + lag)));
+      CHECK(best < c.rms);
+    }
+  }
 }
 
-TEST_CASE("a data directory: .WAV files count, a dangling symbolic link named .wav is an error naming it") {
+TEST_CASE("audio: channels are downmixed to their mean; another rate is resampled by libsoxr to the asked one") {
+  TempDir dir;
+  const std::string p = dir.file("stereo.flac");
+  std::vector<float> frames;
+  for (int i = 0; i < 8; ++i) {
+    frames.push_back(i / 16.f);
+    frames.push_back(-i / 32.f);
+  }
+  write_audio(p, SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 8000, 2, frames);
+  Audio a = read_audio(p);
+  CHECK(a.channels == 2);
+  for (int i = 0; i < 8; ++i) CHECK(a.samples[i] == (i / 16.f + -i / 32.f) * 0.5f);
+  // 16 kHz tone read at 8 kHz: half the samples, the same 220 Hz tone.
+  const std::string q = dir.file("tone16k.wav");
+  const std::vector<float> x = tone(16000, 16000);
+  write_audio(q, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 16000, 1, x);
+  Audio r = read_audio(q, 8000);
+  CHECK(r.sample_rate == 8000);
+  CHECK(r.file_rate == 16000);
+  CHECK(std::abs(static_cast<int>(r.samples.size()) - 8000) <= 1);
+  std::vector<float> every_other;
+  for (size_t i = 0; i < x.size(); i += 2) every_other.push_back(x[i]);
+  CHECK(rms_error(std::vector<float>(every_other.begin() + 200, every_other.end() - 200),
+                  std::vector<float>(r.samples.begin() + 200, r.samples.begin() + (every_other.size() - 200))) < 0.01);
+}
+
+TEST_CASE("a data directory: audio files of any extension in any case count; mixed rates are refused naming the file "
+          "unless data.sample_rate resamples them; a dangling symbolic link is an error naming it") {
   TempDir dir;
   std::filesystem::create_directories(dir.file("clips"));
-  std::vector<int16_t> tone(800, 100);
-  write_bytes(dir.file("clips/a.wav"), riff_wave(chunk("fmt ", fmt_body(1, 1, 8000, 16)) + chunk("data", pcm16(tone))));
-  write_bytes(dir.file("clips/B.WAV"), riff_wave(chunk("fmt ", fmt_body(1, 1, 8000, 16)) + chunk("data", pcm16(tone))));
+  write_audio(dir.file("clips/a.wav"), SF_FORMAT_WAV | SF_FORMAT_PCM_16, 8000, 1, tone(800, 8000));
+  write_audio(dir.file("clips/B.FLAC"), SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 8000, 1, tone(800, 8000));
   write_bytes(dir.file("clips/notes.txt"), "not audio");
   DataConfig c;
   c.sources = {{dir.file("clips"), 1.0}};
   c.holdout_every = 2;
   Dataset d = load_dataset(c);
   CHECK(d.sources[0].size(0) + d.validation.size(0) == 2 * 800 / c.frame);
-  std::filesystem::create_symlink(dir.file("clips/gone.wav"), dir.file("clips/c.wav"));
-  CHECK_THROWS_WITH_AS(load_dataset(c), doctest::Contains(fmt::format("data source '{}': c.wav is a symbolic link to a "
+  write_audio(dir.file("clips/c.ogg"), SF_FORMAT_OGG | SF_FORMAT_VORBIS, 16000, 2, std::vector<float>(3200, 0.1f));
+  CHECK_THROWS_WITH_AS(load_dataset(c), doctest::Contains((dir.file("clips/c.ogg") + ": sample rate 16000 Hz differs "
+                                                           "from the 8000 Hz of").c_str()), Error);
+  c.sample_rate = 8000;
+  d = load_dataset(c);
+  CHECK(d.description.find("3 audio clips at 8000 Hz (1 resampled") != std::string::npos);
+  std::filesystem::create_symlink(dir.file("clips/gone.wav"), dir.file("clips/d.wav"));
+  CHECK_THROWS_WITH_AS(load_dataset(c), doctest::Contains(fmt::format("data source '{}': d.wav is a symbolic link to a "
                                                                       "missing file", dir.file("clips")).c_str()),
                        Error);
 }
 
-TEST_CASE("unsupported or malformed WAV files give errors naming the file and the problem") {
+TEST_CASE("unreadable, empty or non-finite audio files give errors naming the file and the problem") {
   TempDir dir;
   std::string p = dir.file("bad.wav");
-  const std::string fmt_ok = chunk("fmt ", fmt_body(1, 1, 8000, 16));
-  const std::string data_ok = chunk("data", pcm16({1, 2}));
   auto expect = [&](const std::string& what) {
-    CHECK_THROWS_WITH_AS(read_wav(p), doctest::Contains(what.c_str()), Error);
-    CHECK_THROWS_WITH_AS(read_wav(p), doctest::Contains(p.c_str()), Error);
+    CHECK_THROWS_WITH_AS(read_audio(p), doctest::Contains(what.c_str()), Error);
+    CHECK_THROWS_WITH_AS(read_audio(p), doctest::Contains(p.c_str()), Error);
   };
   SUBCASE("missing file") {
     p = dir.file("absent.wav");
@@ -145,53 +242,21 @@ TEST_CASE("unsupported or malformed WAV files give errors naming the file and th
     p = dir.path().string();
     expect("is a directory, not a regular file");
   }
-  SUBCASE("not RIFF") {
-    write_bytes(p, "RIFX" + riff_wave(fmt_ok + data_ok).substr(4));
-    expect("not a RIFF/WAVE file");
+  SUBCASE("not audio") {
+    write_bytes(p, "RIFX" + riff_wave(chunk("fmt ", fmt_body(1, 1, 8000, 16)) + chunk("data", pcm16({1, 2}))).substr(4));
+    expect("not an audio file libsndfile reads");
   }
-  SUBCASE("shorter than the RIFF header") {
-    write_bytes(p, "RIFF");
-    expect("not a RIFF/WAVE file");
+  SUBCASE("a data chunk before its fmt chunk") {
+    write_bytes(p, riff_wave(chunk("data", pcm16({1, 2})) + chunk("fmt ", fmt_body(1, 1, 8000, 16))));
+    expect("not an audio file libsndfile reads");
   }
-  SUBCASE("stereo") {
-    write_bytes(p, riff_wave(chunk("fmt ", fmt_body(1, 2, 8000, 16)) + data_ok));
-    expect("2 channels, vqddp reads mono WAV only");
+  SUBCASE("no samples") {
+    write_bytes(p, riff_wave(chunk("fmt ", fmt_body(1, 1, 8000, 16)) + chunk("data", "")));
+    expect("no samples (empty file)");
   }
-  SUBCASE("8-bit") {
-    write_bytes(p, riff_wave(chunk("fmt ", fmt_body(1, 1, 8000, 8)) + data_ok));
-    expect("8 bits per sample, vqddp reads 16-bit PCM only");
-  }
-  SUBCASE("float format tag 3") {
-    write_bytes(p, riff_wave(chunk("fmt ", fmt_body(3, 1, 8000, 32)) + data_ok));
-    expect("format tag 3 (not PCM)");
-  }
-  SUBCASE("extensible with a float subformat") {
-    write_bytes(p, riff_wave(chunk("fmt ", extensible_fmt_body(3)) + data_ok));
-    expect("subformat 3 (not PCM)");
-  }
-  SUBCASE("missing data chunk") {
-    write_bytes(p, riff_wave(fmt_ok + chunk("LIST", "INFO")));
-    expect("no data chunk");
-  }
-  SUBCASE("missing fmt chunk") {
-    write_bytes(p, riff_wave(chunk("LIST", "INFO")));
-    expect("no fmt chunk");
-  }
-  SUBCASE("data before fmt") {
-    write_bytes(p, riff_wave(data_ok + fmt_ok));
-    expect("data chunk comes before the fmt chunk");
-  }
-  SUBCASE("truncated header: fmt chunk cut off") {
-    write_bytes(p, riff_wave(fmt_ok).substr(0, 12 + 8 + 6));
-    expect("'fmt ' chunk at offset 12 declares 16 bytes but only 6 remain: file truncated");
-  }
-  SUBCASE("truncated header: chunk header cut off") {
-    write_bytes(p, riff_wave(fmt_ok) + "da");
-    expect("chunk header at offset 36 is cut off");
-  }
-  SUBCASE("data size not a whole number of samples") {
-    write_bytes(p, riff_wave(fmt_ok + chunk("data", "abc")));
-    expect("data chunk of 3 bytes is not a whole number of 16-bit samples");
+  SUBCASE("NaN in a float file") {
+    write_audio(p, SF_FORMAT_WAV | SF_FORMAT_FLOAT, 8000, 2, {0.f, 0.1f, 0.2f, std::nanf("")});
+    expect("sample 1 of channel 1 is nan");
   }
 }
 
