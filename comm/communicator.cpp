@@ -155,4 +155,11 @@ std::vector<int64_t> all_gather_counts(Communicator& comm, int64_t rows) {
   return all_gather(comm, from_vector(std::vector<int64_t>{rows}, {1})).to_vector<int64_t>();
 }
 
+int64_t first_global_row(Communicator& comm, int64_t rows) {
+  std::vector<int64_t> counts = all_gather_counts(comm, rows);
+  int64_t first = 0;
+  for (int r = 0; r < comm.rank(); ++r) first += counts[r];
+  return first;
+}
+
 }  // namespace vqddp

@@ -144,5 +144,9 @@ Tensor all_gather(Communicator& comm, const Tensor& in);
 Tensor all_gather_rows(Communicator& comm, const Tensor& in, const std::vector<int64_t>& counts);
 // Every rank's row count: one all_gather of a single int64.
 std::vector<int64_t> all_gather_counts(Communicator& comm, int64_t rows);
+// This rank's first row in the global batch (the lower ranks' rows come
+// first), from one all_gather_counts: where a draw keyed by global row
+// starts on this rank.
+int64_t first_global_row(Communicator& comm, int64_t rows);
 
 }  // namespace vqddp

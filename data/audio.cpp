@@ -80,10 +80,10 @@ Audio read_audio(const std::string& path, int rate) {
   Audio a;
   a.file_rate = info.samplerate;
   a.channels = info.channels;
-  a.samples.resize(static_cast<size_t>(got));
   if (channels == 1) {
     a.samples = std::move(interleaved);
   } else {
+    a.samples.resize(static_cast<size_t>(got));
     const float inv = 1.f / static_cast<float>(channels);
     for (int64_t t = 0; t < got; ++t) {
       float s = 0.f;

@@ -85,9 +85,7 @@ Tensor Codebook::assign(const Tensor& prepared) const {
 
 Tensor Codebook::choose(const Tensor& x, Communicator& comm) {
   if (!(opt_.stochastic_sample && opt_.sample_temperature > 0 && updates_state())) return assign(x);
-  std::vector<int64_t> counts = all_gather_counts(comm, x.size(0));  // host numbers: this rank's first global row
-  int64_t first_row = 0;
-  for (int r = 0; r < comm.rank(); ++r) first_row += counts[r];
+  const int64_t first_row = first_global_row(comm, x.size(0));  // host numbers: no device wait
   NoGradGuard no_grad;
   return gumbel_sample_codes(x.detach(), codes().detach(), opt_.cosine, opt_.sample_temperature, first_row,
                              next_shared_generator());

@@ -163,9 +163,7 @@ Tensor FSP::output_of(const Tensor& q, const Tensor& z) const {
 
 void FSP::perturbation_noise(int64_t rows, Communicator& comm, Tensor& offset, Tensor& use) {
   const int64_t c = static_cast<int64_t>(opt_.levels.size());
-  std::vector<int64_t> counts = all_gather_counts(comm, rows);  // host numbers: this rank's first global row
-  int64_t first = 0;
-  for (int r = 0; r < comm.rank(); ++r) first += counts[r];
+  const int64_t first = first_global_row(comm, rows);  // host numbers: no device wait
   int64_t& step = step_.data<int64_t>()[0];
   step_.bump_version();
   Generator gen(opt_.seed, streams::kPerturbation + static_cast<uint64_t>(step++));

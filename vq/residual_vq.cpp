@@ -206,10 +206,7 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
     // to the codes' sum (vq/directional_reparam.h), global row g's noise
     // from one shared stream per step. Training only (the reference applies
     // it in eval too, so its eval outputs are noisy).
-    int64_t first_row = 0;
-    std::vector<int64_t> counts = all_gather_counts(comm, m);
-    for (int r = 0; r < comm.rank(); ++r) first_row += counts[r];
-    sum = directional_reparam(z, sum, kDirectionalReparamVariance, first_row, books_[0]->draw_stream());
+    sum = directional_reparam(z, sum, kDirectionalReparamVariance, first_global_row(comm, m), books_[0]->draw_stream());
   }
   Tensor y = projection_.out(sum);  // (M, dim)
   out.quantized = rows.expand(y, x);

@@ -135,11 +135,8 @@ QuantizerOutput VectorQuantize::quantize(const Tensor& x, Communicator& comm, co
   Tensor y;
   if (opt_.directional_reparam && updates_state()) {
     // Each head piece of global row g is row g h + i of the noise's rows.
-    int64_t first_row = 0;
-    std::vector<int64_t> counts = all_gather_counts(comm, m);
-    for (int r = 0; r < comm.rank(); ++r) first_row += counts[r];
     y = reshape(directional_reparam(reshape(z, {m * h, codebook_dim_}), reshape(q, {m * h, codebook_dim_}),
-                                    opt_.directional_reparam_variance, first_row * h,
+                                    opt_.directional_reparam_variance, first_global_row(comm, m) * h,
                                     codebooks_[0]->draw_stream()),
                 {m, h * codebook_dim_});
   } else {
