@@ -1,6 +1,7 @@
 // Audio files through libsndfile: every format and subformat the Debian
 // build reads (WAV/AIFF/CAF/W64 PCM 8-32 bit and float, FLAC, Ogg Vorbis
-// and Opus, MP3), as mono float samples at a chosen rate.
+// and Opus, MP3), as mono float samples at a chosen rate; and written back
+// as 16-bit or float WAV and 16-bit FLAC.
 //
 // Rules, stated once:
 // - Integer PCM comes as libsndfile's normalised float: n / 2^(bits-1), so
@@ -10,12 +11,20 @@
 // - A file at another rate than `rate` is resampled by libsoxr (its high
 //   quality, SOXR_HQ, in float32), so every clip of a data set is at one
 //   rate; rate 0 keeps the file's own.
+// - Files are decoded in blocks of a fixed size (AudioReader), whatever the
+//   caller asks for at a time, so a file's samples are the same read whole
+//   or piecewise, and a long file needs memory for one block only.
 // - Refused, with an Error naming the file: what is not a regular file
 //   (engine/file_io.h), what libsndfile cannot open (its own reason is in
 //   the message), an empty file, a non-finite sample in a float file (naming
-//   the frame and channel), more than 2^32 samples.
+//   the frame and channel), more than 2^32 samples (read whole).
+// - 16-bit output is written as round(x * 32768) clamped to [-32768, 32767]
+//   (not libsndfile's x * 32767), so what the reader gives back is x to the
+//   nearest 1/32768: a write-read round trip of 16-bit samples is exact.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,7 +37,37 @@ struct Audio {
   std::vector<float> samples;  // (T,) mono
 };
 
-// `rate` 0: the file's own rate, no resampling.
+// A file's mono samples at one rate, a block at a time (the rules above).
+class AudioReader {
+ public:
+  // `rate` 0: the file's own rate, no resampling.
+  explicit AudioReader(const std::string& path, int rate = 0);
+  ~AudioReader();
+  AudioReader(const AudioReader&) = delete;
+  AudioReader& operator=(const AudioReader&) = delete;
+
+  // Appends up to `n` samples to `out`; fewer only at the end of the file.
+  // Returns how many were appended (0: the file is done).
+  size_t read(size_t n, std::vector<float>& out);
+
+  const std::string& path() const { return path_; }
+  int sample_rate() const { return rate_; }
+  int file_rate() const;
+  int channels() const;
+  int64_t file_frames() const;  // as stored, at file_rate()
+
+ private:
+  bool decode_block();  // the next block into pending_; false when nothing is left
+
+  struct State;
+  std::string path_;
+  int rate_ = 0;
+  std::unique_ptr<State> s_;
+  std::vector<float> pending_;  // decoded, not yet returned
+  size_t pending_at_ = 0;
+};
+
+// The whole file (an AudioReader read to its end).
 Audio read_audio(const std::string& path, int rate = 0);
 
 // The file's stored rate, read from its header alone.
@@ -37,5 +76,34 @@ int audio_file_rate(const std::string& path);
 // The extensions a data directory's audio files may have (lower case, with
 // the dot): what the file name must end with to be read as a clip.
 const std::vector<std::string>& audio_extensions();
+
+enum class AudioEncoding { wav16, wav_float, flac16 };
+
+// Mono samples into a new file, written as `path`.tmp and renamed over
+// `path` by close(): a writer destroyed before close() (an error midway)
+// removes its temporary, so `path` is either the old file or the whole new one.
+class AudioWriter {
+ public:
+  AudioWriter(const std::string& path, int rate, AudioEncoding encoding);
+  ~AudioWriter();
+  AudioWriter(const AudioWriter&) = delete;
+  AudioWriter& operator=(const AudioWriter&) = delete;
+
+  void write(const float* samples, size_t n);
+  void close();
+
+ private:
+  struct State;
+  std::string path_, temp_;
+  AudioEncoding encoding_;
+  std::unique_ptr<State> s_;
+};
+
+// One call: AudioWriter, write, close.
+void write_audio(const std::string& path, const std::vector<float>& samples, int rate, AudioEncoding encoding);
+
+// `input` (any file AudioReader reads) as a mono file `output` at `rate`
+// (0: the input's own), streamed a block at a time. Returns the samples written.
+int64_t convert_audio(const std::string& input, const std::string& output, int rate, AudioEncoding encoding);
 
 }  // namespace vqddp

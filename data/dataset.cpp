@@ -109,6 +109,7 @@ Dataset load_wav_frames(const DataConfig& c) {
   }
   d.validation = rows_of(validation, c.frame, 0);
   d.examples_per_second = static_cast<double>(rate) / c.frame;
+  d.sample_rate = rate;
   d.description = fmt::format("{} audio clips at {} Hz ({} resampled, {} held out), frames of {} samples", clips, rate,
                               resampled, held, c.frame);
   return d;

@@ -25,6 +25,7 @@ struct Dataset {
   Tensor validation;            // (V, F)
   int64_t example_dim = 0;      // F
   double examples_per_second = 0;  // audio frames per second (0 for images)
+  int64_t sample_rate = 0;         // Hz of every clip (0 for images)
   std::string description;
 };
 

@@ -51,6 +51,7 @@ inline constexpr CountRange holdout_every{2, kNoLimit};
 inline constexpr CountRange optional_count{0, kNoLimit};    // max_files, max_examples (0: all)
 inline constexpr CountRange check_steps{1, 100000};         // check-ddp --steps
 inline constexpr CountRange demo_steps{1, 100000000};
+inline constexpr CountRange chunk_frames{1, int64_t{1} << 20};  // encode/decode --chunk (model frames)
 // Any 64-bit value: for flags whose range the callee checks (launch's, in
 // comm/process_launcher.cpp, which knows how they bound each other).
 inline constexpr CountRange any{std::numeric_limits<int64_t>::min(), kNoLimit};

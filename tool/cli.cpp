@@ -5,12 +5,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "comm/dist_env.h"
 #include "comm/process_launcher.h"
 #include "comm/mpi_communicator.h"
+#include "data/audio.h"
 #include "engine/blas.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
@@ -23,6 +25,8 @@
 #include "tool/inspect.h"
 #include "engine/count_limits.h"
 #include "tool/replay.h"
+#include "tool/report.h"
+#include "train/codec.h"
 #include "train/stop_signal.h"
 #include "train/trainer.h"
 
@@ -43,6 +47,16 @@ void usage() {
       "        mpirun with --backend mpi the N ranks are the job's processes\n"
       "        step: every step again on N ranks from the 1-rank state: quantizer state bit for bit, gradients\n"
       "        (before the optimizer step) and parameters within rtol/atol\n"
+      "  encode CHECKPOINT AUDIO... --out DIR [--layers L | --bitrate KBIT/S] [--chunk FRAMES] [--overwrite]\n"
+      "        audio files of any format libsndfile reads -> DIR/NAME.codes.safetensors, coded in chunks of FRAMES\n"
+      "        model frames (default 256); --layers or --bitrate: the first L residual layers only (--bitrate: the\n"
+      "        most layers within that rate)\n"
+      "  decode CHECKPOINT CODES... --out DIR [--float] [--chunk FRAMES] [--overwrite]\n"
+      "        codes files -> DIR/NAME.wav (16-bit; --float: 32-bit float); codes of another codec are refused\n"
+      "  convert AUDIO... --out DIR [--rate HZ] [--format flac|wav|float-wav] [--overwrite]\n"
+      "        audio files of any format -> DIR/NAME.flac (or .wav), mono, resampled to HZ (default: as stored)\n"
+      "  report RUN_DIR\n"
+      "        RUN_DIR/report.html: one self-contained page of the run's curves, code usage, config and clips\n"
       "  inspect CHECKPOINT\n"
       "        step, config, and per codebook: used and dead codes, perplexity\n"
       "  replay IN OUT [--world W] [--shards LIST]\n"
@@ -205,6 +219,94 @@ int run_inspect(int argc, char** argv) {
   return 0;
 }
 
+// The residual layers `vqddp encode` keeps: --layers L, or the most whose
+// bitrate is within --bitrate (kbit/s); all of them by default.
+int encode_layers(const CliArgs& args, const Codec& codec) {
+  const int q = static_cast<int>(codec.layer_sizes().size());
+  VQDDP_CHECK(!(args.has("layers") && args.has("bitrate")), "encode: give --layers or --bitrate, not both");
+  if (args.has("layers")) return static_cast<int>(args.get_int("layers", q, limits::layers));
+  if (!args.has("bitrate")) return q;
+  const double target = args.get_double("bitrate", 0) * 1000;
+  std::string choices;
+  int best = 0;
+  for (int l = 1; l <= q; ++l) {
+    if (l < q && !codec.layers_are_residual()) continue;
+    choices += fmt::format("{}{} layer{}: {:.3f}", choices.empty() ? "" : ", ", l, l == 1 ? "" : "s",
+                           codec.bitrate(l) / 1000);
+    if (codec.bitrate(l) <= target * (1 + 1e-12)) best = l;
+  }
+  VQDDP_CHECK(best > 0, "encode: no choice of layers codes within --bitrate {} kbit/s; this codec offers (kbit/s) {}",
+              target / 1000, choices);
+  return best;
+}
+
+int run_encode(int argc, char** argv) {
+  CliArgs args("encode", argc, argv, 2, {"out", "layers", "bitrate", "chunk"}, {"overwrite"});
+  VQDDP_CHECK(args.positional().size() >= 2, "encode: expected a checkpoint and at least one audio file");
+  VQDDP_CHECK(args.has("out"), "encode: --out DIR is required (where the codes files go)");
+  Codec codec(args.positional()[0]);
+  EncodeOptions o;
+  o.layers = encode_layers(args, codec);
+  o.chunk_frames = args.get_int("chunk", o.chunk_frames, limits::chunk_frames);
+  o.overwrite = args.has("overwrite");
+  for (size_t i = 1; i < args.positional().size(); ++i) {
+    CodingResult r = encode_audio_file(codec, args.positional()[i], args.get("out", ""), o);
+    const double secs = static_cast<double>(r.samples) / codec.sample_rate();
+    fmt::print("encode: {}: {:.2f} s of audio in {:.2f} s ({:.0f}x real time) | {} frames x {} of {} layers, {:.2f} "
+               "kbit/s -> {}\n", args.positional()[i], secs, r.seconds, secs / std::max(r.seconds, 1e-9), r.frames,
+               r.layers, codec.layer_sizes().size(), codec.bitrate(r.layers) / 1000, r.output);
+  }
+  return 0;
+}
+
+int run_decode(int argc, char** argv) {
+  CliArgs args("decode", argc, argv, 2, {"out", "chunk"}, {"float", "overwrite"});
+  VQDDP_CHECK(args.positional().size() >= 2, "decode: expected a checkpoint and at least one codes file");
+  VQDDP_CHECK(args.has("out"), "decode: --out DIR is required (where the WAV files go)");
+  Codec codec(args.positional()[0]);
+  DecodeOptions o;
+  o.float_wav = args.has("float");
+  o.chunk_frames = args.get_int("chunk", o.chunk_frames, limits::chunk_frames);
+  o.overwrite = args.has("overwrite");
+  for (size_t i = 1; i < args.positional().size(); ++i) {
+    CodingResult r = decode_codes_file(codec, args.positional()[i], args.get("out", ""), o);
+    const double secs = static_cast<double>(r.samples) / codec.sample_rate();
+    fmt::print("decode: {}: {:.2f} s of audio in {:.2f} s ({:.0f}x real time) from {} layers -> {}\n",
+               args.positional()[i], secs, r.seconds, secs / std::max(r.seconds, 1e-9), r.layers, r.output);
+  }
+  return 0;
+}
+
+int run_convert(int argc, char** argv) {
+  CliArgs args("convert", argc, argv, 2, {"out", "rate", "format"}, {"overwrite"});
+  VQDDP_CHECK(!args.positional().empty(), "convert: expected at least one audio file");
+  VQDDP_CHECK(args.has("out"), "convert: --out DIR is required (where the converted files go)");
+  const std::string format = args.get("format", "flac"), dir = args.get("out", "");
+  VQDDP_CHECK(format == "flac" || format == "wav" || format == "float-wav",
+              "convert: --format must be flac, wav (16-bit) or float-wav, got '{}'", format);
+  const AudioEncoding encoding = format == "flac"  ? AudioEncoding::flac16
+                                 : format == "wav" ? AudioEncoding::wav16
+                                                   : AudioEncoding::wav_float;
+  const int rate = static_cast<int>(args.get_int("rate", 0, limits::sample_rate));
+  std::filesystem::create_directories(dir);
+  for (const std::string& in : args.positional()) {
+    const std::filesystem::path out =
+        std::filesystem::path(dir) / (std::filesystem::path(in).stem().string() + (format == "flac" ? ".flac" : ".wav"));
+    VQDDP_CHECK(args.has("overwrite") || !std::filesystem::exists(out), "{}: exists already; convert --overwrite "
+                "replaces it", out.string());
+    convert_audio(in, out.string(), rate, encoding);
+  }
+  fmt::print("convert: {} file{} -> {}\n", args.positional().size(), args.positional().size() == 1 ? "" : "s", dir);
+  return 0;
+}
+
+int run_report(int argc, char** argv) {
+  CliArgs args("report", argc, argv, 2, {});
+  args.expect_positional(1, "a run directory");
+  fmt::print("report: {}\n", write_report(args.positional()[0]));
+  return 0;
+}
+
 int run_demo(int argc, char** argv) {
   CliArgs args("demo", argc, argv, 2, {"steps", "seed"});
   args.expect_positional(0, "no positional arguments");
@@ -257,6 +359,10 @@ int main(int argc, char** argv) {
     if (cmd == "train") return run_train(argc, argv);
     if (cmd == "check-ddp") return run_check_ddp(argc, argv);
     if (cmd == "inspect") return run_inspect(argc, argv);
+    if (cmd == "encode") return run_encode(argc, argv);
+    if (cmd == "decode") return run_decode(argc, argv);
+    if (cmd == "report") return run_report(argc, argv);
+    if (cmd == "convert") return run_convert(argc, argv);
     if (cmd == "replay") return run_replay(argc, argv);
     if (cmd == "demo") return run_demo(argc, argv);
     if (cmd == "launch") return run_launch(argc, argv);

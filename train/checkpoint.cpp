@@ -9,22 +9,45 @@ namespace vqddp {
 namespace {
 constexpr const char* kFormat = "vqddp-checkpoint/2";           // what save_checkpoint writes: checksummed
 constexpr const char* kFormatUnchecked = "vqddp-checkpoint/1";  // before checksums: loads unverified
-}  // namespace
 
-NamedTensors checkpoint_tensors(const Module& model, Optimizer& optim) {
+// The model's part of a checkpoint: what inference needs.
+NamedTensors model_tensors(const Module& model) {
   NamedTensors out;
   for (auto& [n, t] : model.named_parameters()) out.emplace_back("param." + n, t);
   for (auto& [n, t] : model.named_buffers()) out.emplace_back("buffer." + n, t);
+  return out;
+}
+
+}  // namespace
+
+NamedTensors checkpoint_tensors(const Module& model, Optimizer& optim) {
+  NamedTensors out = model_tensors(model);
   for (auto& [n, t] : optim.state()) out.emplace_back("optim." + n, t);
   return out;
 }
 
 void save_checkpoint(const std::string& path, const Module& model, Optimizer& optim, int64_t step,
-                     int64_t total_steps, const nlohmann::json& config) {
+                     int64_t total_steps, const nlohmann::json& config, const nlohmann::json& data) {
   NamedTensors all = checkpoint_tensors(model, optim);
   all.emplace_back("train.step", full({1}, static_cast<double>(step), DType::i64));
-  safetensors_save(path, all,
-                   {{"format", kFormat}, {"config", config.dump()}, {"total_steps", std::to_string(total_steps)}});
+  std::map<std::string, std::string> meta{
+      {"format", kFormat}, {"config", config.dump()}, {"total_steps", std::to_string(total_steps)}};
+  if (!data.is_null()) meta["data"] = data.dump();
+  safetensors_save(path, all, meta);
+}
+
+nlohmann::json data_facts(int64_t example_dim, int64_t sample_rate) {
+  return {{"example_dim", example_dim}, {"sample_rate", sample_rate}};
+}
+
+nlohmann::json checkpoint_data_facts(const SafetensorsFile& f) {
+  auto text = f.metadata.find("data");
+  if (text == f.metadata.end()) return nullptr;
+  nlohmann::json j = parse_json_strict(text->second, f.path + ": __metadata__ 'data'");
+  for (const char* key : {"example_dim", "sample_rate"})
+    VQDDP_CHECK(j.is_object() && j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() >= 0,
+                "{}: __metadata__ 'data' has no count '{}'", f.path, key);
+  return j;
 }
 
 namespace {
@@ -56,6 +79,35 @@ nlohmann::json continuation_keys(const nlohmann::json& c) {
   nlohmann::json run = c.value("run", nlohmann::json::object());
   if (run.contains("seed")) out["run"]["seed"] = run["seed"];
   return out;
+}
+
+// Every tensor of `live` from the checkpoint, all checked before any is
+// changed, so a mismatch changes nothing: each present with the model's
+// shape and dtype, the file holding no tensor the model lacks (besides the
+// step, and with `weights_only` the optimizer state), every value finite and
+// within the range its module (or `ranges`) registered.
+void copy_checked(const SafetensorsFile& f, NamedTensors live, const Module& model,
+                  std::map<std::string, ValueRange> ranges, bool weights_only) {
+  const std::string& path = f.path;
+  for (const auto& [name, t] : live) {
+    VQDDP_CHECK(f.contains(name), "{}: does not match the model: tensor '{}' is missing from the checkpoint", path, name);
+    const Tensor& stored_t = f.at(name);
+    VQDDP_CHECK(stored_t.shape() == t.shape() && stored_t.dtype() == t.dtype(),
+                "{}: does not match the model: tensor '{}' is {} in the checkpoint, {} in the model", path, name,
+                stored_t.desc(), t.desc());
+  }
+  for (const auto& [name, _] : f.tensors) {
+    bool known = name == "train.step" || (weights_only && name.starts_with("optim."));
+    for (const auto& [n, _] : live) known |= n == name;
+    VQDDP_CHECK(known, "{}: does not match the model: the checkpoint has tensor '{}', the model does not", path, name);
+  }
+  for (auto& [n, r] : model.named_buffer_ranges()) ranges["buffer." + n] = r;
+  for (const auto& [name, _] : live) {
+    auto rule = ranges.find(name);
+    std::string bad = value_range_violation(f.at(name), rule == ranges.end() ? ValueRange{} : rule->second);
+    VQDDP_CHECK(bad.empty(), "{}: tensor '{}' holds {}", path, name, bad);
+  }
+  for (auto& [name, t] : live) t.copy_(f.at(name));
 }
 
 }  // namespace
@@ -112,32 +164,15 @@ int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim
                 "not continue the same run; resume with the checkpoint's length, or start a new run from it with "
                 "another schedule",
                 path, length->second, total_steps);
-  NamedTensors live = checkpoint_tensors(model, optim);
-  // Check everything first, so a mismatch changes nothing.
-  for (const auto& [name, t] : live) {
-    VQDDP_CHECK(f.contains(name), "{}: does not match the model: tensor '{}' is missing from the checkpoint", path, name);
-    const Tensor& stored_t = f.at(name);
-    VQDDP_CHECK(stored_t.shape() == t.shape() && stored_t.dtype() == t.dtype(),
-                "{}: does not match the model: tensor '{}' is {} in the checkpoint, {} in the model", path, name,
-                stored_t.desc(), t.desc());
-  }
-  for (const auto& [name, t] : f.tensors) {
-    bool known = name == "train.step";
-    for (const auto& [n, _] : live) known |= n == name;
-    VQDDP_CHECK(known, "{}: does not match the model: the checkpoint has tensor '{}', the model does not", path, name);
-  }
-  // Every value finite; buffers and optimizer state also within what their
-  // module or optimizer registered.
   std::map<std::string, ValueRange> ranges;
-  for (auto& [n, r] : model.named_buffer_ranges()) ranges["buffer." + n] = r;
   for (auto& [n, r] : optim.state_ranges()) ranges["optim." + n] = r;
-  for (const auto& [name, _] : live) {
-    auto rule = ranges.find(name);
-    std::string bad = value_range_violation(f.at(name), rule == ranges.end() ? ValueRange{} : rule->second);
-    VQDDP_CHECK(bad.empty(), "{}: tensor '{}' holds {}", path, name, bad);
-  }
-  for (auto& [name, t] : live) t.copy_(f.at(name));
+  copy_checked(f, checkpoint_tensors(model, optim), model, ranges, false);
   return step;
+}
+
+int64_t load_model_weights(const SafetensorsFile& f, Module& model) {
+  copy_checked(f, model_tensors(model), model, {}, true);
+  return checkpoint_step(f);
 }
 
 }  // namespace vqddp

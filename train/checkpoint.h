@@ -25,9 +25,23 @@
 namespace vqddp {
 
 // `total_steps` (the schedule's length) is kept in the metadata beside the
-// config: under a cosine schedule a resume must have the same.
+// config: under a cosine schedule a resume must have the same. `data`, when
+// given, is what the data set turned out to be and the config may leave
+// open (data_facts below), kept as the metadata 'data'.
 void save_checkpoint(const std::string& path, const Module& model, Optimizer& optim, int64_t step,
-                     int64_t total_steps, const nlohmann::json& config);
+                     int64_t total_steps, const nlohmann::json& config, const nlohmann::json& data = nullptr);
+
+// The data facts a checkpoint keeps for inference: {"example_dim": F,
+// "sample_rate": Hz (0 for images)}. data.sample_rate 0 in a config means
+// "the first clip's rate", so only the run knows it.
+nlohmann::json data_facts(int64_t example_dim, int64_t sample_rate);
+// The checkpoint's data facts; null for a checkpoint written without them.
+nlohmann::json checkpoint_data_facts(const SafetensorsFile& checkpoint);
+
+// Loads a checkpoint's parameters and buffers into `model` for inference
+// (its optimizer state and step are not read), with the checks of
+// load_checkpoint on every tensor the model has; returns the step.
+int64_t load_model_weights(const SafetensorsFile& checkpoint, Module& model);
 
 // Loads into the live tensors of `model` and `optim` and returns the step.
 // Checks everything before anything is changed, so a refused file leaves

@@ -1,5 +1,7 @@
 #include "train/model.h"
 
+#include "comm/single.h"
+#include "engine/autograd.h"
 #include "engine/ops.h"
 #include "engine/streams.h"
 #include "vq/losses.h"
@@ -54,6 +56,27 @@ Tensor CodecModel::latent_of(const Tensor& tokens, int64_t n) const {
   if (!net_.channels_first) return reshape(tokens, batched(n, net_.latent));
   Tensor rows = reshape(tokens, {n, net_.tokens, mcfg_.latent_dim});
   return reshape(transpose(rows, 1, 2), batched(n, net_.latent));
+}
+
+Tensor CodecModel::encode(const Tensor& x) {
+  VQDDP_CHECK(!is_training(), "encode: the model must be in eval mode (call eval() first)");
+  VQDDP_CHECK(x.dim() == 2 && x.size(1) == input_dim_, "encode: the model expects [N, {}], got {}", input_dim_,
+              x.desc());
+  NoGradGuard no_grad;
+  SingleCommunicator local;  // eval: the quantizer issues no collective
+  const int64_t n = x.size(0);
+  return quantizer_->quantize(tokens_of(net_.encoder->forward(reshape(x, batched(n, net_.input))), n), local).indices;
+}
+
+Tensor CodecModel::decode(const Tensor& codes) const {
+  const int64_t q = num_layers();
+  VQDDP_CHECK(codes.dim() == 2 && codes.size(1) == q && codes.size(0) % net_.tokens == 0 &&
+                  codes.dtype() == DType::i64,
+              "decode: codes must be int64 [n * {}, {}], got {}", net_.tokens, q, codes.desc());
+  NoGradGuard no_grad;
+  const int64_t n = codes.size(0) / net_.tokens;
+  Tensor y = reshape(net_.decoder->forward(latent_of(quantizer_->decode(codes), n)), {n, input_dim_});
+  return mcfg_.sigmoid_output ? sigmoid(y) : y;
 }
 
 ModelOutput CodecModel::forward(const Tensor& x, Communicator& comm) {

@@ -37,6 +37,17 @@ class CodecModel : public Module {
   // Every rank must call in training (also with N = 0).
   ModelOutput forward(const Tensor& x, Communicator& comm);
 
+  // Inference, on a model in eval mode: no grad, no collective (the
+  // quantizer's eval pass issues none). encode: x (n, F) -> codes
+  // (n * tokens, Q) int64, token t of example n in row n * tokens + t;
+  // decode: such codes -> the reconstruction (n, F), the same bits as
+  // forward()'s reconstruction of x (the quantizers' decode gives their eval
+  // output). A residual quantizer's decode takes -1 for a layer left out.
+  Tensor encode(const Tensor& x);
+  Tensor decode(const Tensor& codes) const;
+
+  int64_t input_dim() const { return input_dim_; }
+  int64_t tokens_per_example() const { return net_.tokens; }
   int num_layers() const;                // quantizer layers Q
   std::vector<int64_t> layer_sizes() const;  // codebook size of each layer
   // Bits per example: tokens * sum over layers of log2(codebook size).

@@ -14,6 +14,7 @@
 #include "comm/agree.h"
 #include "comm/batch_reduce.h"
 #include "comm/backends.h"
+#include "data/audio.h"
 #include "engine/autograd.h"
 #include "engine/device.h"
 #include "engine/exact_batch.h"
@@ -181,6 +182,7 @@ struct Validation {
   double mse = 0, snr_db = 0;
   double log_mel = -1;  // log-mel L1 distance (audio; -1 for images)
   std::vector<LayerUsage> usage;
+  std::vector<float> histogram;  // every layer's code counts, layer after layer
 };
 
 // Eval mode, no grad: no module issues a collective; one all_reduce agrees
@@ -241,6 +243,7 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
   v.snr_db = p[1] > 0 ? 10 * std::log10(double(p[0]) / p[1]) : 0;
   if (audio) v.log_mel = p[4] > 0 ? p[3] / p[4] : 0;
   v.usage = usage_of(p + 5, sizes);
+  v.histogram.assign(p + 5, p + width);
   model.train();
   return v;
 }
@@ -373,6 +376,14 @@ class RankRun {
                    ? fmt::format(" = {:.2f} kbit/s", model_.bits_per_example() * data_.examples_per_second / 1000)
                    : "");
     if (step_ > 0) fmt::print("train: resumed at step {} from {}\n", step_, opt_.resume);
+    // What `vqddp report` says of the run beside its metrics.
+    nlohmann::json run{{"description", data_.description},     {"world_size", comm_.world_size()},
+                       {"backend", comm_.backend()},           {"device", device_.str()},
+                       {"total_steps", schedule_.total_steps}, {"bits_per_example", model_.bits_per_example()},
+                       {"bitrate", model_.bits_per_example() * data_.examples_per_second},
+                       {"sample_rate", data_.sample_rate},     {"example_dim", data_.example_dim},
+                       {"layer_sizes", layer_sizes_},          {"config", cfg_.source}};
+    write_file_atomic((dir_ / "run.json").string(), run.dump(2));
   }
 
   // Forward, backward, clipping and the optimizer step of step_ + 1.
@@ -438,8 +449,8 @@ class RankRun {
     fmt::print("step {:>6}/{}  loss {:.5f}  recon {:.5f}  ppl {}  used {}  revived {}  {:.1f} steps/s  ETA {}\n", done,
                schedule_.total_steps, log.loss, log.recon, ppl, used, log.revived, rate,
                duration((last_ - done) / std::max(rate, 1e-9)));
-    nlohmann::json line{{"step", done}, {"loss", log.loss}, {"recon", log.recon}, {"revived", log.revived},
-                        {"steps_per_s", rate}};
+    nlohmann::json line{{"step", done},          {"loss", log.loss},   {"recon", log.recon},
+                        {"revived", log.revived}, {"lr", optim_->lr}, {"steps_per_s", rate}};
     for (const LayerUsage& u : log.usage)
       line["layers"].push_back({{"perplexity", u.perplexity}, {"codes_used", u.codes_used}});
     metrics_->write(line);
@@ -452,7 +463,44 @@ class RankRun {
                val_.log_mel >= 0 ? fmt::format("  log-mel L1 {:.3f}", val_.log_mel) : "");
     nlohmann::json line{{"step", done}, {"validation_mse", val_.mse}, {"validation_snr_db", val_.snr_db}};
     if (val_.log_mel >= 0) line["validation_log_mel_l1"] = val_.log_mel;
+    for (const LayerUsage& u : val_.usage)
+      line["validation_layers"].push_back({{"perplexity", u.perplexity}, {"codes_used", u.codes_used}});
     metrics_->write(line);
+    write_code_usage(done);
+    if (data_.sample_rate > 0) write_clips();
+  }
+
+  // The code histogram of every layer at this validation, for `vqddp report`
+  // (one file, replaced each time: only the last one is plotted).
+  void write_code_usage(int64_t done) const {
+    nlohmann::json usage{{"step", done}, {"layers", nlohmann::json::array()}};
+    const float* h = val_.histogram.data();
+    for (int64_t k : layer_sizes_) {
+      usage["layers"].push_back({{"codebook_size", k}, {"counts", std::vector<int64_t>(h, h + k)}});
+      h += k;
+    }
+    write_file_atomic((dir_ / "code_usage.json").string(), usage.dump());
+  }
+
+  // Held-out audio to listen to: kClips stretches of about 2 s, evenly
+  // spaced through the validation set, and the codec's output for them
+  // (16-bit WAV in RUN_DIR/clips, replaced at each validation). Rank 0 alone,
+  // in eval mode: no collective.
+  void write_clips() {
+    constexpr int64_t kClips = 4;
+    const int64_t rows = data_.validation.size(0), f = data_.example_dim;
+    const int64_t frames = std::min<int64_t>(rows / kClips, (2 * data_.sample_rate + f - 1) / f);
+    if (frames == 0) return;
+    std::filesystem::create_directories(dir_ / "clips");
+    model_.eval();
+    for (int64_t k = 0; k < kClips; ++k) {
+      Tensor x = data_.validation.slice_rows(k * (rows / kClips), k * (rows / kClips) + frames);  // (frames, F)
+      Tensor y = model_.decode(model_.encode(x.to(device_))).to(Device::cpu());
+      const std::string stem = (dir_ / "clips" / fmt::format("clip_{}_", k)).string();
+      write_audio(stem + "original.wav", x.to_vector<float>(), static_cast<int>(data_.sample_rate), AudioEncoding::wav16);
+      write_audio(stem + "decoded.wav", y.to_vector<float>(), static_cast<int>(data_.sample_rate), AudioEncoding::wav16);
+    }
+    model_.train();
   }
 
   // Rank 0 writes; every rank learns whether it could (a full disk stops
@@ -460,7 +508,7 @@ class RankRun {
   void save(int64_t done) {
     agree_on(comm_, lead_, [&] {
       save_checkpoint((dir_ / "checkpoint.safetensors").string(), model_, *optim_, done, schedule_.total_steps,
-                      cfg_.source);
+                      cfg_.source, data_facts(data_.example_dim, data_.sample_rate));
     });
   }
 

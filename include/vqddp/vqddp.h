@@ -101,6 +101,7 @@
 
 // train/
 #include "train/checkpoint.h"
+#include "train/codec.h"
 #include "train/config.h"
 #include "train/ddp.h"
 #include "train/metrics_log.h"

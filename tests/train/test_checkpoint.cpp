@@ -115,7 +115,8 @@ TEST_CASE("a good checkpoint loads bit-exactly, and saving it again writes the s
   loaded.emplace_back("train.step", stored.at("train.step"));
   CHECK(vqddp::test::first_difference(loaded, stored.tensors) == "");
   TempDir dir;
-  save_checkpoint(dir.file("again.safetensors"), run.model, run.optim, kSteps, kSteps, checkpoint_config(stored));
+  save_checkpoint(dir.file("again.safetensors"), run.model, run.optim, kSteps, kSteps, checkpoint_config(stored),
+                  checkpoint_data_facts(stored));
   CHECK(read_file(dir.file("again.safetensors")) == read_file(path));
 }
 

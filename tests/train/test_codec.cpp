@@ -1,0 +1,305 @@
+// A trained codec in use (train/codec.h, `vqddp encode/decode`) and a run's
+// report (tool/report.h): codes files reproduce the validation figures,
+// chunked coding equals whole, bad codes files are refused by name, and the
+// report of an audio and an image run has data in every plot and audio that
+// decodes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "data/audio.h"
+#include "data/dataset.h"
+#include "engine/error.h"
+#include "engine/safetensors.h"
+#include "tests/engine/tmpdir.h"
+#include "tests/train/small_run.h"
+#include "tool/report.h"
+#include "train/codec.h"
+#include "train/spectral.h"
+
+using namespace vqddp;
+using vqddp::test::TempDir;
+
+namespace {
+
+constexpr const char* kAsterisk = "/usr/share/asterisk/sounds/en_US_f_Allison";
+
+// A small conv codec (hop 8, frames of 256 samples, 3 residual layers of 16
+// codes) trained for a few steps on FLAC copies of 4 asterisk prompts, the
+// 4th held out, so the run's validation figures are that one clip's; with
+// metrics, run.json and clips written.
+struct TrainedCodec {
+  TempDir dir;
+  std::vector<std::string> clips;  // the FLAC files, in name order
+  TrainResult result;
+  std::string checkpoint;
+
+  explicit TrainedCodec(uint64_t seed) {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(kAsterisk))
+      if (e.path().extension() == ".wav") names.push_back(e.path().string());
+    std::sort(names.begin(), names.end());
+    REQUIRE(names.size() >= 4);
+    std::filesystem::create_directories(dir.file("flac"));
+    for (size_t i = 0; i < 4; ++i) {
+      clips.push_back(dir.file("flac/" + std::filesystem::path(names[i]).stem().string() + ".flac"));
+      convert_audio(names[i], clips.back(), 0, AudioEncoding::flac16);
+    }
+    nlohmann::json j = {
+        {"model", {{"type", "conv_codec"}, {"channels", {4, 8, 8}}, {"strides", {2, 4}}, {"latent_dim", 4},
+                   {"activation", "elu"}}},
+        {"quantizer", {{"type", "residual_vq"}, {"num_quantizers", 3}, {"codebook_size", 16}, {"decay", 0.9},
+                       {"kmeans_iters", 3}}},
+        {"data", {{"type", "wav_frames"}, {"sources", {{{"path", dir.file("flac")}}}}, {"frame", 256},
+                  {"holdout_every", 4}}},
+        {"optimizer", {{"lr", 0.005}}},
+        {"schedule", {{"batch_size", 16}, {"steps", 12}, {"log_every", 4}, {"validate_every", 6}}},
+        {"distributed", {{"world_size", 2}, {"timeout_s", 20}}},
+        {"run", {{"dir", dir.file("run")}, {"seed", seed}}}};
+    Config cfg = parse_config(j, "test");
+    // Printing: the run writes metrics.jsonl, run.json and clips for the report.
+    result = train(cfg, load_dataset(cfg.data), TrainOptions{});
+    checkpoint = dir.file("run/checkpoint.safetensors");
+  }
+};
+
+const TrainedCodec& trained() {
+  static TrainedCodec t(5);
+  return t;
+}
+
+std::vector<float> samples_of(const std::string& path) { return read_audio(path).samples; }
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+DecodeOptions float_wav() {
+  DecodeOptions o;
+  o.float_wav = true;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("encode then decode of a held-out clip gives the run's validation figures of that clip, bit for bit") {
+  const TrainedCodec& t = trained();
+  Codec codec(t.checkpoint);
+  CHECK(codec.sample_rate() == 8000);
+  CHECK(codec.frame() == 256);
+  CHECK(codec.tokens() == 32);
+  CHECK(codec.bitrate(3) == 3 * 4 * 32 * 8000.0 / 256);
+  TempDir out;
+  EncodeOptions enc;
+  enc.chunk_frames = 3;  // not the validation's batch: the forward is batch-invariant
+  CodingResult e = encode_audio_file(codec, t.clips[3], out.file("codes"), enc);
+  CodingResult d = decode_codes_file(codec, e.output, out.file("wav"), float_wav());
+  const std::vector<float> x = samples_of(t.clips[3]), y = samples_of(d.output);
+  REQUIRE(y.size() == x.size());  // the last frame's padding is cut off
+  CHECK(e.samples == static_cast<int64_t>(x.size()));
+  // The validation's sums over the clip's whole frames (its tail is not a
+  // frame), in its order and precision (train/trainer.cpp, validate).
+  const int64_t n = static_cast<int64_t>(x.size()) / 256 * 256;
+  double signal = 0, error = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    signal += double(x[i]) * x[i];
+    error += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+  }
+  const float fs = static_cast<float>(signal), fe = static_cast<float>(error), fn = static_cast<float>(n);
+  LogMel mel(8000.0, 256, 64, 40);
+  SumCount l1 = log_mel_l1(mel, from_vector(std::vector<float>(x.begin(), x.begin() + n), {1, n}),
+                           from_vector(std::vector<float>(y.begin(), y.begin() + n), {1, n}));
+  CHECK(t.result.validation_mse == fe / fn);
+  CHECK(t.result.validation_snr_db == 10 * std::log10(double(fs) / fe));
+  CHECK(t.result.validation_log_mel == static_cast<float>(l1.sum) / static_cast<float>(l1.count));
+}
+
+TEST_CASE("a file coded in chunks has the codes and the audio of coding it whole; fewer layers code fewer bits") {
+  const TrainedCodec& t = trained();
+  Codec codec(t.checkpoint);
+  TempDir out;
+  EncodeOptions one, whole, two;
+  one.chunk_frames = 1;
+  whole.chunk_frames = 1 << 20;
+  two.layers = 2;
+  const std::string input = t.clips[0];
+  const Tensor a = safetensors_load(encode_audio_file(codec, input, out.file("one"), one).output).at("codes");
+  const Tensor b = safetensors_load(encode_audio_file(codec, input, out.file("whole"), whole).output).at("codes");
+  REQUIRE(a.shape() == b.shape());
+  CHECK(a.to_vector<int64_t>() == b.to_vector<int64_t>());
+  CHECK(a.size(1) == 3);
+  DecodeOptions dec_one = float_wav(), dec_whole = float_wav();
+  dec_one.chunk_frames = 1;
+  dec_whole.chunk_frames = 1 << 20;
+  const std::string codes = out.file("one/") + codes_file_name(input);
+  CHECK(samples_of(decode_codes_file(codec, codes, out.file("dec_one"), dec_one).output) ==
+        samples_of(decode_codes_file(codec, codes, out.file("dec_whole"), dec_whole).output));
+  // Two of three layers: the first two columns, decoded without the third.
+  CodingResult e2 = encode_audio_file(codec, input, out.file("two"), two);
+  const Tensor c = safetensors_load(e2.output).at("codes");
+  REQUIRE(c.shape() == Shape{a.size(0), 2});
+  std::vector<int64_t> va = a.to_vector<int64_t>(), vc = c.to_vector<int64_t>();
+  for (int64_t r = 0; r < a.size(0); ++r)
+    for (int64_t l = 0; l < 2; ++l) REQUIRE(vc[r * 2 + l] == va[r * 3 + l]);
+  CHECK(codec.bitrate(2) == codec.bitrate(3) * 2 / 3);
+  const std::vector<float> full = samples_of(out.file("dec_one/") + std::filesystem::path(input).stem().string() + ".wav");
+  const std::vector<float> fewer = samples_of(decode_codes_file(codec, e2.output, out.file("dec_two"), float_wav()).output);
+  REQUIRE(fewer.size() == full.size());
+  CHECK(fewer != full);
+  // An existing output is not replaced unless asked.
+  CHECK(error_of([&] { encode_audio_file(codec, input, out.file("two"), two); }).find("exists already") !=
+        std::string::npos);
+  two.overwrite = true;
+  CHECK_NOTHROW(encode_audio_file(codec, input, out.file("two"), two));
+  // A 16-bit decode is the float one to the nearest 1/32768.
+  const std::vector<float> pcm = samples_of(decode_codes_file(codec, codes, out.file("dec16"), DecodeOptions{}).output);
+  REQUIRE(pcm.size() == full.size());
+  for (size_t i = 0; i < pcm.size(); ++i)
+    REQUIRE(pcm[i] == std::clamp(std::nearbyint(full[i] * 32768.f), -32768.f, 32767.f) / 32768.f);
+}
+
+TEST_CASE("decode refuses, naming the file, a damaged codes file, another codec's codes and codes outside a codebook") {
+  const TrainedCodec& t = trained();
+  Codec codec(t.checkpoint);
+  TempDir out;
+  const std::string codes = encode_audio_file(codec, t.clips[1], out.file("codes"), EncodeOptions{}).output;
+  // A flipped byte in the codes (the last byte of the file is data).
+  const std::string damaged = out.file("damaged.codes.safetensors");
+  std::filesystem::copy_file(codes, damaged);
+  {
+    std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    char c = 0;
+    f.get(c);
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(c ^ 1));
+  }
+  std::string msg = error_of([&] { decode_codes_file(codec, damaged, out.file("wav"), DecodeOptions{}); });
+  CHECK(msg.find(damaged) != std::string::npos);
+  CHECK(msg.find("checksum") != std::string::npos);
+  // Codes outside their codebook, in a file whose checksums fit.
+  SafetensorsFile f = safetensors_load(codes);
+  std::vector<int64_t> v = f.at("codes").to_vector<int64_t>();
+  v[4] = 16;
+  const std::string outside = out.file("outside.codes.safetensors");
+  safetensors_save(outside, {{"codes", from_vector(v, f.at("codes").shape())}}, f.metadata);
+  msg = error_of([&] { decode_codes_file(codec, outside, out.file("wav"), DecodeOptions{}); });
+  CHECK(msg.find(outside) != std::string::npos);
+  CHECK(msg.find("code 16 of layer 1 in row 1 is outside its codebook of 16") != std::string::npos);
+  // A checkpoint is not a codes file.
+  msg = error_of([&] { decode_codes_file(codec, t.checkpoint, out.file("wav"), DecodeOptions{}); });
+  CHECK(msg.find("not a vqddp codes file") != std::string::npos);
+  // Another codec (another seed): its weights' fingerprint differs.
+  TrainedCodec other(6);
+  Codec second(other.checkpoint);
+  REQUIRE(second.fingerprint() != codec.fingerprint());
+  msg = error_of([&] { decode_codes_file(second, codes, out.file("wav"), DecodeOptions{}); });
+  CHECK(msg.find(codes) != std::string::npos);
+  CHECK(msg.find("decode with the checkpoint that encoded it") != std::string::npos);
+  CHECK(!std::filesystem::exists(out.file("wav")));  // nothing was written for any of them
+  // Fewer layers than the codec's need a residual quantizer; --layers out of range.
+  EncodeOptions four;
+  four.layers = 4;
+  CHECK(error_of([&] { encode_audio_file(codec, t.clips[1], out.file("c4"), four); }).find("--layers 4 is not in 1..3") !=
+        std::string::npos);
+}
+
+namespace {
+
+// The value of attribute `name` in the tag that starts at `at`.
+std::string attribute(const std::string& html, size_t at, const std::string& name) {
+  const size_t end = html.find('>', at), key = html.find(" " + name + "=\"", at);
+  REQUIRE(key < end);
+  const size_t begin = key + name.size() + 3;
+  return html.substr(begin, html.find('"', begin) - begin);
+}
+
+// The start of every tag that begins with `open`.
+std::vector<size_t> tags(const std::string& html, const std::string& open) {
+  std::vector<size_t> at;
+  for (size_t p = html.find(open); p != std::string::npos; p = html.find(open, p + 1)) at.push_back(p);
+  return at;
+}
+
+// Every plot of a report has data; returns how many there are.
+int checked_plots(const std::string& html) {
+  int plots = 0;
+  for (size_t at : tags(html, "<svg class=\"plot\"")) {
+    CHECK(std::stoi(attribute(html, at, "data-series")) > 0);
+    CHECK(std::stoi(attribute(html, at, "data-points")) > 0);
+    ++plots;
+  }
+  CHECK(html.find("no data") == std::string::npos);
+  CHECK(html.find("<script") == std::string::npos);
+  return plots;
+}
+
+std::vector<uint8_t> base64_decoded(const std::string& text) {
+  std::vector<uint8_t> out;
+  uint32_t bits = 0;
+  int have = 0;
+  for (char c : text) {
+    if (c == '=') break;
+    const auto at = std::string("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/").find(c);
+    REQUIRE(at != std::string::npos);
+    bits = (bits << 6) | static_cast<uint32_t>(at);
+    if ((have += 6) >= 8) out.push_back(static_cast<uint8_t>(bits >> (have -= 8)));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the report of an audio run has data in every plot and players whose audio decodes") {
+  const TrainedCodec& t = trained();
+  const std::string html = render_report(t.dir.file("run"));
+  // loss, lr, validation snr/log-mel/mse, perplexity, codes used, and one
+  // usage histogram per layer.
+  CHECK(checked_plots(html) == 1 + 1 + 3 + 1 + 1 + 3);
+  TempDir tmp;
+  int clips = 0;
+  for (size_t at : tags(html, "<audio ")) {
+    const std::string src = attribute(html, at, "src"), scheme = "data:audio/wav;base64,";
+    REQUIRE(src.starts_with(scheme));
+    const std::vector<uint8_t> bytes = base64_decoded(src.substr(scheme.size()));
+    const std::string wav = tmp.file(std::to_string(clips) + ".wav");
+    std::ofstream(wav, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    Audio a = read_audio(wav);
+    CHECK(a.sample_rate == 8000);
+    CHECK(a.samples.size() >= 256);
+    ++clips;
+  }
+  CHECK(clips == 8);  // 4 clips, original and decoded
+  CHECK(html.find("&quot;conv_codec&quot;") != std::string::npos);  // the config
+  CHECK(std::filesystem::path(write_report(t.dir.file("run"))).filename() == "report.html");
+}
+
+TEST_CASE("the report of an image run has data in every plot and no audio") {
+  TempDir dir;
+  nlohmann::json j = {
+      {"model", {{"type", "conv_vqvae"}, {"channels", {4, 8}}, {"latent_dim", 4}, {"sigmoid_output", true}}},
+      {"quantizer", {{"type", "vq"}, {"codebook_size", 16}, {"decay", 0.9}}},
+      {"data", {{"type", "fashion_mnist"}, {"sources", {{{"path", "unused"}}}}}},
+      {"optimizer", {{"lr", 0.005}}},
+      {"schedule", {{"batch_size", 8}, {"steps", 4}, {"log_every", 2}, {"validate_every", 2}}},
+      {"distributed", {{"world_size", 1}, {"timeout_s", 20}}},
+      {"run", {{"dir", dir.file("run")}, {"seed", 1}}}};
+  Generator g(1, 0);
+  Dataset d;
+  d.sources = {rand_uniform({32, 64}, g)};
+  d.weights = {1};
+  d.validation = rand_uniform({8, 64}, g);
+  d.example_dim = 64;
+  d.description = "8x8 noise images";
+  train(parse_config(j, "test"), d, TrainOptions{});
+  const std::string html = render_report(dir.file("run"));
+  CHECK(checked_plots(html) == 1 + 1 + 2 + 1 + 1 + 1);  // validation: no log-mel
+  CHECK(html.find("<audio") == std::string::npos);
+}

@@ -1,0 +1,107 @@
+// A trained audio codec put to use: audio files to codes files and back
+// (`vqddp encode` / `vqddp decode`).
+//
+// The model codes audio as it was trained on it: frames of F samples
+// (data.frame) at the checkpoint's sample rate, each frame on its own (the
+// encoder's convolutions pad every frame with zeros at its edges), so the
+// receptive field of a frame's codes is that frame and nothing else. A file
+// is therefore coded in chunks of whole frames with bounded memory (one
+// chunk of audio, plus the codes), and the codes are the same bits as coding
+// it whole: the forward is batch-invariant (engine/exact_batch.h), so a
+// frame's codes do not depend on the frames coded beside it. The last frame
+// is padded with zeros; decoding cuts the output back to the file's length.
+//
+// Codes file (safetensors, engine/safetensors.h, checksummed):
+//   tensor "codes"  int64 (frames * tokens, L): token t of frame n in row
+//                   n * tokens + t; L <= Q layers (residual quantizers may
+//                   drop their last layers: fewer bits per second)
+//   metadata        format "vqddp-codes/1", sample_rate, samples (of the
+//                   input, after resampling), frame, tokens, layers, the
+//                   codec's config (JSON), codec_fingerprint (CRC32C of its
+//                   weights: decoding with other weights is refused), the
+//                   checkpoint's step and the source file's name.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/tensor.h"
+#include "train/model.h"
+
+namespace vqddp {
+
+class Codec {
+ public:
+  // The checkpoint of an audio run (data.type wav_frames), its weights
+  // loaded and checked (train/checkpoint.h); errors name the file.
+  explicit Codec(const std::string& checkpoint);
+
+  int sample_rate() const { return sample_rate_; }
+  int64_t frame() const { return model_->input_dim(); }             // samples per frame F
+  int64_t tokens() const { return model_->tokens_per_example(); }   // code rows per frame
+  const std::vector<int64_t>& layer_sizes() const { return sizes_; }  // Q entries
+  // Whether fewer than Q layers decode to a meaningful output (residual
+  // quantizers: each layer refines the sum of those before it).
+  bool layers_are_residual() const { return residual_; }
+  // Bits per second coding with the first `layers` layers.
+  double bitrate(int layers) const;
+  const std::string& fingerprint() const { return fingerprint_; }  // 8 hex digits
+  const nlohmann::json& config() const { return config_; }
+  int64_t step() const { return step_; }
+
+  // samples (n * F) -> codes (n * tokens, Q).
+  Tensor encode(const std::vector<float>& samples) const;
+  // codes (n * tokens, L <= Q) -> samples (n * F); absent layers count as
+  // left out (residual quantizers only).
+  std::vector<float> decode(const Tensor& codes) const;
+
+ private:
+  std::string path_;
+  std::unique_ptr<CodecModel> model_;
+  nlohmann::json config_;
+  std::vector<int64_t> sizes_;
+  int sample_rate_ = 0;
+  bool residual_ = false;
+  std::string fingerprint_;
+  int64_t step_ = 0;
+};
+
+struct EncodeOptions {
+  int layers = 0;             // 0: every layer
+  int64_t chunk_frames = 256;  // frames coded at a time (memory: chunk_frames * F samples)
+  bool overwrite = false;     // replace an existing codes file
+};
+
+struct CodingResult {
+  std::string output;
+  int64_t samples = 0;   // audio samples (at the codec's rate)
+  int64_t frames = 0;    // model frames coded
+  int layers = 0;
+  double seconds = 0;    // wall time of the coding
+};
+
+// `input` (any file data/audio.h reads) -> DIR/<stem>.codes.safetensors.
+CodingResult encode_audio_file(const Codec& codec, const std::string& input, const std::string& out_dir,
+                               const EncodeOptions& options);
+
+struct DecodeOptions {
+  bool float_wav = false;      // 32-bit float WAV instead of 16-bit
+  int64_t chunk_frames = 256;
+  bool overwrite = false;      // replace an existing WAV file
+};
+
+// A codes file -> DIR/<stem>.wav (stem: the codes file's name without
+// ".codes.safetensors"). Refused, naming the file: not a codes file, damaged
+// (checksums), another codec's codes (fingerprint), codes outside their
+// codebooks, a shape that does not fit the codec or the sample count.
+CodingResult decode_codes_file(const Codec& codec, const std::string& codes_path, const std::string& out_dir,
+                               const DecodeOptions& options);
+
+// The name a codes file for `input` gets: its stem + ".codes.safetensors".
+std::string codes_file_name(const std::string& input);
+
+}  // namespace vqddp
