@@ -319,6 +319,10 @@ TEST_CASE("check-ddp passes a whole run of every shipped example bit for bit, on
     names.clear();
     for (const auto& e : std::filesystem::directory_iterator(root + "/examples"))
       if (e.path().extension() == ".json") names.push_back(e.path().stem().string());
+    // speech_codec_flac is speech_codec on FLAC copies of its clips (made
+    // by tests/flac_example.sh): the same model and quantizer, so the same
+    // DDP path; its reader has its own tests.
+    std::erase(names, "speech_codec_flac");
     std::sort(names.begin(), names.end());
     CHECK(names.size() >= 10);
   }
