@@ -57,6 +57,8 @@ for core in "${cores[@]}"; do
     # just compared): W ranks == 1 rank under each core's kernels.
     [ "$threads" = 1 ] || continue
     for ex in "$examples"/*.json; do
+      # speech_codec's model on FLAC copies its test makes (flac_example.sh)
+      case $ex in */speech_codec_flac.json) continue ;; esac
       "$vqddp" check-ddp "$ex" --world 4 --steps 1 >"$log" 2>&1 ||
         { echo "FAILED: check-ddp $ex under $core/$threads"; tail -30 "$log"; exit 1; }
     done
