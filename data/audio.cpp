@@ -7,6 +7,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <string>
+
+#include <unistd.h>
 
 #include "engine/error.h"
 #include "engine/file_io.h"
@@ -52,6 +55,7 @@ struct AudioReader::State {
   Soxr soxr;                     // null when no resampling is needed
   std::vector<float> block;      // (kBlockFrames, channels) interleaved
   std::vector<float> mono;       // (kBlockFrames,)
+  std::vector<float> resampled;  // the resampler's output buffer, drained call by call
   int64_t frames_read = 0;       // file frames decoded so far
   bool file_done = false, flushed = false;
 };
@@ -89,6 +93,10 @@ bool AudioReader::decode_block() {
     const sf_count_t n = sf_readf_float(s.file.get(), s.block.data(), kBlockFrames);
     VQDDP_CHECK(n > 0 || s.frames_read > 0, "{}: no samples could be decoded ({})", path_, sf_strerror(s.file.get()));
     s.file_done = n < kBlockFrames;
+    // A short read is the end of the file, or an error libsndfile met
+    // decoding it: the latter must not pass for a shorter clip.
+    VQDDP_CHECK(!s.file_done || sf_error(s.file.get()) == SF_ERR_NO_ERROR, "{}: decoding failed after {} frames "
+                "({})", path_, s.frames_read + std::max<sf_count_t>(n, 0), sf_strerror(s.file.get()));
     got = static_cast<size_t>(std::max<sf_count_t>(n, 0));
     if (is_float_format(s.info.format))
       for (size_t i = 0; i < got * channels; ++i)
@@ -114,8 +122,8 @@ bool AudioReader::decode_block() {
   }
   // The resampler takes the block (or, once the file is done, no input: its
   // flush) and gives what it has, in as many calls as its output needs.
-  const double ratio = static_cast<double>(rate_) / s.info.samplerate;
-  std::vector<float> out(static_cast<size_t>(std::ceil(static_cast<double>(kBlockFrames) * ratio)) + 64);
+  std::vector<float>& out = s.resampled;
+  out.resize(static_cast<size_t>(kBlockFrames));
   const float* in = got > 0 ? s.mono.data() : nullptr;
   size_t left = got;
   for (;;) {
@@ -169,8 +177,10 @@ Audio read_audio(const std::string& path, int rate) {
   a.file_rate = reader.file_rate();
   a.channels = reader.channels();
   a.sample_rate = reader.sample_rate();
-  a.samples.reserve(static_cast<size_t>(
-      std::ceil(static_cast<double>(frames) * a.sample_rate / a.file_rate)) + 64);
+  const double expected = std::ceil(static_cast<double>(frames) * a.sample_rate / a.file_rate);
+  VQDDP_CHECK(expected <= 4294967296.0, "{}: {} frames at {} Hz are more than 2^32 samples at {} Hz", path, frames,
+              a.file_rate, a.sample_rate);
+  a.samples.reserve(static_cast<size_t>(expected) + 64);
   while (reader.read(static_cast<size_t>(kBlockFrames), a.samples) > 0) {
   }
   return a;
@@ -182,7 +192,8 @@ struct AudioWriter::State {
 };
 
 AudioWriter::AudioWriter(const std::string& path, int rate, AudioEncoding encoding)
-    : path_(path), temp_(path + ".tmp"), encoding_(encoding), s_(std::make_unique<State>()) {
+    : path_(path), temp_(path + ".tmp." + std::to_string(::getpid())), encoding_(encoding),
+      s_(std::make_unique<State>()) {
   VQDDP_CHECK(rate > 0, "{}: sample rate {} Hz is not a usable rate", path, rate);
   SF_INFO info{};
   info.samplerate = rate;
@@ -204,6 +215,9 @@ AudioWriter::~AudioWriter() {
 void AudioWriter::write(const float* samples, size_t n) {
   VQDDP_CHECK(s_->file != nullptr, "{}: written after close", path_);
   sf_count_t wrote = 0;
+  for (size_t i = 0; i < n; ++i)
+    VQDDP_CHECK(std::isfinite(samples[i]), "{}: sample {} to write is {}", path_, written_ + i, samples[i]);
+  written_ += n;
   if (encoding_ == AudioEncoding::wav_float) {
     wrote = sf_writef_float(s_->file.get(), samples, static_cast<sf_count_t>(n));
   } else {
@@ -219,8 +233,10 @@ void AudioWriter::close() {
   VQDDP_CHECK(s_->file != nullptr, "{}: closed twice", path_);
   sf_write_sync(s_->file.get());
   const int err = sf_close(s_->file.release());
+  const bool renamed = err == 0 && std::rename(temp_.c_str(), path_.c_str()) == 0;
+  if (!renamed) std::remove(temp_.c_str());
   VQDDP_CHECK(err == 0, "{}: closing failed ({})", temp_, sf_error_number(err));
-  VQDDP_CHECK(std::rename(temp_.c_str(), path_.c_str()) == 0, "{}: cannot rename {} over it", path_, temp_);
+  VQDDP_CHECK(renamed, "{}: cannot rename {} over it", path_, temp_);
 }
 
 void write_audio(const std::string& path, const std::vector<float>& samples, int rate, AudioEncoding encoding) {

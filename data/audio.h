@@ -18,9 +18,10 @@
 //   (engine/file_io.h), what libsndfile cannot open (its own reason is in
 //   the message), an empty file, a non-finite sample in a float file (naming
 //   the frame and channel), more than 2^32 samples (read whole).
-// - 16-bit output is written as round(x * 32768) clamped to [-32768, 32767]
-//   (not libsndfile's x * 32767), so what the reader gives back is x to the
-//   nearest 1/32768: a write-read round trip of 16-bit samples is exact.
+// - 16-bit output is written as x * 32768 rounded to the nearest integer
+//   (ties to even), clamped to [-32768, 32767] (not libsndfile's x * 32767),
+//   so what the reader gives back is x to the nearest 1/32768: a write-read
+//   round trip of 16-bit samples is exact. A non-finite sample is refused.
 #pragma once
 
 #include <cstdint>
@@ -79,9 +80,10 @@ const std::vector<std::string>& audio_extensions();
 
 enum class AudioEncoding { wav16, wav_float, flac16 };
 
-// Mono samples into a new file, written as `path`.tmp and renamed over
-// `path` by close(): a writer destroyed before close() (an error midway)
-// removes its temporary, so `path` is either the old file or the whole new one.
+// Mono samples into a new file, written as `path`.tmp.<pid> and renamed
+// over `path` by close() after libsndfile's sync: a writer destroyed before
+// close() (an error midway) or a close that fails removes its temporary, so
+// `path` is either the old file or the whole new one.
 class AudioWriter {
  public:
   AudioWriter(const std::string& path, int rate, AudioEncoding encoding);
@@ -96,6 +98,7 @@ class AudioWriter {
   struct State;
   std::string path_, temp_;
   AudioEncoding encoding_;
+  size_t written_ = 0;  // samples so far (for error messages)
   std::unique_ptr<State> s_;
 };
 

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -219,6 +221,18 @@ int run_inspect(int argc, char** argv) {
   return 0;
 }
 
+// Inputs that would write one output file (a.wav and a.flac both to a.*):
+// refused before anything is written, naming both, rather than the second
+// failing halfway or, with --overwrite, replacing the first.
+void refuse_shared_outputs(const std::vector<std::string>& inputs, const std::string& command,
+                           const std::function<std::string(const std::string&)>& output_name) {
+  std::map<std::string, std::string> seen;
+  for (const std::string& in : inputs) {
+    auto [at, fresh] = seen.emplace(output_name(in), in);
+    VQDDP_CHECK(fresh, "{}: {} and {} would both be written as {}", command, at->second, in, at->first);
+  }
+}
+
 // The residual layers `vqddp encode` keeps: --layers L, or the most whose
 // bitrate is within --bitrate (kbit/s); all of them by default.
 int encode_layers(const CliArgs& args, const Codec& codec) {
@@ -244,6 +258,8 @@ int run_encode(int argc, char** argv) {
   CliArgs args("encode", argc, argv, 2, {"out", "layers", "bitrate", "chunk"}, {"overwrite"});
   VQDDP_CHECK(args.positional().size() >= 2, "encode: expected a checkpoint and at least one audio file");
   VQDDP_CHECK(args.has("out"), "encode: --out DIR is required (where the codes files go)");
+  const std::vector<std::string> inputs(args.positional().begin() + 1, args.positional().end());
+  refuse_shared_outputs(inputs, "encode", codes_file_name);
   Codec codec(args.positional()[0]);
   EncodeOptions o;
   o.layers = encode_layers(args, codec);
@@ -263,6 +279,8 @@ int run_decode(int argc, char** argv) {
   CliArgs args("decode", argc, argv, 2, {"out", "chunk"}, {"float", "overwrite"});
   VQDDP_CHECK(args.positional().size() >= 2, "decode: expected a checkpoint and at least one codes file");
   VQDDP_CHECK(args.has("out"), "decode: --out DIR is required (where the WAV files go)");
+  const std::vector<std::string> inputs(args.positional().begin() + 1, args.positional().end());
+  refuse_shared_outputs(inputs, "decode", decoded_file_name);
   Codec codec(args.positional()[0]);
   DecodeOptions o;
   o.float_wav = args.has("float");
@@ -288,10 +306,13 @@ int run_convert(int argc, char** argv) {
                                  : format == "wav" ? AudioEncoding::wav16
                                                    : AudioEncoding::wav_float;
   const int rate = static_cast<int>(args.get_int("rate", 0, limits::sample_rate));
+  auto name = [&](const std::string& in) {
+    return std::filesystem::path(in).stem().string() + (format == "flac" ? ".flac" : ".wav");
+  };
+  refuse_shared_outputs(args.positional(), "convert", name);
   std::filesystem::create_directories(dir);
   for (const std::string& in : args.positional()) {
-    const std::filesystem::path out =
-        std::filesystem::path(dir) / (std::filesystem::path(in).stem().string() + (format == "flac" ? ".flac" : ".wav"));
+    const std::filesystem::path out = std::filesystem::path(dir) / name(in);
     VQDDP_CHECK(args.has("overwrite") || !std::filesystem::exists(out), "{}: exists already; convert --overwrite "
                 "replaces it", out.string());
     convert_audio(in, out.string(), rate, encoding);

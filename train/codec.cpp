@@ -118,6 +118,13 @@ std::string codes_file_name(const std::string& input) {
   return std::filesystem::path(input).stem().string() + kCodesSuffix;
 }
 
+std::string decoded_file_name(const std::string& codes_path) {
+  std::string stem = std::filesystem::path(codes_path).filename().string();
+  if (stem.ends_with(kCodesSuffix)) stem.resize(stem.size() - std::string(kCodesSuffix).size());
+  else stem = std::filesystem::path(stem).stem().string();
+  return stem + ".wav";
+}
+
 CodingResult encode_audio_file(const Codec& codec, const std::string& input, const std::string& out_dir,
                                const EncodeOptions& o) {
   const int q = static_cast<int>(codec.layer_sizes().size());
@@ -176,17 +183,20 @@ CodingResult decode_codes_file(const Codec& codec, const std::string& path, cons
               "checkpoint's (step {}) are '{}': decode with the checkpoint that encoded it", path, fp, codec.step(),
               codec.fingerprint());
   const int64_t rate = metadata_count(file, "sample_rate"), samples = metadata_count(file, "samples"),
-                f = metadata_count(file, "frame"), tokens = metadata_count(file, "tokens");
+                f = metadata_count(file, "frame"), tokens = metadata_count(file, "tokens"),
+                layers_said = metadata_count(file, "layers");
   VQDDP_CHECK(rate == codec.sample_rate() && f == codec.frame() && tokens == codec.tokens(),
               "{}: coded at {} Hz in frames of {} samples, {} tokens each; this codec takes {} Hz, {}, {}", path, rate,
               f, tokens, codec.sample_rate(), codec.frame(), codec.tokens());
   const Tensor& codes = file.at("codes");
   const int64_t q = static_cast<int64_t>(codec.layer_sizes().size());
-  const int64_t frames = (samples + f - 1) / f;
-  VQDDP_CHECK(codes.dtype() == DType::i64 && codes.dim() == 2 && codes.size(0) == frames * tokens &&
-                  codes.size(1) >= 1 && codes.size(1) <= q && codes.size(1) == metadata_count(file, "layers"),
-              "{}: tensor 'codes' is {}; {} samples in frames of {} need int64 [{}, layers 1..{}] (metadata 'layers' "
-              "{})", path, codes.desc(), samples, f, frames * tokens, q, file.metadata.at("layers"));
+  // The sample count bounded by the codes' rows first, so nothing below overflows.
+  const bool fits = codes.dim() == 2 && samples <= codes.size(0) / tokens * f;
+  const int64_t frames = fits ? (samples + f - 1) / f : -1;
+  VQDDP_CHECK(fits && codes.dtype() == DType::i64 && codes.size(0) == frames * tokens && codes.size(1) >= 1 &&
+                  codes.size(1) <= q && codes.size(1) == layers_said,
+              "{}: tensor 'codes' is {}; {} samples in frames of {} need int64 [{} frames x {} tokens, layers 1..{}] "
+              "(metadata 'layers' {})", path, codes.desc(), samples, f, samples / f + (samples % f != 0), tokens, q, layers_said);
   VQDDP_CHECK(codes.size(1) == q || codec.layers_are_residual(), "{}: {} of {} layers, but this codec's quantizer has "
               "no residual layers to leave out", path, codes.size(1), q);
   const int64_t layers = codes.size(1);
@@ -200,10 +210,7 @@ CodingResult decode_codes_file(const Codec& codec, const std::string& path, cons
   r.layers = static_cast<int>(layers);
   r.frames = frames;
   r.samples = samples;
-  std::string stem = std::filesystem::path(path).filename().string();
-  if (stem.ends_with(kCodesSuffix)) stem.resize(stem.size() - std::string(kCodesSuffix).size());
-  else stem = std::filesystem::path(stem).stem().string();
-  r.output = output_path(out_dir, stem + ".wav", o.overwrite, "decode");
+  r.output = output_path(out_dir, decoded_file_name(path), o.overwrite, "decode");
   AudioWriter out(r.output, codec.sample_rate(), o.float_wav ? AudioEncoding::wav_float : AudioEncoding::wav16);
   for (int64_t at = 0; at < frames; at += o.chunk_frames) {
     const int64_t end = std::min(frames, at + o.chunk_frames);

@@ -103,5 +103,8 @@ CodingResult decode_codes_file(const Codec& codec, const std::string& codes_path
 
 // The name a codes file for `input` gets: its stem + ".codes.safetensors".
 std::string codes_file_name(const std::string& input);
+// The name the WAV decoded from `codes_path` gets: the codes file's name
+// without ".codes.safetensors" (or its extension) + ".wav".
+std::string decoded_file_name(const std::string& codes_path);
 
 }  // namespace vqddp

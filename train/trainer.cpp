@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -367,7 +368,7 @@ class RankRun {
     });
   }
 
-  void print_start() const {
+  void print_start() {
     if (!lead_ || !opt_.print) return;
     fmt::print("train: {} | {} ranks ({}, {}) | {} steps of {} examples ({} per epoch) | {:.0f} bits per example{}\n",
                data_.description, comm_.world_size(), comm_.backend(), device_.str(), schedule_.total_steps,
@@ -383,7 +384,7 @@ class RankRun {
                        {"bitrate", model_.bits_per_example() * data_.examples_per_second},
                        {"sample_rate", data_.sample_rate},     {"example_dim", data_.example_dim},
                        {"layer_sizes", layer_sizes_},          {"config", cfg_.source}};
-    write_file_atomic((dir_ / "run.json").string(), run.dump(2));
+    report_artefact("run.json", [&] { write_file_atomic((dir_ / "run.json").string(), run.dump(2)); });
   }
 
   // Forward, backward, clipping and the optimizer step of step_ + 1.
@@ -466,8 +467,23 @@ class RankRun {
     for (const LayerUsage& u : val_.usage)
       line["validation_layers"].push_back({{"perplexity", u.perplexity}, {"codes_used", u.codes_used}});
     metrics_->write(line);
-    write_code_usage(done);
-    if (data_.sample_rate > 0) write_clips();
+    report_artefact("code_usage.json", [&] { write_code_usage(done); });
+    if (data_.sample_rate > 0) report_artefact("clips/", [&] { write_clips(); });
+  }
+
+  // What `vqddp report` reads beside the metrics is written by rank 0 alone,
+  // outside any collective: a failure to write it (a full disk) must not stop
+  // rank 0 while the others wait at their next collective, and matters less
+  // than the checkpoint. Warned about, like a metrics line that could not be
+  // written, and training goes on.
+  void report_artefact(const char* what, const std::function<void()>& write) {
+    try {
+      write();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "vqddp: warning: {} in {} could not be written ({}); training goes on\n", what, dir_.string(),
+                 e.what());
+      model_.train();  // write_clips works in eval mode: back to training if it threw there
+    }
   }
 
   // The code histogram of every layer at this validation, for `vqddp report`

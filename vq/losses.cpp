@@ -1,5 +1,7 @@
 #include "vq/losses.h"
 
+#include "engine/autograd.h"
+
 #include "comm/batch_reduce.h"
 #include "engine/exact_batch.h"
 #include "engine/ops.h"
@@ -21,7 +23,14 @@ Tensor global_row_mean(const Tensor& p, Communicator& comm) {
   return div(slice_rows(global, 0, k), rows);
 }
 
-Tensor straight_through(const Tensor& z, const Tensor& q) { return add(z, sub(q, z).detach()); }
+// Where z carries no gradient (eval, no grad, an input without one) the
+// value is q itself, detached as the sum would be: z + (q - z) in float is q
+// only up to rounding, and inference (decode from codes) must give the bits
+// of the eval forward.
+Tensor straight_through(const Tensor& z, const Tensor& q) {
+  if (!z.requires_grad() || !grad_enabled()) return q.detach();
+  return add(z, sub(q, z).detach());
+}
 
 Tensor commitment_loss(const Tensor& q, const Tensor& z, float weight, Communicator& comm) {
   return mul(mse_or_zero(q.detach(), z, comm), weight);

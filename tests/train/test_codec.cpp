@@ -16,6 +16,9 @@
 #include "tests/engine/tmpdir.h"
 #include "tests/train/small_run.h"
 #include "tool/report.h"
+#include "comm/single.h"
+#include "engine/autograd.h"
+#include "train/checkpoint.h"
 #include "train/codec.h"
 #include "train/spectral.h"
 
@@ -55,7 +58,7 @@ struct TrainedCodec {
         {"data", {{"type", "wav_frames"}, {"sources", {{{"path", dir.file("flac")}}}}, {"frame", 256},
                   {"holdout_every", 4}}},
         {"optimizer", {{"lr", 0.005}}},
-        {"schedule", {{"batch_size", 16}, {"steps", 12}, {"log_every", 4}, {"validate_every", 6}}},
+        {"schedule", {{"batch_size", 16}, {"steps", 6}, {"log_every", 2}, {"validate_every", 3}}},
         {"distributed", {{"world_size", 2}, {"timeout_s", 20}}},
         {"run", {{"dir", dir.file("run")}, {"seed", seed}}}};
     Config cfg = parse_config(j, "test");
@@ -104,6 +107,22 @@ TEST_CASE("encode then decode of a held-out clip gives the run's validation figu
   const std::vector<float> x = samples_of(t.clips[3]), y = samples_of(d.output);
   REQUIRE(y.size() == x.size());  // the last frame's padding is cut off
   CHECK(e.samples == static_cast<int64_t>(x.size()));
+  // Sample for sample, the model's eval forward (what validation measures)
+  // of the clip's whole frames.
+  const int64_t whole = static_cast<int64_t>(x.size()) / 256;
+  {
+    SafetensorsFile f = read_checkpoint(t.checkpoint);
+    Config cfg = parse_config(checkpoint_config(f), "checkpoint");
+    CodecModel model(cfg.model, cfg.quantizer, 256, cfg.run.seed);
+    load_model_weights(f, model);
+    model.eval();
+    NoGradGuard no_grad;
+    SingleCommunicator local;
+    const std::vector<float> r =
+        model.forward(from_vector(std::vector<float>(x.begin(), x.begin() + whole * 256), {whole, 256}), local)
+            .reconstruction.to_vector<float>();
+    CHECK(r == std::vector<float>(y.begin(), y.begin() + whole * 256));
+  }
   // The validation's sums over the clip's whole frames (its tail is not a
   // frame), in its order and precision (train/trainer.cpp, validate).
   const int64_t n = static_cast<int64_t>(x.size()) / 256 * 256;
@@ -196,9 +215,16 @@ TEST_CASE("decode refuses, naming the file, a damaged codes file, another codec'
   // A checkpoint is not a codes file.
   msg = error_of([&] { decode_codes_file(codec, t.checkpoint, out.file("wav"), DecodeOptions{}); });
   CHECK(msg.find("not a vqddp codes file") != std::string::npos);
-  // Another codec (another seed): its weights' fingerprint differs.
-  TrainedCodec other(6);
-  Codec second(other.checkpoint);
+  // Another codec: the same checkpoint with one weight changed (a checkpoint
+  // of its own, checksums and all), so its weights' fingerprint differs.
+  SafetensorsFile ck = safetensors_load(t.checkpoint);
+  NamedTensors changed;
+  for (const auto& [name, tensor] : ck.tensors) changed.emplace_back(name, tensor.clone());
+  REQUIRE(changed[0].first.starts_with("param."));
+  changed[0].second.data<float>()[0] += 1.f;
+  const std::string other = out.file("other.safetensors");
+  safetensors_save(other, changed, ck.metadata);
+  Codec second(other);
   REQUIRE(second.fingerprint() != codec.fingerprint());
   msg = error_of([&] { decode_codes_file(second, codes, out.file("wav"), DecodeOptions{}); });
   CHECK(msg.find(codes) != std::string::npos);
