@@ -46,6 +46,7 @@ void mpi_abort_job(const std::string& message) {
 #include <fmt/format.h>
 
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <exception>
 #include <mutex>
@@ -425,6 +426,14 @@ void mpi_abort_job(const std::string& message) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
+  // MPI_Abort asks the launcher to end the job, and waits for it: where the
+  // launcher cannot be reached (a link down, its node gone) it waits
+  // forever. The process ends itself a few seconds later in any case, so no
+  // rank outlives its deadline by more than that.
+  std::thread([] {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    std::_Exit(kMpiAbortExit);
+  }).detach();
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, kMpiAbortExit);
   std::_Exit(kMpiAbortExit);
 }

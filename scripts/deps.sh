@@ -10,6 +10,7 @@ packages=(
   zlib1g-dev                         # gzip IDX files
   libsndfile1-dev libsoxr-dev        # audio files of any format, resampled to one rate
   libopenmpi-dev openmpi-bin         # the MPI backend (--backend mpi) and mpirun
+  iproute2                           # tests/two_nodes.sh: two nodes as network namespaces
   asterisk-core-sounds-en-wav        # real speech: the default training run
   dataset-fashion-mnist              # real images: the VQ-VAE examples
 )
