@@ -15,6 +15,10 @@
 #                whole; --resume on node A alone (4 thread ranks) ends in the
 #                bytes of an uninterrupted run
 #     kill       a process of node B killed (SIGKILL) mid-run: the same
+#     data-differs node B's data set has one file fewer: every rank refuses
+#                at the start, naming the ranks that differ
+#     other-build  node B runs another vqddp build (other bytes): the same
+#     other-config node B's config differs (another lr): the same
 # Times (fault to the last process gone, steps/s) are printed for the note.
 set -u
 have_mpi=$1 vqddp=$2 config=$3 mode=$4
@@ -55,7 +59,11 @@ case \$host in
   10.77.0.2) ns=$B name=node-b ;;
   *) echo "agent: unknown node \$host" >&2; exit 255 ;;
 esac
-exec ip netns exec \$ns unshare --uts sh -c "hostname \$name; \$*"
+# Node B's own files: "SOURCE TARGET" lines of $tmp/b_mounts, bound over
+# TARGET in a mount namespace of its own (another data set, build or config).
+mounts=true
+[ \$ns = $B ] && [ -s $tmp/b_mounts ] && mounts='while read -r s t; do mount --bind "\$s" "\$t" || exit 1; done < $tmp/b_mounts'
+exec ip netns exec \$ns unshare --uts --mount --propagation private sh -c "\$mounts; hostname \$name; \$*"
 EOF
 chmod +x "$tmp/agent"
 
@@ -69,7 +77,7 @@ grep -q '"timeout_s": 10' "$tmp/config.json" || fail "$config has no distributed
 # only (no shared memory: the nodes are "apart"), over the veth alone. The
 # keepalive: a cut link gives no TCP error, so without probes mpirun and
 # node B's daemon would wait for each other for ever (Open MPI's default
-# probes start after 300 s); with these a dead link is seen in about 6 s.
+# probes start after 300 s); with these a dead link is seen in about 3 s.
 mpi_train() {  # DIR STEPS [extra train args]
   local dir=$1 steps=$2
   shift 2
@@ -78,7 +86,7 @@ mpi_train() {  # DIR STEPS [extra train args]
     --host 10.77.0.1:2,10.77.0.2:2 -np 4 --map-by slot \
     --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 \
-    --mca oob_tcp_keepalive_time 3 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 3 \
+    --mca oob_tcp_keepalive_time 1 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 2 \
     "$vqddp" train "$tmp/config.json" --backend mpi --steps "$steps" --dir "$dir" "$@"
 }
 
@@ -159,5 +167,32 @@ case $mode in
     grep -E "TimeoutError|did not complete|lost communication|signal 9" "$tmp/mpi.out" | head -3
     echo "two_nodes $mode: every process gone $gone ms after the fault (deadline 10 s), exit status $rc;" \
          "checkpoint of step ${at:-?} whole; resumed on node A alone to the uninterrupted run's bytes" ;;
+  data-differs|other-build|other-config)
+    # Node B differs in one thing; every rank must refuse at the start.
+    case $mode in
+      data-differs)
+        data=/usr/share/asterisk/sounds/en_US_f_Allison
+        cp -r "$data" "$tmp/fewer" && rm "$(ls "$tmp"/fewer/*.wav | head -1)" || fail "cannot copy the data"
+        echo "$tmp/fewer $data" > "$tmp/b_mounts"
+        expect="the ranks loaded different data: rank 0 has .* these ranks differ from it: rank 2 .*, rank 3" ;;
+      other-build)
+        built=$(ldd "$vqddp" | sed -n 's/.*libvqddp[^ ]* => \([^ ]*\).*/\1/p')
+        [ -n "$built" ] || built=$vqddp
+        cp "$built" "$tmp/other-build" && printf 'x' >> "$tmp/other-build" || fail "cannot copy the build"
+        echo "$tmp/other-build $built" > "$tmp/b_mounts"
+        expect="the ranks run different vqddp builds: rank 0 runs build [0-9a-f]*, and rank 2 runs [0-9a-f]*, rank 3 runs" ;;
+      other-config)
+        sed 's/"lr": *[0-9.]*/"lr": 0.001/' "$tmp/config.json" > "$tmp/other-config.json"
+        echo "$tmp/other-config.json $tmp/config.json" > "$tmp/b_mounts"
+        expect="the ranks run different configs: rank 0's has fingerprint [0-9a-f]*, and rank 2 has [0-9a-f]*, rank 3 has" ;;
+    esac
+    start=$(date +%s%N)
+    mpi_train "$tmp/mpi" "$steps" > "$tmp/mpi.out" 2>&1 && fail "the run started although node B differs"
+    took=$(( ($(date +%s%N) - start) / 1000000 ))
+    refused=$(grep -c "$expect" "$tmp/mpi.out")
+    [ "$refused" -eq 4 ] || fail "expected all 4 ranks to refuse with '$expect', $refused did"
+    grep -q "^step " "$tmp/mpi.out" && fail "a step was trained"
+    grep -m1 "$expect" "$tmp/mpi.out"
+    echo "two_nodes $mode: refused on all 4 ranks before the first step, $took ms after mpirun started" ;;
   *) fail "unknown mode $mode" ;;
 esac

@@ -68,18 +68,6 @@ std::string first_difference(const nlohmann::json& a, const nlohmann::json& b, c
   return a == b ? "" : path;
 }
 
-// The parts of a config that a bit-exact continuation depends on.
-nlohmann::json continuation_keys(const nlohmann::json& c) {
-  nlohmann::json out = nlohmann::json::object();
-  for (const char* section : {"model", "quantizer", "data", "optimizer"})
-    out[section] = c.contains(section) ? c[section] : nlohmann::json::object();
-  nlohmann::json schedule = c.value("schedule", nlohmann::json::object());
-  for (const char* key : {"batch_size", "drop_last"})
-    if (schedule.contains(key)) out["schedule"][key] = schedule[key];
-  nlohmann::json run = c.value("run", nlohmann::json::object());
-  if (run.contains("seed")) out["run"]["seed"] = run["seed"];
-  return out;
-}
 
 // Every tensor of `live` from the checkpoint, all checked before any is
 // changed, so a mismatch changes nothing: each present with the model's
@@ -111,6 +99,18 @@ void copy_checked(const SafetensorsFile& f, NamedTensors live, const Module& mod
 }
 
 }  // namespace
+
+nlohmann::json continuation_keys(const nlohmann::json& c) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const char* section : {"model", "quantizer", "data", "optimizer"})
+    out[section] = c.contains(section) ? c[section] : nlohmann::json::object();
+  nlohmann::json schedule = c.value("schedule", nlohmann::json::object());
+  for (const char* key : {"batch_size", "drop_last"})
+    if (schedule.contains(key)) out["schedule"][key] = schedule[key];
+  nlohmann::json run = c.value("run", nlohmann::json::object());
+  if (run.contains("seed")) out["run"]["seed"] = run["seed"];
+  return out;
+}
 
 SafetensorsFile read_checkpoint(const std::string& path) {
   SafetensorsFile f = safetensors_load(path);

@@ -60,6 +60,10 @@ int64_t load_model_weights(const SafetensorsFile& checkpoint, Module& model);
 int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim, int64_t total_steps,
                         const nlohmann::json* config = nullptr);
 
+// The parts of a config that a bit-exact continuation depends on: model,
+// quantizer, data, optimizer, schedule.batch_size and drop_last, run.seed.
+nlohmann::json continuation_keys(const nlohmann::json& config);
+
 // The checkpoint file at `path`, structure and checksums verified, its
 // format one this vqddp reads. What load_checkpoint and `vqddp inspect` read.
 SafetensorsFile read_checkpoint(const std::string& path);

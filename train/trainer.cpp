@@ -26,6 +26,7 @@
 #include "train/ddp.h"
 #include "train/metrics_log.h"
 #include "train/run_dir.h"
+#include "train/run_identity.h"
 #include "train/schedule.h"
 #include "train/spectral.h"
 #include "vq/code_stats.h"
@@ -298,7 +299,10 @@ class RankRun {
     model_.to(device_);
     params_ = model_.parameters();  // listed once: the names are built per call
     optim_ = make_optimizer(cfg.optimizer, params_);
-    // Agreed first: its length bounds the step a checkpoint may resume at.
+    // The same build and config on every rank (ranks on other nodes may
+    // differ), then the data and the schedule. The schedule's length bounds
+    // the step a checkpoint may resume at.
+    agree_run_identity(comm, build_fingerprint(), config_fingerprint(cfg.source));
     schedule_ = agree_schedule(sizes_, data.weights, cfg.schedule, comm, fingerprint);
     // Loaded before DDP's start-up broadcast, which then makes every rank's
     // state rank 0's (a resumed one included).

@@ -108,6 +108,7 @@
 #include "train/model.h"
 #include "train/networks.h"
 #include "train/run_dir.h"
+#include "train/run_identity.h"
 #include "train/schedule.h"
 #include "train/spectral.h"
 #include "train/stop_signal.h"
