@@ -19,21 +19,40 @@
 #                at the start, naming the ranks that differ
 #     other-build  node B runs another vqddp build (other bytes): the same
 #     other-config node B's config differs (another lr): the same
+#     slow       node B slowed (its processes stopped 40 ms in every 80 ms):
+#                the run goes on, slower, to the bits of an unslowed run
+#     launch     `vqddp launch --nnodes 2` on each node, the store on node A:
+#                the rendezvous of 2 x 2 processes completes (STORE_PEER, the
+#                test program of the rendezvous, as each process); a node B
+#                with another token is refused
 # Times (fault to the last process gone, steps/s) are printed for the note.
 set -u
-have_mpi=$1 vqddp=$2 config=$3 mode=$4
+have_mpi=$1 vqddp=$2 config=$3 mode=$4 store_peer=${5:-}
 [ "$have_mpi" = true ] || { echo "two_nodes: skipped, this build has no MPI"; exit 77; }
 command -v ip > /dev/null && command -v mpirun > /dev/null && command -v unshare > /dev/null ||
   { echo "two_nodes: skipped, needs ip (iproute2), unshare and mpirun"; exit 77; }
 
+# `ip netns` and the mount namespaces below need a real root mount: in a
+# chroot (/ not a mount point) `ip netns exec` fails after `ip netns add`
+# has already mounted /run/netns there. So probe first, changing nothing.
+unshare --mount sh -c 'mount --make-rslave /' 2>/dev/null ||
+  { echo "two_nodes: skipped, mount namespaces are not usable here (not root, or / is not a mount point: a chroot)"; exit 77; }
+
 id=$$
 A=vqA$id B=vqB$id
 tmp=$(mktemp -d)
+# /run/netns is made a mount point by the first `ip netns add`; undone at
+# the end if this run made it and no other namespace is left in it.
+run_netns_mounted=false
+mountpoint -q /run/netns 2>/dev/null && run_netns_mounted=true
 cleanup() {
   ip netns pids "$A" 2>/dev/null | xargs -r kill -9 2>/dev/null
   ip netns pids "$B" 2>/dev/null | xargs -r kill -9 2>/dev/null
   ip netns del "$A" 2>/dev/null
   ip netns del "$B" 2>/dev/null
+  if [ $run_netns_mounted = false ] && mountpoint -q /run/netns 2>/dev/null && [ -z "$(ls -A /run/netns)" ]; then
+    umount /run/netns 2>/dev/null
+  fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -194,5 +213,56 @@ case $mode in
     grep -q "^step " "$tmp/mpi.out" && fail "a step was trained"
     grep -m1 "$expect" "$tmp/mpi.out"
     echo "two_nodes $mode: refused on all 4 ranks before the first step, $took ms after mpirun started" ;;
+  slow)
+    "$vqddp" train "$tmp/config.json" --world 4 --steps "$steps" --dir "$tmp/thread" > "$tmp/thread.out" 2>&1 ||
+      fail "the 4 thread rank run failed"
+    mpi_train "$tmp/fast" "$steps" > "$tmp/fast.out" 2>&1 || fail "the unslowed 2x2 run failed"
+    mpi_train "$tmp/mpi" "$steps" > "$tmp/mpi.out" 2>&1 &
+    job=$!
+    # Node B at about half speed: its processes stopped 40 ms in every 80.
+    until grep -q "^train:" "$tmp/mpi.out" 2>/dev/null; do sleep 0.05; kill -0 $job 2>/dev/null || break; done
+    while kill -0 $job 2>/dev/null; do
+      pids=$(ip netns pids "$B")
+      [ -n "$pids" ] && kill -STOP $pids 2>/dev/null
+      sleep 0.04
+      [ -n "$pids" ] && kill -CONT $pids 2>/dev/null
+      sleep 0.04
+    done
+    wait $job || fail "the slowed run failed"
+    for d in thread fast mpi; do tensors "$tmp/$d" > "$tmp/$d.tensors" || fail "inspect of $d failed"; done
+    diff "$tmp/mpi.tensors" "$tmp/thread.tensors" > /dev/null || fail "the slowed run's checkpoint differs"
+    fast=$(sed -n 's/^done: .* in \([0-9.]*\) s.*/\1/p' "$tmp/fast.out")
+    slow=$(sed -n 's/^done: .* in \([0-9.]*\) s.*/\1/p' "$tmp/mpi.out")
+    echo "two_nodes slow: $steps steps in $slow s with node B slowed, $fast s without; the same checkpoint tensors" \
+         "as 4 thread ranks" ;;
+  launch)
+    [ -x "$store_peer" ] || fail "launch needs the store_peer program as the 5th argument"
+    export VQDDP_STORE_TOKEN=token-$id
+    on() {  # NODE NAME COMMAND...: a process tree in that node
+      local ns=$1 name=$2
+      shift 2
+      ip netns exec "$ns" unshare --uts sh -c 'hostname "$0"; exec "$@"' "$name" "$@"
+    }
+    start=$(date +%s%N)
+    on "$A" node-a timeout 60 "$vqddp" launch --nproc 2 --nnodes 2 --node-rank 0 --master-addr 10.77.0.1 \
+      --master-port 29533 -- "$store_peer" > "$tmp/a.out" 2>&1 &
+    a=$!
+    on "$B" node-b timeout 60 "$vqddp" launch --nproc 2 --nnodes 2 --node-rank 1 --master-addr 10.77.0.1 \
+      --master-port 29533 -- "$store_peer" > "$tmp/b.out" 2>&1 || fail "node B's launch failed"
+    wait $a || fail "node A's launch failed"
+    took=$(( ($(date +%s%N) - start) / 1000000 ))
+    grep -q "store_peer: 4 ranks agree" "$tmp/a.out" || fail "the 4 ranks did not agree"
+    # Node B with another token: refused by the store, not admitted.
+    on "$A" node-a timeout 60 "$vqddp" launch --nproc 2 --nnodes 2 --node-rank 0 --master-addr 10.77.0.1 \
+      --master-port 29534 -- "$store_peer" --timeout-ms 3000 > "$tmp/a2.out" 2>&1 &
+    a=$!
+    VQDDP_STORE_TOKEN=another on "$B" node-b timeout 60 "$vqddp" launch --nproc 2 --nnodes 2 --node-rank 1 \
+      --master-addr 10.77.0.1 --master-port 29534 -- "$store_peer" --timeout-ms 3000 > "$tmp/b2.out" 2>&1 &&
+      fail "node B with another token was admitted"
+    wait $a && fail "node A's ranks completed without node B's"
+    grep -qi "token" "$tmp/b2.out" || fail "node B's refusal does not say the token differs"
+    grep -i -m1 "token" "$tmp/b2.out"
+    echo "two_nodes launch: the rendezvous of 2 nodes x 2 processes over TCP completed in $took ms (launch included);" \
+         "another token refused" ;;
   *) fail "unknown mode $mode" ;;
 esac
