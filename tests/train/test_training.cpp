@@ -25,6 +25,7 @@
 #include "train/ddp.h"
 #include "tool/inspect.h"
 #include "train/schedule.h"
+#include "train/run_identity.h"
 #include "train/trainer.h"
 
 using namespace vqddp;
@@ -78,6 +79,34 @@ TEST_CASE("invariant 7: ranks that loaded different data with the same total all
   for (int r = 0; r < 3; ++r)
     CHECK(seen[r].find("the ranks loaded different data: rank 0 has 105 examples in 2 sources, and these ranks differ "
                        "from it: rank 2 (105 examples in 2 sources)") != std::string::npos);
+}
+
+TEST_CASE("invariant 7: a rank with another build or config stops every rank at the start, naming both fingerprints") {
+  // The config fingerprint leaves data paths out (one data set may be
+  // mounted elsewhere on another node; the data fingerprint compares it)
+  // and sees every key a run's bits depend on.
+  nlohmann::json a = small_config("/tmp/unused").source, moved = a, other = a;
+  moved["data"]["sources"][0]["path"] = "/elsewhere";
+  other["optimizer"]["lr"] = 0.004;
+  CHECK(config_fingerprint(moved) == config_fingerprint(a));
+  CHECK(config_fingerprint(other) != config_fingerprint(a));
+  CHECK(build_fingerprint() == build_fingerprint());
+  for (bool build : {true, false}) {
+    std::vector<std::string> seen(3);
+    CHECK_THROWS(run_ranks(3, [&](Communicator& comm) {
+      const uint32_t mine = comm.rank() == 2 ? 9u : 7u;
+      try {
+        agree_run_identity(comm, build ? mine : 1u, build ? 1u : mine);
+      } catch (const Error& e) {
+        seen[comm.rank()] = e.what();
+        throw;
+      }
+    }));
+    for (const std::string& m : seen)
+      CHECK(m.find(build ? "the ranks run different vqddp builds: rank 0 runs build 00000007, and rank 2 runs 00000009"
+                         : "the ranks run different configs: rank 0's has fingerprint 00000007, and rank 2 has 00000009") !=
+            std::string::npos);
+  }
 }
 
 TEST_CASE("invariant 7: a rank that runs one step more gets a clear error, not a hang") {
