@@ -310,13 +310,8 @@ int run_convert(int argc, char** argv) {
     return std::filesystem::path(in).stem().string() + (format == "flac" ? ".flac" : ".wav");
   };
   refuse_shared_outputs(args.positional(), "convert", name);
-  std::filesystem::create_directories(dir);
-  for (const std::string& in : args.positional()) {
-    const std::filesystem::path out = std::filesystem::path(dir) / name(in);
-    VQDDP_CHECK(args.has("overwrite") || !std::filesystem::exists(out), "{}: exists already; convert --overwrite "
-                "replaces it", out.string());
-    convert_audio(in, out.string(), rate, encoding);
-  }
+  for (const std::string& in : args.positional())
+    convert_audio(in, output_path(dir, name(in), args.has("overwrite"), "convert"), rate, encoding);
   fmt::print("convert: {} file{} -> {}\n", args.positional().size(), args.positional().size() == 1 ? "" : "s", dir);
   return 0;
 }

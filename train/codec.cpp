@@ -39,16 +39,6 @@ std::string weights_fingerprint(const Module& model) {
   return fmt::format("{:08x}", crc);
 }
 
-// Where a command writes `name`: refused when it exists, unless the user
-// said to replace it, so no earlier output is lost by accident.
-std::string output_path(const std::string& dir, const std::string& name, bool overwrite, const char* flag_owner) {
-  std::filesystem::create_directories(dir);
-  std::string path = (std::filesystem::path(dir) / name).string();
-  VQDDP_CHECK(overwrite || !std::filesystem::exists(path), "{}: exists already; {} --overwrite replaces it", path,
-              flag_owner);
-  return path;
-}
-
 int64_t metadata_count(const SafetensorsFile& f, const char* key) {
   auto it = f.metadata.find(key);
   VQDDP_CHECK(it != f.metadata.end(), "{}: not a complete codes file: __metadata__ has no '{}'", f.path, key);
@@ -112,6 +102,14 @@ std::vector<float> Codec::decode(const Tensor& codes) const {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t l = 0; l < have; ++l) full[r * q + l] = p[r * have + l];
   return model_->decode(from_vector(full, {rows, q})).to_vector<float>();
+}
+
+std::string output_path(const std::string& dir, const std::string& name, bool overwrite, const std::string& command) {
+  std::filesystem::create_directories(dir);
+  std::string path = (std::filesystem::path(dir) / name).string();
+  VQDDP_CHECK(overwrite || !std::filesystem::exists(path), "{}: exists already; {} --overwrite replaces it", path,
+              command);
+  return path;
 }
 
 std::string codes_file_name(const std::string& input) {

@@ -101,6 +101,11 @@ struct DecodeOptions {
 CodingResult decode_codes_file(const Codec& codec, const std::string& codes_path, const std::string& out_dir,
                                const DecodeOptions& options);
 
+// DIR/NAME for a command's output file, DIR made if missing; refused,
+// naming the path and `command`'s --overwrite, where a file is there
+// already and `overwrite` is false, so no earlier output is lost by accident.
+std::string output_path(const std::string& dir, const std::string& name, bool overwrite, const std::string& command);
+
 // The name a codes file for `input` gets: its stem + ".codes.safetensors".
 std::string codes_file_name(const std::string& input);
 // The name the WAV decoded from `codes_path` gets: the codes file's name
