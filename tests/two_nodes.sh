@@ -7,7 +7,7 @@
 # removed (trap). Exits 77 when they cannot be made (not root, no
 # CAP_NET_ADMIN, no `ip`), or when the build has no MPI.
 #
-#   two_nodes.sh HAVE_MPI VQDDP CONFIG MODE
+#   two_nodes.sh HAVE_MPI VQDDP CONFIG MODE [STORE_PEER [DELAY_PROGRAM]]
 #     train      2 nodes x 2 MPI processes train STEPS steps over TCP: the
 #                checkpoint's tensors are those of 4 thread ranks
 #     link-down  the link cut mid-run: every process ends within the
@@ -19,15 +19,16 @@
 #                at the start, naming the ranks that differ
 #     other-build  node B runs another vqddp build (other bytes): the same
 #     other-config node B's config differs (another lr): the same
-#     slow       node B slowed (its processes stopped 40 ms in every 80 ms):
-#                the run goes on, slower, to the bits of an unslowed run
+#     slow       the link between the nodes delays every packet DELAY_MS
+#                (DELAY_PROGRAM, a relay between tun devices): the run goes
+#                on, slower, to the bits of 4 thread ranks
 #     launch     `vqddp launch --nnodes 2` on each node, the store on node A:
 #                the rendezvous of 2 x 2 processes completes (STORE_PEER, the
 #                test program of the rendezvous, as each process); a node B
 #                with another token is refused
 # Times (fault to the last process gone, steps/s) are printed for the note.
 set -u
-have_mpi=$1 vqddp=$2 config=$3 mode=$4 store_peer=${5:-}
+have_mpi=$1 vqddp=$2 config=$3 mode=$4 store_peer=${5:-} delay_link=${6:-}
 [ "$have_mpi" = true ] || { echo "two_nodes: skipped, this build has no MPI"; exit 77; }
 command -v ip > /dev/null && command -v mpirun > /dev/null && command -v unshare > /dev/null ||
   { echo "two_nodes: skipped, needs ip (iproute2), unshare and mpirun"; exit 77; }
@@ -214,27 +215,40 @@ case $mode in
     grep -m1 "$expect" "$tmp/mpi.out"
     echo "two_nodes $mode: refused on all 4 ranks before the first step, $took ms after mpirun started" ;;
   slow)
+    [ -x "$delay_link" ] || fail "slow needs the delay_link program as the 6th argument"
     "$vqddp" train "$tmp/config.json" --world 4 --steps "$steps" --dir "$tmp/thread" > "$tmp/thread.out" 2>&1 ||
       fail "the 4 thread rank run failed"
-    mpi_train "$tmp/fast" "$steps" > "$tmp/fast.out" 2>&1 || fail "the unslowed 2x2 run failed"
-    mpi_train "$tmp/mpi" "$steps" > "$tmp/mpi.out" 2>&1 &
-    job=$!
-    # Node B at about half speed: its processes stopped 40 ms in every 80.
-    until grep -q "^train:" "$tmp/mpi.out" 2>/dev/null; do sleep 0.05; kill -0 $job 2>/dev/null || break; done
-    while kill -0 $job 2>/dev/null; do
-      pids=$(ip netns pids "$B")
-      [ -n "$pids" ] && kill -STOP $pids 2>/dev/null
-      sleep 0.04
-      [ -n "$pids" ] && kill -CONT $pids 2>/dev/null
-      sleep 0.04
+    mpi_train "$tmp/fast" "$steps" > "$tmp/fast.out" 2>&1 || fail "the 2x2 run over the veth failed"
+    # The slow link: the veth replaced by a tun device in each node with the
+    # same addresses, joined by delay_link, which holds every packet
+    # DELAY_MS (default 2) before passing it on.
+    ip -n "$A" link del "va$id" || fail "could not remove the veth"
+    delay=${DELAY_MS:-2}
+    "$delay_link" "$A" "ta$id" "$B" "tb$id" "$delay" > "$tmp/relay.log" 2>&1 &
+    relay=$!
+    waited=0
+    until grep -q ready "$tmp/relay.log"; do
+      kill -0 $relay 2>/dev/null || fail "delay_link did not start: $(cat "$tmp/relay.log")"
+      sleep 0.05
+      waited=$((waited + 1))
+      [ $waited -lt 200 ] || fail "delay_link not ready after 10 s"
     done
-    wait $job || fail "the slowed run failed"
+    ip -n "$A" addr add 10.77.0.1/24 dev "ta$id" && ip -n "$A" link set "ta$id" up &&
+    ip -n "$B" addr add 10.77.0.2/24 dev "tb$id" && ip -n "$B" link set "tb$id" up ||
+      fail "could not configure the tun devices"
+    mpi_train "$tmp/mpi" "$steps" > "$tmp/mpi.out" 2>&1 || fail "the run over the slow link failed"
+    kill $relay && wait $relay || fail "delay_link failed: $(cat "$tmp/relay.log")"
+    # The link was the slow one: every packet of the run held DELAY_MS.
+    relayed=$(sed -n 's/^relayed \([0-9]*\) packets, each held at least \([0-9.]*\) ms.*/\1 \2/p' "$tmp/relay.log")
+    [ -n "$relayed" ] && awk -v d="$delay" '{ exit !($1 > 1000 && $2 >= d) }' <<< "$relayed" ||
+      fail "the run did not go through the delaying link: $(cat "$tmp/relay.log")"
     for d in thread fast mpi; do tensors "$tmp/$d" > "$tmp/$d.tensors" || fail "inspect of $d failed"; done
-    diff "$tmp/mpi.tensors" "$tmp/thread.tensors" > /dev/null || fail "the slowed run's checkpoint differs"
+    diff "$tmp/fast.tensors" "$tmp/thread.tensors" > /dev/null || fail "the run over the veth differs from 4 thread ranks"
+    diff "$tmp/mpi.tensors" "$tmp/thread.tensors" > /dev/null || fail "the run over the slow link differs"
     fast=$(sed -n 's/^done: .* in \([0-9.]*\) s.*/\1/p' "$tmp/fast.out")
     slow=$(sed -n 's/^done: .* in \([0-9.]*\) s.*/\1/p' "$tmp/mpi.out")
-    echo "two_nodes slow: $steps steps in $slow s with node B slowed, $fast s without; the same checkpoint tensors" \
-         "as 4 thread ranks" ;;
+    echo "two_nodes slow: $steps steps in $slow s over a link delaying every packet $delay ms each way" \
+         "($(tail -1 "$tmp/relay.log")), $fast s over the veth; the same checkpoint tensors as 4 thread ranks" ;;
   launch)
     [ -x "$store_peer" ] || fail "launch needs the store_peer program as the 5th argument"
     export VQDDP_STORE_TOKEN=token-$id
