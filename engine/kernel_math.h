@@ -32,6 +32,7 @@ VQDDP_HD float apply_binary(BinaryOp op, float a, float b) {
 // A unary op and its derivative. `low`/`high` are clamp's bounds.
 struct UnaryFn {
   enum class Op : unsigned char { neg, square, sqrt, exp, log, relu, gelu, tanh, sigmoid, clamp, round, elu, leaky_relu, silu, abs, floor, positive, erf, sign, atan, tan };
+  static constexpr int kOps = static_cast<int>(Op::tan) + 1;
   Op op;
   // clamp's bounds; `low` is also elu's alpha and leaky_relu's negative slope.
   float low = 0.f, high = 0.f;

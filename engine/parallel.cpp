@@ -133,4 +133,18 @@ void parallel_for(int64_t tasks, TaskFn fn) {
   pool().run(threads, tasks, fn);
 }
 
+void parallel_for_ranges(int64_t items, int64_t cost_per_item, RangeFn fn) {
+  // About 64K elements a range: a memory-bound loop over that many takes
+  // some 20 µs, well above a wake-up of a pool thread.
+  constexpr int64_t kMinCost = 1 << 16;
+  int64_t threads = cpu_threads();
+  int64_t ranges = std::min<int64_t>(threads, items * std::max<int64_t>(cost_per_item, 1) / kMinCost);
+  ranges = std::min(ranges, items);
+  if (ranges <= 1) {
+    if (items > 0) fn(0, items);
+    return;
+  }
+  parallel_for(ranges, [&](int64_t r) { fn(items * r / ranges, items * (r + 1) / ranges); });
+}
+
 }  // namespace vqddp

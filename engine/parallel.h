@@ -59,4 +59,25 @@ class TaskFn {
 // that calls back in), runs on the calling thread.
 void parallel_for(int64_t tasks, TaskFn fn);
 
+// A non-owning reference to a callable taking a range [begin, end).
+class RangeFn {
+ public:
+  template <class F>
+    requires(!std::same_as<std::remove_cvref_t<F>, RangeFn> && std::invocable<F&, int64_t, int64_t>)
+  RangeFn(F&& f)
+      : callable_(const_cast<void*>(static_cast<const void*>(std::addressof(f)))),
+        call_([](void* callable, int64_t b, int64_t e) { (*static_cast<std::remove_reference_t<F>*>(callable))(b, e); }) {}
+  void operator()(int64_t b, int64_t e) const { call_(callable_, b, e); }
+
+ private:
+  void* callable_;
+  void (*call_)(void* callable, int64_t b, int64_t e);
+};
+
+// Runs fn over [0, items) cut into contiguous ranges, for loops whose items
+// are independent (each writes its own outputs): a range per thread, or one
+// range on the calling thread where the work (items x cost_per_item, in
+// elements touched) is too small to pay for waking a thread.
+void parallel_for_ranges(int64_t items, int64_t cost_per_item, RangeFn fn);
+
 }  // namespace vqddp

@@ -11,13 +11,16 @@
 #include "engine/cpu/cpu_kernels.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "engine/blas.h"
 #include "engine/cpu_allocator.h"
 #include "engine/fixed_gemm.h"
+#include "engine/parallel.h"
 
 namespace vqddp {
 
@@ -158,6 +161,43 @@ bool as_outer_n_inner(const ReducePlan& p, int64_t& outer, int64_t& n, int64_t& 
   return (n == 1 || red_stride == inner) && (outer == 1 || keep.stride[0][0] == n * inner);
 }
 
+// Unary loops with the op a constant, so its switch leaves the loop and the
+// simple ops vectorize; the formulas are UnaryFn's own, so the bits are.
+template <UnaryFn::Op Op>
+void unary_as(const UnaryFn& fn, const float* x, float* out, int64_t n) {
+  const UnaryFn k{Op, fn.low, fn.high};
+  for (int64_t i = 0; i < n; ++i) out[i] = k.f(x[i]);
+}
+
+template <UnaryFn::Op Op>
+void unary_backward_as(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out, int64_t n) {
+  const UnaryFn k{Op, fn.low, fn.high};
+  for (int64_t i = 0; i < n; ++i) out[i] = g[i] * k.df(x[i], y[i]);
+}
+
+using UnaryLoop = void (*)(const UnaryFn&, const float*, float*, int64_t);
+using UnaryBackwardLoop = void (*)(const UnaryFn&, const float*, const float*, const float*, float*, int64_t);
+
+template <size_t... I>
+constexpr std::array<UnaryLoop, sizeof...(I)> unary_loops(std::index_sequence<I...>) {
+  return {&unary_as<static_cast<UnaryFn::Op>(I)>...};
+}
+template <size_t... I>
+constexpr std::array<UnaryBackwardLoop, sizeof...(I)> unary_backward_loops(std::index_sequence<I...>) {
+  return {&unary_backward_as<static_cast<UnaryFn::Op>(I)>...};
+}
+constexpr auto kUnaryLoops = unary_loops(std::make_index_sequence<UnaryFn::kOps>());
+constexpr auto kUnaryBackwardLoops = unary_backward_loops(std::make_index_sequence<UnaryFn::kOps>());
+
+// A strided row copy of T elements (a typed loop, not a memcpy call per
+// element: transposes are rows of single elements).
+template <class T>
+void copy_row(const char* from, char* to, int64_t len, const int64_t* step) {
+  const T* f = reinterpret_cast<const T*>(from);
+  T* t = reinterpret_cast<T*>(to);
+  for (int64_t j = 0; j < len; ++j) t[j * step[1]] = f[j * step[0]];
+}
+
 template <class T>
 void fill_as(void* p, int64_t n, double value) {
   T* t = static_cast<T*>(p);
@@ -195,12 +235,12 @@ void CpuKernels::binary(BinaryOp op, const float* a, const float* b, float* out,
 }
 
 void CpuKernels::unary(const UnaryFn& fn, const float* x, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = fn.f(x[i]);
+  kUnaryLoops[static_cast<int>(fn.op)](fn, x, out, n);
 }
 
 void CpuKernels::unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out,
                                 int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = g[i] * fn.df(x[i], y[i]);
+  kUnaryBackwardLoops[static_cast<int>(fn.op)](fn, x, y, g, out, n);
 }
 
 void CpuKernels::cast_f64_to_f32(const double* src, float* dst, int64_t n) {
@@ -224,6 +264,26 @@ void CpuKernels::reduce_sum(const float* x, float* out, const ReducePlan& plan) 
   }
   int64_t outer, n, inner;
   if (as_outer_n_inner(plan, outer, n, inner)) {
+    if (inner == 1) {
+      // Sums of contiguous rows (a bias gradient per example, [C, L] ->
+      // [C]): 8 rows side by side, each its own chain in its own order,
+      // since one chain of double adds waits on the add's latency.
+      constexpr int64_t kLanes = 8;
+      int64_t o = 0;
+      for (; o + kLanes <= outer; o += kLanes) {
+        double acc8[kLanes] = {};
+        const float* rows = x + o * n;
+        for (int64_t k = 0; k < n; ++k)
+          for (int64_t b = 0; b < kLanes; ++b) acc8[b] += rows[b * n + k];
+        for (int64_t b = 0; b < kLanes; ++b) out[o + b] = static_cast<float>(acc8[b] / divisor);
+      }
+      for (; o < outer; ++o) {
+        double acc1 = 0.0;
+        for (int64_t k = 0; k < n; ++k) acc1 += x[o * n + k];
+        out[o] = static_cast<float>(acc1 / divisor);
+      }
+      return;
+    }
     // Rows of [n, inner] streamed into one accumulator per column.
     std::vector<double> acc(inner);
     for (int64_t o = 0; o < outer; ++o) {
@@ -238,14 +298,27 @@ void CpuKernels::reduce_sum(const float* x, float* out, const ReducePlan& plan) 
   }
   Nest<1> keep = make_nest<1>(plan.nkeep, plan.keep_size, {plan.keep_stride});
   Nest<1> red = make_nest<1>(plan.nred, plan.red_size, {plan.red_stride});
+  // Up to kLanes outputs at once, each its own chain in its own order: a
+  // chain of double adds is bound by the add's latency, so independent
+  // chains side by side run several times faster, with the same bits.
+  constexpr int64_t kLanes = 8;
   for_each_row(keep, [&](const int64_t* koff, int64_t klen, const int64_t* kstep) {
-    for (int64_t j = 0; j < klen; ++j) {
-      const float* base = x + koff[0] + j * kstep[0];
-      double acc = 0.0;
+    for (int64_t j0 = 0; j0 < klen; j0 += kLanes) {
+      const int64_t lanes = std::min(kLanes, klen - j0);
+      const float* base = x + koff[0] + j0 * kstep[0];
+      const int64_t ks = kstep[0];
+      double acc[kLanes] = {};
       for_each_row(red, [&](const int64_t* roff, int64_t rlen, const int64_t* rstep) {
-        for (int64_t r = 0; r < rlen; ++r) acc += base[roff[0] + r * rstep[0]];
+        const float* row = base + roff[0];
+        if (lanes == kLanes) {
+          for (int64_t r = 0; r < rlen; ++r)
+            for (int64_t b = 0; b < kLanes; ++b) acc[b] += row[b * ks + r * rstep[0]];
+        } else {
+          for (int64_t r = 0; r < rlen; ++r)
+            for (int64_t b = 0; b < lanes; ++b) acc[b] += row[b * ks + r * rstep[0]];
+        }
       });
-      *out++ = static_cast<float>(acc / divisor);
+      for (int64_t b = 0; b < lanes; ++b) *out++ = static_cast<float>(acc[b] / divisor);
     }
   });
 }
@@ -291,7 +364,13 @@ void CpuKernels::strided_copy(const void* src, void* dst, size_t elem_size, cons
       std::memcpy(to, from, len * elem_size);
       return;
     }
-    for (int64_t j = 0; j < len; ++j) std::memcpy(to + j * step[1] * elem_size, from + j * step[0] * elem_size, elem_size);
+    switch (elem_size) {
+      case 4: copy_row<uint32_t>(from, to, len, step); break;
+      case 8: copy_row<uint64_t>(from, to, len, step); break;
+      default:
+        for (int64_t j = 0; j < len; ++j)
+          std::memcpy(to + j * step[1] * elem_size, from + j * step[0] * elem_size, elem_size);
+    }
   });
 }
 
@@ -315,16 +394,44 @@ void CpuKernels::index_add_rows(const float* src, const int64_t* index, int64_t 
   }
 }
 
-void CpuKernels::im2col(const float* x, float* cols, const ConvPlan& plan) {
-  for (int64_t s = 0; s < plan.n; ++s)
-    for (int64_t oy = 0; oy < plan.oh; ++oy)
-      for (int64_t ox = 0; ox < plan.ow; ++ox)
-        for (int64_t ch = 0; ch < plan.c; ++ch) im2col_taps_at(x, plan, s, oy, ox, ch, cols);
+// im2col_taps_at's entries, row by row: where a row's taps all lie inside
+// the image along x (most rows) they are read without a bounds check per
+// tap. The same values in the same places, so the same bits; and each
+// image row's columns are one task.
+void CpuKernels::im2col(const float* x, float* cols, const ConvPlan& p) {
+  const int64_t span = (p.kw - 1) * p.dw, width = p.col_width();
+  parallel_for_ranges(p.n * p.oh, p.ow * width, [&](int64_t begin, int64_t end) {
+    for (int64_t so = begin; so < end; ++so) {
+      const int64_t s = so / p.oh, oy = so % p.oh;
+      for (int64_t ox = 0; ox < p.ow; ++ox) {
+        const int64_t ix0 = ox * p.sw - p.pw;
+        if (ix0 < 0 || ix0 + span >= p.w) {
+          for (int64_t ch = 0; ch < p.c; ++ch) im2col_taps_at(x, p, s, oy, ox, ch, cols);
+          continue;
+        }
+        float* out = cols + (so * p.ow + ox) * width;
+        for (int64_t ch = 0; ch < p.c; ++ch) {
+          const float* img = x + (s * p.c + ch) * p.h * p.w + ix0;
+          for (int64_t ky = 0; ky < p.kh; ++ky, out += p.kw) {
+            const int64_t iy = oy * p.sh - p.ph + ky * p.dh;
+            if (iy < 0 || iy >= p.h) {
+              for (int64_t kx = 0; kx < p.kw; ++kx) out[kx] = 0.f;
+              continue;
+            }
+            const float* from = img + iy * p.w;
+            for (int64_t kx = 0; kx < p.kw; ++kx) out[kx] = from[kx * p.dw];
+          }
+        }
+      }
+    }
+  });
 }
 
 void CpuKernels::col2im(const float* cols, float* x, const ConvPlan& plan) {
-  std::vector<double> acc(static_cast<size_t>(plan.w));
-  for (int64_t row = 0; row < plan.n * plan.c * plan.h; ++row) col2im_row(cols, plan, row, acc.data(), x);
+  parallel_for_ranges(plan.n * plan.c * plan.h, plan.w * plan.kh * plan.kw, [&](int64_t begin, int64_t end) {
+    std::vector<double> acc(static_cast<size_t>(plan.w));
+    for (int64_t row = begin; row < end; ++row) col2im_row(cols, plan, row, acc.data(), x);
+  });
 }
 
 void CpuKernels::index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,

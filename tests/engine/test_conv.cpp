@@ -255,3 +255,25 @@ TEST_CASE("col2im: the CPU's row loop gives the bits of the per-element formula 
     CHECK(std::memcmp(rows.data<float>(), each.data(), each.size() * sizeof(float)) == 0);
   }
 }
+
+TEST_CASE("im2col: the CPU's row loop gives the entries of the per-tap formula the GPU runs") {
+  // The CPU reads a row's taps without bounds checks where they all lie
+  // inside the image; every entry must still be im2col_taps_at's.
+  const ConvOptions geos[] = {opts(1, 1, 0, 3, 1, 1, 1), opts(2, 3, 1, 2, 1, 2, 1), opts(3, 2, 2, 0, 2, 3, 1),
+                              opts(1, 5, 0, 0, 1, 1, 1), opts(1, 1, 0, 0, 1, 3, 1)};
+  for (const ConvOptions& o : geos) {
+    Shape image{2, 3, 9, 23};
+    Tensor x = randn(image, 41);
+    Tensor cols = unfold(x, 3, 4, o);  // the CPU kernel
+    ConvPlan p;
+    p.n = 2, p.c = 3, p.h = 9, p.w = 23, p.kh = 3, p.kw = 4;
+    p.sh = o.stride[0], p.sw = o.stride[1], p.ph = o.padding[0], p.pw = o.padding[1];
+    p.dh = o.dilation[0], p.dw = o.dilation[1];
+    p.oh = conv_output_size(p.h, p.kh, p.sh, p.ph, p.dh);
+    p.ow = conv_output_size(p.w, p.kw, p.sw, p.pw, p.dw);
+    std::vector<float> each(static_cast<size_t>(p.rows() * p.col_width()));
+    for (int64_t r = 0; r < p.rows(); ++r)
+      for (int64_t ch = 0; ch < p.c; ++ch) im2col_taps(x.data<float>(), p, r, ch, each.data());
+    CHECK(std::memcmp(cols.data<float>(), each.data(), each.size() * sizeof(float)) == 0);
+  }
+}

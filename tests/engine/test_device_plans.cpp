@@ -76,6 +76,14 @@ TEST_CASE("reduce plans reproduce sum_to_shape and sums along a dimension") {
   CHECK(run_reduce(g, sum_dim_plan(4, 3, 5, 1.0)) == sum(g, 1).to_vector<float>());
   CHECK(run_reduce(g, sum_dim_plan(12, 5, 1, 5.0)) == mean(g, 2).to_vector<float>());
   CHECK(run_reduce(g, sum_dim_plan(1, 60, 1, 1.0)) == std::vector<float>{sum(g).item<float>()});
+  // Enough outputs for the CPU's side-by-side chains (8 at a time, then
+  // the rest): rows of a bias gradient, and kept dims walked by strides.
+  Tensor h = normal_tensor({3, 19, 37}, 4);
+  CHECK(run_reduce(h, sum_dim_plan(57, 37, 1, 1.0)) == sum(h, 2).to_vector<float>());
+  for (Shape to : {Shape{1, 19, 1}, Shape{19, 1}, Shape{3, 19, 1}}) {
+    CAPTURE(shape_str(to));
+    CHECK(run_reduce(h, sum_to_plan(h.shape(), to, 1.0)) == sum_to_shape(h, to).to_vector<float>());
+  }
 }
 
 TEST_CASE("a device this machine does not have is an error that names it") {
