@@ -1,5 +1,7 @@
 #include "engine/parallel.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -14,10 +16,21 @@ namespace vqddp {
 
 namespace {
 
+// Polling rounds before a wait sleeps: about 50 µs of _mm_pause.
+constexpr int kSpin = 2000;
+
 // Workers wait for a job, take task numbers from a shared counter and
 // report when the job's last task is done. One job at a time: `busy` is
 // taken with try_lock by the caller, so a second caller never waits for
 // the first, it computes alone.
+//
+// Waiting spins briefly before it sleeps, on both sides: a training step
+// is hundreds of jobs of some 10-100 µs, and a condition variable's
+// wake-up (a futex call, a reschedule) costs about as much as the job. A
+// worker thus polls for the next job for kSpin rounds after each one, and
+// the caller polls for its helpers' end. The pool runs only when a rank
+// has more than one core to itself (cpu_threads() > 1), so the spinning
+// thread never takes a core another rank needs.
 class Pool {
  public:
   ~Pool() {
@@ -43,15 +56,16 @@ class Pool {
       fn_ = &fn;
       tasks_ = tasks;
       next_.store(0);
-      active_ = helpers;
+      active_.store(helpers);
       wanted_ = helpers;
       error_ = nullptr;
-      ++job_;
+      job_.fetch_add(1);
     }
     wake_.notify_all();
     take_tasks();
+    for (int i = 0; i < kSpin && active_.load() != 0; ++i) _mm_pause();
     std::unique_lock lock(mu_);
-    done_.wait(lock, [&] { return active_ == 0; });
+    done_.wait(lock, [&] { return active_.load() == 0; });
     fn_ = nullptr;
     if (error_) std::rethrow_exception(error_);
   }
@@ -72,14 +86,19 @@ class Pool {
     uint64_t seen = 0;
     std::unique_lock lock(mu_);
     for (;;) {
-      wake_.wait(lock, [&] { return stop_ || (job_ != seen && wanted_ > 0); });
+      if (!stop_ && job_.load() == seen) {
+        lock.unlock();
+        for (int i = 0; i < kSpin && job_.load() == seen; ++i) _mm_pause();
+        lock.lock();
+      }
+      wake_.wait(lock, [&] { return stop_ || (job_.load() != seen && wanted_ > 0); });
       if (stop_) return;
-      seen = job_;
+      seen = job_.load();
       --wanted_;
       lock.unlock();
       take_tasks();
       lock.lock();
-      if (--active_ == 0) done_.notify_one();
+      if (active_.fetch_sub(1) == 1) done_.notify_one();
     }
   }
 
@@ -90,8 +109,9 @@ class Pool {
   const TaskFn* fn_ = nullptr;
   int64_t tasks_ = 0;
   std::atomic<int64_t> next_{0};
-  int active_ = 0, wanted_ = 0;
-  uint64_t job_ = 0;
+  std::atomic<int> active_{0};  // helpers still working on the job
+  int wanted_ = 0;
+  std::atomic<uint64_t> job_{0};
   bool stop_ = false;
   std::exception_ptr error_;
 };

@@ -118,15 +118,23 @@ void binary_as(const float* pa, const float* pb, float* po, const BroadcastPlan&
   if (n == 0) return;
   int64_t na = operand_numel(p, p.stride_a), nb = operand_numel(p, p.stride_b);
   if (na == n && nb == n) {
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
+    parallel_for_ranges(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) po[i] = f(pa[i], pb[i]);
+    });
   } else if (na == n && nb == 1) {
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[0]);
+    parallel_for_ranges(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) po[i] = f(pa[i], pb[0]);
+    });
   } else if (na == 1 && nb == n) {
-    for (int64_t i = 0; i < n; ++i) po[i] = f(pa[0], pb[i]);
+    parallel_for_ranges(n, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) po[i] = f(pa[0], pb[i]);
+    });
   } else if (na == n && is_trailing_block(p, p.stride_b, nb)) {
     // Trailing-row broadcast ([N, D] op [D]): the hot case of Linear's bias.
-    for (int64_t i = 0; i < n; i += nb)
-      for (int64_t j = 0; j < nb; ++j) po[i + j] = f(pa[i + j], pb[j]);
+    parallel_for_ranges(n / nb, nb, [&](int64_t b, int64_t e) {
+      for (int64_t i = b * nb; i < e * nb; i += nb)
+        for (int64_t j = 0; j < nb; ++j) po[i + j] = f(pa[i + j], pb[j]);
+    });
   } else {
     Nest<2> s = make_nest<2>(p.ndim, p.shape, {p.stride_a, p.stride_b});
     for_each_row(s, [&](const int64_t* off, int64_t len, const int64_t* step) {
@@ -198,6 +206,26 @@ void copy_row(const char* from, char* to, int64_t len, const int64_t* step) {
   for (int64_t j = 0; j < len; ++j) t[j * step[1]] = f[j * step[0]];
 }
 
+void copy_rows(const void* src, void* dst, size_t elem_size, const Nest<2>& s) {
+  auto* ps = static_cast<const char*>(src);
+  auto* pd = static_cast<char*>(dst);
+  for_each_row(s, [&](const int64_t* off, int64_t len, const int64_t* step) {
+    const char* from = ps + off[0] * elem_size;
+    char* to = pd + off[1] * elem_size;
+    if (step[0] == 1 && step[1] == 1) {
+      std::memcpy(to, from, len * elem_size);
+      return;
+    }
+    switch (elem_size) {
+      case 4: copy_row<uint32_t>(from, to, len, step); break;
+      case 8: copy_row<uint64_t>(from, to, len, step); break;
+      default:
+        for (int64_t j = 0; j < len; ++j)
+          std::memcpy(to + j * step[1] * elem_size, from + j * step[0] * elem_size, elem_size);
+    }
+  });
+}
+
 template <class T>
 void fill_as(void* p, int64_t n, double value) {
   T* t = static_cast<T*>(p);
@@ -235,12 +263,14 @@ void CpuKernels::binary(BinaryOp op, const float* a, const float* b, float* out,
 }
 
 void CpuKernels::unary(const UnaryFn& fn, const float* x, float* out, int64_t n) {
-  kUnaryLoops[static_cast<int>(fn.op)](fn, x, out, n);
+  const UnaryLoop loop = kUnaryLoops[static_cast<int>(fn.op)];
+  parallel_for_ranges(n, 1, [&](int64_t b, int64_t e) { loop(fn, x + b, out + b, e - b); });
 }
 
 void CpuKernels::unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out,
                                 int64_t n) {
-  kUnaryBackwardLoops[static_cast<int>(fn.op)](fn, x, y, g, out, n);
+  const UnaryBackwardLoop loop = kUnaryBackwardLoops[static_cast<int>(fn.op)];
+  parallel_for_ranges(n, 1, [&](int64_t b, int64_t e) { loop(fn, x + b, y + b, g + b, out + b, e - b); });
 }
 
 void CpuKernels::cast_f64_to_f32(const double* src, float* dst, int64_t n) {
@@ -269,19 +299,21 @@ void CpuKernels::reduce_sum(const float* x, float* out, const ReducePlan& plan) 
       // [C]): 8 rows side by side, each its own chain in its own order,
       // since one chain of double adds waits on the add's latency.
       constexpr int64_t kLanes = 8;
-      int64_t o = 0;
-      for (; o + kLanes <= outer; o += kLanes) {
-        double acc8[kLanes] = {};
-        const float* rows = x + o * n;
-        for (int64_t k = 0; k < n; ++k)
-          for (int64_t b = 0; b < kLanes; ++b) acc8[b] += rows[b * n + k];
-        for (int64_t b = 0; b < kLanes; ++b) out[o + b] = static_cast<float>(acc8[b] / divisor);
-      }
-      for (; o < outer; ++o) {
-        double acc1 = 0.0;
-        for (int64_t k = 0; k < n; ++k) acc1 += x[o * n + k];
-        out[o] = static_cast<float>(acc1 / divisor);
-      }
+      parallel_for_ranges(outer, n, [&](int64_t begin, int64_t end) {
+        int64_t o = begin;
+        for (; o + kLanes <= end; o += kLanes) {
+          double acc8[kLanes] = {};
+          const float* rows = x + o * n;
+          for (int64_t k = 0; k < n; ++k)
+            for (int64_t b = 0; b < kLanes; ++b) acc8[b] += rows[b * n + k];
+          for (int64_t b = 0; b < kLanes; ++b) out[o + b] = static_cast<float>(acc8[b] / divisor);
+        }
+        for (; o < end; ++o) {
+          double acc1 = 0.0;
+          for (int64_t k = 0; k < n; ++k) acc1 += x[o * n + k];
+          out[o] = static_cast<float>(acc1 / divisor);
+        }
+      });
       return;
     }
     // Rows of [n, inner] streamed into one accumulator per column.
@@ -354,25 +386,20 @@ void CpuKernels::gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, c
 }
 
 void CpuKernels::strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) {
-  Nest<2> s = make_nest<2>(plan.ndim, plan.shape, {plan.src_stride, plan.dst_stride});
-  auto* ps = static_cast<const char*>(src);
-  auto* pd = static_cast<char*>(dst);
-  for_each_row(s, [&](const int64_t* off, int64_t len, const int64_t* step) {
-    const char* from = ps + off[0] * elem_size;
-    char* to = pd + off[1] * elem_size;
-    if (step[0] == 1 && step[1] == 1) {
-      std::memcpy(to, from, len * elem_size);
-      return;
-    }
-    switch (elem_size) {
-      case 4: copy_row<uint32_t>(from, to, len, step); break;
-      case 8: copy_row<uint64_t>(from, to, len, step); break;
-      default:
-        for (int64_t j = 0; j < len; ++j)
-          std::memcpy(to + j * step[1] * elem_size, from + j * step[0] * elem_size, elem_size);
-    }
+  Nest<2> whole = make_nest<2>(plan.ndim, plan.shape, {plan.src_stride, plan.dst_stride});
+  if (whole.ndim < 2) {
+    copy_rows(src, dst, elem_size, whole);
+    return;
+  }
+  // Split over the outermost dim: each range copies its own elements.
+  parallel_for_ranges(whole.size[0], whole.numel() / whole.size[0], [&](int64_t b, int64_t e) {
+    Nest<2> part = whole;
+    part.size[0] = e - b;
+    copy_rows(static_cast<const char*>(src) + b * whole.stride[0][0] * elem_size,
+              static_cast<char*>(dst) + b * whole.stride[1][0] * elem_size, elem_size, part);
   });
 }
+
 
 void CpuKernels::gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) {
   auto* px = static_cast<const char*>(x);
@@ -441,11 +468,15 @@ void CpuKernels::index_copy_rows(const float* src, const int64_t* index, int64_t
 }
 
 void CpuKernels::sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) sgd_update(step, p[j], g[j], buf[j]);
+  parallel_for_ranges(n, 4, [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) sgd_update(step, p[j], g[j], buf[j]);
+  });
 }
 
 void CpuKernels::adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) adamw_update(step, p[j], g[j], m[j], v[j]);
+  parallel_for_ranges(n, 8, [&](int64_t b, int64_t e) {
+    for (int64_t j = b; j < e; ++j) adamw_update(step, p[j], g[j], m[j], v[j]);
+  });
 }
 
 void CpuKernels::sum_squares(const float* x, int64_t n, double* acc) {
