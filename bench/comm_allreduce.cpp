@@ -1,12 +1,12 @@
 // all_reduce of the host backends: bandwidth against memcpy, and latency.
 //
-//   build/bench/bench_comm_allreduce [--backend thread]        4 rank threads
+//   build/bench/bench_comm_allreduce [--backend thread] [--world W]  W (4) rank threads
 //   mpirun -np 4 build/bench/bench_comm_allreduce --backend mpi   4 processes
 //
 // Prints (a) the effective bandwidth of a 64 MiB float32 all_reduce(sum)
-// across 4 ranks (bytes per rank / time per call) as a ratio to a plain
+// across W ranks (bytes per rank / time per call) as a ratio to a plain
 // memcpy of the same 64 MiB in the same process, and (b) the latency of a
-// 1-element all_reduce across 4 ranks, also as a ratio to a memcpy of its 4
+// 1-element all_reduce across W ranks, also as a ratio to a memcpy of its 4
 // bytes. Both backends reduce in ascending rank order (comm/rank_order.h).
 // With --backend mpi it also times MPI's own MPI_Allreduce (any order, no
 // deadline) on the same buffers: what the rank order and the polling cost.
@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -39,9 +40,12 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 int main(int argc, char** argv) {
   blas_prefer_fast_core(argv);
   std::string backend = "thread";
-  for (int i = 1; i + 1 < argc; ++i)
+  int ranks = 4;
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--backend") == 0) backend = argv[i + 1];
-  constexpr int kWorld = 4, kReps = 7, kCalls = 2000;
+    if (std::strcmp(argv[i], "--world") == 0) ranks = std::atoi(argv[i + 1]);
+  }
+  constexpr int kReps = 7, kCalls = 2000;
   constexpr int64_t kFloats = 64 * 1024 * 1024 / 4;
   constexpr double kBytes = kFloats * 4.0;
 
@@ -69,7 +73,7 @@ int main(int argc, char** argv) {
   std::vector<double> reduce_times, native_times;
   double per_call_latency = 0, native_latency = 0;
   int world = 0, lead = 0;
-  launch_ranks({.backend = backend, .world_size = kWorld}, [&](Communicator& comm) {
+  launch_ranks({.backend = backend, .world_size = ranks}, [&](Communicator& comm) {
     Tensor t = full({kFloats}, 1.0);
     comm.all_reduce(t, ReduceOp::sum);  // warm-up
     for (int i = 0; i < kReps; ++i) {

@@ -129,8 +129,18 @@ class ThreadCommunicator final : public Communicator {
   uint64_t seq_ = 0;
 };
 
+namespace {
+// Polling rounds before a rendezvous sleeps: about 100 µs of cpu_relax.
+constexpr int kSpinRounds = 4000;
+}  // namespace
+
 ThreadGroup::ThreadGroup(int world_size, ThreadGroupOptions options)
-    : world_size_(world_size), options_(options), here_(world_size, 0), finished_(world_size, 0), calls_(world_size) {
+    : world_size_(world_size),
+      options_(options),
+      spin_(static_cast<unsigned>(world_size) <= std::max(1u, std::thread::hardware_concurrency())),
+      here_(world_size, 0),
+      finished_(world_size, 0),
+      calls_(world_size) {
   VQDDP_CHECK(world_size >= 1, "thread group needs at least one rank, got {}", world_size);
   for (int r = 0; r < world_size; ++r) comms_.push_back(std::make_unique<ThreadCommunicator>(*this, r));
 }
@@ -150,6 +160,7 @@ void ThreadGroup::abort(Failure kind, const std::string& message) {
 void ThreadGroup::fail_locked(Failure kind, const std::string& message) {
   if (!failed_) {  // the first failure is the one every rank reports
     failed_ = true;
+    failed_flag_.store(true);
     failure_ = kind;
     failure_message_ = message;
   }
@@ -207,7 +218,14 @@ void ThreadGroup::rendezvous(int rank, const Call* call, const char* phase) {
                                                mine.seq, missing_ranks()));
       throw_failure();
     }
-  uint64_t gen = generation_;
+  const uint64_t gen = generation_.load();
+  if (spin_) {
+    // A rendezvous of ranks that compute in step is over in microseconds: a
+    // condition variable's sleep and wake-up would cost tens of them.
+    lock.unlock();
+    for (int i = 0; i < kSpinRounds && generation_.load() == gen && !failed_flag_.load(); ++i) cpu_relax();
+    lock.lock();
+  }
   auto deadline = std::chrono::steady_clock::now() + options_.timeout;
   if (!cv_.wait_until(lock, deadline, [&] { return generation_ != gen || failed_; }))
     fail_locked(Failure::timeout, fmt::format("timeout after {} ms in {} #{} ({}): ranks {} did not arrive",

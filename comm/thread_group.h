@@ -20,6 +20,7 @@
 // waiter wakes, and every later call throws AbortedError.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -78,7 +79,12 @@ class ThreadGroup {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  uint64_t generation_ = 0;   // completed rendezvous
+  // Completed rendezvous; atomic so a waiter can poll it without the lock.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> failed_flag_{false};  // failed_, for the same polling
+  // Whether a waiter polls before it sleeps: only when every rank has a
+  // core of its own (W <= cores), so polling takes no core a rank needs.
+  const bool spin_;
   int arrived_ = 0;
   std::vector<char> here_;     // arrived at the current rendezvous
   std::vector<char> finished_; // returned from its function

@@ -29,6 +29,99 @@ VQDDP_HD float apply_binary(BinaryOp op, float a, float b) {
   return 0.f;
 }
 
+// ---- float arithmetic rounded exactly as written ---------------------------
+//
+// nvcc contracts a * b + c into one FMA (one rounding instead of two) by
+// default, and so does g++ wherever the target has FMA (aarch64,
+// -march=native); the project builds with -ffp-contract=off (meson.build)
+// so the host never does. The CUDA _rn intrinsics are never contracted, so
+// a formula written with these helpers rounds after every operation, in the
+// order written, on both sides: the GPU gets the CPU's bits.
+#ifdef __CUDA_ARCH__
+VQDDP_HD float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+VQDDP_HD float add_rn(float a, float b) { return __fadd_rn(a, b); }
+VQDDP_HD float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+VQDDP_HD float div_rn(float a, float b) { return __fdiv_rn(a, b); }
+VQDDP_HD float sqrt_rn(float a) { return __fsqrt_rn(a); }
+VQDDP_HD double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+VQDDP_HD double add_rn(double a, double b) { return __dadd_rn(a, b); }
+#else
+VQDDP_HD float mul_rn(float a, float b) { return a * b; }
+VQDDP_HD float add_rn(float a, float b) { return a + b; }
+VQDDP_HD float sub_rn(float a, float b) { return a - b; }
+VQDDP_HD float div_rn(float a, float b) { return a / b; }
+VQDDP_HD float sqrt_rn(float a) { return ::sqrtf(a); }
+VQDDP_HD double mul_rn(double a, double b) { return a * b; }
+VQDDP_HD double add_rn(double a, double b) { return a + b; }
+#endif
+
+VQDDP_HD unsigned float_bits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  return __builtin_bit_cast(unsigned, f);
+#endif
+}
+VQDDP_HD float bits_as_float(unsigned b) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(b);
+#else
+  return __builtin_bit_cast(float, b);
+#endif
+}
+
+// c ? a : b from both values by a bit mask, not a branch: g++ does not
+// vectorize a loop whose `c ? a : f(v)` only computes f(v) on one side
+// (computing it for every lane could raise a floating-point flag the branch
+// would not), nor, it turns out, one with `?:` selects among expm1_rn's
+// arithmetic; with these the elu loop runs 4 lanes at a time.
+VQDDP_HD float select_bits(bool c, float a, float b) {
+  const unsigned mask = 0u - static_cast<unsigned>(c);
+  return bits_as_float((float_bits(a) & mask) | (float_bits(b) & ~mask));
+}
+
+// e^v - 1 for float v, written here rather than taken from libm: glibc's
+// expm1f is a call per element, so elu's loop (17% of the main job's time)
+// could not vectorize, and its last bit is glibc's, not ours and not
+// CUDA's. In float, every operation rounded as written (the same bits on
+// the host, vectorized or not, and in CUDA): v = k ln2 + r with |r| <=
+// ln2/2 (k by the round-to-nearest shift of 1.5 * 2^23, whose low bits then
+// hold k), e^r - 1 by its Taylor series to r^8/8! (truncation below 6e-10
+// relative), then 2^k (e^r - 1) + (2^k - 1), exact for k = 0 where the
+// result is small, or 2^k e^r - 1 where k is large (a sum that cannot
+// cancel, and 2^k scaled in two halves so 2^128 e^r < FLT_MAX stays
+// finite). Within 2 ulp of e^v - 1 (tests/engine/test_conv.cpp counts
+// them). Below -18, e^v < 2^-25 and the result is -1; from 88.73 it
+// overflows to +inf; NaN stays NaN and -0 stays -0.
+VQDDP_HD float expm1_rn(float v) {
+  constexpr float kShift = 12582912.f;          // 1.5 * 2^23
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 6.93145751953125e-01f;  // ln 2 to 16 bits: k * kLn2Hi is exact
+  constexpr float kLn2Lo = 1.42860682030941723e-06f;  // ln 2 - kLn2Hi
+  // The clamps as bit selects too: with `?:` g++ would branch.
+  float c = select_bits(v < -18.f, -18.f, v);
+  c = select_bits(c > 88.8f, 88.8f, c);  // k <= 128
+  const float shifted = add_rn(mul_rn(c, kLog2e), kShift);  // kShift + round(c log2 e)
+  const float kf = add_rn(shifted, -kShift);
+  const float r = add_rn(add_rn(c, -mul_rn(kf, kLn2Hi)), -mul_rn(kf, kLn2Lo));
+  float p = 1.f / 40320;  // 1/8!
+  p = add_rn(1.f / 5040, mul_rn(r, p));
+  p = add_rn(1.f / 720, mul_rn(r, p));
+  p = add_rn(1.f / 120, mul_rn(r, p));
+  p = add_rn(1.f / 24, mul_rn(r, p));
+  p = add_rn(1.f / 6, mul_rn(r, p));
+  p = add_rn(0.5f, mul_rn(r, p));
+  p = add_rn(1.f, mul_rn(r, p));
+  p = mul_rn(r, p);  // e^r - 1
+  const unsigned k = float_bits(shifted) - float_bits(kShift);  // k in [-26, 128], two's complement
+  const float half = bits_as_float((k + 126u) << 23);  // 2^(k-1)
+  const float two_k = add_rn(half, half);               // 2^k (+inf for k = 128)
+  const float small = add_rn(mul_rn(two_k, p), add_rn(two_k, -1.f));
+  const float large = add_rn(mul_rn(add_rn(mul_rn(half, p), half), 2.f), -1.f);
+  const float y = select_bits(static_cast<int>(k) > 60, large, small);
+  return select_bits(v == 0.f, v, y);
+}
+
 // A unary op and its derivative. `low`/`high` are clamp's bounds.
 struct UnaryFn {
   enum class Op : unsigned char { neg, square, sqrt, exp, log, relu, gelu, tanh, sigmoid, clamp, round, elu, leaky_relu, silu, abs, floor, positive, erf, sign, atan, tan };
@@ -55,7 +148,7 @@ struct UnaryFn {
         return high < t ? high : t;
       }
       case Op::round: return ::roundf(v);  // half away from zero, as std::round
-      case Op::elu: return v > 0.f ? v : low * ::expm1f(v);
+      case Op::elu: return select_bits(v > 0.f, v, low * expm1_rn(v));
       case Op::leaky_relu: return v > 0.f ? v : low * v;
       case Op::silu: return v / (1.f + ::expf(-v));
       case Op::abs: return ::fabsf(v);
@@ -125,31 +218,6 @@ VQDDP_HD bool arg_better(float v, long long i, float bv, long long bi, bool max)
   return i < bi;
 }
 
-// ---- float arithmetic rounded exactly as written ---------------------------
-//
-// nvcc contracts a * b + c into one FMA (one rounding instead of two) by
-// default, and so does g++ wherever the target has FMA (aarch64,
-// -march=native); the project builds with -ffp-contract=off (meson.build)
-// so the host never does. The CUDA _rn intrinsics are never contracted, so
-// a formula written with these helpers rounds after every operation, in the
-// order written, on both sides: the GPU gets the CPU's bits.
-#ifdef __CUDA_ARCH__
-VQDDP_HD float mul_rn(float a, float b) { return __fmul_rn(a, b); }
-VQDDP_HD float add_rn(float a, float b) { return __fadd_rn(a, b); }
-VQDDP_HD float sub_rn(float a, float b) { return __fsub_rn(a, b); }
-VQDDP_HD float div_rn(float a, float b) { return __fdiv_rn(a, b); }
-VQDDP_HD float sqrt_rn(float a) { return __fsqrt_rn(a); }
-VQDDP_HD double mul_rn(double a, double b) { return __dmul_rn(a, b); }
-VQDDP_HD double add_rn(double a, double b) { return __dadd_rn(a, b); }
-#else
-VQDDP_HD float mul_rn(float a, float b) { return a * b; }
-VQDDP_HD float add_rn(float a, float b) { return a + b; }
-VQDDP_HD float sub_rn(float a, float b) { return a - b; }
-VQDDP_HD float div_rn(float a, float b) { return a / b; }
-VQDDP_HD float sqrt_rn(float a) { return ::sqrtf(a); }
-VQDDP_HD double mul_rn(double a, double b) { return a * b; }
-VQDDP_HD double add_rn(double a, double b) { return a + b; }
-#endif
 
 // ---- optimizer updates (engine/optim.h) ---------------------------------------
 //

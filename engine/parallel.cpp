@@ -1,7 +1,5 @@
 #include "engine/parallel.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -16,7 +14,7 @@ namespace vqddp {
 
 namespace {
 
-// Polling rounds before a wait sleeps: about 50 µs of _mm_pause.
+// Polling rounds before a wait sleeps: about 50 µs of cpu_relax.
 constexpr int kSpin = 2000;
 
 // Workers wait for a job, take task numbers from a shared counter and
@@ -63,7 +61,7 @@ class Pool {
     }
     wake_.notify_all();
     take_tasks();
-    for (int i = 0; i < kSpin && active_.load() != 0; ++i) _mm_pause();
+    for (int i = 0; i < kSpin && active_.load() != 0; ++i) cpu_relax();
     std::unique_lock lock(mu_);
     done_.wait(lock, [&] { return active_.load() == 0; });
     fn_ = nullptr;
@@ -88,7 +86,7 @@ class Pool {
     for (;;) {
       if (!stop_ && job_.load() == seen) {
         lock.unlock();
-        for (int i = 0; i < kSpin && job_.load() == seen; ++i) _mm_pause();
+        for (int i = 0; i < kSpin && job_.load() == seen; ++i) cpu_relax();
         lock.lock();
       }
       wake_.wait(lock, [&] { return stop_ || (job_.load() != seen && wanted_ > 0); });

@@ -16,6 +16,14 @@
 
 namespace vqddp {
 
+// One round of a polling loop: tells the core it spins (x86 PAUSE), so a
+// sibling hyperthread runs on and the loop does not flood the memory bus.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 // Sets the thread count of OpenBLAS and of the pool (at least 1).
 void cpu_set_threads(int n);
 int cpu_threads();

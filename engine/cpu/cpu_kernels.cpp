@@ -387,7 +387,7 @@ void CpuKernels::gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, c
 
 void CpuKernels::strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) {
   Nest<2> whole = make_nest<2>(plan.ndim, plan.shape, {plan.src_stride, plan.dst_stride});
-  if (whole.ndim < 2) {
+  if (whole.ndim < 2 || whole.numel() == 0) {
     copy_rows(src, dst, elem_size, whole);
     return;
   }
