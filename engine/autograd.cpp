@@ -111,6 +111,12 @@ void accumulate(Tensor& slot, const Tensor& g) {
     slot.copy_(add(slot, g));
 }
 
+// The same sum for a node's pending gradient, which nothing outside the
+// pass holds: it may share g's storage (a backward that passes its input
+// gradient on as it is, to one input or several) because it is never
+// written in place, only replaced. Saves the copy of every first gradient.
+void accumulate_pending(Tensor& slot, const Tensor& g) { slot = slot.defined() ? add(slot, g) : g; }
+
 }  // namespace
 
 namespace {
@@ -170,7 +176,7 @@ void run_node(Node* node, std::unordered_map<Node*, Tensor>& pending, std::vecto
     VQDDP_ASSERT(grads[i].shape() == node->input_shapes[i], "backward of '{}': gradient {} has shape {}, input has {}",
                 node->name, i, shape_str(grads[i].shape()), shape_str(node->input_shapes[i]));
     if (in->grad_fn)
-      accumulate(pending[in->grad_fn.get()], grads[i]);
+      accumulate_pending(pending[in->grad_fn.get()], grads[i]);
     else
       accumulate(in->grad, grads[i]);
   }
