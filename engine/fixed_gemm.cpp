@@ -118,6 +118,49 @@ void fixed_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* 
   });
 }
 
+void fixed_conv1d(int64_t n, int64_t c, int64_t l, const float* x, int64_t o, int64_t k, int64_t pad, int64_t dil,
+                  const float* w, float* y) {
+  const int64_t lout = l + 2 * pad - dil * (k - 1);
+  VQDDP_CHECK(n >= 0 && c >= 1 && o >= 1 && k >= 1 && lout >= 1, "fixed_conv1d: no output for input [{}, {}, {}], "
+              "kernel {}, padding {}, dilation {}", n, c, l, k, pad, dil);
+  if (n == 0) return;
+  const cpu::GemmIsa& kernels = isa_for_columns(lout);
+  // Each row of a sample's padded input: pad zeros, the row, then zeros to
+  // the end, which covers the kernel's reads of up to nr - 1 columns past
+  // the last output.
+  const int64_t lp = lout + dil * (k - 1) + kernels.nr;
+  thread_local std::vector<float> padded_v;
+  thread_local std::vector<int64_t> off_v;
+  float* padded = cpu::scratch(padded_v, n * c * lp);
+  int64_t* off = cpu::scratch(off_v, c * k);
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t t = 0; t < k; ++t) off[ch * k + t] = ch * lp + t * dil;
+  parallel_for_ranges(n * c, lp, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      float* to = padded + row * lp;
+      std::fill_n(to, pad, 0.f);
+      std::copy_n(x + row * l, l, to + pad);
+      std::fill(to + pad + l, to + lp, 0.f);
+    }
+  });
+  const int64_t blocks = (o + kernels.mr - 1) / kernels.mr;
+  parallel_for_ranges(n * blocks, c * k * lout * kernels.mr / 16, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t s = t / blocks, b = t % blocks;
+      cpu::Conv1dArgs args;
+      args.o_begin = b * kernels.mr;
+      args.o_end = std::min(o, args.o_begin + kernels.mr);
+      args.ck = c * k;
+      args.lout = lout;
+      args.xp = padded + s * c * lp;
+      args.off = off;
+      args.w = w;
+      args.y = y + s * o * lout;
+      kernels.conv1d(args);
+    }
+  });
+}
+
 void fixed_gemm_reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                           const float* b, int64_t ldb, float* c, int64_t ldc) {
   for (int64_t i = 0; i < m; ++i)

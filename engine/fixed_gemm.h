@@ -34,6 +34,15 @@ void fixed_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* 
 void fixed_gemm_reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                           const float* b, int64_t ldb, float* c, int64_t ldc);
 
+// A 1-D convolution with stride 1 and no groups, straight from its input:
+// y [n, o, lout] with lout = l + 2 pad - dil (k - 1) >= 1 and
+//   y[s, j, i] = chain over p = (ch, t) ascending of w[j, ch, t] * x[s, ch, i - pad + t dil]
+// (0 outside x): the fixed_gemm chain of unfold(x) [n lout, c k] times
+// w^T [c k, o], so the same bits as that product, with no im2col buffer
+// and the result already in [n, o, lout]. Threads as fixed_gemm.
+void fixed_conv1d(int64_t n, int64_t c, int64_t l, const float* x, int64_t o, int64_t k, int64_t pad, int64_t dil,
+                  const float* w, float* y);
+
 // For each row x_i of x (n, d): out[i] = argmin_j bias[j] - factor * dot(x_i, e_j)
 // over the codes e_j of embed (k, d), with dot the fixed_gemm chain, the
 // score rounded as written (a product, then a difference), ties to the

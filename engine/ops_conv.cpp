@@ -11,6 +11,8 @@
 // engine/exact_batch.h; BLAS otherwise) and each other.
 #include "engine/autograd.h"
 #include "engine/device_plans.h"
+#include "engine/fixed_gemm.h"
+#include "engine/matmul_grads.h"
 #include "engine/ops.h"
 
 namespace vqddp {
@@ -101,12 +103,62 @@ Tensor fold(const Tensor& cols, const Shape& image, int64_t kh, int64_t kw, cons
   });
 }
 
+namespace {
+
+// A 1-D convolution with stride 1 and one group, on the CPU: computed by
+// fixed_conv1d straight from x into [N, C_out, 1, L_out], without the
+// im2col buffer and the transpose to the image layout. The forward chains
+// are the fixed_gemm chains of unfold(x) times W^T, so the same bits as
+// the general path; the backward rebuilds unfold(x) and hands matmul's own
+// backward the operands the general path's matmul had, so the gradients
+// are its bits too (in an exact step and out of one).
+bool direct_conv1d(const Tensor& x, const Tensor& weight, int64_t kh, const ConvOptions& o) {
+  return x.device().is_cpu() && weight.device().is_cpu() && o.groups == 1 && x.size(2) == 1 && kh == 1 &&
+         o.stride[1] == 1 && o.padding[0] == 0 && o.stride[0] == 1 && x.dtype() == DType::f32 &&
+         weight.dtype() == DType::f32;
+}
+
+Tensor conv1d_direct(const Tensor& x, const Tensor& weight, const ConvOptions& o) {
+  const int64_t n = x.size(0), c = x.size(1), l = x.size(3), cout = weight.size(0), k = weight.size(3);
+  ConvPlan p = plan_for(x.shape(), 1, k, o);
+  VQDDP_CHECK(p.ow >= 1, "conv2d: input {} is smaller than the 1x{} kernel (dilation {}, padding {})", x.desc(), k,
+              o.dilation[1], o.padding[1]);
+  Tensor y = empty({n, cout, 1, p.ow}, DType::f32, x.device());
+  fixed_conv1d(n, c, l, x.data<float>(), cout, k, o.padding[1], o.dilation[1], weight.data<float>(),
+               y.data<float>());
+  Tensor dx = x.detach(), dw = weight.detach();
+  const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+  return record_op("conv1d", y, {x, weight}, {x, weight}, [=](const Tensor& g) -> std::vector<Tensor> {
+    // The general path's operands: cols = unfold(x) [N L_out, C K], the
+    // weight as [C_out, C K], and g as rows [N L_out, C_out].
+    Tensor cols = unfold(dx, 1, k, o);
+    Tensor w2 = reshape(dw, {cout, c * k});
+    Tensor rows = reshape(transpose(reshape(g, {n, cout, p.ow}), 1, 2), {n * p.ow, cout});
+    const bool partials = need_w && wants_unit_partials(1);
+    std::vector<Tensor> grads = matmul_grads(cols, w2, rows, false, true, need_x, need_w, false, partials);
+    Tensor gx, gw;
+    if (need_x) gx = fold(grads[0], dx.shape(), 1, k, o);
+    if (need_w) {
+      Shape shape = dw.shape();  // [units, ...] for partials
+      if (partials) shape.insert(shape.begin(), grads[1].size(0));
+      gw = reshape(grads[1], shape);
+    }
+    return {gx, gw};
+  });
+}
+
+}  // namespace
+
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvOptions& o) {
   VQDDP_CHECK(x.dim() == 4 && weight.dim() == 4, "conv2d: x {} and weight {} must both be 4-D", x.desc(), weight.desc());
   int64_t g = o.groups, cin = x.size(1), cout = weight.size(0), kh = weight.size(2), kw = weight.size(3);
   VQDDP_CHECK(g >= 1 && cin % g == 0 && cout % g == 0 && weight.size(1) == cin / g,
               "conv2d: weight {} does not fit x {} with groups {} (needs [C_out, {}, KH, KW], C_out divisible by {})",
               weight.desc(), x.desc(), g, g >= 1 ? cin / g : 0, g);
+  if (direct_conv1d(x, weight, kh, o)) {
+    check_options("conv2d", kh, kw, o);
+    return add_bias(conv1d_direct(x, weight, o), bias, "conv2d");
+  }
   int64_t cg = cin / g, og = cout / g;
   std::vector<Tensor> parts;
   for (int64_t i = 0; i < g; ++i) {

@@ -10,6 +10,7 @@
 #include "engine/autograd.h"
 #include "engine/device_plans.h"
 #include "engine/exact_batch.h"
+#include "engine/matmul_grads.h"
 #include "engine/ops.h"
 
 namespace vqddp {
@@ -105,22 +106,27 @@ Tensor matmul_with(Gemm kind, const Tensor& a, const Tensor& b, bool ta, bool tb
   Tensor da = a.detach(), db = b.detach();
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   return record_op("matmul", out, {a, b}, {a, b}, [=](const Tensor& g) -> std::vector<Tensor> {
-    // C = op(A) op(B):  dA = g op(B)^T (or its transpose), dB = op(A)^T g (or its transpose).
-    Tensor ga, gb;
-    const Gemm kind = exact_batch() ? Gemm::fixed_order : Gemm::library;
-    if (need_a)
-      ga = wants_unit_partials(0) ? unit_partials_of_a(da, db, g, ta, tb)
-           : ta                   ? matmul_with(kind, db, g, tb, true)
-                                  : matmul_with(kind, g, db, false, !tb);
-    if (need_b)
-      gb = wants_unit_partials(1) ? unit_partials_of_b(da, db, g, ta, tb)
-           : tb                   ? matmul_with(kind, g, da, true, ta)
-                                  : matmul_with(kind, da, g, !ta, false);
-    return {ga, gb};
+    return matmul_grads(da, db, g, ta, tb, need_a, need_b, wants_unit_partials(0), wants_unit_partials(1));
   });
 }
 
 }  // namespace
+
+std::vector<Tensor> matmul_grads(const Tensor& a, const Tensor& b, const Tensor& g, bool ta, bool tb, bool need_a,
+                                 bool need_b, bool partials_a, bool partials_b) {
+  // C = op(A) op(B):  dA = g op(B)^T (or its transpose), dB = op(A)^T g (or its transpose).
+  Tensor ga, gb;
+  const Gemm kind = exact_batch() ? Gemm::fixed_order : Gemm::library;
+  if (need_a)
+    ga = partials_a ? unit_partials_of_a(a, b, g, ta, tb)
+         : ta       ? matmul_with(kind, b, g, tb, true)
+                    : matmul_with(kind, g, b, false, !tb);
+  if (need_b)
+    gb = partials_b ? unit_partials_of_b(a, b, g, ta, tb)
+         : tb       ? matmul_with(kind, g, a, true, ta)
+                    : matmul_with(kind, a, g, !ta, false);
+  return {ga, gb};
+}
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) { return matmul_with(Gemm::fixed_order, a, b, ta, tb); }
 

@@ -52,6 +52,18 @@ struct ArgminArgs {
   int64_t* out = nullptr;
 };
 
+// One sample of a stride-1 1-D convolution (conv1d_sample in
+// gemm_kernel.h): output channels [o_begin, o_end) of y [o, lout] from the
+// weight w [o, ck] and the zero-padded input xp, column p of the implicit
+// im2col matrix starting at xp + off[p]. o_begin is a multiple of mr.
+struct Conv1dArgs {
+  int64_t o_begin = 0, o_end = 0, ck = 0, lout = 0;
+  const float* xp = nullptr;
+  const int64_t* off = nullptr;
+  const float* w = nullptr;
+  float* y = nullptr;
+};
+
 struct GemmIsa {
   const char* name;
   int mr, nr;  // register tile: rows of A, columns of B
@@ -60,6 +72,7 @@ struct GemmIsa {
   // ceil(k / nr) * nr * d floats, codes past k are zero.
   void (*pack_codes)(const float* embed, int64_t k, int64_t d, float* out);
   void (*argmin)(const ArgminArgs& args);
+  void (*conv1d)(const Conv1dArgs& args);
 };
 
 extern const GemmIsa gemm_isa_avx512;  // AVX-512F + FMA: 8 x 32 tile

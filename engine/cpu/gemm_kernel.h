@@ -240,9 +240,58 @@ void argmin_blocked(const ArgminArgs& g) {
   }
 }
 
+// A stride-1 convolution of one sample as a GEMM whose B is read in place:
+// y[o, j] = chain over p = (c, k) ascending of fma(w[o, p], B(p, j), acc)
+// with B(p, j) = xp[off[p] + j], where xp is the sample's zero-padded
+// input and off[p] = c * lp + k * dilation. Row j of B for NR columns is
+// NR consecutive floats of xp, so no im2col buffer is written; the chains
+// are micro_tile's, so the bits are those of gemm_blocked on unfold(x).
+// xp must hold NR - 1 readable floats past every row's last output.
+void conv1d_sample(const Conv1dArgs& g) {
+  for (int64_t o0 = g.o_begin; o0 < g.o_end; o0 += MR) {
+    const int64_t rows = std::min<int64_t>(MR, g.o_end - o0);
+    for (int64_t j0 = 0; j0 < g.lout; j0 += NR) {
+      const int64_t cols = std::min<int64_t>(NR, g.lout - j0);
+      typename Isa::V acc[MR][2];
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = Isa::zero();
+      // Rows past `rows` repeat the last real one (their results are dropped).
+      const float* wr[MR];
+      for (int r = 0; r < MR; ++r) wr[r] = g.w + (o0 + std::min<int64_t>(r, rows - 1)) * g.ck;
+      const float* xj = g.xp + j0;
+      for (int64_t p = 0; p < g.ck; ++p) {
+        const float* bp = xj + g.off[p];
+        typename Isa::V b0 = Isa::load(bp), b1 = Isa::load(bp + W);
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) {
+          typename Isa::V a = Isa::bcast(wr[r] + p);
+          acc[r][0] = Isa::fma(a, b0, acc[r][0]);
+          acc[r][1] = Isa::fma(a, b1, acc[r][1]);
+        }
+      }
+      float* y = g.y + o0 * g.lout + j0;
+      if (rows == MR && cols == NR) {
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) {
+          Isa::store(y + r * g.lout, acc[r][0]);
+          Isa::store(y + r * g.lout + W, acc[r][1]);
+        }
+        continue;
+      }
+      alignas(64) float tile[MR * NR];
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        Isa::store(tile + r * NR, acc[r][0]);
+        Isa::store(tile + r * NR + W, acc[r][1]);
+      }
+      for (int64_t r = 0; r < rows; ++r) std::copy_n(tile + r * NR, cols, y + r * g.lout);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vqddp::cpu
 
 // The table for the including file's instruction set.
 #define VQDDP_GEMM_ISA_TABLE(NAME) \
-  const GemmIsa gemm_isa_##NAME = {#NAME, MR, NR, gemm_blocked, pack_codes, argmin_blocked};
+  const GemmIsa gemm_isa_##NAME = {#NAME, MR, NR, gemm_blocked, pack_codes, argmin_blocked, conv1d_sample};

@@ -29,6 +29,7 @@
 #include "engine/fixed_gemm.h"
 #include "engine/json_strict.h"
 #include "engine/kernel_math.h"
+#include "engine/matmul_grads.h"
 #include "engine/nn.h"
 #include "engine/nn_conv.h"
 #include "engine/ops.h"

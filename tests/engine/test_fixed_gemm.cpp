@@ -80,6 +80,48 @@ TEST_CASE("fixed_gemm equals the one-chain reference bit for bit: every transpos
           }
 }
 
+TEST_CASE("fixed_conv1d gives the bits of the fixed_gemm chain on the im2col matrix: every ISA and thread count") {
+  // The CPU's direct stride-1 convolution (no im2col buffer) against the
+  // reference chain on an explicit unfold of x: channel counts that are not
+  // a multiple of any tile height, outputs shorter and longer than a tile,
+  // padding, dilation, a 1-tap kernel, and one sample.
+  KernelSettings restore;
+  struct Case {
+    int64_t n, c, l, o, k, pad, dil;
+  };
+  for (const Case& t : {Case{2, 1, 37, 8, 7, 3, 1}, Case{3, 8, 50, 5, 7, 3, 1}, Case{1, 3, 9, 13, 3, 4, 3},
+                        Case{2, 6, 100, 4, 1, 0, 1}, Case{4, 5, 40, 33, 3, 1, 2}, Case{1, 2, 5, 1, 5, 0, 1}})
+    for (const std::string& isa : usable_isas())
+      for (int threads : {1, 2, 3}) {
+        CAPTURE(t.n);
+        CAPTURE(t.c);
+        CAPTURE(t.l);
+        CAPTURE(t.o);
+        CAPTURE(t.k);
+        CAPTURE(isa);
+        CAPTURE(threads);
+        fixed_gemm_use_isa(isa);
+        cpu_set_threads(threads);
+        const int64_t lout = t.l + 2 * t.pad - t.dil * (t.k - 1), ck = t.c * t.k;
+        std::vector<float> x = normal(t.n * t.c * t.l, 3), w = normal(t.o * ck, 4);
+        std::vector<float> cols(t.n * lout * ck), rows(t.n * lout * t.o), got(t.n * t.o * lout, -1.f);
+        for (int64_t s = 0; s < t.n; ++s)
+          for (int64_t i = 0; i < lout; ++i)
+            for (int64_t ch = 0; ch < t.c; ++ch)
+              for (int64_t q = 0; q < t.k; ++q) {
+                const int64_t at = i - t.pad + q * t.dil;
+                cols[((s * lout) + i) * ck + ch * t.k + q] = at >= 0 && at < t.l ? x[(s * t.c + ch) * t.l + at] : 0.f;
+              }
+        fixed_gemm_reference(false, true, t.n * lout, t.o, ck, cols.data(), ck, w.data(), ck, rows.data(), t.o);
+        fixed_conv1d(t.n, t.c, t.l, x.data(), t.o, t.k, t.pad, t.dil, w.data(), got.data());
+        std::vector<float> want(t.n * t.o * lout);
+        for (int64_t s = 0; s < t.n; ++s)
+          for (int64_t j = 0; j < t.o; ++j)
+            for (int64_t i = 0; i < lout; ++i) want[(s * t.o + j) * lout + i] = rows[(s * lout + i) * t.o + j];
+        CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
+      }
+}
+
 TEST_CASE("fixed_gemm keeps the sign of zero chains and propagates NaN like the reference") {
   // A chain whose every product underflows to a negative zero stays -0 (no
   // padding step may add +0), and a NaN in row 0 stays in row 0.
