@@ -2,6 +2,7 @@
 
 #include "comm/rank_order.h"
 #include "engine/ops.h"
+#include "engine/op_profile.h"
 
 #include <algorithm>
 #include <numeric>
@@ -83,25 +84,33 @@ void Communicator::check_reduce_units(const Tensor& in, const std::vector<int64_
 
 void Communicator::all_reduce(Tensor& t, ReduceOp op) {
   check_all_reduce(t, op);
+  op_profile_mark("(before a collective)");
   do_all_reduce(t, op, Fingerprint(fmt::format("all_reduce({})", reduce_op_name(op)), t.dtype(), t.numel()));
+  op_profile_mark("collective: all_reduce");
   count(t.nbytes());
 }
 
 void Communicator::broadcast(Tensor& t, int root) {
   check_broadcast(t, root);
+  op_profile_mark("(before a collective)");
   do_broadcast(t, root, Fingerprint("broadcast", t.dtype(), t.numel(), root));
+  op_profile_mark("collective: broadcast");
   count(t.nbytes());
 }
 
 void Communicator::all_gather(const Tensor& in, Tensor& out) {
   check_all_gather(in, out);
+  op_profile_mark("(before a collective)");
   do_all_gather(in, out, Fingerprint("all_gather", in.dtype(), in.numel()));
+  op_profile_mark("collective: all_gather");
   count(out.nbytes());
 }
 
 void Communicator::all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) {
   check_all_gather_rows(in, counts, out);
+  op_profile_mark("(before a collective)");
   do_all_gather_rows(in, counts, out, Fingerprint("all_gather_rows", in.dtype(), row_numel(in), -1, counts));
+  op_profile_mark("collective: all_gather_rows");
   count(out.nbytes());
 }
 
@@ -112,7 +121,9 @@ void Communicator::barrier() {
 
 void Communicator::reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) {
   check_reduce_units(in, counts, out);
+  op_profile_mark("(before a collective)");
   do_reduce_units(in, counts, out, Fingerprint("reduce_units", in.dtype(), in.size(1), -1, counts));
+  op_profile_mark("collective: reduce_units");
 }
 
 void Communicator::do_reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out,

@@ -1,10 +1,15 @@
 #include "engine/autograd.h"
 
+#include <fmt/format.h>
+
+#include "engine/op_profile.h"
+
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "engine/exact_batch.h"
+#include "engine/op_profile.h"
 #include "engine/ops.h"
 
 namespace vqddp {
@@ -14,6 +19,8 @@ thread_local bool t_grad_enabled = true;
 // The node whose backward formula runs now in an exact step's first phase:
 // which of its inputs want unit partials.
 thread_local const std::vector<bool>* t_unit_inputs = nullptr;
+// The node whose backward formula runs on this thread (for the op profile).
+thread_local const char* t_backward_of = nullptr;
 
 bool is_batch_free(const Tensor& t) { return t.impl()->autograd && t.impl()->autograd->batch_free; }
 }  // namespace
@@ -63,6 +70,9 @@ Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs
 
 Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
                  BackwardFn backward) {
+  // The op has just computed `out`; inside a backward formula it is
+  // charged as part of that formula.
+  if (op_profile_enabled()) op_profile_mark(t_backward_of ? fmt::format("{} backward: {}", t_backward_of, name) : name);
   if (!any_requires_grad(inputs)) return out;
   auto node = std::make_shared<Node>();
   node->name = name;
@@ -147,8 +157,13 @@ void run_node(Node* node, std::unordered_map<Node*, Tensor>& pending, std::vecto
   t_unit_inputs = &wants;
   std::vector<Tensor> grads;
   try {
+    op_profile_mark("(autograd between backward formulas)");
+    t_backward_of = node->name;
     grads = node->backward(grad_out);
+    t_backward_of = nullptr;
+    if (op_profile_enabled()) op_profile_mark(std::string(node->name) + " backward");
   } catch (...) {
+    t_backward_of = nullptr;
     t_unit_inputs = nullptr;
     throw;
   }

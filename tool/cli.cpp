@@ -41,7 +41,9 @@ void usage() {
       "usage: vqddp <command> [options]\n"
       "commands:\n"
       "  train [CONFIG] [--resume CKPT | --overwrite] [--world N] [--backend B] [--device cpu|cuda|sim] [--steps S] [--dir RUN_DIR]\n"
-      "        train from a JSON config (without one: the built-in speech codec run, examples/speech_codec.json)\n"
+      "        [--profile]\n"
+      "        train from a JSON config (without one: the built-in speech codec run, examples/speech_codec.json);\n"
+      "        --profile prints where rank 0's training steps spent their time, op by op\n"
       "  check-ddp CONFIG (--world N | --backend mpi) [--steps S] [--mode run|step] [--rtol R] [--atol A]\n"
       "            [--device cpu|cuda|sim]\n"
       "        run: S steps on 1 rank and on N thread ranks from the same start; every checkpoint tensor must\n"
@@ -150,7 +152,7 @@ void refuse_thread_ranks_under_launcher(const std::string& backend) {
 }
 
 int run_train(int argc, char** argv) {
-  CliArgs args("train", argc, argv, 2, {"resume", "world", "backend", "device", "steps", "dir"}, {"overwrite"});
+  CliArgs args("train", argc, argv, 2, {"resume", "world", "backend", "device", "steps", "dir"}, {"overwrite", "profile"});
   VQDDP_CHECK(args.positional().size() <= 1, "train: expected at most one config file, got {}", args.positional().size());
   Config cfg = config_from(args, true);
   // (check-ddp takes --world with any config: it always compares thread ranks.)
@@ -165,6 +167,7 @@ int run_train(int argc, char** argv) {
   TrainOptions opt;
   opt.resume = args.get("resume", "");
   opt.overwrite = args.has("overwrite");
+  opt.profile = args.has("profile");
   VQDDP_CHECK(opt.resume.empty() || !opt.overwrite, "train: --overwrite starts a run afresh, --resume continues one: "
               "give one of them");
   StopSignalScope stop_on_signal;

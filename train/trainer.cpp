@@ -20,6 +20,7 @@
 #include "engine/device.h"
 #include "engine/exact_batch.h"
 #include "engine/file_io.h"
+#include "engine/op_profile.h"
 #include "engine/ops.h"
 #include "engine/optim.h"
 #include "train/checkpoint.h"
@@ -344,6 +345,9 @@ class RankRun {
     // checkpoint of the stop is on disk: a launcher that saw one process
     // end would signal the others, and a second signal stops at once.
     if (stopped_by_) comm_.barrier();
+    if (lead_ && opt_.profile)
+      fmt::print("profile of {} training steps, rank 0 of {} ({}):\n{}", step_ - first_, comm_.world_size(),
+                 device_.str(), op_profile_table(op_profile_take(), step_ - first_));
     if (lead_) report(result, result_mu);
   }
 
@@ -393,9 +397,12 @@ class RankRun {
 
   // Forward, backward, clipping and the optimizer step of step_ + 1.
   StepResult train_step(ShardedSampler& sampler) {
+    std::optional<OpProfileScope> profile;
+    if (opt_.profile && lead_) profile.emplace();
     StepResult r;
     r.host_x = gather_rows(data_, sampler.rank_batch(step_));  // (n_r, F)
     Tensor x = r.host_x.to(device_);
+    op_profile_mark("step: the batch");
     {
       // An exact step: every sum over the batch by units (engine/exact_batch.h),
       // so the loss is the global batch's on every rank and backward() ends
@@ -414,13 +421,17 @@ class RankRun {
         throw NonFiniteError(fmt::format("step {}, rank {}: {}; {}", step_ + 1, comm_.rank(), e.what(),
                                          nonfinite_origin(r.host_x, model_)));
       }
+      op_profile_mark("step: loss");
       r.loss.backward();
+      op_profile_mark("step: unit sums of the gradients (collective)");
     }
     optim_->lr = learning_rate(cfg_.optimizer, step_, schedule_.total_steps);
     if (opt_.after_gradients) opt_.after_gradients(step_ + 1, comm_.rank(), model_);
     if (cfg_.optimizer.grad_clip > 0) clip_grad_norm(params_, cfg_.optimizer.grad_clip);
+    op_profile_mark("step: gradient clipping");
     optim_->step();
     optim_->zero_grad();
+    op_profile_mark("step: optimizer");
     return r;
   }
 

@@ -60,6 +60,9 @@ struct TrainOptions {
   bool validate = true;
   bool checkpoints = true;
   bool print = true;         // progress lines on rank 0
+  // Rank 0 times its training steps op by op (engine/op_profile.h) and
+  // prints the table at the end (`vqddp train --profile`).
+  bool profile = false;
   // Called on every rank after every step (step = steps done), e.g. to
   // snapshot or checkpoint the state.
   std::function<void(int64_t step, int rank, const CodecModel& model, Optimizer& optim)> after_step;

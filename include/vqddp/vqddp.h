@@ -32,6 +32,7 @@
 #include "engine/matmul_grads.h"
 #include "engine/nn.h"
 #include "engine/nn_conv.h"
+#include "engine/op_profile.h"
 #include "engine/ops.h"
 #include "engine/optim.h"
 #include "engine/parallel.h"

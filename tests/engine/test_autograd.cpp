@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "engine/autograd.h"
+#include "engine/op_profile.h"
 #include "engine/ops.h"
 
 using namespace vqddp;
@@ -113,4 +114,40 @@ TEST_CASE("backward refuses values a saved tensor lost to an in-place write") {
     loss.backward();
     CHECK(w.grad().to_vector<float>() == std::vector<float>{1, 1});
   }
+}
+
+TEST_CASE("the op profile charges each op, each backward formula and the ops a formula runs, only inside its scope") {
+  Tensor a = full({64, 32}, 0.5), b = full({32, 16}, 0.25);
+  a.set_requires_grad(true);
+  b.set_requires_grad(true);
+  {
+    Tensor outside = sum(matmul(a, b));  // no scope: not charged
+    outside.backward();
+  }
+  op_profile_take();  // whatever else this thread charged before
+  {
+    OpProfileScope scope;
+    Tensor y = sum(square(matmul(a, b)));
+    op_profile_mark("my part");
+    y.backward();
+  }
+  Tensor after = square(a);  // the scope is gone: not charged
+  std::vector<OpProfileEntry> table = op_profile_take();
+  auto calls = [&](const std::string& name) {
+    for (const OpProfileEntry& e : table)
+      if (e.name == name) return e.calls;
+    return int64_t{0};
+  };
+  CHECK(calls("matmul") == 1);
+  CHECK(calls("square") == 1);
+  CHECK(calls("sum") == 1);
+  CHECK(calls("my part") == 1);
+  CHECK(calls("matmul backward") == 1);
+  CHECK(calls("square backward") == 1);
+  CHECK(calls("matmul backward: matmul") == 2);  // dA and dB, charged to the formula that ran them
+  double total = 0;
+  for (const OpProfileEntry& e : table) total += e.seconds;
+  CHECK(total > 0);
+  CHECK(op_profile_table(table, 1).find("matmul backward: matmul") != std::string::npos);
+  CHECK(op_profile_take().empty());
 }

@@ -1,0 +1,77 @@
+#include "engine/op_profile.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_map>
+
+namespace vqddp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+thread_local bool t_active = false;
+
+struct ThreadProfile {
+  Clock::time_point last = Clock::now();
+  std::unordered_map<std::string, OpProfileEntry> entries;
+};
+
+ThreadProfile& mine() {
+  thread_local ThreadProfile p;
+  return p;
+}
+
+}  // namespace
+
+OpProfileScope::OpProfileScope() {
+  t_active = true;
+  mine().last = Clock::now();
+}
+
+OpProfileScope::~OpProfileScope() { t_active = false; }
+
+bool op_profile_enabled() { return t_active; }
+
+void op_profile_mark(const std::string& what) {
+  if (!op_profile_enabled()) return;
+  ThreadProfile& p = mine();
+  const Clock::time_point now = Clock::now();
+  OpProfileEntry& e = p.entries[what];
+  if (e.name.empty()) e.name = what;
+  e.calls += 1;
+  e.seconds += std::chrono::duration<double>(now - p.last).count();
+  p.last = now;
+}
+
+void op_profile_mark(const char* what) {
+  if (op_profile_enabled()) op_profile_mark(std::string(what));
+}
+
+std::vector<OpProfileEntry> op_profile_take() {
+  ThreadProfile& p = mine();
+  std::vector<OpProfileEntry> out;
+  for (auto& [name, e] : p.entries) out.push_back(e);
+  p.entries.clear();
+  p.last = Clock::now();
+  std::sort(out.begin(), out.end(), [](const OpProfileEntry& a, const OpProfileEntry& b) {
+    return a.seconds != b.seconds ? a.seconds > b.seconds : a.name < b.name;
+  });
+  return out;
+}
+
+std::string op_profile_table(const std::vector<OpProfileEntry>& entries, int64_t steps) {
+  double total = 0;
+  for (const OpProfileEntry& e : entries) total += e.seconds;
+  const double per = 1.0 / std::max<int64_t>(steps, 1);
+  std::string out = fmt::format("{:<40} {:>10} {:>7} {:>10}\n", "op (rank 0)", "ms/step", "share", "calls/step");
+  for (const OpProfileEntry& e : entries)
+    out += fmt::format("{:<40} {:>10.3f} {:>6.1f}% {:>10.1f}\n", e.name, e.seconds * per * 1e3,
+                       total > 0 ? 100 * e.seconds / total : 0.0, e.calls * per);
+  out += fmt::format("{:<40} {:>10.3f} {:>6.1f}%\n", "total", total * per * 1e3, 100.0);
+  return out;
+}
+
+}  // namespace vqddp

@@ -1,0 +1,47 @@
+// Where a thread's time goes, op by op: `vqddp train --profile` prints it
+// for rank 0's training steps (issue 33's measure-first tool).
+//
+// While enabled, every op an autograd graph records (record_op) is charged
+// the time since the thread's previous charge: an op computes its output
+// and then records itself, so that interval is its forward. Each backward
+// formula is charged its own run (autograd.cpp, "NAME backward"), and code
+// between ops names its part with op_profile_mark (the trainer's batch,
+// optimizer and collectives). Only while an OpProfileScope lives on the
+// thread (the trainer opens one per training step, so validation and
+// logging are not in it); otherwise a mark costs one thread-local test.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vqddp {
+
+// Profiles this thread while it lives, from a restarted clock (not nestable).
+class OpProfileScope {
+ public:
+  OpProfileScope();
+  ~OpProfileScope();
+  OpProfileScope(const OpProfileScope&) = delete;
+  OpProfileScope& operator=(const OpProfileScope&) = delete;
+};
+bool op_profile_enabled();  // inside a scope on this thread
+
+// Charges the time since this thread's last charge to `what` and restarts
+// its clock. No-op outside a scope.
+void op_profile_mark(const char* what);
+void op_profile_mark(const std::string& what);
+
+struct OpProfileEntry {
+  std::string name;
+  int64_t calls = 0;
+  double seconds = 0;
+};
+
+// This thread's charges since the last take, largest first; resets them.
+std::vector<OpProfileEntry> op_profile_take();
+
+// A table: each entry's ms per step, share of the total, calls per step.
+std::string op_profile_table(const std::vector<OpProfileEntry>& entries, int64_t steps);
+
+}  // namespace vqddp
