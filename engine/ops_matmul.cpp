@@ -12,6 +12,7 @@
 #include "engine/exact_batch.h"
 #include "engine/matmul_grads.h"
 #include "engine/ops.h"
+#include "engine/parallel.h"
 
 namespace vqddp {
 
@@ -31,6 +32,22 @@ void unit_gemm(DeviceKernels& dk, bool ta, bool tb, int64_t m, int64_t n, int64_
   dk.gemm_fixed(ta, tb, m, n, k, a, lda, b, ldb, static_cast<float*>(c.raw_ptr()), n);
 }
 
+// Calls fn(u, row u of out) for every unit. On the CPU the units run on
+// the engine's threads at once (each writes its own row, by the chain of
+// its own rows, so the bits are the same): a rank holding many small units
+// (one rank on the whole batch) would otherwise compute them one by one.
+// Rows are taken before the tasks start: a task makes no tensors.
+template <class Fn>
+void for_each_unit(const Tensor& out, int64_t units, Fn&& fn) {
+  std::vector<Tensor> rows;
+  for (int64_t u = 0; u < units; ++u) rows.push_back(out.slice_rows(u, u + 1));
+  if (!out.device().is_cpu()) {
+    for (int64_t u = 0; u < units; ++u) fn(u, rows[u]);
+    return;
+  }
+  parallel_for(units, [&](int64_t u) { fn(u, rows[u]); });
+}
+
 // Unit partials [units, ...B's shape] of dB for a batch-free B and a batched
 // A whose rows are C's rows (ta false): unit u's rows [lo, hi) of A and g
 // give dB_u = A_u^T g_u (B [k, n]) or g_u^T A_u (B [n, k], tb).
@@ -43,14 +60,13 @@ Tensor unit_partials_of_b(const Tensor& a, const Tensor& b, const Tensor& g, boo
   DeviceKernels& dk = device_of("matmul backward", {&a, &g});
   auto* pa = static_cast<const float*>(a.raw_ptr());
   auto* pg = static_cast<const float*>(g.raw_ptr());
-  for (int64_t u = 0; u < units; ++u) {
+  for_each_unit(out, units, [&](int64_t u, Tensor c) {
     int64_t lo = bounds[u], rows = bounds[u + 1] - lo;
-    Tensor c = out.slice_rows(u, u + 1);
     if (tb)
       unit_gemm(dk, true, false, n, k, rows, pg + lo * n, n, pa + lo * k, k, c);
     else
       unit_gemm(dk, true, false, k, n, rows, pa + lo * k, k, pg + lo * n, n, c);
-  }
+  });
   Shape shape{units};
   shape.insert(shape.end(), b.shape().begin(), b.shape().end());
   return out.reshape(shape);
@@ -68,14 +84,13 @@ Tensor unit_partials_of_a(const Tensor& a, const Tensor& b, const Tensor& g, boo
   DeviceKernels& dk = device_of("matmul backward", {&b, &g});
   auto* pb = static_cast<const float*>(b.raw_ptr());
   auto* pg = static_cast<const float*>(g.raw_ptr());
-  for (int64_t u = 0; u < units; ++u) {
+  for_each_unit(out, units, [&](int64_t u, Tensor c) {
     int64_t lo = bounds[u], rows = bounds[u + 1] - lo;
-    Tensor c = out.slice_rows(u, u + 1);
     if (ta)
       unit_gemm(dk, true, true, k, m, rows, pb + lo * k, k, pg + lo, n, c);
     else
       unit_gemm(dk, false, false, m, k, rows, pg + lo, n, pb + lo * k, k, c);
-  }
+  });
   Shape shape{units};
   shape.insert(shape.end(), a.shape().begin(), a.shape().end());
   return out.reshape(shape);
