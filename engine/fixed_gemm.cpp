@@ -118,6 +118,78 @@ void fixed_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* 
   });
 }
 
+namespace {
+
+// Each of the n * c rows of x (l floats) into a row of lp floats: pad
+// zeros, the row, zeros to the end; and off[ch * k + t] = ch * lp + t * dil,
+// where tap t of channel ch starts in a sample's padded rows.
+void pad_rows(int64_t n, int64_t c, int64_t l, const float* x, int64_t k, int64_t pad, int64_t dil, int64_t lp,
+              float* padded, int64_t* off) {
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t t = 0; t < k; ++t) off[ch * k + t] = ch * lp + t * dil;
+  parallel_for_ranges(n * c, lp, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      float* to = padded + row * lp;
+      std::fill_n(to, pad, 0.f);
+      std::copy_n(x + row * l, l, to + pad);
+      std::fill(to + pad + l, to + lp, 0.f);
+    }
+  });
+}
+
+}  // namespace
+
+void fixed_conv1d_weight_units(int64_t n, int64_t c, int64_t l, const float* x, int64_t o, int64_t k, int64_t pad,
+                               int64_t dil, const float* g, const std::vector<int64_t>& unit_examples,
+                               float* partials) {
+  const int64_t lout = l + 2 * pad - dil * (k - 1), ck = c * k, units = static_cast<int64_t>(unit_examples.size());
+  int64_t examples = 0;
+  for (int64_t e : unit_examples) examples += e;
+  VQDDP_CHECK(examples == n && c >= 1 && o >= 1 && k >= 1 && lout >= 1, "fixed_conv1d_weight_units: units of {} "
+              "examples for {} samples, or no output for input [{}, {}, {}] and kernel {}", examples, n, n, c, l, k);
+  const cpu::GemmIsa& kernels = isa_for_columns(o);
+  const int64_t lp = lout + dil * (k - 1), o_pad = (o + kernels.nr - 1) / kernels.nr * kernels.nr;
+  thread_local std::vector<float> padded_v, rows_v, out_v;
+  thread_local std::vector<int64_t> off_v;
+  float* padded = cpu::scratch(padded_v, n * c * lp);
+  int64_t* off = cpu::scratch(off_v, ck);
+  pad_rows(n, c, l, x, k, pad, dil, lp, padded, off);
+  // g [n, o, lout] as rows [n lout, o_pad], zero past o: the tile's loads.
+  float* rows = cpu::scratch(rows_v, n * lout * o_pad);
+  parallel_for_ranges(n, o_pad * lout, [&](int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s)
+      for (int64_t i = 0; i < lout; ++i) {
+        float* to = rows + (s * lout + i) * o_pad;
+        for (int64_t q = 0; q < o; ++q) to[q] = g[(s * o + q) * lout + i];
+        std::fill(to + o, to + o_pad, 0.f);
+      }
+  });
+  float* out_t = cpu::scratch(out_v, units * ck * o_pad);
+  std::vector<int64_t> first(units + 1, 0);
+  for (int64_t u = 0; u < units; ++u) first[u + 1] = first[u] + unit_examples[u];
+  const int64_t blocks = (ck + kernels.mr - 1) / kernels.mr;
+  parallel_for(units * blocks, [&](int64_t t) {
+    const int64_t u = t / blocks, b = t % blocks;
+    cpu::Conv1dWeightArgs args;
+    args.j_begin = b * kernels.mr;
+    args.j_end = std::min(ck, args.j_begin + kernels.mr);
+    args.o_pad = o_pad;
+    args.samples = unit_examples[u];
+    args.lout = lout;
+    args.sample_stride = c * lp;
+    args.xp = padded + first[u] * c * lp;
+    args.off = off;
+    args.g = rows + first[u] * lout * o_pad;
+    args.out_t = out_t + u * ck * o_pad;
+    kernels.conv1d_weight(args);
+  });
+  // [ck, o_pad] per unit -> [o, ck]: a unit without examples sums nothing, +0.
+  for (int64_t u = 0; u < units; ++u)
+    for (int64_t q = 0; q < o; ++q)
+      for (int64_t j = 0; j < ck; ++j)
+        partials[(u * o + q) * ck + j] = unit_examples[u] == 0 ? 0.f : out_t[(u * ck + j) * o_pad + q];
+}
+
 void fixed_conv1d(int64_t n, int64_t c, int64_t l, const float* x, int64_t o, int64_t k, int64_t pad, int64_t dil,
                   const float* w, float* y) {
   const int64_t lout = l + 2 * pad - dil * (k - 1);
@@ -133,16 +205,7 @@ void fixed_conv1d(int64_t n, int64_t c, int64_t l, const float* x, int64_t o, in
   thread_local std::vector<int64_t> off_v;
   float* padded = cpu::scratch(padded_v, n * c * lp);
   int64_t* off = cpu::scratch(off_v, c * k);
-  for (int64_t ch = 0; ch < c; ++ch)
-    for (int64_t t = 0; t < k; ++t) off[ch * k + t] = ch * lp + t * dil;
-  parallel_for_ranges(n * c, lp, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      float* to = padded + row * lp;
-      std::fill_n(to, pad, 0.f);
-      std::copy_n(x + row * l, l, to + pad);
-      std::fill(to + pad + l, to + lp, 0.f);
-    }
-  });
+  pad_rows(n, c, l, x, k, pad, dil, lp, padded, off);
   const int64_t blocks = (o + kernels.mr - 1) / kernels.mr;
   parallel_for_ranges(n * blocks, c * k * lout * kernels.mr / 16, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {

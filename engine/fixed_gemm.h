@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace vqddp {
 
@@ -42,6 +43,17 @@ void fixed_gemm_reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, con
 // and the result already in [n, o, lout]. Threads as fixed_gemm.
 void fixed_conv1d(int64_t n, int64_t c, int64_t l, const float* x, int64_t o, int64_t k, int64_t pad, int64_t dil,
                   const float* w, float* y);
+
+// The weight gradient of fixed_conv1d as an exact step's unit partials
+// (engine/exact_batch.h): partials [units, o, c k] with unit u's entry
+//   chain over its rows r = (s, i) ascending of g[s, j, i] * x[s, ch, i - pad + t dil]
+// for (j, (ch, t)), where g [n, o, lout] is the output's gradient and the
+// units hold unit_examples consecutive samples each: the unit GEMMs of
+// matmul's backward on unfold(x) and g's rows, so their bits, with no
+// im2col buffer.
+void fixed_conv1d_weight_units(int64_t n, int64_t c, int64_t l, const float* x, int64_t o, int64_t k, int64_t pad,
+                               int64_t dil, const float* g, const std::vector<int64_t>& unit_examples,
+                               float* partials);
 
 // For each row x_i of x (n, d): out[i] = argmin_j bias[j] - factor * dot(x_i, e_j)
 // over the codes e_j of embed (k, d), with dot the fixed_gemm chain, the

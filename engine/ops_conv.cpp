@@ -11,6 +11,7 @@
 // engine/exact_batch.h; BLAS otherwise) and each other.
 #include "engine/autograd.h"
 #include "engine/device_plans.h"
+#include "engine/exact_batch.h"
 #include "engine/fixed_gemm.h"
 #include "engine/matmul_grads.h"
 #include "engine/ops.h"
@@ -129,20 +130,29 @@ Tensor conv1d_direct(const Tensor& x, const Tensor& weight, const ConvOptions& o
   Tensor dx = x.detach(), dw = weight.detach();
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   return record_op("conv1d", y, {x, weight}, {x, weight}, [=](const Tensor& g) -> std::vector<Tensor> {
-    // The general path's operands: cols = unfold(x) [N L_out, C K], the
-    // weight as [C_out, C K], and g as rows [N L_out, C_out].
-    Tensor cols = unfold(dx, 1, k, o);
+    // The weight's unit partials (an exact step) straight from x and g,
+    // with the unit GEMMs' chains (fixed_conv1d_weight_units).
+    Tensor gw;
+    const bool partials = need_w && wants_unit_partials(1);
+    if (partials) {
+      const std::vector<int64_t>& units = exact_batch()->unit_examples;
+      Shape shape = dw.shape();
+      shape.insert(shape.begin(), static_cast<int64_t>(units.size()));
+      gw = empty(shape, DType::f32, dx.device());
+      fixed_conv1d_weight_units(n, c, l, dx.data<float>(), cout, k, o.padding[1], o.dilation[1], g.data<float>(),
+                                units, gw.data<float>());
+    }
+    // Otherwise the general path's operands: cols = unfold(x) [N L_out, C K]
+    // (for the weight only), the weight as [C_out, C K], and g as rows
+    // [N L_out, C_out].
+    const bool via_cols = need_w && !partials;
+    Tensor cols = via_cols ? unfold(dx, 1, k, o) : Tensor();
     Tensor w2 = reshape(dw, {cout, c * k});
     Tensor rows = reshape(transpose(reshape(g, {n, cout, p.ow}), 1, 2), {n * p.ow, cout});
-    const bool partials = need_w && wants_unit_partials(1);
-    std::vector<Tensor> grads = matmul_grads(cols, w2, rows, false, true, need_x, need_w, false, partials);
-    Tensor gx, gw;
+    std::vector<Tensor> grads = matmul_grads(cols, w2, rows, false, true, need_x, via_cols, false, false);
+    Tensor gx;
     if (need_x) gx = fold(grads[0], dx.shape(), 1, k, o);
-    if (need_w) {
-      Shape shape = dw.shape();  // [units, ...] for partials
-      if (partials) shape.insert(shape.begin(), grads[1].size(0));
-      gw = reshape(grads[1], shape);
-    }
+    if (via_cols) gw = reshape(grads[1], dw.shape());
     return {gx, gw};
   });
 }

@@ -64,6 +64,20 @@ struct Conv1dArgs {
   float* y = nullptr;
 };
 
+// The weight gradient of one unit of a stride-1 1-D convolution, as the
+// transpose of the fixed-order product of unit_partials_of_b
+// (conv1d_weight in gemm_kernel.h): out_t [ck, o_pad] rows [j_begin,
+// j_end) with out_t[j, q] = chain over the unit's rows r = (s, i) ascending
+// of fma(xp_s[off[j] + i], g[r, q], acc). g has o_pad floats a row (zero
+// past o), o_pad a multiple of nr; j_begin a multiple of mr.
+struct Conv1dWeightArgs {
+  int64_t j_begin = 0, j_end = 0, o_pad = 0, samples = 0, lout = 0, sample_stride = 0;
+  const float* xp = nullptr;  // the unit's first sample's padded input
+  const int64_t* off = nullptr;
+  const float* g = nullptr;   // the unit's first row
+  float* out_t = nullptr;     // [ck, o_pad]
+};
+
 struct GemmIsa {
   const char* name;
   int mr, nr;  // register tile: rows of A, columns of B
@@ -73,6 +87,7 @@ struct GemmIsa {
   void (*pack_codes)(const float* embed, int64_t k, int64_t d, float* out);
   void (*argmin)(const ArgminArgs& args);
   void (*conv1d)(const Conv1dArgs& args);
+  void (*conv1d_weight)(const Conv1dWeightArgs& args);
 };
 
 extern const GemmIsa gemm_isa_avx512;  // AVX-512F + FMA: 8 x 32 tile

@@ -289,9 +289,43 @@ void conv1d_sample(const Conv1dArgs& g) {
   }
 }
 
+// See Conv1dWeightArgs: a tile of MR rows j (each broadcast from the
+// padded input, the row's own offset) by NR columns q (loaded from g's
+// row r) accumulates over every row r of the unit in ascending order.
+void conv1d_weight(const Conv1dWeightArgs& g) {
+  const int64_t ck_end = g.j_end;
+  for (int64_t j0 = g.j_begin; j0 < ck_end; j0 += MR) {
+    const int64_t rows = std::min<int64_t>(MR, ck_end - j0);
+    int64_t off[MR];
+    for (int r = 0; r < MR; ++r) off[r] = g.off[j0 + std::min<int64_t>(r, rows - 1)];
+    for (int64_t q0 = 0; q0 < g.o_pad; q0 += NR) {
+      typename Isa::V acc[MR][2];
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = Isa::zero();
+      for (int64_t s = 0; s < g.samples; ++s) {
+        const float* xs = g.xp + s * g.sample_stride;
+        const float* gs = g.g + s * g.lout * g.o_pad + q0;
+        for (int64_t i = 0; i < g.lout; ++i) {
+          typename Isa::V b0 = Isa::load(gs + i * g.o_pad), b1 = Isa::load(gs + i * g.o_pad + W);
+#pragma GCC unroll 16
+          for (int r = 0; r < MR; ++r) {
+            typename Isa::V a = Isa::bcast(xs + off[r] + i);
+            acc[r][0] = Isa::fma(a, b0, acc[r][0]);
+            acc[r][1] = Isa::fma(a, b1, acc[r][1]);
+          }
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        Isa::store(g.out_t + (j0 + r) * g.o_pad + q0, acc[r][0]);
+        Isa::store(g.out_t + (j0 + r) * g.o_pad + q0 + W, acc[r][1]);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vqddp::cpu
 
 // The table for the including file's instruction set.
 #define VQDDP_GEMM_ISA_TABLE(NAME) \
-  const GemmIsa gemm_isa_##NAME = {#NAME, MR, NR, gemm_blocked, pack_codes, argmin_blocked, conv1d_sample};
+  const GemmIsa gemm_isa_##NAME = {#NAME, MR, NR, gemm_blocked, pack_codes, argmin_blocked, conv1d_sample, conv1d_weight};

@@ -122,6 +122,54 @@ TEST_CASE("fixed_conv1d gives the bits of the fixed_gemm chain on the im2col mat
       }
 }
 
+TEST_CASE("fixed_conv1d_weight_units gives the bits of the unit GEMMs on the im2col matrix: every ISA and thread count") {
+  // Unit u's weight gradient of a stride-1 conv: the chain over its rows
+  // (sample, position) ascending of g times the im2col entry, as
+  // unit_partials_of_b computes it on unfold(x); units of 0, 1 and 2
+  // samples, output channel counts below and above a tile's width.
+  KernelSettings restore;
+  struct Case {
+    int64_t c, l, o, k, pad, dil;
+    std::vector<int64_t> units;
+  };
+  for (const Case& t : {Case{1, 37, 8, 7, 3, 1, {1, 2, 0, 1}}, Case{8, 50, 5, 7, 3, 1, {2, 1}},
+                        Case{3, 9, 40, 3, 4, 3, {1}}, Case{6, 30, 17, 1, 0, 1, {0, 3}}})
+    for (const std::string& isa : usable_isas())
+      for (int threads : {1, 2, 3}) {
+        CAPTURE(t.c);
+        CAPTURE(t.o);
+        CAPTURE(t.k);
+        CAPTURE(isa);
+        CAPTURE(threads);
+        fixed_gemm_use_isa(isa);
+        cpu_set_threads(threads);
+        int64_t n = 0;
+        for (int64_t e : t.units) n += e;
+        const int64_t lout = t.l + 2 * t.pad - t.dil * (t.k - 1), ck = t.c * t.k;
+        const int64_t units = static_cast<int64_t>(t.units.size());
+        std::vector<float> x = normal(n * t.c * t.l, 5), g = normal(n * t.o * lout, 6);
+        std::vector<float> want(units * t.o * ck), got(units * t.o * ck, -1.f);
+        int64_t s0 = 0;
+        for (int64_t u = 0; u < units; ++u) {
+          for (int64_t j = 0; j < t.o; ++j)
+            for (int64_t ch = 0; ch < t.c; ++ch)
+              for (int64_t q = 0; q < t.k; ++q) {
+                float acc = 0.f;
+                for (int64_t s = s0; s < s0 + t.units[u]; ++s)
+                  for (int64_t i = 0; i < lout; ++i) {
+                    const int64_t at = i - t.pad + q * t.dil;
+                    const float xv = at >= 0 && at < t.l ? x[(s * t.c + ch) * t.l + at] : 0.f;
+                    acc = std::fma(g[(s * t.o + j) * lout + i], xv, acc);
+                  }
+                want[(u * t.o + j) * ck + ch * t.k + q] = acc;
+              }
+          s0 += t.units[u];
+        }
+        fixed_conv1d_weight_units(n, t.c, t.l, x.data(), t.o, t.k, t.pad, t.dil, g.data(), t.units, got.data());
+        CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
+      }
+}
+
 TEST_CASE("fixed_gemm keeps the sign of zero chains and propagates NaN like the reference") {
   // A chain whose every product underflows to a negative zero stays -0 (no
   // padding step may add +0), and a NaN in row 0 stays in row 0.
