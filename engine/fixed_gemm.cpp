@@ -190,6 +190,52 @@ void fixed_conv1d_weight_units(int64_t n, int64_t c, int64_t l, const float* x, 
         partials[(u * o + q) * ck + j] = unit_examples[u] == 0 ? 0.f : out_t[(u * ck + j) * o_pad + q];
 }
 
+void fixed_conv1d_data(int64_t n, int64_t c, int64_t l, int64_t o, int64_t k, int64_t pad, int64_t dil, const float* g,
+                       const float* w, float* dx) {
+  const int64_t lout = l + 2 * pad - dil * (k - 1), ck = c * k;
+  VQDDP_CHECK(n >= 0 && c >= 1 && o >= 1 && k >= 1 && lout >= 1, "fixed_conv1d_data: no output for input [{}, {}, {}] "
+              "and kernel {}", n, c, l, k);
+  if (n == 0) return;
+  const cpu::GemmIsa& kernels = isa_for_columns(l);
+  // Sample s's gradient rows at `left` of rows of lg floats, zero around:
+  // tap t reads row q from left + pad - t dil, position iy at + iy, and a
+  // position outside the output reads 0, whose chain is +0 and adds nothing.
+  const int64_t left = (k - 1) * dil, lg = left + pad + l + kernels.nr + 1;
+  thread_local std::vector<float> padded_v;
+  thread_local std::vector<double> acc_v;
+  float* padded = cpu::scratch(padded_v, n * o * lg);
+  double* acc = cpu::scratch(acc_v, n * c * l);
+  parallel_for_ranges(n * o, lg, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      float* to = padded + row * lg;
+      std::fill_n(to, left, 0.f);
+      std::copy_n(g + row * lout, lout, to + left);
+      std::fill(to + left + lout, to + lg, 0.f);
+    }
+  });
+  const int64_t blocks = (c + kernels.mr - 1) / kernels.mr;
+  parallel_for(n * blocks, [&](int64_t task) {
+    const int64_t s = task / blocks, b = task % blocks;
+    cpu::Conv1dDataArgs args;
+    args.ch_begin = b * kernels.mr;
+    args.ch_end = std::min(c, args.ch_begin + kernels.mr);
+    args.o = o;
+    args.l = l;
+    args.lg = lg;
+    args.ck = ck;
+    args.k = k;
+    args.w = w;
+    args.acc = acc + s * c * l;
+    std::fill(args.acc + args.ch_begin * l, args.acc + args.ch_end * l, 0.0);
+    for (int64_t t = 0; t < k; ++t) {  // taps ascending: each element's double sum in col2im's order
+      args.tap = t;
+      args.gp = padded + s * o * lg + left + pad - t * dil;
+      kernels.conv1d_data(args);
+    }
+    for (int64_t e = args.ch_begin * l; e < args.ch_end * l; ++e) dx[s * c * l + e] = static_cast<float>(args.acc[e]);
+  });
+}
+
 void fixed_conv1d(int64_t n, int64_t c, int64_t l, const float* x, int64_t o, int64_t k, int64_t pad, int64_t dil,
                   const float* w, float* y) {
   const int64_t lout = l + 2 * pad - dil * (k - 1);

@@ -55,6 +55,15 @@ void fixed_conv1d_weight_units(int64_t n, int64_t c, int64_t l, const float* x, 
                                int64_t dil, const float* g, const std::vector<int64_t>& unit_examples,
                                float* partials);
 
+// The input gradient of fixed_conv1d in an exact step: dx [n, c, l] from
+// g [n, o, lout] and w [o, c k], each element the double sum over taps t
+// ascending of the fixed chain over q ascending of g[s, q, i] w[q, ch k + t]
+// (i = iy + pad - t dil, taps outside the output left out), rounded once:
+// fold of the fixed_gemm product g_rows w, so its bits, with neither the
+// [n lout, c k] product nor g's transpose written.
+void fixed_conv1d_data(int64_t n, int64_t c, int64_t l, int64_t o, int64_t k, int64_t pad, int64_t dil, const float* g,
+                       const float* w, float* dx);
+
 // For each row x_i of x (n, d): out[i] = argmin_j bias[j] - factor * dot(x_i, e_j)
 // over the codes e_j of embed (k, d), with dot the fixed_gemm chain, the
 // score rounded as written (a product, then a difference), ties to the

@@ -142,16 +142,25 @@ Tensor conv1d_direct(const Tensor& x, const Tensor& weight, const ConvOptions& o
       fixed_conv1d_weight_units(n, c, l, dx.data<float>(), cout, k, o.padding[1], o.dilation[1], g.data<float>(),
                                 units, gw.data<float>());
     }
+    // The input gradient in an exact step (fixed-order products), likewise
+    // straight from g and the weight (fixed_conv1d_data).
+    Tensor gx;
+    const bool direct_x = need_x && exact_batch();
+    if (direct_x) {
+      gx = empty(dx.shape(), DType::f32, dx.device());
+      fixed_conv1d_data(n, c, l, cout, k, o.padding[1], o.dilation[1], g.data<float>(), dw.data<float>(),
+                        gx.data<float>());
+    }
     // Otherwise the general path's operands: cols = unfold(x) [N L_out, C K]
     // (for the weight only), the weight as [C_out, C K], and g as rows
     // [N L_out, C_out].
-    const bool via_cols = need_w && !partials;
+    const bool via_cols = need_w && !partials, via_rows = need_x && !direct_x;
+    if (!via_cols && !via_rows) return {gx, gw};
     Tensor cols = via_cols ? unfold(dx, 1, k, o) : Tensor();
     Tensor w2 = reshape(dw, {cout, c * k});
     Tensor rows = reshape(transpose(reshape(g, {n, cout, p.ow}), 1, 2), {n * p.ow, cout});
-    std::vector<Tensor> grads = matmul_grads(cols, w2, rows, false, true, need_x, via_cols, false, false);
-    Tensor gx;
-    if (need_x) gx = fold(grads[0], dx.shape(), 1, k, o);
+    std::vector<Tensor> grads = matmul_grads(cols, w2, rows, false, true, via_rows, via_cols, false, false);
+    if (via_rows) gx = fold(grads[0], dx.shape(), 1, k, o);
     if (via_cols) gw = reshape(grads[1], dw.shape());
     return {gx, gw};
   });

@@ -78,6 +78,19 @@ struct Conv1dWeightArgs {
   float* out_t = nullptr;     // [ck, o_pad]
 };
 
+// One tap of the input gradient of a stride-1 1-D convolution, for one
+// sample (conv1d_data in gemm_kernel.h): for channels [ch_begin, ch_end) and
+// positions iy in [0, l), the fixed chain over q ascending of
+// fma(gp[q * lg + iy], w[q * ck + ch * k + tap], acc), added (in double) to
+// acc[ch * l + iy]. gp is the sample's gradient rows, zero-padded and
+// already shifted for this tap; ch_begin a multiple of mr.
+struct Conv1dDataArgs {
+  int64_t ch_begin = 0, ch_end = 0, o = 0, l = 0, lg = 0, ck = 0, k = 0, tap = 0;
+  const float* gp = nullptr;
+  const float* w = nullptr;
+  double* acc = nullptr;
+};
+
 struct GemmIsa {
   const char* name;
   int mr, nr;  // register tile: rows of A, columns of B
@@ -88,6 +101,7 @@ struct GemmIsa {
   void (*argmin)(const ArgminArgs& args);
   void (*conv1d)(const Conv1dArgs& args);
   void (*conv1d_weight)(const Conv1dWeightArgs& args);
+  void (*conv1d_data)(const Conv1dDataArgs& args);
 };
 
 extern const GemmIsa gemm_isa_avx512;  // AVX-512F + FMA: 8 x 32 tile

@@ -323,9 +323,48 @@ void conv1d_weight(const Conv1dWeightArgs& g) {
   }
 }
 
+// See Conv1dDataArgs: a tile of MR channels (weights broadcast) by NR
+// positions (the shifted gradient rows, shared by the tile's channels)
+// accumulates over q ascending; each chain is then added to its element's
+// double sum.
+void conv1d_data(const Conv1dDataArgs& g) {
+  for (int64_t ch0 = g.ch_begin; ch0 < g.ch_end; ch0 += MR) {
+    const int64_t rows = std::min<int64_t>(MR, g.ch_end - ch0);
+    const float* wr[MR];
+    for (int r = 0; r < MR; ++r) wr[r] = g.w + (ch0 + std::min<int64_t>(r, rows - 1)) * g.k + g.tap;
+    for (int64_t i0 = 0; i0 < g.l; i0 += NR) {
+      const int64_t cols = std::min<int64_t>(NR, g.l - i0);
+      typename Isa::V acc[MR][2];
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = Isa::zero();
+      for (int64_t q = 0; q < g.o; ++q) {
+        const float* bp = g.gp + q * g.lg + i0;
+        typename Isa::V b0 = Isa::load(bp), b1 = Isa::load(bp + W);
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) {
+          typename Isa::V a = Isa::bcast(wr[r] + q * g.ck);
+          acc[r][0] = Isa::fma(a, b0, acc[r][0]);
+          acc[r][1] = Isa::fma(a, b1, acc[r][1]);
+        }
+      }
+      alignas(64) float tile[MR * NR];
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        Isa::store(tile + r * NR, acc[r][0]);
+        Isa::store(tile + r * NR + W, acc[r][1]);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        double* d = g.acc + (ch0 + r) * g.l + i0;
+        for (int64_t i = 0; i < cols; ++i) d[i] += tile[r * NR + i];
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace vqddp::cpu
 
 // The table for the including file's instruction set.
 #define VQDDP_GEMM_ISA_TABLE(NAME) \
-  const GemmIsa gemm_isa_##NAME = {#NAME, MR, NR, gemm_blocked, pack_codes, argmin_blocked, conv1d_sample, conv1d_weight};
+  const GemmIsa gemm_isa_##NAME = {#NAME, MR, NR, gemm_blocked, pack_codes, argmin_blocked, conv1d_sample, conv1d_weight, \
+                                    conv1d_data};

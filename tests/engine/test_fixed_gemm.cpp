@@ -170,6 +170,48 @@ TEST_CASE("fixed_conv1d_weight_units gives the bits of the unit GEMMs on the im2
       }
 }
 
+TEST_CASE("fixed_conv1d_data gives the bits of fold on the fixed_gemm product of g's rows and the weight") {
+  // The input gradient of a stride-1 conv against what matmul's backward
+  // and col2im compute in an exact step: each element the double sum of
+  // its valid taps (ascending) of the chain over output channels.
+  KernelSettings restore;
+  struct Case {
+    int64_t n, c, l, o, k, pad, dil;
+  };
+  for (const Case& t : {Case{2, 1, 37, 8, 7, 3, 1}, Case{3, 8, 50, 5, 7, 3, 1}, Case{1, 3, 9, 13, 3, 4, 3},
+                        Case{2, 6, 100, 4, 1, 0, 1}, Case{4, 5, 40, 33, 3, 1, 2}, Case{1, 2, 5, 1, 5, 0, 1},
+                        Case{2, 9, 20, 3, 4, 1, 1}})
+    for (const std::string& isa : usable_isas())
+      for (int threads : {1, 2, 3}) {
+        CAPTURE(t.c);
+        CAPTURE(t.l);
+        CAPTURE(t.o);
+        CAPTURE(t.k);
+        CAPTURE(isa);
+        CAPTURE(threads);
+        fixed_gemm_use_isa(isa);
+        cpu_set_threads(threads);
+        const int64_t lout = t.l + 2 * t.pad - t.dil * (t.k - 1), ck = t.c * t.k;
+        std::vector<float> g = normal(t.n * t.o * lout, 7), w = normal(t.o * ck, 8);
+        std::vector<float> want(t.n * t.c * t.l), got(t.n * t.c * t.l, -1.f);
+        for (int64_t s = 0; s < t.n; ++s)
+          for (int64_t ch = 0; ch < t.c; ++ch)
+            for (int64_t iy = 0; iy < t.l; ++iy) {
+              double acc = 0.0;
+              for (int64_t q = 0; q < t.k; ++q) {
+                const int64_t i = iy + t.pad - q * t.dil;
+                if (i < 0 || i >= lout) continue;
+                float chain = 0.f;
+                for (int64_t j = 0; j < t.o; ++j) chain = std::fma(g[(s * t.o + j) * lout + i], w[j * ck + ch * t.k + q], chain);
+                acc += chain;
+              }
+              want[(s * t.c + ch) * t.l + iy] = static_cast<float>(acc);
+            }
+        fixed_conv1d_data(t.n, t.c, t.l, t.o, t.k, t.pad, t.dil, g.data(), w.data(), got.data());
+        CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
+      }
+}
+
 TEST_CASE("fixed_gemm keeps the sign of zero chains and propagates NaN like the reference") {
   // A chain whose every product underflows to a negative zero stays -0 (no
   // padding step may add +0), and a NaN in row 0 stays in row 0.
