@@ -236,6 +236,8 @@ void fixed_conv1d_data(int64_t n, int64_t c, int64_t l, int64_t o, int64_t k, in
   });
 }
 
+void cpu_elu(float alpha, const float* x, float* out, int64_t n) { isa().elu(alpha, x, out, n); }
+
 void fixed_conv1d(int64_t n, int64_t c, int64_t l, const float* x, int64_t o, int64_t k, int64_t pad, int64_t dil,
                   const float* w, float* y) {
   const int64_t lout = l + 2 * pad - dil * (k - 1);

@@ -64,6 +64,10 @@ void fixed_conv1d_weight_units(int64_t n, int64_t c, int64_t l, const float* x, 
 void fixed_conv1d_data(int64_t n, int64_t c, int64_t l, int64_t o, int64_t k, int64_t pad, int64_t dil, const float* g,
                        const float* w, float* dx);
 
+// out[i] = elu(x[i]) (kernel_math.h's UnaryFn formula) on the widest
+// instruction set in use: the same bits as the formula itself.
+void cpu_elu(float alpha, const float* x, float* out, int64_t n);
+
 // For each row x_i of x (n, d): out[i] = argmin_j bias[j] - factor * dot(x_i, e_j)
 // over the codes e_j of embed (k, d), with dot the fixed_gemm chain, the
 // score rounded as written (a product, then a difference), ties to the

@@ -102,6 +102,9 @@ struct GemmIsa {
   void (*conv1d)(const Conv1dArgs& args);
   void (*conv1d_weight)(const Conv1dWeightArgs& args);
   void (*conv1d_data)(const Conv1dDataArgs& args);
+  // out[i] = elu(x[i]) with alpha, kernel_math.h's formula vectorized for
+  // the set (the same bits on every set: no FMA, every operation as written).
+  void (*elu)(float alpha, const float* x, float* out, int64_t n);
 };
 
 extern const GemmIsa gemm_isa_avx512;  // AVX-512F + FMA: 8 x 32 tile

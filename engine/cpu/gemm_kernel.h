@@ -361,10 +361,15 @@ void conv1d_data(const Conv1dDataArgs& g) {
   }
 }
 
+void elu(float alpha, const float* x, float* out, int64_t n) {
+  const UnaryFn f{UnaryFn::Op::elu, alpha, 0.f};
+  for (int64_t i = 0; i < n; ++i) out[i] = f.f(x[i]);
+}
+
 }  // namespace
 }  // namespace vqddp::cpu
 
 // The table for the including file's instruction set.
 #define VQDDP_GEMM_ISA_TABLE(NAME) \
   const GemmIsa gemm_isa_##NAME = {#NAME, MR, NR, gemm_blocked, pack_codes, argmin_blocked, conv1d_sample, conv1d_weight, \
-                                    conv1d_data};
+                                    conv1d_data, elu};

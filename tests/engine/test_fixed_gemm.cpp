@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "engine/fixed_gemm.h"
 #include "engine/kernel_math.h"
@@ -210,6 +211,25 @@ TEST_CASE("fixed_conv1d_data gives the bits of fold on the fixed_gemm product of
         fixed_conv1d_data(t.n, t.c, t.l, t.o, t.k, t.pad, t.dil, g.data(), w.data(), got.data());
         CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
       }
+}
+
+TEST_CASE("cpu_elu gives the bits of the elu formula on every instruction set") {
+  KernelSettings restore;
+  std::vector<float> x = normal(4099, 9);
+  for (float& v : x) v *= 8.f;  // well into both branches and the clamps' range
+  for (float v : {0.f, -0.f, -18.5f, -100.f, 88.7f, 90.f, 1e-30f, -1e-30f, std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(), std::nanf("")})
+    x.push_back(v);
+  const UnaryFn f{UnaryFn::Op::elu, 1.3f, 0.f};
+  std::vector<float> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = f.f(x[i]);
+  for (const std::string& isa : usable_isas()) {
+    CAPTURE(isa);
+    fixed_gemm_use_isa(isa);
+    std::vector<float> got(x.size(), -7.f);
+    cpu_elu(1.3f, x.data(), got.data(), static_cast<int64_t>(x.size()));
+    CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(x.size())));
+  }
 }
 
 TEST_CASE("fixed_gemm keeps the sign of zero chains and propagates NaN like the reference") {
