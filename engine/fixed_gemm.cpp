@@ -120,21 +120,27 @@ void fixed_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* 
 
 namespace {
 
-// Each of the n * c rows of x (l floats) into a row of lp floats: pad
-// zeros, the row, zeros to the end; and off[ch * k + t] = ch * lp + t * dil,
-// where tap t of channel ch starts in a sample's padded rows.
-void pad_rows(int64_t n, int64_t c, int64_t l, const float* x, int64_t k, int64_t pad, int64_t dil, int64_t lp,
-              float* padded, int64_t* off) {
-  for (int64_t ch = 0; ch < c; ++ch)
-    for (int64_t t = 0; t < k; ++t) off[ch * k + t] = ch * lp + t * dil;
-  parallel_for_ranges(n * c, lp, [&](int64_t begin, int64_t end) {
+// Each of `rows` rows of x (l floats) into a row of lp floats: `left`
+// zeros, the row, zeros to the end.
+void pad_rows(int64_t rows, int64_t l, const float* x, int64_t left, int64_t lp, float* padded) {
+  parallel_for_ranges(rows, lp, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       float* to = padded + row * lp;
-      std::fill_n(to, pad, 0.f);
-      std::copy_n(x + row * l, l, to + pad);
-      std::fill(to + pad + l, to + lp, 0.f);
+      std::fill_n(to, left, 0.f);
+      std::copy_n(x + row * l, l, to + left);
+      std::fill(to + left + l, to + lp, 0.f);
     }
   });
+}
+
+// The samples' rows of x padded for a convolution (pad zeros on the left),
+// and off[ch * k + t] = ch * lp + t * dil, where tap t of channel ch starts
+// in a sample's padded rows.
+void pad_samples(int64_t n, int64_t c, int64_t l, const float* x, int64_t k, int64_t pad, int64_t dil, int64_t lp,
+                 float* padded, int64_t* off) {
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t t = 0; t < k; ++t) off[ch * k + t] = ch * lp + t * dil;
+  pad_rows(n * c, l, x, pad, lp, padded);
 }
 
 }  // namespace
@@ -153,7 +159,7 @@ void fixed_conv1d_weight_units(int64_t n, int64_t c, int64_t l, const float* x, 
   thread_local std::vector<int64_t> off_v;
   float* padded = cpu::scratch(padded_v, n * c * lp);
   int64_t* off = cpu::scratch(off_v, ck);
-  pad_rows(n, c, l, x, k, pad, dil, lp, padded, off);
+  pad_samples(n, c, l, x, k, pad, dil, lp, padded, off);
   // g [n, o, lout] as rows [n lout, o_pad], zero past o: the tile's loads.
   float* rows = cpu::scratch(rows_v, n * lout * o_pad);
   parallel_for_ranges(n, o_pad * lout, [&](int64_t begin, int64_t end) {
@@ -205,14 +211,7 @@ void fixed_conv1d_data(int64_t n, int64_t c, int64_t l, int64_t o, int64_t k, in
   thread_local std::vector<double> acc_v;
   float* padded = cpu::scratch(padded_v, n * o * lg);
   double* acc = cpu::scratch(acc_v, n * c * l);
-  parallel_for_ranges(n * o, lg, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      float* to = padded + row * lg;
-      std::fill_n(to, left, 0.f);
-      std::copy_n(g + row * lout, lout, to + left);
-      std::fill(to + left + lout, to + lg, 0.f);
-    }
-  });
+  pad_rows(n * o, lout, g, left, lg, padded);
   const int64_t blocks = (c + kernels.mr - 1) / kernels.mr;
   parallel_for(n * blocks, [&](int64_t task) {
     const int64_t s = task / blocks, b = task % blocks;
@@ -253,7 +252,7 @@ void fixed_conv1d(int64_t n, int64_t c, int64_t l, const float* x, int64_t o, in
   thread_local std::vector<int64_t> off_v;
   float* padded = cpu::scratch(padded_v, n * c * lp);
   int64_t* off = cpu::scratch(off_v, c * k);
-  pad_rows(n, c, l, x, k, pad, dil, lp, padded, off);
+  pad_samples(n, c, l, x, k, pad, dil, lp, padded, off);
   const int64_t blocks = (o + kernels.mr - 1) / kernels.mr;
   parallel_for_ranges(n * blocks, c * k * lout * kernels.mr / 16, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
