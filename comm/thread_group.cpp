@@ -160,7 +160,6 @@ void ThreadGroup::abort(Failure kind, const std::string& message) {
 void ThreadGroup::fail_locked(Failure kind, const std::string& message) {
   if (!failed_) {  // the first failure is the one every rank reports
     failed_ = true;
-    failed_flag_.store(true);
     failure_ = kind;
     failure_message_ = message;
   }
@@ -223,7 +222,7 @@ void ThreadGroup::rendezvous(int rank, const Call* call, const char* phase) {
     // A rendezvous of ranks that compute in step is over in microseconds: a
     // condition variable's sleep and wake-up would cost tens of them.
     lock.unlock();
-    for (int i = 0; i < kSpinRounds && generation_.load() == gen && !failed_flag_.load(); ++i) cpu_relax();
+    for (int i = 0; i < kSpinRounds && generation_.load() == gen && !failed_.load(); ++i) cpu_relax();
     lock.lock();
   }
   auto deadline = std::chrono::steady_clock::now() + options_.timeout;

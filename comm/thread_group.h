@@ -81,7 +81,6 @@ class ThreadGroup {
   std::condition_variable cv_;
   // Completed rendezvous; atomic so a waiter can poll it without the lock.
   std::atomic<uint64_t> generation_{0};
-  std::atomic<bool> failed_flag_{false};  // failed_, for the same polling
   // Whether a waiter polls before it sleeps: only when every rank has a
   // core of its own (W <= cores), so polling takes no core a rank needs.
   const bool spin_;
@@ -89,7 +88,7 @@ class ThreadGroup {
   std::vector<char> here_;     // arrived at the current rendezvous
   std::vector<char> finished_; // returned from its function
   std::vector<Call> calls_;
-  bool failed_ = false;
+  std::atomic<bool> failed_{false};  // written under the lock; atomic so a waiter can poll it
   Failure failure_ = Failure::aborted;
   std::string failure_message_;
 };

@@ -191,3 +191,27 @@ TEST_CASE("check-ddp passes on both conv model types: every checkpoint tensor bi
     }
   }
 }
+
+TEST_CASE("conv_codec: a whole run on the CPU (direct stride-1 convs) ends in the bits of sim's general conv path") {
+  // The CPU computes a stride-1 1-D conv and, in an exact step, both its
+  // gradients without im2col (engine/fixed_gemm.h); the simulated device
+  // runs the general im2col + GEMM + col2im path. The same checkpoint after
+  // a whole run, on 1 rank and on 3 (where every rank's units are partials).
+  Dataset data = tones(256, 120, 12, 3);
+  for (int world : {1, 3}) {
+    CAPTURE(world);
+    Config cpu = conv_config("conv_codec", tmp("direct-cpu"));
+    cpu.distributed.world_size = world;
+    Config sim = conv_config("conv_codec", tmp("direct-sim"));
+    sim.distributed.world_size = world;
+    sim.run.device = "sim";
+    TrainOptions opt = quiet();
+    opt.overwrite = true;
+    train(cpu, data, opt);
+    train(sim, data, opt);
+    NamedTensors c = safetensors_load(cpu.run.dir + "/checkpoint.safetensors").tensors,
+                 s = safetensors_load(sim.run.dir + "/checkpoint.safetensors").tensors;
+    REQUIRE(!c.empty());
+    CHECK(first_difference(s, c) == "");
+  }
+}
