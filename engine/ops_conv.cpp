@@ -110,9 +110,11 @@ namespace {
 // fixed_conv1d straight from x into [N, C_out, 1, L_out], without the
 // im2col buffer and the transpose to the image layout. The forward chains
 // are the fixed_gemm chains of unfold(x) times W^T, so the same bits as
-// the general path; the backward rebuilds unfold(x) and hands matmul's own
-// backward the operands the general path's matmul had, so the gradients
-// are its bits too (in an exact step and out of one).
+// the general path. In an exact step both gradients come straight from x,
+// g and the weight with that path's chains and sums (fixed_gemm.h); out of
+// one, the backward rebuilds unfold(x) and hands matmul's own backward the
+// operands the general path's matmul had. Either way, the general path's
+// bits (tests/train/test_conv_models.cpp runs both to one checkpoint).
 bool direct_conv1d(const Tensor& x, const Tensor& weight, int64_t kh, const ConvOptions& o) {
   return x.device().is_cpu() && weight.device().is_cpu() && o.groups == 1 && x.size(2) == 1 && kh == 1 &&
          o.stride[1] == 1 && o.padding[0] == 0 && o.stride[0] == 1 && x.dtype() == DType::f32 &&
