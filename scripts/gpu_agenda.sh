@@ -57,6 +57,9 @@ build() {
   for l in libopenblas.so libopenblas.so.0 libblas.so libblas.so.3; do
     [ -e "$ob/$l" ] && ln -sf "$ob/$l" "$lib/$l"
   done
+  # sndfile.pc names its codecs' .pc files (Requires.private), whose -dev
+  # packages are not carried: a shared link needs none of them.
+  sed -i '/^Requires.private:/d' "$lib/pkgconfig/sndfile.pc"
   rm -f "$lib/libz.a"
   ln -sf "$(ldconfig -p | sed -n 's/.*libz.so.1 (libc6,x86-64) => //p' | head -1)" "$lib/libz.so"
   source .gpu/env.sh
@@ -65,7 +68,7 @@ build() {
   [ -f build-gpu/build.ninja ] || meson setup build-gpu --buildtype=release -Dcuda=enabled
   ninja -C build-gpu
 }
-build >"$out/build.log" 2>&1 || { grep -B2 -A8 "FAILED\|error:" "$out/build.log" | head -60; exit 1; }
+build >"$out/build.log" 2>&1 || { grep -B2 -A8 "FAILED\|error:\|ERROR:" "$out/build.log" | head -60; exit 1; }
 tail -3 "$out/build.log"
 source .gpu/env.sh
 nproc
