@@ -32,8 +32,8 @@ void agree_outcome(Communicator& comm, const std::string& failure, bool nonfinit
   int64_t others = count - 1;
   std::string all = fmt::format("rank {}: {}{}", root, message,
                                 others > 0 ? fmt::format(" (and {} other rank{})", others, others == 1 ? "" : "s") : "");
-  if (f[root] == 2) throw NonFiniteError(all);
-  throw Error(all);
+  if (f[root] == 2) throw AgreedNonFiniteError(all);
+  throw AgreedError(all);
 }
 
 std::vector<std::vector<int64_t>> gather_values(Communicator& comm, const std::vector<int64_t>& values) {

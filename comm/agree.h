@@ -10,15 +10,16 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/errors.h"
 #include "engine/error.h"
 
 namespace vqddp {
 
 // `failure` is this rank's error message ("" when it is fine). Every rank
-// must call. When some rank failed, every rank throws Error("rank R: ...")
+// must call. When some rank failed, every rank throws AgreedError("rank R: ...")
 // with the message of the lowest failing rank R (cut at 4000 bytes), and
-// says how many other ranks failed too; a NonFiniteError when that rank's
-// was one (`nonfinite`), so callers that add the step and the data's origin
+// says how many other ranks failed too; an AgreedNonFiniteError when that
+// rank's was a NonFiniteError (`nonfinite`), so callers that add the step and the data's origin
 // to those still can. Costs one all_reduce when all are fine, one broadcast
 // more when not.
 void agree_outcome(Communicator& comm, const std::string& failure, bool nonfinite = false);
@@ -49,3 +50,12 @@ void agree_on(Communicator& comm, bool here, F&& f) {
 std::vector<std::vector<int64_t>> gather_values(Communicator& comm, const std::vector<int64_t>& values);
 
 }  // namespace vqddp
+
+// VQDDP_CHECK for a check every rank makes on the same gathered values (so
+// every rank fails it alike): it throws AgreedError, which tells the
+// backends that no rank is left waiting in a collective.
+#define VQDDP_CHECK_EVERY_RANK(cond, ...)                                                                      \
+  do {                                                                                                          \
+    if (!(cond))                                                                                                \
+      throw ::vqddp::AgreedError(::fmt::format(__VA_ARGS__), ::vqddp::source_position(__FILE__, __LINE__)); \
+  } while (0)

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 
+#include "comm/errors.h"
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
 #include "comm/rendezvous.h"
@@ -59,7 +60,8 @@ int ranks_on_this_node(Communicator& comm) {
 // come from MPI. The engine's CPU threads are shared among the job's
 // processes on this node, as run_ranks shares them among thread ranks.
 // An error on one rank ends the whole job at once (after its message):
-// the others would only see it as a missed deadline, minutes later.
+// the others would only see it as a missed deadline, minutes later. One
+// that every rank raised alike ends each process on its own.
 void launch_mpi(const LaunchOptions& o, const std::function<void(Communicator&)>& fn) {
   MpiOptions mpi = MpiOptions::from_environment(o.timeout);
   mpi.check_fingerprints |= o.check_collectives;
@@ -68,8 +70,17 @@ void launch_mpi(const LaunchOptions& o, const std::function<void(Communicator&)>
     CpuShareScope share(ranks_on_this_node(*comm));
     fn(*comm);
   } catch (const std::exception& e) {
-    if (comm->world_size() > 1)
-      mpi_abort_job(fmt::format("vqddp: mpi rank {} of {} failed: {}", comm->rank(), comm->world_size(), e.what()));
+    if (comm->world_size() > 1) {
+      if (!raised_by_every_rank(e))
+        mpi_abort_job(fmt::format("vqddp: mpi rank {} of {} failed: {}", comm->rank(), comm->world_size(), e.what()));
+      // Every rank raised it at the same point (other data, config or
+      // build): none waits for another, so each process frees its
+      // communicator here (no exception in flight, so no abort), finalises
+      // MPI at exit and fails with the error. MPI_Abort would end the job
+      // too, but through a teardown in which mpirun itself has crashed (in
+      // its PMIx log handler), losing the other ranks' messages.
+      comm.reset();
+    }
     throw;
   }
 }

@@ -2,6 +2,8 @@
 
 namespace vqddp {
 
+bool raised_by_every_rank(const std::exception& e) { return dynamic_cast<const RanksAgreed*>(&e) != nullptr; }
+
 void throw_comm_failure(CommFailure kind, const std::string& message) {
   switch (kind) {
     case CommFailure::desync: throw DesyncError(message);

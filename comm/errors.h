@@ -29,6 +29,30 @@ class AbortedError : public Error {
   using Error::Error;
 };
 
+// What every rank raised at the same point of the program, with the same
+// message: agree_outcome(), or a check of values gathered from every rank
+// (VQDDP_CHECK_EVERY_RANK: other data, another config or build). The ranks
+// still agree on what comes next, so a backend that ends the whole job at
+// once after a rank-local error (MPI: MPI_Abort) can let each process end
+// on its own instead.
+class RanksAgreed {
+ public:
+  virtual ~RanksAgreed() = default;
+};
+
+class AgreedError : public Error, public RanksAgreed {
+ public:
+  using Error::Error;
+};
+
+class AgreedNonFiniteError : public NonFiniteError, public RanksAgreed {
+ public:
+  using NonFiniteError::NonFiniteError;
+};
+
+// True for an error every rank raised alike (a RanksAgreed).
+bool raised_by_every_rank(const std::exception& e);
+
 // How a group failed, for backends that record a failure in one place and
 // raise it in every later call.
 enum class CommFailure { aborted, desync, timeout };

@@ -40,9 +40,9 @@ void agree_run_identity(Communicator& comm, uint32_t build, uint32_t config) {
     if (all[r][0] != all[0][0]) builds += fmt::format("{}rank {} runs {:08x}", builds.empty() ? "" : ", ", r, all[r][0]);
     if (all[r][1] != all[0][1]) configs += fmt::format("{}rank {} has {:08x}", configs.empty() ? "" : ", ", r, all[r][1]);
   }
-  VQDDP_CHECK(builds.empty(), "the ranks run different vqddp builds: rank 0 runs build {:08x}, and {} (CRC32C of the "
+  VQDDP_CHECK_EVERY_RANK(builds.empty(), "the ranks run different vqddp builds: rank 0 runs build {:08x}, and {} (CRC32C of the "
               "vqddp library or program each rank runs). Install the same build on every node", all[0][0], builds);
-  VQDDP_CHECK(configs.empty(), "the ranks run different configs: rank 0's has fingerprint {:08x}, and {} (CRC32C of "
+  VQDDP_CHECK_EVERY_RANK(configs.empty(), "the ranks run different configs: rank 0's has fingerprint {:08x}, and {} (CRC32C of "
               "model, quantizer, data, optimizer, batch size and seed). Give every node the same config",
               all[0][1], configs);
 }

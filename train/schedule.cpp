@@ -79,7 +79,7 @@ Schedule agree_schedule(const std::vector<int64_t>& sizes, const std::vector<dou
     for (int r = 1; r < comm.world_size(); ++r)
       if (all[r] != all[0])
         differ += fmt::format("{}rank {} ({} examples in {} sources)", differ.empty() ? "" : ", ", r, all[r][2], all[r][1]);
-    VQDDP_CHECK(differ.empty(), "the ranks loaded different data: rank 0 has {} examples in {} sources, and these ranks "
+    VQDDP_CHECK_EVERY_RANK(differ.empty(), "the ranks loaded different data: rank 0 has {} examples in {} sources, and these ranks "
                 "differ from it: {}. Every rank must read the same data (the same sources, files and sizes; data "
                 "fingerprints differ)", all[0][2], all[0][1], differ);
   }

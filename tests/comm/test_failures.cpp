@@ -21,14 +21,16 @@ constexpr ThreadGroupOptions kShort{.timeout = 300ms};
 struct Outcome {
   std::vector<std::string> what;
   std::vector<std::string> type;
+  std::vector<int> agreed;  // raised_by_every_rank: each rank raised it itself, alike
 };
 
 template <class Fn>
 Outcome run_and_record(int w, Fn fn, ThreadGroupOptions opt = kShort) {
-  Outcome o{std::vector<std::string>(w), std::vector<std::string>(w)};
+  Outcome o{std::vector<std::string>(w), std::vector<std::string>(w), std::vector<int>(w)};
   auto record = [&](int r, const char* type, const std::exception& e) {
     o.what[r] = e.what();
     o.type[r] = type;
+    o.agreed[r] = raised_by_every_rank(e);
   };
   try {
     run_ranks(w, [&](Communicator& comm) {
@@ -179,6 +181,7 @@ TEST_CASE("a rank that stalls after a completed collective: the others time out 
   });
   CHECK(o.type[0] == "timeout");
   CHECK(o.what[0].find("barrier #1 (arrival): ranks 1 did not arrive") != std::string::npos);
+  CHECK(!o.agreed[0]);  // rank 1 never raised it: an MPI job must be aborted
 }
 
 TEST_CASE("agree_outcome: a rank-local failure makes every rank throw the same error, naming the lowest failing rank") {
@@ -191,7 +194,10 @@ TEST_CASE("agree_outcome: a rank-local failure makes every rank throw the same e
   for (int r = 0; r < 4; ++r) {
     CHECK(o.type[r] == "other");  // not aborted, not timed out: each rank throws it itself
     CHECK(o.what[r] == "rank 1: run directory /x: cannot write in it (and 1 other rank)");
+    CHECK(o.agreed[r]);  // so the MPI backend ends each process without MPI_Abort
   }
+  o = run_and_record(2, [](Communicator& comm) { agree_outcome(comm, comm.rank() ? "inf" : "", true); });
+  for (int r = 0; r < 2; ++r) CHECK((o.agreed[r] && o.what[r] == "rank 1: inf"));
   // All fine: nobody throws, and agree_on passes an Error's message on.
   o = run_and_record(3, [](Communicator& comm) { agree_outcome(comm, ""); });
   for (int r = 0; r < 3; ++r) CHECK(o.what[r].empty());

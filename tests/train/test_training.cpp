@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "comm/errors.h"
 #include "comm/thread_group.h"
 #include "engine/device.h"
 #include "engine/file_io.h"
@@ -74,6 +75,7 @@ TEST_CASE("invariant 7: ranks that loaded different data with the same total all
       agree_schedule(sizes, {1.0, 1.0}, c, comm, data_fingerprint(mine));
     } catch (const Error& e) {
       seen[comm.rank()] = e.what();
+      CHECK(raised_by_every_rank(e));  // MPI ends each process without MPI_Abort
     }
   }, vqddp::test::kFast);
   for (int r = 0; r < 3; ++r)
@@ -98,6 +100,7 @@ TEST_CASE("invariant 7: a rank with another build or config stops every rank at 
         agree_run_identity(comm, build ? mine : 1u, build ? 1u : mine);
       } catch (const Error& e) {
         seen[comm.rank()] = e.what();
+        CHECK(raised_by_every_rank(e));
         throw;
       }
     }));
