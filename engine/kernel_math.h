@@ -3,8 +3,10 @@
 // One definition per formula: the CPU ops and the GPU kernels call the same
 // functions, so the two backends cannot drift apart (the CPU stays the
 // reference the GPU is tested against). The header is plain C++ for g++ and
-// __host__ __device__ under nvcc; it uses the C math functions (expf, erf,
-// ...) that exist on both sides.
+// __host__ __device__ under nvcc. The exponential family (exp, expm1, log,
+// tanh, sigmoid) is its own, in rounded float operations, so host and
+// device agree to the bit; erf, atan and tan use the C math functions in
+// double, which exist on both sides and almost never round apart.
 #pragma once
 
 #include <math.h>
@@ -80,30 +82,25 @@ VQDDP_HD float select_bits(bool c, float a, float b) {
   return bits_as_float((float_bits(a) & mask) | (float_bits(b) & ~mask));
 }
 
-// e^v - 1 for float v, written here rather than taken from libm: glibc's
-// expm1f is a call per element, so elu's loop (17% of the main job's time)
-// could not vectorize, and its last bit is glibc's, not ours and not
-// CUDA's. In float, every operation rounded as written (the same bits on
-// the host, vectorized or not, and in CUDA): v = k ln2 + r with |r| <=
-// ln2/2 (k by the round-to-nearest shift of 1.5 * 2^23, whose low bits then
-// hold k), e^r - 1 by its Taylor series to r^8/8! (truncation below 6e-10
-// relative), then 2^k (e^r - 1) + (2^k - 1), exact for k = 0 where the
-// result is small, or 2^k e^r - 1 where k is large (a sum that cannot
-// cancel, and 2^k scaled in two halves so 2^128 e^r < FLT_MAX stays
-// finite). Within 2 ulp of e^v - 1 (tests/engine/test_conv.cpp counts
-// them). Below -18, e^v < 2^-25 and the result is -1; from 88.73 it
-// overflows to +inf; NaN stays NaN and -0 stays -0.
-VQDDP_HD float expm1_rn(float v) {
+// v = k ln2 + r with |r| <= ln2/2, for v already clamped to [-104, 88.8]:
+// k by the round-to-nearest shift of 1.5 * 2^23 (whose low bits then hold
+// k), into `k` as two's complement. In float, every operation rounded as
+// written, as in everything below: the same bits on the host, vectorized
+// or not, and in CUDA.
+VQDDP_HD float exp_reduce(float c, unsigned& k) {
   constexpr float kShift = 12582912.f;          // 1.5 * 2^23
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 6.93145751953125e-01f;  // ln 2 to 16 bits: k * kLn2Hi is exact
   constexpr float kLn2Lo = 1.42860682030941723e-06f;  // ln 2 - kLn2Hi
-  // The clamps as bit selects too: with `?:` g++ would branch.
-  float c = select_bits(v < -18.f, -18.f, v);
-  c = select_bits(c > 88.8f, 88.8f, c);  // k <= 128
   const float shifted = add_rn(mul_rn(c, kLog2e), kShift);  // kShift + round(c log2 e)
   const float kf = add_rn(shifted, -kShift);
-  const float r = add_rn(add_rn(c, -mul_rn(kf, kLn2Hi)), -mul_rn(kf, kLn2Lo));
+  k = float_bits(shifted) - float_bits(kShift);
+  return add_rn(add_rn(c, -mul_rn(kf, kLn2Hi)), -mul_rn(kf, kLn2Lo));
+}
+
+// e^r - 1 for |r| <= ln2/2 by its Taylor series to r^8/8! (truncation
+// below 6e-10 relative).
+VQDDP_HD float expm1_poly(float r) {
   float p = 1.f / 40320;  // 1/8!
   p = add_rn(1.f / 5040, mul_rn(r, p));
   p = add_rn(1.f / 720, mul_rn(r, p));
@@ -112,8 +109,27 @@ VQDDP_HD float expm1_rn(float v) {
   p = add_rn(1.f / 6, mul_rn(r, p));
   p = add_rn(0.5f, mul_rn(r, p));
   p = add_rn(1.f, mul_rn(r, p));
-  p = mul_rn(r, p);  // e^r - 1
-  const unsigned k = float_bits(shifted) - float_bits(kShift);  // k in [-26, 128], two's complement
+  return mul_rn(r, p);
+}
+
+// The exponential family below is written here rather than taken from
+// libm: glibc's expf, logf, tanhf are a call per element (the loops cannot
+// vectorize), and their last bits are glibc's, not CUDA's, so a run with a
+// sigmoid, tanh or log on the GPU drifted from the same run on the CPU.
+
+// e^v - 1: 2^k (e^r - 1) + (2^k - 1), exact for k = 0 where the result is
+// small, or 2^k e^r - 1 where k is large (a sum that cannot cancel, and 2^k
+// scaled in two halves so 2^128 e^r < FLT_MAX stays finite). Within 2 ulp
+// of e^v - 1 (tests/engine/test_kernel_math.cpp counts them, as for
+// each function below). Below -18,
+// e^v < 2^-25 and the result is -1; from 88.73 it overflows to +inf; NaN
+// stays NaN and -0 stays -0.
+VQDDP_HD float expm1_rn(float v) {
+  // The clamps as bit selects too: with `?:` g++ would branch.
+  float c = select_bits(v < -18.f, -18.f, v);
+  c = select_bits(c > 88.8f, 88.8f, c);  // k <= 128
+  unsigned k;
+  const float p = expm1_poly(exp_reduce(c, k));  // e^r - 1; k in [-26, 128]
   const float half = bits_as_float((k + 126u) << 23);  // 2^(k-1)
   const float two_k = add_rn(half, half);               // 2^k (+inf for k = 128)
   const float small = add_rn(mul_rn(two_k, p), add_rn(two_k, -1.f));
@@ -121,6 +137,70 @@ VQDDP_HD float expm1_rn(float v) {
   const float y = select_bits(static_cast<int>(k) > 60, large, small);
   return select_bits(v == 0.f, v, y);
 }
+
+// e^v: 2^k (1 + (e^r - 1)), with 2^k in two factors that are each a normal
+// float (k in [-150, 128]): the first product is exact, the second rounds
+// only where the result is subnormal. Within 2 ulp; 0 below -104, +inf from
+// 88.73, NaN stays NaN.
+VQDDP_HD float exp_rn(float v) {
+  float c = select_bits(v < -104.f, -104.f, v);
+  c = select_bits(c > 88.8f, 88.8f, c);
+  unsigned k;
+  const float er = add_rn(1.f, expm1_poly(exp_reduce(c, k)));
+  const int k1 = static_cast<int>(k) >> 1, k2 = static_cast<int>(k) - k1;
+  return mul_rn(mul_rn(er, bits_as_float(static_cast<unsigned>(k1 + 127) << 23)),
+                bits_as_float(static_cast<unsigned>(k2 + 127) << 23));
+}
+
+// ln v: v = 2^e m with m in [sqrt(1/2), sqrt(2)) (subnormals first scaled
+// by 2^23), f = m - 1 (exact), and ln(1 + f) = 2 atanh(s) with s = f/(2+f),
+// |s| <= 0.172, written as f - (f^2/2 - s (f^2/2 + R)) so that the large
+// part f is exact and R = 2s^2/3 + 2s^4/5 + ... + 2s^10/11 (truncation
+// below 1e-9 relative) only corrects it; then e ln2 split in two as above.
+// Within 2 ulp; -inf at 0, NaN below it, +inf at +inf, NaN stays NaN.
+VQDDP_HD float log_rn(float v) {
+  constexpr float kLn2Hi = 6.93145751953125e-01f;
+  constexpr float kLn2Lo = 1.42860682030941723e-06f;
+  const bool tiny = v < 1.17549435e-38f;  // subnormal (also 0 and below: replaced at the end)
+  const unsigned b = float_bits(select_bits(tiny, mul_rn(v, 8388608.f), v));
+  const unsigned mb = (b & 0x7fffffu) | 0x3f800000u;  // m in [1, 2)
+  const bool high = mb > 0x3fb504f3u;                  // m > sqrt(2): halve it
+  const float m = bits_as_float(mb - (static_cast<unsigned>(high) << 23));
+  const int e = static_cast<int>((b >> 23) & 0xffu) - 127 + static_cast<int>(high) - 23 * static_cast<int>(tiny);
+  const float f = add_rn(m, -1.f);
+  const float s = div_rn(f, add_rn(2.f, f));
+  const float z = mul_rn(s, s);
+  float r = 2.f / 11;
+  r = add_rn(2.f / 9, mul_rn(z, r));
+  r = add_rn(2.f / 7, mul_rn(z, r));
+  r = add_rn(2.f / 5, mul_rn(z, r));
+  r = add_rn(2.f / 3, mul_rn(z, r));
+  r = mul_rn(z, r);
+  const float hfsq = mul_rn(0.5f, mul_rn(f, f));
+  const float log1p_f = add_rn(f, -add_rn(hfsq, -mul_rn(s, add_rn(hfsq, r))));
+  const float ef = static_cast<float>(e);
+  float y = add_rn(mul_rn(ef, kLn2Hi), add_rn(log1p_f, mul_rn(ef, kLn2Lo)));
+  y = select_bits(v == bits_as_float(0x7f800000u), v, y);  // +inf
+  y = select_bits(v == 0.f, bits_as_float(0xff800000u), y);  // -inf
+  y = select_bits(v < 0.f, bits_as_float(0x7fc00000u), y);
+  return select_bits(v != v, v, y);
+}
+
+// tanh v = u / (u + 2) with u = e^{2|v|} - 1, written 1 - 2 / (u + 2) from
+// |v| > 0.55 (where that is the more accurate), with v's sign. Within 3 ulp
+// (expm1_rn's 2 pass through u / (u + 2) near 0);
+// +-1 from |v| = 9.01, +-0 and NaN kept.
+VQDDP_HD float tanh_rn(float v) {
+  const unsigned sign = float_bits(v) & 0x80000000u;
+  const float a = bits_as_float(float_bits(v) ^ sign);
+  const float u = expm1_rn(add_rn(a, a));
+  const float d = add_rn(u, 2.f);
+  const float y = select_bits(a > 0.55f, add_rn(1.f, -div_rn(2.f, d)), div_rn(u, d));
+  return bits_as_float(float_bits(y) | sign);
+}
+
+// 1 / (1 + e^-v).
+VQDDP_HD float sigmoid_rn(float v) { return div_rn(1.f, add_rn(1.f, exp_rn(-v))); }
 
 // A unary op and its derivative. `low`/`high` are clamp's bounds.
 struct UnaryFn {
@@ -137,12 +217,12 @@ struct UnaryFn {
       case Op::neg: return -v;
       case Op::square: return v * v;
       case Op::sqrt: return ::sqrtf(v);
-      case Op::exp: return ::expf(v);
-      case Op::log: return ::logf(v);
+      case Op::exp: return exp_rn(v);
+      case Op::log: return log_rn(v);
       case Op::relu: return v > 0.f ? v : 0.f;
       case Op::gelu: return static_cast<float>(0.5 * v * (1.0 + ::erf(v * kInvSqrt2)));
-      case Op::tanh: return ::tanhf(v);
-      case Op::sigmoid: return 1.f / (1.f + ::expf(-v));
+      case Op::tanh: return tanh_rn(v);
+      case Op::sigmoid: return sigmoid_rn(v);
       case Op::clamp: {  // std::min(std::max(v, low), high): NaN stays NaN
         float t = v < low ? low : v;
         return high < t ? high : t;
@@ -150,7 +230,7 @@ struct UnaryFn {
       case Op::round: return ::roundf(v);  // half away from zero, as std::round
       case Op::elu: return select_bits(v > 0.f, v, low * expm1_rn(v));
       case Op::leaky_relu: return v > 0.f ? v : low * v;
-      case Op::silu: return v / (1.f + ::expf(-v));
+      case Op::silu: return div_rn(v, add_rn(1.f, exp_rn(-v)));
       case Op::abs: return ::fabsf(v);
       case Op::floor: return ::floorf(v);
       case Op::positive: return v > 0.f ? 1.f : 0.f;
@@ -190,7 +270,7 @@ struct UnaryFn {
       case Op::elu: return v > 0.f ? 1.f : y + low;  // alpha e^v = y + alpha
       case Op::leaky_relu: return v > 0.f ? 1.f : low;
       case Op::silu: {
-        float s = 1.f / (1.f + ::expf(-v));
+        float s = sigmoid_rn(v);
         return s * (1.f + v * (1.f - s));
       }
       case Op::abs: return v > 0.f ? 1.f : v < 0.f ? -1.f : 0.f;  // 0 at the kink, as PyTorch

@@ -13,6 +13,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 thread_local bool t_active = false;
+thread_local DeviceKernels* t_sync = nullptr;  // the scope's device, unless the CPU
 
 struct ThreadProfile {
   Clock::time_point last = Clock::now();
@@ -26,18 +27,24 @@ ThreadProfile& mine() {
 
 }  // namespace
 
-OpProfileScope::OpProfileScope() {
+OpProfileScope::OpProfileScope(Device device) {
   t_active = true;
+  t_sync = device.is_cpu() ? nullptr : &device_kernels(device);
+  if (t_sync) t_sync->synchronize();
   mine().last = Clock::now();
 }
 
-OpProfileScope::~OpProfileScope() { t_active = false; }
+OpProfileScope::~OpProfileScope() {
+  t_active = false;
+  t_sync = nullptr;
+}
 
 bool op_profile_enabled() { return t_active; }
 
 void op_profile_mark(const std::string& what) {
   if (!op_profile_enabled()) return;
   ThreadProfile& p = mine();
+  if (t_sync) t_sync->synchronize();
   const Clock::time_point now = Clock::now();
   OpProfileEntry& e = p.entries[what];
   if (e.name.empty()) e.name = what;

@@ -15,12 +15,17 @@
 #include <string>
 #include <vector>
 
+#include "engine/device.h"
+
 namespace vqddp {
 
 // Profiles this thread while it lives, from a restarted clock (not nestable).
+// On a device other than the CPU every charge first waits for the work this
+// thread queued there (DeviceKernels::synchronize), so each op is charged
+// its kernels' time, not only their launch; the waits slow the run.
 class OpProfileScope {
  public:
-  OpProfileScope();
+  explicit OpProfileScope(Device device = Device::cpu());
   ~OpProfileScope();
   OpProfileScope(const OpProfileScope&) = delete;
   OpProfileScope& operator=(const OpProfileScope&) = delete;

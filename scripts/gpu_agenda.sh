@@ -5,6 +5,8 @@
 #   bash scripts/gpu_agenda.sh --pack-data      # here: data and Python sources into .gpu/
 #   bash scripts/gpu_agenda.sh OUTDIR [SECONDS] # there (carry .gpu): everything, logs in OUTDIR
 #   AGENDA=quick bash scripts/gpu_agenda.sh ... # there: build, test_cuda and the replay parity only
+#   AGENDA=crc EXAMPLES="a b" bash ...          # there: build, test_cuda, the --profile run on cuda,
+#                                               # and those examples on cuda and cpu with their CRCs
 # The GPU work (test_cuda, runs on cuda and nccl, benchmarks, the SIGINT stop,
 # compute-sanitizer) runs in one lane and the CPU work (the whole meson suite
 # but cuda, runs on the cpu, the replay parity against vector-quantize-pytorch)
@@ -87,13 +89,22 @@ item() {
   stamp "$name: rc $rc in $((SECONDS - t0)) s"
 }
 
-examples=(speech_codec fashion_vq fashion_conv_vqvae speech_codec_fsq speech_codec_lfq speech_codec_mlp
+# shellcheck disable=SC2206
+examples=(${EXAMPLES:-speech_codec fashion_vq fashion_conv_vqvae speech_codec_fsq speech_codec_lfq speech_codec_mlp
   speech_codec_spectral fashion_fsq fashion_lfq fashion_simvq fashion_grouped_rvq fashion_residual_simvq
-  fashion_grouped_rlfq fashion_grouped_rfsq fashion_fsp fashion_latent_quantize)
+  fashion_grouped_rlfq fashion_grouped_rfsq fashion_fsp fashion_latent_quantize})
 
 gpu_lane() {
   item test_cuda 150 build-gpu/tests/test_cuda
   [ "${AGENDA:-}" = quick ] && return
+  # The main job's step op by op on the GPU (each op waited for).
+  item profile_cuda 60 build-gpu/vqddp train --device cuda --steps 200 --profile --dir /tmp/p
+  if [ "${AGENDA:-}" = crc ]; then
+    for e in "${examples[@]}"; do
+      item "ex_cuda_$e" 40 build-gpu/vqddp train "examples/$e.json" --device cuda --steps 300 --dir "/tmp/ex/cuda_$e"
+    done
+    return
+  fi
   item main_cuda 90 build-gpu/vqddp train --device cuda --steps 500 --dir /tmp/g
   item main_nccl 90 build-gpu/vqddp train --backend nccl --steps 500 --dir /tmp/n
   item bench_cuda_codebook_step 60 build-gpu/bench/bench_cuda_codebook_step bench/torch_ema_step.py
@@ -122,6 +133,12 @@ gpu_lane() {
 }
 
 cpu_lane() {
+  if [ "${AGENDA:-}" = crc ]; then
+    for e in "${examples[@]}"; do
+      item "ex_cpu_$e" 60 build-gpu/vqddp train "examples/$e.json" --device cpu --steps 300 --dir "/tmp/ex/cpu_$e"
+    done
+    return
+  fi
   [ "${AGENDA:-}" = quick ] ||
     item suite 240 meson test -C build-gpu --no-rebuild --print-errorlogs --num-processes 8 --no-suite gpu
   item parity 120 env PYTHONPATH="$PWD/.gpu/py" python3 scripts/replay_parity.py build-gpu/vqddp --world 4

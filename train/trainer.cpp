@@ -398,7 +398,7 @@ class RankRun {
   // Forward, backward, clipping and the optimizer step of step_ + 1.
   StepResult train_step(ShardedSampler& sampler) {
     std::optional<OpProfileScope> profile;
-    if (opt_.profile && lead_) profile.emplace();
+    if (opt_.profile && lead_) profile.emplace(device_);
     StepResult r;
     r.host_x = gather_rows(data_, sampler.rank_batch(step_));  // (n_r, F)
     Tensor x = r.host_x.to(device_);
