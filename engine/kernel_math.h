@@ -187,7 +187,7 @@ VQDDP_HD float log_rn(float v) {
 }
 
 // tanh v = u / (u + 2) with u = e^{2|v|} - 1, written 1 - 2 / (u + 2) from
-// |v| > 0.55 (where that is the more accurate), with v's sign. Within 3 ulp
+// |v| > 0.55 (u / (u + 2) would be inf / inf from |v| = 44.4), with v's sign. Within 3 ulp
 // (expm1_rn's 2 pass through u / (u + 2) near 0);
 // +-1 from |v| = 9.01, +-0 and NaN kept.
 VQDDP_HD float tanh_rn(float v) {
