@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--backend") == 0) backend = argv[i + 1];
     if (std::strcmp(argv[i], "--world") == 0) ranks = std::atoi(argv[i + 1]);
   }
-  constexpr int kReps = 7, kCalls = 2000;
+  constexpr int kReps = 7, kCalls = 20000;
   constexpr int64_t kFloats = 64 * 1024 * 1024 / 4;
   constexpr double kBytes = kFloats * 4.0;
 

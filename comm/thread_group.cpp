@@ -188,7 +188,14 @@ void ThreadGroup::rank_finished(int rank) {
 }
 
 void ThreadGroup::rendezvous(int rank, const Call* call, const char* phase) {
-  std::unique_lock lock(mu_);
+  // Where ranks poll, they take the lock by polling too: glibc's mutex
+  // sleeps in the kernel at once when another rank holds it (for the
+  // instant of its own arrival), and that sleep and wake-up cost more than
+  // the whole rendezvous.
+  std::unique_lock lock(mu_, std::defer_lock);
+  if (spin_)
+    for (int i = 0; i < kSpinRounds && !lock.try_lock(); ++i) cpu_relax();
+  if (!lock.owns_lock()) lock.lock();
   if (failed_) throw_failure();
   if (call) calls_[rank] = *call;
   const Call& mine = calls_[rank];
@@ -223,6 +230,9 @@ void ThreadGroup::rendezvous(int rank, const Call* call, const char* phase) {
     // condition variable's sleep and wake-up would cost tens of them.
     lock.unlock();
     for (int i = 0; i < kSpinRounds && generation_.load() == gen && !failed_.load(); ++i) cpu_relax();
+    // Complete: the last rank's writes before its increment are visible
+    // (generation_'s load acquires), and the lock is not needed again.
+    if (generation_.load() != gen) return;
     lock.lock();
   }
   auto deadline = std::chrono::steady_clock::now() + options_.timeout;
