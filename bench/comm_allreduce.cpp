@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   double copy_one = seconds_since(t0) / (kCalls * 100);
 
   // The main job's gradient reduction per step (235,626 parameters, batch 16
-  // on 4 ranks): before exact data parallelism one all_reduce of the
+  // on the W ranks): before exact data parallelism one all_reduce of the
   // gradient; now reduce_units of one partial per example (unit).
   constexpr int64_t kParams = 235626, kUnits = 16;
   std::vector<double> grad_before, grad_exact;

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "engine/op_profile.h"
-
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>

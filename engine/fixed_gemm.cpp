@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "engine/conv_plan.h"
 #include "engine/cpu/gemm_isa.h"
 #include "engine/error.h"
 #include "engine/parallel.h"
@@ -148,7 +149,7 @@ void pad_samples(int64_t n, int64_t c, int64_t l, const float* x, int64_t k, int
 void fixed_conv1d_weight_units(int64_t n, int64_t c, int64_t l, const float* x, int64_t o, int64_t k, int64_t pad,
                                int64_t dil, const float* g, const std::vector<int64_t>& unit_examples,
                                float* partials) {
-  const int64_t lout = l + 2 * pad - dil * (k - 1), ck = c * k, units = static_cast<int64_t>(unit_examples.size());
+  const int64_t lout = conv_output_size(l, k, 1, pad, dil), ck = c * k, units = static_cast<int64_t>(unit_examples.size());
   int64_t examples = 0;
   for (int64_t e : unit_examples) examples += e;
   VQDDP_CHECK(examples == n && c >= 1 && o >= 1 && k >= 1 && lout >= 1, "fixed_conv1d_weight_units: units of {} "
@@ -198,7 +199,7 @@ void fixed_conv1d_weight_units(int64_t n, int64_t c, int64_t l, const float* x, 
 
 void fixed_conv1d_data(int64_t n, int64_t c, int64_t l, int64_t o, int64_t k, int64_t pad, int64_t dil, const float* g,
                        const float* w, float* dx) {
-  const int64_t lout = l + 2 * pad - dil * (k - 1), ck = c * k;
+  const int64_t lout = conv_output_size(l, k, 1, pad, dil), ck = c * k;
   VQDDP_CHECK(n >= 0 && c >= 1 && o >= 1 && k >= 1 && lout >= 1, "fixed_conv1d_data: no output for input [{}, {}, {}] "
               "and kernel {}", n, c, l, k);
   if (n == 0) return;
@@ -235,11 +236,17 @@ void fixed_conv1d_data(int64_t n, int64_t c, int64_t l, int64_t o, int64_t k, in
   });
 }
 
-void cpu_elu(float alpha, const float* x, float* out, int64_t n) { isa().elu(alpha, x, out, n); }
+void cpu_unary(const UnaryFn& fn, const float* x, float* out, int64_t n) {
+  isa().unary[static_cast<int>(fn.op)](fn, x, out, n);
+}
+
+void cpu_unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out, int64_t n) {
+  isa().unary_backward[static_cast<int>(fn.op)](fn, x, y, g, out, n);
+}
 
 void fixed_conv1d(int64_t n, int64_t c, int64_t l, const float* x, int64_t o, int64_t k, int64_t pad, int64_t dil,
                   const float* w, float* y) {
-  const int64_t lout = l + 2 * pad - dil * (k - 1);
+  const int64_t lout = conv_output_size(l, k, 1, pad, dil);
   VQDDP_CHECK(n >= 0 && c >= 1 && o >= 1 && k >= 1 && lout >= 1, "fixed_conv1d: no output for input [{}, {}, {}], "
               "kernel {}, padding {}, dilation {}", n, c, l, k, pad, dil);
   if (n == 0) return;

@@ -1,5 +1,7 @@
-// Batch-invariant matrix products on the CPU: the engine's forward GEMM and
-// the VQ assignment's fused distance + argmin.
+// Batch-invariant matrix products on the CPU: the engine's forward GEMM, the
+// VQ assignment's fused distance + argmin, and the stride-1 conv1d with its
+// exact-step gradients; and the elementwise unary loops, on the same
+// per-instruction-set tables.
 //
 // The rule (ARCHITECTURE.md, "Forward ops are batch-invariant"): every
 // output element is ONE chain of fused multiply-adds over k ascending,
@@ -13,8 +15,8 @@
 // BLAS libraries promise none of this (blas.h): OpenBLAS's Haswell/Zen
 // kernels change a row's bits with the batch size.
 //
-// Backward passes may still use BLAS (ops_matmul.cpp): gradient sums depend
-// on the split over ranks anyway.
+// Backward passes outside an exact step may still use BLAS (ops_matmul.cpp);
+// an exact step's gradient sums are fixed-order (engine/exact_batch.h).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,8 @@
 #include <vector>
 
 namespace vqddp {
+
+struct UnaryFn;  // engine/kernel_math.h
 
 // C[m, n] = op(A) op(B), row-major, overwriting C; A(i, p) = ta ? a[p * lda + i]
 // : a[i * lda + p], B(p, j) = tb ? b[j * ldb + p] : b[p * ldb + j]. k == 0
@@ -40,7 +44,8 @@ void fixed_gemm_reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, con
 //   y[s, j, i] = chain over p = (ch, t) ascending of w[j, ch, t] * x[s, ch, i - pad + t dil]
 // (0 outside x): the fixed_gemm chain of unfold(x) [n lout, c k] times
 // w^T [c k, o], so the same bits as that product, with no im2col buffer
-// and the result already in [n, o, lout]. Threads as fixed_gemm.
+// and the result already in [n, o, lout]. Threads: over samples and blocks
+// of output channels.
 void fixed_conv1d(int64_t n, int64_t c, int64_t l, const float* x, int64_t o, int64_t k, int64_t pad, int64_t dil,
                   const float* w, float* y);
 
@@ -64,9 +69,11 @@ void fixed_conv1d_weight_units(int64_t n, int64_t c, int64_t l, const float* x, 
 void fixed_conv1d_data(int64_t n, int64_t c, int64_t l, int64_t o, int64_t k, int64_t pad, int64_t dil, const float* g,
                        const float* w, float* dx);
 
-// out[i] = elu(x[i]) (kernel_math.h's UnaryFn formula) on the widest
-// instruction set in use: the same bits as the formula itself.
-void cpu_elu(float alpha, const float* x, float* out, int64_t n);
+// out[i] = fn.f(x[i]), and out[i] = g[i] * fn.df(x[i], y[i]) (kernel_math.h's
+// UnaryFn formulas) on the widest instruction set in use: the same bits as
+// the formulas themselves.
+void cpu_unary(const UnaryFn& fn, const float* x, float* out, int64_t n);
+void cpu_unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out, int64_t n);
 
 // For each row x_i of x (n, d): out[i] = argmin_j bias[j] - factor * dot(x_i, e_j)
 // over the codes e_j of embed (k, d), with dot the fixed_gemm chain, the

@@ -8,7 +8,9 @@
 // matmul's forward is batch-invariant (fixed_gemm.h) and unfold/fold are
 // per-sample gathers in a fixed order, so every forward here is too; the
 // backward passes are matmul's (the fixed-order GEMM in an exact step,
-// engine/exact_batch.h; BLAS otherwise) and each other.
+// engine/exact_batch.h; BLAS otherwise) and each other. On the CPU a
+// stride-1 1-D conv without groups skips the im2col buffer (conv1d_direct
+// below) with the same bits.
 #include "engine/autograd.h"
 #include "engine/device_plans.h"
 #include "engine/exact_batch.h"

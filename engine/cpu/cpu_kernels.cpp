@@ -11,10 +11,8 @@
 #include "engine/cpu/cpu_kernels.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "engine/blas.h"
@@ -169,34 +167,6 @@ bool as_outer_n_inner(const ReducePlan& p, int64_t& outer, int64_t& n, int64_t& 
   return (n == 1 || red_stride == inner) && (outer == 1 || keep.stride[0][0] == n * inner);
 }
 
-// Unary loops with the op a constant, so its switch leaves the loop and the
-// simple ops vectorize; the formulas are UnaryFn's own, so the bits are.
-template <UnaryFn::Op Op>
-void unary_as(const UnaryFn& fn, const float* x, float* out, int64_t n) {
-  const UnaryFn k{Op, fn.low, fn.high};
-  for (int64_t i = 0; i < n; ++i) out[i] = k.f(x[i]);
-}
-
-template <UnaryFn::Op Op>
-void unary_backward_as(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out, int64_t n) {
-  const UnaryFn k{Op, fn.low, fn.high};
-  for (int64_t i = 0; i < n; ++i) out[i] = g[i] * k.df(x[i], y[i]);
-}
-
-using UnaryLoop = void (*)(const UnaryFn&, const float*, float*, int64_t);
-using UnaryBackwardLoop = void (*)(const UnaryFn&, const float*, const float*, const float*, float*, int64_t);
-
-template <size_t... I>
-constexpr std::array<UnaryLoop, sizeof...(I)> unary_loops(std::index_sequence<I...>) {
-  return {&unary_as<static_cast<UnaryFn::Op>(I)>...};
-}
-template <size_t... I>
-constexpr std::array<UnaryBackwardLoop, sizeof...(I)> unary_backward_loops(std::index_sequence<I...>) {
-  return {&unary_backward_as<static_cast<UnaryFn::Op>(I)>...};
-}
-constexpr auto kUnaryLoops = unary_loops(std::make_index_sequence<UnaryFn::kOps>());
-constexpr auto kUnaryBackwardLoops = unary_backward_loops(std::make_index_sequence<UnaryFn::kOps>());
-
 // A strided row copy of T elements (a typed loop, not a memcpy call per
 // element: transposes are rows of single elements).
 template <class T>
@@ -262,19 +232,14 @@ void CpuKernels::binary(BinaryOp op, const float* a, const float* b, float* out,
   }
 }
 
+// On the widest vectors the CPU has (fixed_gemm.h's instruction sets).
 void CpuKernels::unary(const UnaryFn& fn, const float* x, float* out, int64_t n) {
-  if (fn.op == UnaryFn::Op::elu) {  // the codecs' activation: on the widest vectors the CPU has
-    parallel_for_ranges(n, 1, [&](int64_t b, int64_t e) { cpu_elu(fn.low, x + b, out + b, e - b); });
-    return;
-  }
-  const UnaryLoop loop = kUnaryLoops[static_cast<int>(fn.op)];
-  parallel_for_ranges(n, 1, [&](int64_t b, int64_t e) { loop(fn, x + b, out + b, e - b); });
+  parallel_for_ranges(n, 1, [&](int64_t b, int64_t e) { cpu_unary(fn, x + b, out + b, e - b); });
 }
 
 void CpuKernels::unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out,
                                 int64_t n) {
-  const UnaryBackwardLoop loop = kUnaryBackwardLoops[static_cast<int>(fn.op)];
-  parallel_for_ranges(n, 1, [&](int64_t b, int64_t e) { loop(fn, x + b, y + b, g + b, out + b, e - b); });
+  parallel_for_ranges(n, 1, [&](int64_t b, int64_t e) { cpu_unary_backward(fn, x + b, y + b, g + b, out + b, e - b); });
 }
 
 void CpuKernels::cast_f64_to_f32(const double* src, float* dst, int64_t n) {
@@ -403,7 +368,6 @@ void CpuKernels::strided_copy(const void* src, void* dst, size_t elem_size, cons
               static_cast<char*>(dst) + b * whole.stride[1][0] * elem_size, elem_size, part);
   });
 }
-
 
 void CpuKernels::gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) {
   auto* px = static_cast<const char*>(x);

@@ -3,13 +3,18 @@
 // engine/cpu/gemm_kernel.h for its set). engine/fixed_gemm.cpp picks
 // one at run time and spreads the work over threads.
 //
-// Every entry computes each output element as the same chain of fused
-// multiply-adds over k ascending, starting from +0 (fixed_gemm.h), so all
-// sets give the same bits; they differ in speed only.
+// Every entry gives the same bits on every set; they differ in speed only:
+// the products (gemm, argmin, the conv1d entries) compute each element as
+// the same chain of fused multiply-adds over k ascending from +0
+// (fixed_gemm.h), conv1d_data adds such chains into double sums in a fixed
+// order, and the unary loops are kernel_math.h's formulas with every
+// operation as written (no contraction).
 #pragma once
 
 #include <cstdint>
 #include <vector>
+
+#include "engine/kernel_math.h"
 
 namespace vqddp::cpu {
 
@@ -102,9 +107,14 @@ struct GemmIsa {
   void (*conv1d)(const Conv1dArgs& args);
   void (*conv1d_weight)(const Conv1dWeightArgs& args);
   void (*conv1d_data)(const Conv1dDataArgs& args);
-  // out[i] = elu(x[i]) with alpha, kernel_math.h's formula vectorized for
-  // the set (the same bits on every set: no FMA, every operation as written).
-  void (*elu)(float alpha, const float* x, float* out, int64_t n);
+  // Per UnaryFn op (indexed by it): out[i] = f(x[i]), and out[i] = g[i] *
+  // df(x[i], y[i]), kernel_math.h's formulas compiled for the set (the same
+  // bits on every set: no FMA contraction, every operation as written).
+  using UnaryLoop = void (*)(const UnaryFn& fn, const float* x, float* out, int64_t n);
+  using UnaryBackwardLoop = void (*)(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out,
+                                     int64_t n);
+  const UnaryLoop* unary;
+  const UnaryBackwardLoop* unary_backward;
 };
 
 extern const GemmIsa gemm_isa_avx512;  // AVX-512F + FMA: 8 x 32 tile

@@ -15,9 +15,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "engine/cpu/gemm_isa.h"
@@ -361,10 +363,30 @@ void conv1d_data(const Conv1dDataArgs& g) {
   }
 }
 
-void elu(float alpha, const float* x, float* out, int64_t n) {
-  const UnaryFn f{UnaryFn::Op::elu, alpha, 0.f};
+// The unary loops, one per op with the op a constant (no switch per
+// element), so each vectorizes where its formula allows.
+template <UnaryFn::Op Op>
+void unary_as(const UnaryFn& fn, const float* x, float* out, int64_t n) {
+  const UnaryFn f{Op, fn.low, fn.high};
   for (int64_t i = 0; i < n; ++i) out[i] = f.f(x[i]);
 }
+
+template <UnaryFn::Op Op>
+void unary_backward_as(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out, int64_t n) {
+  const UnaryFn f{Op, fn.low, fn.high};
+  for (int64_t i = 0; i < n; ++i) out[i] = g[i] * f.df(x[i], y[i]);
+}
+
+template <size_t... I>
+constexpr std::array<GemmIsa::UnaryLoop, sizeof...(I)> unary_loops(std::index_sequence<I...>) {
+  return {&unary_as<static_cast<UnaryFn::Op>(I)>...};
+}
+template <size_t... I>
+constexpr std::array<GemmIsa::UnaryBackwardLoop, sizeof...(I)> unary_backward_loops(std::index_sequence<I...>) {
+  return {&unary_backward_as<static_cast<UnaryFn::Op>(I)>...};
+}
+constexpr auto kUnaryLoops = unary_loops(std::make_index_sequence<UnaryFn::kOps>());
+constexpr auto kUnaryBackwardLoops = unary_backward_loops(std::make_index_sequence<UnaryFn::kOps>());
 
 }  // namespace
 }  // namespace vqddp::cpu
@@ -372,4 +394,4 @@ void elu(float alpha, const float* x, float* out, int64_t n) {
 // The table for the including file's instruction set.
 #define VQDDP_GEMM_ISA_TABLE(NAME) \
   const GemmIsa gemm_isa_##NAME = {#NAME, MR, NR, gemm_blocked, pack_codes, argmin_blocked, conv1d_sample, conv1d_weight, \
-                                    conv1d_data, elu};
+                                    conv1d_data, kUnaryLoops.data(), kUnaryBackwardLoops.data()};

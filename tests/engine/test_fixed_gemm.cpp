@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "engine/conv_plan.h"
 #include "engine/fixed_gemm.h"
 #include "engine/kernel_math.h"
 #include "engine/nn.h"
@@ -53,6 +54,36 @@ struct KernelSettings {
   }
 };
 
+// body() under every usable instruction set with 1, 2 and 3 threads.
+template <class F>
+void on_every_isa_and_thread_count(F&& body) {
+  for (const std::string& isa : usable_isas())
+    for (int threads : {1, 2, 3}) {
+      CAPTURE(isa);
+      CAPTURE(threads);
+      fixed_gemm_use_isa(isa);
+      cpu_set_threads(threads);
+      body();
+    }
+}
+
+// A stride-1 conv1d of x [n, c, l] by a kernel [o, c, k] with padding and
+// dilation: channel counts that are not a multiple of any tile height,
+// outputs shorter and longer than a tile, a 1-tap kernel, one sample.
+struct ConvCase {
+  int64_t n, c, l, o, k, pad, dil;
+  int64_t lout() const { return conv_output_size(l, k, 1, pad, dil); }
+  int64_t ck() const { return c * k; }
+  // x's entry under tap q of output position i (sample s, channel ch), 0 in the padding.
+  float tap(const std::vector<float>& x, int64_t s, int64_t ch, int64_t i, int64_t q) const {
+    const int64_t at = i - pad + q * dil;
+    return at >= 0 && at < l ? x[(s * c + ch) * l + at] : 0.f;
+  }
+};
+
+const ConvCase kConvCases[] = {{2, 1, 37, 8, 7, 3, 1},  {3, 8, 50, 5, 7, 3, 1},   {1, 3, 9, 13, 3, 4, 3}, {2, 6, 100, 4, 1, 0, 1},
+                               {4, 5, 40, 33, 3, 1, 2}, {1, 2, 5, 1, 5, 0, 1},    {2, 9, 20, 3, 4, 1, 1}};
+
 }  // namespace
 
 TEST_CASE("fixed_gemm equals the one-chain reference bit for bit: every transpose mode, instruction set and thread count") {
@@ -83,44 +114,31 @@ TEST_CASE("fixed_gemm equals the one-chain reference bit for bit: every transpos
 
 TEST_CASE("fixed_conv1d gives the bits of the fixed_gemm chain on the im2col matrix: every ISA and thread count") {
   // The CPU's direct stride-1 convolution (no im2col buffer) against the
-  // reference chain on an explicit unfold of x: channel counts that are not
-  // a multiple of any tile height, outputs shorter and longer than a tile,
-  // padding, dilation, a 1-tap kernel, and one sample.
+  // reference chain on an explicit unfold of x.
   KernelSettings restore;
-  struct Case {
-    int64_t n, c, l, o, k, pad, dil;
-  };
-  for (const Case& t : {Case{2, 1, 37, 8, 7, 3, 1}, Case{3, 8, 50, 5, 7, 3, 1}, Case{1, 3, 9, 13, 3, 4, 3},
-                        Case{2, 6, 100, 4, 1, 0, 1}, Case{4, 5, 40, 33, 3, 1, 2}, Case{1, 2, 5, 1, 5, 0, 1}})
-    for (const std::string& isa : usable_isas())
-      for (int threads : {1, 2, 3}) {
-        CAPTURE(t.n);
-        CAPTURE(t.c);
-        CAPTURE(t.l);
-        CAPTURE(t.o);
-        CAPTURE(t.k);
-        CAPTURE(isa);
-        CAPTURE(threads);
-        fixed_gemm_use_isa(isa);
-        cpu_set_threads(threads);
-        const int64_t lout = t.l + 2 * t.pad - t.dil * (t.k - 1), ck = t.c * t.k;
-        std::vector<float> x = normal(t.n * t.c * t.l, 3), w = normal(t.o * ck, 4);
-        std::vector<float> cols(t.n * lout * ck), rows(t.n * lout * t.o), got(t.n * t.o * lout, -1.f);
-        for (int64_t s = 0; s < t.n; ++s)
-          for (int64_t i = 0; i < lout; ++i)
-            for (int64_t ch = 0; ch < t.c; ++ch)
-              for (int64_t q = 0; q < t.k; ++q) {
-                const int64_t at = i - t.pad + q * t.dil;
-                cols[((s * lout) + i) * ck + ch * t.k + q] = at >= 0 && at < t.l ? x[(s * t.c + ch) * t.l + at] : 0.f;
-              }
-        fixed_gemm_reference(false, true, t.n * lout, t.o, ck, cols.data(), ck, w.data(), ck, rows.data(), t.o);
-        fixed_conv1d(t.n, t.c, t.l, x.data(), t.o, t.k, t.pad, t.dil, w.data(), got.data());
-        std::vector<float> want(t.n * t.o * lout);
-        for (int64_t s = 0; s < t.n; ++s)
-          for (int64_t j = 0; j < t.o; ++j)
-            for (int64_t i = 0; i < lout; ++i) want[(s * t.o + j) * lout + i] = rows[(s * lout + i) * t.o + j];
-        CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
-      }
+  for (const ConvCase& t : kConvCases) {
+    CAPTURE(t.n);
+    CAPTURE(t.c);
+    CAPTURE(t.l);
+    CAPTURE(t.o);
+    CAPTURE(t.k);
+    const int64_t lout = t.lout(), ck = t.ck();
+    std::vector<float> x = normal(t.n * t.c * t.l, 3), w = normal(t.o * ck, 4);
+    std::vector<float> cols(t.n * lout * ck), rows(t.n * lout * t.o), want(t.n * t.o * lout);
+    for (int64_t s = 0; s < t.n; ++s)
+      for (int64_t i = 0; i < lout; ++i)
+        for (int64_t ch = 0; ch < t.c; ++ch)
+          for (int64_t q = 0; q < t.k; ++q) cols[((s * lout) + i) * ck + ch * t.k + q] = t.tap(x, s, ch, i, q);
+    fixed_gemm_reference(false, true, t.n * lout, t.o, ck, cols.data(), ck, w.data(), ck, rows.data(), t.o);
+    for (int64_t s = 0; s < t.n; ++s)
+      for (int64_t j = 0; j < t.o; ++j)
+        for (int64_t i = 0; i < lout; ++i) want[(s * t.o + j) * lout + i] = rows[(s * lout + i) * t.o + j];
+    on_every_isa_and_thread_count([&] {
+      std::vector<float> got(want.size(), -1.f);
+      fixed_conv1d(t.n, t.c, t.l, x.data(), t.o, t.k, t.pad, t.dil, w.data(), got.data());
+      CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
+    });
+  }
 }
 
 TEST_CASE("fixed_conv1d_weight_units gives the bits of the unit GEMMs on the im2col matrix: every ISA and thread count") {
@@ -130,45 +148,36 @@ TEST_CASE("fixed_conv1d_weight_units gives the bits of the unit GEMMs on the im2
   // samples, output channel counts below and above a tile's width.
   KernelSettings restore;
   struct Case {
-    int64_t c, l, o, k, pad, dil;
+    ConvCase conv;  // its n: the units' samples
     std::vector<int64_t> units;
   };
-  for (const Case& t : {Case{1, 37, 8, 7, 3, 1, {1, 2, 0, 1}}, Case{8, 50, 5, 7, 3, 1, {2, 1}},
-                        Case{3, 9, 40, 3, 4, 3, {1}}, Case{6, 30, 17, 1, 0, 1, {0, 3}}})
-    for (const std::string& isa : usable_isas())
-      for (int threads : {1, 2, 3}) {
-        CAPTURE(t.c);
-        CAPTURE(t.o);
-        CAPTURE(t.k);
-        CAPTURE(isa);
-        CAPTURE(threads);
-        fixed_gemm_use_isa(isa);
-        cpu_set_threads(threads);
-        int64_t n = 0;
-        for (int64_t e : t.units) n += e;
-        const int64_t lout = t.l + 2 * t.pad - t.dil * (t.k - 1), ck = t.c * t.k;
-        const int64_t units = static_cast<int64_t>(t.units.size());
-        std::vector<float> x = normal(n * t.c * t.l, 5), g = normal(n * t.o * lout, 6);
-        std::vector<float> want(units * t.o * ck), got(units * t.o * ck, -1.f);
-        int64_t s0 = 0;
-        for (int64_t u = 0; u < units; ++u) {
-          for (int64_t j = 0; j < t.o; ++j)
-            for (int64_t ch = 0; ch < t.c; ++ch)
-              for (int64_t q = 0; q < t.k; ++q) {
-                float acc = 0.f;
-                for (int64_t s = s0; s < s0 + t.units[u]; ++s)
-                  for (int64_t i = 0; i < lout; ++i) {
-                    const int64_t at = i - t.pad + q * t.dil;
-                    const float xv = at >= 0 && at < t.l ? x[(s * t.c + ch) * t.l + at] : 0.f;
-                    acc = std::fma(g[(s * t.o + j) * lout + i], xv, acc);
-                  }
-                want[(u * t.o + j) * ck + ch * t.k + q] = acc;
-              }
-          s0 += t.units[u];
-        }
-        fixed_conv1d_weight_units(n, t.c, t.l, x.data(), t.o, t.k, t.pad, t.dil, g.data(), t.units, got.data());
-        CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
-      }
+  for (const Case& u_case : {Case{{4, 1, 37, 8, 7, 3, 1}, {1, 2, 0, 1}}, Case{{3, 8, 50, 5, 7, 3, 1}, {2, 1}},
+                             Case{{1, 3, 9, 40, 3, 4, 3}, {1}}, Case{{3, 6, 30, 17, 1, 0, 1}, {0, 3}}}) {
+    const ConvCase& t = u_case.conv;
+    CAPTURE(t.c);
+    CAPTURE(t.o);
+    CAPTURE(t.k);
+    const int64_t lout = t.lout(), ck = t.ck(), units = static_cast<int64_t>(u_case.units.size());
+    std::vector<float> x = normal(t.n * t.c * t.l, 5), g = normal(t.n * t.o * lout, 6), want(units * t.o * ck);
+    int64_t s0 = 0;
+    for (int64_t u = 0; u < units; ++u) {
+      for (int64_t j = 0; j < t.o; ++j)
+        for (int64_t ch = 0; ch < t.c; ++ch)
+          for (int64_t q = 0; q < t.k; ++q) {
+            float acc = 0.f;
+            for (int64_t s = s0; s < s0 + u_case.units[u]; ++s)
+              for (int64_t i = 0; i < lout; ++i) acc = std::fma(g[(s * t.o + j) * lout + i], t.tap(x, s, ch, i, q), acc);
+            want[(u * t.o + j) * ck + ch * t.k + q] = acc;
+          }
+      s0 += u_case.units[u];
+    }
+    REQUIRE(s0 == t.n);
+    on_every_isa_and_thread_count([&] {
+      std::vector<float> got(want.size(), -1.f);
+      fixed_conv1d_weight_units(t.n, t.c, t.l, x.data(), t.o, t.k, t.pad, t.dil, g.data(), u_case.units, got.data());
+      CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
+    });
+  }
 }
 
 TEST_CASE("fixed_conv1d_data gives the bits of fold on the fixed_gemm product of g's rows and the weight") {
@@ -176,59 +185,60 @@ TEST_CASE("fixed_conv1d_data gives the bits of fold on the fixed_gemm product of
   // and col2im compute in an exact step: each element the double sum of
   // its valid taps (ascending) of the chain over output channels.
   KernelSettings restore;
-  struct Case {
-    int64_t n, c, l, o, k, pad, dil;
-  };
-  for (const Case& t : {Case{2, 1, 37, 8, 7, 3, 1}, Case{3, 8, 50, 5, 7, 3, 1}, Case{1, 3, 9, 13, 3, 4, 3},
-                        Case{2, 6, 100, 4, 1, 0, 1}, Case{4, 5, 40, 33, 3, 1, 2}, Case{1, 2, 5, 1, 5, 0, 1},
-                        Case{2, 9, 20, 3, 4, 1, 1}})
-    for (const std::string& isa : usable_isas())
-      for (int threads : {1, 2, 3}) {
-        CAPTURE(t.c);
-        CAPTURE(t.l);
-        CAPTURE(t.o);
-        CAPTURE(t.k);
-        CAPTURE(isa);
-        CAPTURE(threads);
-        fixed_gemm_use_isa(isa);
-        cpu_set_threads(threads);
-        const int64_t lout = t.l + 2 * t.pad - t.dil * (t.k - 1), ck = t.c * t.k;
-        std::vector<float> g = normal(t.n * t.o * lout, 7), w = normal(t.o * ck, 8);
-        std::vector<float> want(t.n * t.c * t.l), got(t.n * t.c * t.l, -1.f);
-        for (int64_t s = 0; s < t.n; ++s)
-          for (int64_t ch = 0; ch < t.c; ++ch)
-            for (int64_t iy = 0; iy < t.l; ++iy) {
-              double acc = 0.0;
-              for (int64_t q = 0; q < t.k; ++q) {
-                const int64_t i = iy + t.pad - q * t.dil;
-                if (i < 0 || i >= lout) continue;
-                float chain = 0.f;
-                for (int64_t j = 0; j < t.o; ++j) chain = std::fma(g[(s * t.o + j) * lout + i], w[j * ck + ch * t.k + q], chain);
-                acc += chain;
-              }
-              want[(s * t.c + ch) * t.l + iy] = static_cast<float>(acc);
-            }
-        fixed_conv1d_data(t.n, t.c, t.l, t.o, t.k, t.pad, t.dil, g.data(), w.data(), got.data());
-        CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
-      }
+  for (const ConvCase& t : kConvCases) {
+    CAPTURE(t.n);
+    CAPTURE(t.c);
+    CAPTURE(t.l);
+    CAPTURE(t.o);
+    CAPTURE(t.k);
+    const int64_t lout = t.lout(), ck = t.ck();
+    std::vector<float> g = normal(t.n * t.o * lout, 7), w = normal(t.o * ck, 8), want(t.n * t.c * t.l);
+    for (int64_t s = 0; s < t.n; ++s)
+      for (int64_t ch = 0; ch < t.c; ++ch)
+        for (int64_t iy = 0; iy < t.l; ++iy) {
+          double acc = 0.0;
+          for (int64_t q = 0; q < t.k; ++q) {
+            const int64_t i = iy + t.pad - q * t.dil;
+            if (i < 0 || i >= lout) continue;
+            float chain = 0.f;
+            for (int64_t j = 0; j < t.o; ++j) chain = std::fma(g[(s * t.o + j) * lout + i], w[j * ck + ch * t.k + q], chain);
+            acc += chain;
+          }
+          want[(s * t.c + ch) * t.l + iy] = static_cast<float>(acc);
+        }
+    on_every_isa_and_thread_count([&] {
+      std::vector<float> got(want.size(), -1.f);
+      fixed_conv1d_data(t.n, t.c, t.l, t.o, t.k, t.pad, t.dil, g.data(), w.data(), got.data());
+      CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
+    });
+  }
 }
 
-TEST_CASE("cpu_elu gives the bits of the elu formula on every instruction set") {
+TEST_CASE("cpu_unary and cpu_unary_backward give the bits of every UnaryFn formula on every instruction set") {
   KernelSettings restore;
-  std::vector<float> x = normal(4099, 9);
-  for (float& v : x) v *= 8.f;  // well into both branches and the clamps' range
-  for (float v : {0.f, -0.f, -18.5f, -100.f, 88.7f, 90.f, 1e-30f, -1e-30f, std::numeric_limits<float>::infinity(),
+  std::vector<float> x = normal(4099, 9), y = normal(x.size(), 10), g = normal(x.size(), 11);
+  for (float& v : x) v *= 8.f;  // well into both branches of each kink and the clamps' range
+  for (float v : {0.f, -0.f, -18.5f, -100.f, 88.7f, 90.f, 1e-30f, -1e-30f, 1e-40f, std::numeric_limits<float>::infinity(),
                   -std::numeric_limits<float>::infinity(), std::nanf("")})
-    x.push_back(v);
-  const UnaryFn f{UnaryFn::Op::elu, 1.3f, 0.f};
-  std::vector<float> want(x.size());
-  for (size_t i = 0; i < x.size(); ++i) want[i] = f.f(x[i]);
-  for (const std::string& isa : usable_isas()) {
-    CAPTURE(isa);
-    fixed_gemm_use_isa(isa);
-    std::vector<float> got(x.size(), -7.f);
-    cpu_elu(1.3f, x.data(), got.data(), static_cast<int64_t>(x.size()));
-    CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(x.size())));
+    x.push_back(v), y.push_back(0.5f), g.push_back(1.f);
+  const int64_t n = static_cast<int64_t>(x.size());
+  for (int op = 0; op < UnaryFn::kOps; ++op) {
+    const UnaryFn f{static_cast<UnaryFn::Op>(op), 0.3f, 0.9f};  // clamp's bounds, elu's alpha, leaky_relu's slope
+    CAPTURE(op);
+    std::vector<float> want(x.size()), want_grad(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      want[i] = f.f(x[i]);
+      want_grad[i] = g[i] * f.df(x[i], y[i]);
+    }
+    for (const std::string& isa : usable_isas()) {
+      CAPTURE(isa);
+      fixed_gemm_use_isa(isa);
+      std::vector<float> got(x.size(), -7.f), got_grad(x.size(), -7.f);
+      cpu_unary(f, x.data(), got.data(), n);
+      cpu_unary_backward(f, x.data(), y.data(), g.data(), got_grad.data(), n);
+      CHECK(same_bits(got.data(), want.data(), n));
+      CHECK(same_bits(got_grad.data(), want_grad.data(), n));
+    }
   }
 }
 
