@@ -51,6 +51,11 @@ std::vector<std::vector<int64_t>> gather_values(Communicator& comm, const std::v
 
 }  // namespace vqddp
 
+// VQDDP_THROW_NONFINITE for a non-finite value every rank finds alike (in
+// flags or a loss reduced over the ranks): an AgreedNonFiniteError.
+#define VQDDP_THROW_NONFINITE_EVERY_RANK(...) \
+  throw ::vqddp::AgreedNonFiniteError(::fmt::format(__VA_ARGS__), ::vqddp::source_position(__FILE__, __LINE__))
+
 // VQDDP_CHECK for a check every rank makes on the same gathered values (so
 // every rank fails it alike): it throws AgreedError, which tells the
 // backends that no rank is left waiting in a collective.

@@ -53,6 +53,11 @@ class AgreedNonFiniteError : public NonFiniteError, public RanksAgreed {
 // True for an error every rank raised alike (a RanksAgreed).
 bool raised_by_every_rank(const std::exception& e);
 
+// Re-raises a NonFiniteError `cause` with more context in `message`: an
+// AgreedNonFiniteError if every rank raised the cause alike, so the context
+// a caller adds does not drop that.
+[[noreturn]] void rethrow_nonfinite(const NonFiniteError& cause, const std::string& message);
+
 // How a group failed, for backends that record a failure in one place and
 // raise it in every later call.
 enum class CommFailure { aborted, desync, timeout };

@@ -9,6 +9,8 @@
 #   mpi.sh HAVE_MPI train NP VQDDP CONFIG     30 steps on NP processes == --backend thread --world NP
 #                                            == --world 1 (exact data parallelism)
 #   mpi.sh HAVE_MPI check-ddp NP VQDDP CONFIG BROKEN   check-ddp --backend mpi passes CONFIG, fails BROKEN
+#   mpi.sh HAVE_MPI refused NP VQDDP CONFIG   a run directory rank 0 cannot create: every rank prints
+#                                            the error and exits 1 (no MPI_Abort, which exits 3)
 # Exits 77 (skip) only when the build has no MPI (HAVE_MPI is meson's).
 set -u
 [ "$1" = true ] || { echo "mpi: skipped, this build has no MPI"; exit 77; }
@@ -99,5 +101,17 @@ case $mode in
     grep -q "check-ddp: mpi rank [0-9]*: step 1: 'buffer.quantizer.codebook" "$tmp/out" ||
       fail "no rank named the first step and tensor that differ"
     echo "mpi check-ddp: a whole run on $np mpi processes == 1 rank; the unsynced codebook fails at step 1" ;;
+  refused)
+    # An error every rank raises alike (comm/errors.h AgreedError) ends each
+    # process on its own: no rank waits, so no MPI_Abort, whose teardown
+    # has crashed mpirun and lost the other ranks' messages.
+    touch "$tmp/file"
+    run "$1" train "$2" --backend mpi --steps 5 --dir "$tmp/file/run"
+    rc=$?
+    [ $rc -eq 1 ] || fail "exit status $rc, expected 1 (3 would be MPI_Abort's)"
+    [ "$(grep -c "^vqddp: error: rank 0: run directory $tmp/file/run: cannot create it" "$tmp/out")" -eq "$np" ] ||
+      fail "expected the error on all $np ranks"
+    grep -q "MPI_ABORT" "$tmp/out" && fail "the job was aborted"
+    echo "mpi refused: all $np ranks printed the error and exited 1, without MPI_Abort" ;;
   *) fail "unknown mode" ;;
 esac

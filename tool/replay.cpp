@@ -8,6 +8,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "comm/errors.h"
 #include "comm/single.h"
 #include "comm/thread_group.h"
 #include "engine/ops.h"
@@ -173,7 +174,7 @@ int replay_quantizer(const ReplayOptions& opt, const SafetensorsFile& f) {
         out = m->quantize(x, comm);
         if (backward) add(sum(mul(out.quantized, b.g[s].slice_rows(begin, begin + n))), out.loss).backward();
       } catch (const NonFiniteError& e) {
-        throw NonFiniteError(fmt::format("{}: batch x.{} (rows {} to {} on rank {}): {}", opt.input, s, begin,
+        rethrow_nonfinite(e, fmt::format("{}: batch x.{} (rows {} to {} on rank {}): {}", opt.input, s, begin,
                                          begin + n, r, e.what()));
       }
       quantized[s][r] = out.quantized.detach().clone();
@@ -277,7 +278,7 @@ int run_replay(const ReplayOptions& opt) {
       try {
         out = book.forward(batches[s].slice_rows(begin, begin + shards[s][comm.rank()]), comm);
       } catch (const NonFiniteError& e) {
-        throw NonFiniteError(fmt::format("{}: batch x.{} (rows {} to {} on rank {}): {}", opt.input, s, begin,
+        rethrow_nonfinite(e, fmt::format("{}: batch x.{} (rows {} to {} on rank {}): {}", opt.input, s, begin,
                                          begin + shards[s][comm.rank()], comm.rank(), e.what()));
       }
       quantized[s][comm.rank()] = out.quantize;

@@ -109,7 +109,7 @@ int64_t agree_start_step(int64_t step, Communicator& comm) {
   Tensor range = from_vector(std::vector<int64_t>{step, -step}, {2});  // max of both: the largest and the smallest
   comm.all_reduce(range, ReduceOp::max);
   int64_t high = range.data<int64_t>()[0], low = -range.data<int64_t>()[1];
-  VQDDP_CHECK(low == high, "rank {}: ranks start at different steps ({} to {}; this rank {}): every rank must resume "
+  VQDDP_CHECK_EVERY_RANK(low == high, "rank {}: ranks start at different steps ({} to {}; this rank {}): every rank must resume "
               "from the same checkpoint", comm.rank(), low, high, step);
   return step;
 }

@@ -170,7 +170,7 @@ void check_health(const Tensor& health, Communicator& comm, int64_t checked, int
   comm.all_reduce(all, ReduceOp::sum);
   if (std::isfinite(all.item<float>())) return;
   bool mine = !std::isfinite(health.item<float>());
-  VQDDP_THROW_NONFINITE("a training loss was not finite at a step in ({}, {}]{}; nothing after step {} is written; {}",
+  VQDDP_THROW_NONFINITE_EVERY_RANK("a training loss was not finite at a step in ({}, {}]{}; nothing after step {} is written; {}",
                         checked, done, mine ? fmt::format(" on rank {}", comm.rank()) : " on another rank", checked,
                         nonfinite_origin(host_batch, model));
 }
@@ -418,12 +418,12 @@ class RankRun {
         // a checkpoint.
         health_ = add(health_, sub(r.loss.detach(), r.loss.detach()));
       } catch (const NonFiniteError& e) {
-        throw NonFiniteError(fmt::format("step {}, rank {}: {}; {}", step_ + 1, comm_.rank(), e.what(),
+        rethrow_nonfinite(e, fmt::format("step {}, rank {}: {}; {}", step_ + 1, comm_.rank(), e.what(),
                                          nonfinite_origin(r.host_x, model_)));
       }
       op_profile_mark("step: loss");
       r.loss.backward();
-      op_profile_mark("step: unit sums of the gradients (collective)");
+      op_profile_mark("step: end of backward (after the unit sums)");
     }
     optim_->lr = learning_rate(cfg_.optimizer, step_, schedule_.total_steps);
     if (opt_.after_gradients) opt_.after_gradients(step_ + 1, comm_.rank(), model_);
@@ -451,7 +451,7 @@ class RankRun {
     try {
       log = step_log(r.out, r.loss, layer_sizes_, comm_);
     } catch (const NonFiniteError& e) {
-      throw NonFiniteError(fmt::format("step {} (logged), rank {}: {}; {}", done, comm_.rank(), e.what(),
+      rethrow_nonfinite(e, fmt::format("step {} (logged), rank {}: {}; {}", done, comm_.rank(), e.what(),
                                        nonfinite_origin(r.host_x, model_)));
     }
     if (!lead_ || !opt_.print) return;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/agree.h"
 #include "engine/device.h"
 #include "vq/kernels/vq_kernels.h"
 
@@ -40,7 +41,7 @@ std::string nonfinite_flags_message(const double* flags, int world, int64_t cols
 void check_nonfinite_flags(const Tensor& stats, const StatsLayout& layout) {
   std::vector<double> flags = stats.reshape({-1}).slice_rows(layout.flag(0), layout.size()).to_vector<double>();
   std::string bad = nonfinite_flags_message(flags.data(), layout.world, layout.cols);
-  if (!bad.empty()) VQDDP_THROW_NONFINITE("{}", bad);
+  if (!bad.empty()) VQDDP_THROW_NONFINITE_EVERY_RANK("{}", bad);
 }
 
 Tensor stats_counts(const Tensor& stats, int64_t k) { return stats.reshape({-1}).slice_rows(0, k); }

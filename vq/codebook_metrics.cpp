@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include "comm/agree.h"
 #include "vq/codebook.h"
 #include "vq/perplexity.h"
 
@@ -82,7 +83,7 @@ void CodebookMetrics::check() const {
   const State& s = host();
   if (s.flags.empty()) return;  // host numbers: no flags
   std::string bad = nonfinite_flags_message(s.flags.data(), s.layout.world, s.layout.cols);
-  if (!bad.empty()) VQDDP_THROW_NONFINITE("{}", bad);
+  if (!bad.empty()) VQDDP_THROW_NONFINITE_EVERY_RANK("{}", bad);
 }
 
 }  // namespace vqddp

@@ -1,5 +1,6 @@
 #include "vq/finite_rows.h"
 
+#include "comm/agree.h"
 #include "engine/ops.h"
 #include "vq/code_stats.h"
 
@@ -13,7 +14,7 @@ void refuse_nonfinite_rows(const Tensor& x, Communicator& comm, const std::strin
   flags.data<double>()[comm.rank()] = static_cast<double>(first_nonfinite(x) + 1);
   comm.all_reduce(flags, ReduceOp::sum);
   std::string bad = nonfinite_flags_message(flags.data<double>(), comm.world_size(), x.dim() == 2 ? x.size(1) : 1, input);
-  if (!bad.empty()) VQDDP_THROW_NONFINITE("{}", bad);
+  if (!bad.empty()) VQDDP_THROW_NONFINITE_EVERY_RANK("{}", bad);
 }
 
 }  // namespace vqddp

@@ -21,16 +21,18 @@ constexpr ThreadGroupOptions kShort{.timeout = 300ms};
 struct Outcome {
   std::vector<std::string> what;
   std::vector<std::string> type;
-  std::vector<int> agreed;  // raised_by_every_rank: each rank raised it itself, alike
+  std::vector<int> agreed;     // raised_by_every_rank: each rank raised it itself, alike
+  std::vector<int> nonfinite;  // a NonFiniteError
 };
 
 template <class Fn>
 Outcome run_and_record(int w, Fn fn, ThreadGroupOptions opt = kShort) {
-  Outcome o{std::vector<std::string>(w), std::vector<std::string>(w), std::vector<int>(w)};
+  Outcome o{std::vector<std::string>(w), std::vector<std::string>(w), std::vector<int>(w), std::vector<int>(w)};
   auto record = [&](int r, const char* type, const std::exception& e) {
     o.what[r] = e.what();
     o.type[r] = type;
     o.agreed[r] = raised_by_every_rank(e);
+    o.nonfinite[r] = dynamic_cast<const NonFiniteError*>(&e) != nullptr;
   };
   try {
     run_ranks(w, [&](Communicator& comm) {
@@ -197,7 +199,24 @@ TEST_CASE("agree_outcome: a rank-local failure makes every rank throw the same e
     CHECK(o.agreed[r]);  // so the MPI backend ends each process without MPI_Abort
   }
   o = run_and_record(2, [](Communicator& comm) { agree_outcome(comm, comm.rank() ? "inf" : "", true); });
-  for (int r = 0; r < 2; ++r) CHECK((o.agreed[r] && o.what[r] == "rank 1: inf"));
+  for (int r = 0; r < 2; ++r) CHECK((o.agreed[r] && o.nonfinite[r] && o.what[r] == "rank 1: inf"));
+  // Context added on the way up keeps both.
+  o = run_and_record(2, [](Communicator& comm) {
+    try {
+      agree_outcome(comm, comm.rank() ? "inf" : "", true);
+    } catch (const NonFiniteError& e) {
+      rethrow_nonfinite(e, std::string("step 3: ") + e.what());
+    }
+  });
+  for (int r = 0; r < 2; ++r) CHECK((o.agreed[r] && o.nonfinite[r] && o.what[r] == "step 3: rank 1: inf"));
+  o = run_and_record(1, [](Communicator&) {
+    try {
+      VQDDP_THROW_NONFINITE("a local NaN");
+    } catch (const NonFiniteError& e) {
+      rethrow_nonfinite(e, std::string("step 3: ") + e.what());
+    }
+  });
+  CHECK((!o.agreed[0] && o.nonfinite[0] && o.what[0] == "step 3: a local NaN"));
   // All fine: nobody throws, and agree_on passes an Error's message on.
   o = run_and_record(3, [](Communicator& comm) { agree_outcome(comm, ""); });
   for (int r = 0; r < 3; ++r) CHECK(o.what[r].empty());

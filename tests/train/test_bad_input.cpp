@@ -17,6 +17,7 @@
 #include <fstream>
 #include <limits>
 
+#include "comm/errors.h"
 #include "data/idx.h"
 #include "data/audio.h"
 #include "engine/error.h"
@@ -347,6 +348,20 @@ TEST_CASE("a non-finite value in training names step and rank, and whether the d
   m = nonfinite_message([&] { train(cfg, data, o); });
   CHECK(m.find("step 1, rank 0: ") != std::string::npos);
   CHECK(m.find("; the data batch itself holds a non-finite value (row ") != std::string::npos);
+  // Both found alike by every rank (a reduced flag, a reduced loss), so an
+  // MPI job ends without MPI_Abort: the context added on the way up keeps that.
+  for (bool nan_data : {true, false}) {
+    CAPTURE(nan_data);
+    cfg = small_config(dir.file(nan_data ? "agreed-nan" : "agreed-lr"));
+    if (!nan_data) cfg.optimizer.lr = 1e30f, cfg.optimizer.grad_clip = 0;
+    bool agreed = false;
+    try {
+      train(cfg, nan_data ? data : synthetic_data(), o);
+    } catch (const NonFiniteError& e) {
+      agreed = raised_by_every_rank(e);
+    }
+    CHECK(agreed);
+  }
 }
 
 TEST_CASE("SIGTERM mid-run: every rank finishes the same step, it is checkpointed, and the resume equals an "
