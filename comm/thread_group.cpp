@@ -130,7 +130,8 @@ class ThreadCommunicator final : public Communicator {
 };
 
 namespace {
-// Polling rounds before a rendezvous sleeps: about 100 µs of cpu_relax.
+// Polling rounds of cpu_relax (about 100-200 µs, by the CPU's pause) for the
+// lock, and again for the rendezvous to complete, before a rank sleeps.
 constexpr int kSpinRounds = 4000;
 }  // namespace
 

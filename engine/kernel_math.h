@@ -5,8 +5,9 @@
 // reference the GPU is tested against). The header is plain C++ for g++ and
 // __host__ __device__ under nvcc. The exponential family (exp, expm1, log,
 // tanh, sigmoid) is its own, in rounded float operations, so host and
-// device agree to the bit; erf, atan and tan use the C math functions in
-// double, which exist on both sides and almost never round apart.
+// device agree to the bit; gelu, erf, atan and tan (and gelu's and erf's
+// derivatives) use the C math functions in double, which exist on both
+// sides and almost never round apart.
 #pragma once
 
 #include <math.h>
@@ -76,11 +77,16 @@ VQDDP_HD float bits_as_float(unsigned b) {
 // vectorize a loop whose `c ? a : f(v)` only computes f(v) on one side
 // (computing it for every lane could raise a floating-point flag the branch
 // would not), nor, it turns out, one with `?:` selects among expm1_rn's
-// arithmetic; with these the elu loop runs 4 lanes at a time.
+// arithmetic; with these the exponential family's loops vectorize (on each
+// instruction set's widest vectors: engine/cpu/gemm_kernel.h).
 VQDDP_HD float select_bits(bool c, float a, float b) {
   const unsigned mask = 0u - static_cast<unsigned>(c);
   return bits_as_float((float_bits(a) & mask) | (float_bits(b) & ~mask));
 }
+
+// ln 2 in two parts: k * kLn2Hi is exact for |k| < 2^8.
+inline constexpr float kLn2Hi = 6.93145751953125e-01f;  // ln 2 to 16 bits
+inline constexpr float kLn2Lo = 1.42860682030941723e-06f;  // ln 2 - kLn2Hi
 
 // v = k ln2 + r with |r| <= ln2/2, for v already clamped to [-104, 88.8]:
 // k by the round-to-nearest shift of 1.5 * 2^23 (whose low bits then hold
@@ -90,8 +96,6 @@ VQDDP_HD float select_bits(bool c, float a, float b) {
 VQDDP_HD float exp_reduce(float c, unsigned& k) {
   constexpr float kShift = 12582912.f;          // 1.5 * 2^23
   constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 6.93145751953125e-01f;  // ln 2 to 16 bits: k * kLn2Hi is exact
-  constexpr float kLn2Lo = 1.42860682030941723e-06f;  // ln 2 - kLn2Hi
   const float shifted = add_rn(mul_rn(c, kLog2e), kShift);  // kShift + round(c log2 e)
   const float kf = add_rn(shifted, -kShift);
   k = float_bits(shifted) - float_bits(kShift);
@@ -159,8 +163,6 @@ VQDDP_HD float exp_rn(float v) {
 // below 1e-9 relative) only corrects it; then e ln2 split in two as above.
 // Within 2 ulp; -inf at 0, NaN below it, +inf at +inf, NaN stays NaN.
 VQDDP_HD float log_rn(float v) {
-  constexpr float kLn2Hi = 6.93145751953125e-01f;
-  constexpr float kLn2Lo = 1.42860682030941723e-06f;
   const bool tiny = v < 1.17549435e-38f;  // subnormal (also 0 and below: replaced at the end)
   const unsigned b = float_bits(select_bits(tiny, mul_rn(v, 8388608.f), v));
   const unsigned mb = (b & 0x7fffffu) | 0x3f800000u;  // m in [1, 2)

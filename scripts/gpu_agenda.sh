@@ -94,15 +94,22 @@ examples=(${EXAMPLES:-speech_codec fashion_vq fashion_conv_vqvae speech_codec_fs
   speech_codec_spectral fashion_fsq fashion_lfq fashion_simvq fashion_grouped_rvq fashion_residual_simvq
   fashion_grouped_rlfq fashion_grouped_rfsq fashion_fsp fashion_latent_quantize})
 
+# Every example for 300 steps: examples_on NAME SECONDS ARGS... (logs ex_NAME_EXAMPLE).
+examples_on() {
+  local name=$1 limit=$2
+  shift 2
+  for e in "${examples[@]}"; do
+    item "ex_${name}_$e" "$limit" build-gpu/vqddp train "examples/$e.json" "$@" --steps 300 --dir "/tmp/ex/${name}_$e"
+  done
+}
+
 gpu_lane() {
   item test_cuda 150 build-gpu/tests/test_cuda
   [ "${AGENDA:-}" = quick ] && return
   # The main job's step op by op on the GPU (each op waited for).
   item profile_cuda 60 build-gpu/vqddp train --device cuda --steps 200 --profile --dir /tmp/p
   if [ "${AGENDA:-}" = crc ]; then
-    for e in "${examples[@]}"; do
-      item "ex_cuda_$e" 40 build-gpu/vqddp train "examples/$e.json" --device cuda --steps 300 --dir "/tmp/ex/cuda_$e"
-    done
+    examples_on cuda 40 --device cuda
     return
   fi
   item main_cuda 90 build-gpu/vqddp train --device cuda --steps 500 --dir /tmp/g
@@ -123,20 +130,14 @@ gpu_lane() {
     echo "sigint: resume exit $?" >>"$out/sigint.log"
   )
   stamp "sigint: $(grep -c '^sigint' "$out/sigint.log") lines"
-  for e in "${examples[@]}"; do
-    item "ex_cuda_$e" 40 build-gpu/vqddp train "examples/$e.json" --device cuda --steps 300 --dir "/tmp/ex/cuda_$e"
-  done
+  examples_on cuda 40 --device cuda
   item sanitizer 120 compute-sanitizer --tool memcheck --report-api-errors no build-gpu/tests/test_cuda
-  for e in "${examples[@]}"; do
-    item "ex_nccl_$e" 40 build-gpu/vqddp train "examples/$e.json" --backend nccl --steps 300 --dir "/tmp/ex/nccl_$e"
-  done
+  examples_on nccl 40 --backend nccl
 }
 
 cpu_lane() {
   if [ "${AGENDA:-}" = crc ]; then
-    for e in "${examples[@]}"; do
-      item "ex_cpu_$e" 60 build-gpu/vqddp train "examples/$e.json" --device cpu --steps 300 --dir "/tmp/ex/cpu_$e"
-    done
+    examples_on cpu 60 --device cpu
     return
   fi
   [ "${AGENDA:-}" = quick ] ||
@@ -144,9 +145,7 @@ cpu_lane() {
   item parity 120 env PYTHONPATH="$PWD/.gpu/py" python3 scripts/replay_parity.py build-gpu/vqddp --world 4
   [ "${AGENDA:-}" = quick ] && return
   item main_cpu 120 build-gpu/vqddp train --device cpu --steps 500 --dir /tmp/c
-  for e in "${examples[@]}"; do
-    item "ex_cpu_$e" 40 build-gpu/vqddp train "examples/$e.json" --device cpu --steps 300 --dir "/tmp/ex/cpu_$e"
-  done
+  examples_on cpu 40 --device cpu
 }
 
 gpu_lane >"$out/gpu_lane.txt" 2>&1 &

@@ -120,11 +120,12 @@ TEST_CASE("the op profile charges each op, each backward formula and the ops a f
   Tensor a = full({64, 32}, 0.5), b = full({32, 16}, 0.25);
   a.set_requires_grad(true);
   b.set_requires_grad(true);
+  op_profile_take();  // whatever else this thread charged before
   {
     Tensor outside = sum(matmul(a, b));  // no scope: not charged
     outside.backward();
   }
-  op_profile_take();  // whatever else this thread charged before
+  CHECK(op_profile_take().empty());
   {
     OpProfileScope scope;
     Tensor y = sum(square(matmul(a, b)));
