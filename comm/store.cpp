@@ -17,6 +17,7 @@
 
 #include "comm/errors.h"
 #include "engine/file_io.h"
+#include "engine/output_file.h"
 
 namespace vqddp {
 

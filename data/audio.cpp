@@ -7,12 +7,18 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include "engine/error.h"
 #include "engine/file_io.h"
+#include "engine/memory_budget.h"
+#include "engine/output_file.h"
 
 namespace vqddp {
 
@@ -42,6 +48,42 @@ Sndfile open_audio(const std::string& path, SF_INFO& info) {
   return f;
 }
 
+// The frames a RIFF WAV file's header promises: its data chunk's size over
+// the block size of its fmt chunk. libsndfile trusts the file's length over
+// the header (a cut file opens as a shorter one), so this is what tells a
+// truncated WAV from a short one. nullopt where the header promises nothing
+// checkable: not RIFF/WAVE, no fmt before data, or a data size of 0 or
+// near 2^31 or 2^32, which streaming writers put there when they cannot
+// know the length (ffmpeg, sox and others writing to a pipe).
+std::optional<int64_t> wav_promised_frames(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  auto read_at = [&](off_t at, void* buf, size_t n) { return ::pread(fd, buf, n, at) == static_cast<ssize_t>(n); };
+  auto le32 = [](const unsigned char* p) { return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24; };
+  std::optional<int64_t> promised;
+  unsigned char head[12];
+  uint32_t block_align = 0;
+  if (read_at(0, head, 12) && std::memcmp(head, "RIFF", 4) == 0 && std::memcmp(head + 8, "WAVE", 4) == 0) {
+    off_t at = 12;
+    for (int chunk = 0; chunk < 4096; ++chunk) {
+      unsigned char c[8];
+      if (!read_at(at, c, 8)) break;
+      const uint32_t size = le32(c + 4);
+      if (std::memcmp(c, "fmt ", 4) == 0) {
+        unsigned char fmt_chunk[14];
+        if (size < 14 || !read_at(at + 8, fmt_chunk, 14)) break;
+        block_align = uint32_t{fmt_chunk[12]} | uint32_t{fmt_chunk[13]} << 8;
+      } else if (std::memcmp(c, "data", 4) == 0) {
+        if (block_align > 0 && size > 0 && size < 0x7fff0000u) promised = size / block_align;
+        break;
+      }
+      at += 8 + static_cast<off_t>(size) + (size & 1);  // chunks are padded to an even size
+    }
+  }
+  ::close(fd);
+  return promised;
+}
+
 bool is_float_format(int format) {
   const int sub = format & SF_FORMAT_SUBMASK;
   return sub == SF_FORMAT_FLOAT || sub == SF_FORMAT_DOUBLE;
@@ -64,6 +106,12 @@ AudioReader::AudioReader(const std::string& path, int rate) : path_(path), s_(st
   VQDDP_CHECK(rate >= 0, "{}: target sample rate {} Hz is negative", path, rate);
   s_->file = open_audio(path, s_->info);
   VQDDP_CHECK(s_->info.frames > 0, "{}: no samples (empty file)", path);
+  if ((s_->info.format & SF_FORMAT_TYPEMASK) == SF_FORMAT_WAV) {
+    const std::optional<int64_t> promised = wav_promised_frames(path);
+    VQDDP_CHECK(!promised || *promised <= s_->info.frames, "{}: truncated: its header promises {} frames ({:.2f} s) "
+                "but the file holds {} ({:.2f} s)", path, *promised, static_cast<double>(*promised) / s_->info.samplerate,
+                s_->info.frames, static_cast<double>(s_->info.frames) / s_->info.samplerate);
+  }
   rate_ = rate == 0 ? s_->info.samplerate : rate;
   if (rate_ != s_->info.samplerate) {
     const soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
@@ -98,6 +146,13 @@ bool AudioReader::decode_block() {
     VQDDP_CHECK(!s.file_done || sf_error(s.file.get()) == SF_ERR_NO_ERROR, "{}: decoding failed after {} frames "
                 "({})", path_, s.frames_read + std::max<sf_count_t>(n, 0), sf_strerror(s.file.get()));
     got = static_cast<size_t>(std::max<sf_count_t>(n, 0));
+    // Every frame the header promised must come: fewer is a file cut short
+    // or shrunk while it was read, not a shorter clip. (MPEG's frame count
+    // is an estimate where the file has no index, so it is not held to it.)
+    const int64_t decoded = s.frames_read + static_cast<int64_t>(got);
+    VQDDP_CHECK(!s.file_done || decoded == s.info.frames || (s.info.format & SF_FORMAT_TYPEMASK) == SF_FORMAT_MPEG,
+                "{}: {} frames could be decoded of the {} its header promises: the file is truncated, or changed while "
+                "it was read", path_, decoded, s.info.frames);
     if (is_float_format(s.info.format))
       for (size_t i = 0; i < got * channels; ++i)
         VQDDP_CHECK(std::isfinite(s.block[i]), "{}: sample {} of channel {} is {} (a float file must hold finite "
@@ -147,11 +202,16 @@ bool AudioReader::decode_block() {
 size_t AudioReader::read(size_t n, std::vector<float>& out) {
   size_t done = 0;
   while (done < n) {
-    if (pending_at_ == pending_.size() && !decode_block()) break;
+    if (pending_at_ == pending_.size() && !decode_block()) {
+      VQDDP_CHECK(produced_ > 0, "{}: {} frames at {} Hz resample to no sample at {} Hz: too short to use", path_,
+                  s_->info.frames, s_->info.samplerate, rate_);
+      break;
+    }
     const size_t take = std::min(n - done, pending_.size() - pending_at_);
     out.insert(out.end(), pending_.begin() + pending_at_, pending_.begin() + pending_at_ + take);
     pending_at_ += take;
     done += take;
+    produced_ += static_cast<int64_t>(take);
   }
   return done;
 }
@@ -162,10 +222,15 @@ const std::vector<std::string>& audio_extensions() {
   return ext;
 }
 
-int audio_file_rate(const std::string& path) {
+AudioFileInfo audio_file_info(const std::string& path) {
   SF_INFO info;
   Sndfile f = open_audio(path, info);
-  return info.samplerate;
+  return {info.samplerate, info.channels, static_cast<int64_t>(info.frames)};
+}
+
+int64_t AudioFileInfo::samples_at(int target) const {
+  if (target == 0 || target == rate) return frames;
+  return static_cast<int64_t>(std::ceil(static_cast<double>(frames) * target / rate));
 }
 
 Audio read_audio(const std::string& path, int rate) {
@@ -180,6 +245,7 @@ Audio read_audio(const std::string& path, int rate) {
   const double expected = std::ceil(static_cast<double>(frames) * a.sample_rate / a.file_rate);
   VQDDP_CHECK(expected <= 4294967296.0, "{}: {} frames at {} Hz are more than 2^32 samples at {} Hz", path, frames,
               a.file_rate, a.sample_rate);
+  require_memory(static_cast<int64_t>(expected) * int64_t{sizeof(float)}, path, "its samples as 32-bit floats");
   a.samples.reserve(static_cast<size_t>(expected) + 64);
   while (reader.read(static_cast<size_t>(kBlockFrames), a.samples) > 0) {
   }
@@ -187,13 +253,13 @@ Audio read_audio(const std::string& path, int rate) {
 }
 
 struct AudioWriter::State {
+  std::optional<OutputFile> out;  // libsndfile writes to its descriptor
   Sndfile file;
   std::vector<short> pcm;  // 16-bit encodings: the samples as we round them
 };
 
 AudioWriter::AudioWriter(const std::string& path, int rate, AudioEncoding encoding)
-    : path_(path), temp_(path + ".tmp." + std::to_string(::getpid())), encoding_(encoding),
-      s_(std::make_unique<State>()) {
+    : path_(path), encoding_(encoding), s_(std::make_unique<State>()) {
   VQDDP_CHECK(rate > 0, "{}: sample rate {} Hz is not a usable rate", path, rate);
   SF_INFO info{};
   info.samplerate = rate;
@@ -202,15 +268,13 @@ AudioWriter::AudioWriter(const std::string& path, int rate, AudioEncoding encodi
                 : encoding == AudioEncoding::wav16 ? SF_FORMAT_WAV | SF_FORMAT_PCM_16
                                                    : SF_FORMAT_WAV | SF_FORMAT_FLOAT;
   VQDDP_CHECK(sf_format_check(&info), "{}: libsndfile cannot write this format", path);
-  s_->file.reset(sf_open(temp_.c_str(), SFM_WRITE, &info));
-  VQDDP_CHECK(s_->file != nullptr, "{}: cannot write ({})", temp_, sf_strerror(nullptr));
+  s_->out.emplace(path);
+  s_->file.reset(sf_open_fd(s_->out->fd(), SFM_WRITE, &info, SF_FALSE));
+  VQDDP_CHECK(s_->file != nullptr, "{}: cannot write ({})", path, sf_strerror(nullptr));
 }
 
-AudioWriter::~AudioWriter() {
-  if (!s_->file) return;
-  s_->file.reset();
-  std::remove(temp_.c_str());
-}
+// An unclosed writer's temporary goes with its OutputFile.
+AudioWriter::~AudioWriter() { s_->file.reset(); }
 
 void AudioWriter::write(const float* samples, size_t n) {
   VQDDP_CHECK(s_->file != nullptr, "{}: written after close", path_);
@@ -226,17 +290,17 @@ void AudioWriter::write(const float* samples, size_t n) {
       s_->pcm[i] = static_cast<short>(std::clamp(std::nearbyint(samples[i] * 32768.f), -32768.f, 32767.f));
     wrote = sf_writef_short(s_->file.get(), s_->pcm.data(), static_cast<sf_count_t>(n));
   }
-  VQDDP_CHECK(wrote == static_cast<sf_count_t>(n), "{}: writing failed ({})", temp_, sf_strerror(s_->file.get()));
+  VQDDP_CHECK(wrote == static_cast<sf_count_t>(n), "{}: writing failed ({})", path_, sf_strerror(s_->file.get()));
 }
 
 void AudioWriter::close() {
   VQDDP_CHECK(s_->file != nullptr, "{}: closed twice", path_);
-  sf_write_sync(s_->file.get());
+  VQDDP_CHECK(written_ > 0, "{}: no sample to write: an audio file of zero samples is refused", path_);
+  // sf_close finishes the header (sizes, FLAC's STREAMINFO); the descriptor
+  // stays open for the OutputFile, which syncs and renames it.
   const int err = sf_close(s_->file.release());
-  const bool renamed = err == 0 && std::rename(temp_.c_str(), path_.c_str()) == 0;
-  if (!renamed) std::remove(temp_.c_str());
-  VQDDP_CHECK(err == 0, "{}: closing failed ({})", temp_, sf_error_number(err));
-  VQDDP_CHECK(renamed, "{}: cannot rename {} over it", path_, temp_);
+  VQDDP_CHECK(err == 0, "{}: closing failed ({})", path_, sf_error_number(err));
+  s_->out->commit();
 }
 
 void write_audio(const std::string& path, const std::vector<float>& samples, int rate, AudioEncoding encoding) {

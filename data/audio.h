@@ -16,7 +16,10 @@
 //   or piecewise, and a long file needs memory for one block only.
 // - Refused, with an Error naming the file: what is not a regular file
 //   (engine/file_io.h), what libsndfile cannot open (its own reason is in
-//   the message), an empty file, a non-finite sample in a float file (naming
+//   the message), an empty file, a file that gives fewer frames than its
+//   header promises (a WAV whose data chunk runs past the end of the file,
+//   any file that ends early or shrinks while it is read: the frames
+//   promised and found are named), one that resamples to no sample at all, a non-finite sample in a float file (naming
 //   the frame and channel), more than 2^32 samples (read whole).
 // - 16-bit output is written as x * 32768 rounded to the nearest integer
 //   (ties to even), clamped to [-32768, 32767] (not libsndfile's x * 32767),
@@ -66,13 +69,21 @@ class AudioReader {
   std::unique_ptr<State> s_;
   std::vector<float> pending_;  // decoded, not yet returned
   size_t pending_at_ = 0;
+  int64_t produced_ = 0;  // samples returned so far
 };
 
 // The whole file (an AudioReader read to its end).
 Audio read_audio(const std::string& path, int rate = 0);
 
-// The file's stored rate, read from its header alone.
-int audio_file_rate(const std::string& path);
+// What a file's header says, read from it alone (no sample is decoded).
+struct AudioFileInfo {
+  int rate = 0;         // Hz, as stored
+  int channels = 0;
+  int64_t frames = 0;   // as stored, at `rate`
+  // The mono samples it gives at `target` Hz (0: its own rate), rounded up.
+  int64_t samples_at(int target) const;
+};
+AudioFileInfo audio_file_info(const std::string& path);
 
 // The extensions a data directory's audio files may have (lower case, with
 // the dot): what the file name must end with to be read as a clip.
@@ -80,10 +91,11 @@ const std::vector<std::string>& audio_extensions();
 
 enum class AudioEncoding { wav16, wav_float, flac16 };
 
-// Mono samples into a new file, written as `path`.tmp.<pid> and renamed
-// over `path` by close() after libsndfile's sync: a writer destroyed before
-// close() (an error midway) or a close that fails removes its temporary, so
-// `path` is either the old file or the whole new one.
+// Mono samples into a new file through engine/output_file.h (a temporary
+// created exclusively, renamed over `path` by close()): a writer destroyed
+// before close() (an error midway), a close that fails, or SIGINT/SIGTERM
+// removes its temporary, so `path` is either the old file or the whole new
+// one. close() refuses a file of zero samples: nothing could open it.
 class AudioWriter {
  public:
   AudioWriter(const std::string& path, int rate, AudioEncoding encoding);
@@ -96,7 +108,7 @@ class AudioWriter {
 
  private:
   struct State;
-  std::string path_, temp_;
+  std::string path_;
   AudioEncoding encoding_;
   size_t written_ = 0;  // samples so far (for error messages)
   std::unique_ptr<State> s_;

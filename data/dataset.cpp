@@ -8,8 +8,10 @@
 #include <atomic>
 #include <cctype>
 #include <filesystem>
+#include <new>
 
 #include "engine/file_io.h"
+#include "engine/memory_budget.h"
 #include "engine/ops.h"
 #include "data/idx.h"
 #include "data/audio.h"
@@ -52,13 +54,37 @@ std::vector<std::string> audio_files_in(const std::string& dir) {
   return files;
 }
 
+// Refuses, before any sample is decoded, a data set that cannot fit: at
+// the peak each sample is held three times (its clip, the source's frames,
+// and the frames' tensor), 4 bytes each. Names the largest file.
+void require_memory_for(const std::vector<std::vector<std::string>>& lists, int rate) {
+  int64_t samples = 0, largest = -1;
+  std::string largest_file;
+  for (const std::vector<std::string>& files : lists)
+    for (const std::string& f : files) {
+      const int64_t n = audio_file_info(f).samples_at(rate);
+      samples += n;
+      if (n > largest) {
+        largest = n;
+        largest_file = f;
+      }
+    }
+  require_memory(samples * 3 * int64_t{sizeof(float)}, fmt::format("data: {} samples in all, {} of them in {}",
+                 samples, largest, largest_file), "training on them (each sample is held 3 times as 4 bytes while the "
+                 "data is loaded)");
+}
+
 Dataset load_wav_frames(const DataConfig& c) {
   Dataset d;
   d.example_dim = c.frame;
   // Every source's file list first: the rate rule needs the first clip.
   std::vector<std::vector<std::string>> lists;
   for (const DataSourceConfig& src : c.sources) {
-    VQDDP_CHECK(std::filesystem::is_directory(src.path), "data source '{}' is not a directory of audio files",
+    std::error_code ec;
+    VQDDP_CHECK(std::filesystem::exists(src.path, ec), "data source '{}' does not exist: it must be a directory of "
+                "audio files ({}); `vqddp convert AUDIO... --out {}` makes one from audio files of any format (the "
+                "examples that read FLAC say so in docs/cli.md)", src.path, fmt::join(audio_extensions(), ", "), src.path);
+    VQDDP_CHECK(std::filesystem::is_directory(src.path, ec), "data source '{}' is not a directory of audio files",
                 src.path);
     std::vector<std::string> files = audio_files_in(src.path);
     if (c.max_files > 0 && static_cast<int64_t>(files.size()) > c.max_files) files.resize(c.max_files);
@@ -67,7 +93,8 @@ Dataset load_wav_frames(const DataConfig& c) {
     lists.push_back(std::move(files));
   }
   // data.sample_rate, or the first clip's: then every clip must have it.
-  const int rate = c.sample_rate > 0 ? static_cast<int>(c.sample_rate) : audio_file_rate(lists[0][0]);
+  const int rate = c.sample_rate > 0 ? static_cast<int>(c.sample_rate) : audio_file_info(lists[0][0]).rate;
+  require_memory_for(lists, c.sample_rate > 0 ? rate : 0);
   std::vector<float> validation;
   int64_t clips = 0, held = 0, resampled = 0;
   for (size_t s = 0; s < lists.size(); ++s) {
@@ -84,6 +111,8 @@ Dataset load_wav_frames(const DataConfig& c) {
         for (size_t i = next++; i < files.size(); i = next++) {
           try {
             audio[i] = read_audio(files[i], c.sample_rate > 0 ? rate : 0);
+          } catch (const std::bad_alloc&) {
+            errors[i] = fmt::format("{}: out of memory decoding it", files[i]);
           } catch (const std::exception& e) {
             errors[i] = e.what();
           }
@@ -99,6 +128,7 @@ Dataset load_wav_frames(const DataConfig& c) {
       resampled += audio[i].file_rate != rate;
       bool holdout = static_cast<int64_t>(i) % c.holdout_every == c.holdout_every - 1;
       append_frames(audio[i].samples, c.frame, holdout ? validation : train);
+      std::vector<float>().swap(audio[i].samples);  // held once in the frames now
       ++clips;
       held += holdout;
     }

@@ -1,7 +1,6 @@
 #include "engine/file_io.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,7 +12,6 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <random>
 #include <string_view>
 
 #include "engine/error.h"
@@ -77,93 +75,6 @@ std::string read_file(const std::string& path, int64_t max_bytes, const char* wh
   }
   VQDDP_CHECK(!std::ferror(f.get()), "{}: read error: {}", path, std::strerror(errno));
   return bytes;
-}
-
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  std::random_device rd;
-  std::string tmp = fmt::format("{}.tmp.{}.{:08x}", path, getpid(), rd());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-  VQDDP_CHECK(fd >= 0, "{}: cannot create temporary file {}: {}", path, tmp, std::strerror(errno));
-  const char* p = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    ssize_t w = ::write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int err = w == 0 ? EIO : errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      VQDDP_THROW("{}: write failed: {}", path, std::strerror(err));
-    }
-    p += w;
-    left -= static_cast<size_t>(w);
-  }
-  int err = 0;
-  while (::fsync(fd) != 0) {
-    if (errno == EINTR) continue;
-    err = errno;
-    break;
-  }
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-  if (err != 0) {
-    ::unlink(tmp.c_str());
-    VQDDP_THROW("{}: cannot write {} and rename it into place: {}", path, tmp, std::strerror(err));
-  }
-  // Make the rename itself durable: fsync the directory that holds the file.
-  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
-namespace {
-
-// The pid in a temporary's name after "<path>.tmp.": "<pid>.<8 hex digits>",
-// as write_file_atomic makes them; 0 for any other name, which is left alone.
-pid_t temporary_pid(std::string_view rest) {
-  size_t dot = rest.find('.');
-  if (dot == std::string_view::npos || rest.size() - dot - 1 != 8) return 0;
-  for (char c : rest.substr(dot + 1))
-    if (!std::isxdigit(static_cast<unsigned char>(c))) return 0;
-  std::optional<int64_t> pid = parse_int(rest.substr(0, dot));
-  return pid && *pid > 0 && *pid <= INT32_MAX ? static_cast<pid_t>(*pid) : 0;
-}
-
-// ESRCH only: EPERM means the process exists (another user's), so its file
-// may still be in the middle of a write.
-bool writer_is_gone(pid_t pid) { return pid == ::getpid() || (::kill(pid, 0) != 0 && errno == ESRCH); }
-
-}  // namespace
-
-std::vector<std::string> remove_stale_temporaries(const std::string& path) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const std::string prefix = target.filename().string() + ".tmp.";
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  if (ec == std::errc::no_such_file_or_directory) return {};  // nothing was ever written there
-  VQDDP_CHECK(!ec, "{}: cannot list {} for stale temporary files: {}", path, dir.string(), ec.message());
-  // Listed first, removed after: removing while iterating may skip entries.
-  std::vector<std::string> stale;
-  for (const fs::directory_entry& e : it) {
-    std::string name = e.path().filename().string();
-    if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    pid_t pid = temporary_pid(std::string_view(name).substr(prefix.size()));
-    if (pid > 0 && writer_is_gone(pid)) stale.push_back(e.path().string());
-  }
-  std::vector<std::string> removed;
-  for (const std::string& file : stale) {
-    if (::unlink(file.c_str()) == 0) {
-      removed.push_back(file);
-    } else {
-      VQDDP_CHECK(errno == ENOENT, "{}: cannot remove the stale temporary file {}: {}", path, file, std::strerror(errno));
-    }
-  }
-  return removed;
 }
 
 namespace {

@@ -1,6 +1,7 @@
 #include "engine/safetensors.h"
 
 #include "engine/file_io.h"
+#include "engine/output_file.h"
 #include "engine/json_strict.h"
 
 #include <fcntl.h>
@@ -22,6 +23,18 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* kChecksumKey = "vqddp.crc32c";
+constexpr const char* kMetadataChecksumKey = "vqddp.metadata_crc32c";
+
+// The CRC32C of the metadata without the two checksum entries: of its
+// canonical JSON (keys sorted, as std::map holds them), so the writer and
+// a reader that parsed it again compute it from the same bytes.
+std::string metadata_checksum(const std::map<std::string, std::string>& metadata) {
+  std::map<std::string, std::string> m = metadata;
+  m.erase(kChecksumKey);
+  m.erase(kMetadataChecksumKey);
+  const std::string text = json(m).dump();
+  return fmt::format("{:08x}", crc32c(text.data(), text.size()));
+}
 // The safetensors format's own bound on its JSON header.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
@@ -53,6 +66,7 @@ struct Entry {
   DType dtype;
   Shape shape;
   uint64_t begin, end;
+  bool bytes = false;  // a U8 tensor: loaded into SafetensorsFile::bytes, not as a Tensor
 };
 
 Entry parse_entry(const std::string& path, const std::string& name, const json& v, uint64_t data_size) {
@@ -61,7 +75,8 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
   for (const char* key : {"dtype", "shape", "data_offsets"})
     if (!v.contains(key)) bad(fmt::format("missing '{}'", key));
   if (!v["dtype"].is_string()) bad("'dtype' is not a string");
-  Entry e{name, parse_dtype(path, name, v["dtype"].get<std::string>()), {}, 0, 0};
+  const bool bytes = v["dtype"].get<std::string>() == "U8";
+  Entry e{name, bytes ? DType::f32 : parse_dtype(path, name, v["dtype"].get<std::string>()), {}, 0, 0, bytes};
   if (!v["shape"].is_array()) bad("'shape' is not an array");
   for (const json& d : v["shape"]) {
     if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
@@ -84,11 +99,12 @@ Entry parse_entry(const std::string& path, const std::string& name, const json& 
     bad(fmt::format("data_offsets [{}, {}] pass the end of the data ({} bytes): file truncated?", e.begin, e.end,
                     data_size));
   uint64_t want = 0;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(numel), dtype_size(e.dtype), &want))
-    bad(fmt::format("shape {} of {} needs more bytes than 64 bits count", shape_str(e.shape), dtype_name(e.dtype)));
+  const char* dtype = bytes ? "u8" : dtype_name(e.dtype);
+  if (__builtin_mul_overflow(static_cast<uint64_t>(numel), bytes ? 1 : dtype_size(e.dtype), &want))
+    bad(fmt::format("shape {} of {} needs more bytes than 64 bits count", shape_str(e.shape), dtype));
   if (e.end - e.begin != want)
-    bad(fmt::format("shape {} of {} needs {} bytes, data_offsets give {}", shape_str(e.shape), dtype_name(e.dtype),
-                    want, e.end - e.begin));
+    bad(fmt::format("shape {} of {} needs {} bytes, data_offsets give {}", shape_str(e.shape), dtype, want,
+                    e.end - e.begin));
   return e;
 }
 
@@ -182,9 +198,20 @@ SafetensorsFile safetensors_load(const std::string& path) {
     out.metadata.erase(sums);
     out.checksummed = true;
   }
+  if (auto sum = out.metadata.find(kMetadataChecksumKey); sum != out.metadata.end()) {
+    const std::string stored = sum->second, actual = metadata_checksum(out.metadata);
+    VQDDP_CHECK(stored == actual, "{}: __metadata__ is damaged or was edited (checksum {}, stored {})", path, actual,
+                stored);
+    out.metadata.erase(kMetadataChecksumKey);
+    out.metadata_checksummed = true;
+  }
 
   // Everything is valid: only now build tensors.
   for (const Entry& e : entries) {
+    if (e.bytes) {
+      out.bytes.emplace_back(e.name, std::string(data + e.begin, e.end - e.begin));
+      continue;
+    }
     Tensor t = empty(e.shape, e.dtype);
     std::memcpy(t.raw_data(), data + e.begin, e.end - e.begin);
     out.tensors.emplace_back(e.name, t);
@@ -193,9 +220,9 @@ SafetensorsFile safetensors_load(const std::string& path) {
 }
 
 void safetensors_save(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata) {
-  VQDDP_CHECK(!metadata.count(kChecksumKey), "{}: metadata key '{}' is reserved for the tensors' checksums", path,
-              kChecksumKey);
+                      const std::map<std::string, std::string>& metadata, const NamedBytes& bytes) {
+  for (const char* key : {kChecksumKey, kMetadataChecksumKey})
+    VQDDP_CHECK(!metadata.count(key), "{}: metadata key '{}' is reserved for the checksums", path, key);
   json header = json::object(), sums = json::object();
   std::vector<Tensor> host;  // the bytes written, on the host
   uint64_t offset = 0;
@@ -208,10 +235,17 @@ void safetensors_save(const std::string& path, const NamedTensors& tensors,
     sums[name] = fmt::format("{:08x}", crc32c(host.back().raw_data(), n));
     offset += n;
   }
+  for (const auto& [name, b] : bytes) {
+    VQDDP_CHECK(name != "__metadata__" && !header.contains(name), "{}: tensor name '{}' is reserved or repeated", path, name);
+    header[name] = {{"dtype", "U8"}, {"shape", {b.size()}}, {"data_offsets", {offset, offset + b.size()}}};
+    sums[name] = fmt::format("{:08x}", crc32c(b.data(), b.size()));
+    offset += b.size();
+  }
   std::string text;
   try {
     json meta = metadata;
     meta[kChecksumKey] = sums.dump();
+    meta[kMetadataChecksumKey] = metadata_checksum(metadata);
     header["__metadata__"] = meta;
     text = header.dump();
   } catch (const json::exception& e) {
@@ -219,13 +253,14 @@ void safetensors_save(const std::string& path, const NamedTensors& tensors,
   }
   // Pad with spaces so the data starts 8-byte aligned, as the format advises.
   text.append((8 - text.size() % 8) % 8, ' ');
-  std::string bytes(8, '\0');
+  std::string file(8, '\0');
   uint64_t len = text.size();
-  std::memcpy(bytes.data(), &len, 8);
-  bytes += text;
-  bytes.reserve(bytes.size() + offset);
-  for (const Tensor& h : host) bytes.append(static_cast<const char*>(h.raw_data()), h.nbytes());
-  write_file_atomic(path, bytes);
+  std::memcpy(file.data(), &len, 8);
+  file += text;
+  file.reserve(file.size() + offset);
+  for (const Tensor& h : host) file.append(static_cast<const char*>(h.raw_data()), h.nbytes());
+  for (const auto& [name, b] : bytes) file += b;
+  write_file_atomic(path, file);
 }
 
 }  // namespace vqddp

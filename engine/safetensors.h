@@ -18,7 +18,10 @@
 // safetensors reader still reads the file. Reading verifies them, naming
 // the file and the damaged tensor. Files without the entry (other tools',
 // vqddp's own from before) load unverified; SafetensorsFile::checksummed
-// says which it was, for formats that require checksums.
+// says which it was, for formats that require checksums. The metadata is
+// under a checksum too: "vqddp.metadata_crc32c", the CRC32C of the other
+// entries' canonical JSON (sorted keys), so an edited value is refused;
+// SafetensorsFile::metadata_checksummed says whether the file had it.
 #pragma once
 
 #include <map>
@@ -28,25 +31,32 @@
 
 namespace vqddp {
 
+// Raw byte tensors (dtype U8), for data the engine holds no tensor type of
+// (bit-packed codes): name -> bytes, in order.
+using NamedBytes = std::vector<std::pair<std::string, std::string>>;
+
 struct SafetensorsFile {
   std::string path;      // as given to safetensors_load, for error messages
-  NamedTensors tensors;  // in file order of data offsets
-  std::map<std::string, std::string> metadata;  // without "vqddp.crc32c"
+  NamedTensors tensors;  // in file order of data offsets (U8 ones are in `bytes`)
+  NamedBytes bytes;      // the U8 tensors, flattened, in file order
+  std::map<std::string, std::string> metadata;  // without the two checksum entries
   bool checksummed = false;  // every tensor's checksum was present and verified
+  bool metadata_checksummed = false;  // the metadata's checksum was present and verified
 
   // The tensor called `name`; throws naming the file and its tensors if absent.
   const Tensor& at(const std::string& name) const;
   bool contains(const std::string& name) const;
 };
 
-// Supported dtypes: F32, F64 and I64 (the engine's). Others known to the
-// format (F16, BF16, I32, ...) are refused with a message saying so.
+// Supported dtypes: F32, F64 and I64 (the engine's), and U8 as raw bytes.
+// Others known to the format (F16, BF16, I32, ...) are refused with a
+// message saying so.
 // Loading gives host tensors; saving takes tensors on any device (device
 // ones are copied to the host, all of them before anything is written: the
 // checksums go in the header, which precedes the data). The metadata key
 // "vqddp.crc32c" is reserved for the checksums.
 SafetensorsFile safetensors_load(const std::string& path);
 void safetensors_save(const std::string& path, const NamedTensors& tensors,
-                      const std::map<std::string, std::string>& metadata = {});
+                      const std::map<std::string, std::string>& metadata = {}, const NamedBytes& bytes = {});
 
 }  // namespace vqddp

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -18,6 +19,7 @@
 #include "engine/blas.h"
 #include "engine/error.h"
 #include "engine/json_strict.h"
+#include "engine/output_file.h"
 #include "tool/check_ddp.h"
 #include "tool/default_config.h"
 #include "tool/cli_args.h"
@@ -61,8 +63,9 @@ void usage() {
       "        audio files of any format -> DIR/NAME.flac (or .wav), mono, resampled to HZ (default: as stored)\n"
       "  report RUN_DIR\n"
       "        RUN_DIR/report.html: one self-contained page of the run's curves, code usage, config and clips\n"
-      "  inspect CHECKPOINT\n"
-      "        step, config, and per codebook: used and dead codes, perplexity\n"
+      "  inspect CHECKPOINT | CODES\n"
+      "        a checkpoint: step, config, and per codebook: used and dead codes, perplexity; a codes file: its\n"
+      "        audio, layers, packed size and entropy\n"
       "  replay IN OUT [--world W] [--shards LIST]\n"
       "        recorded batches through one EMA codebook on W thread ranks (format: docs/vq.md)\n"
       "  launch --nproc N [--nnodes M --node-rank R --master-addr A --master-port P] [--exit-grace S]\n"
@@ -219,8 +222,8 @@ int run_check_ddp(int argc, char** argv) {
 
 int run_inspect(int argc, char** argv) {
   CliArgs args("inspect", argc, argv, 2, {});
-  args.expect_positional(1, "a checkpoint file");
-  fmt::print("{}", inspect_checkpoint(args.positional()[0]));
+  args.expect_positional(1, "a checkpoint or codes file");
+  fmt::print("{}", inspect_file(args.positional()[0]));
   return 0;
 }
 
@@ -268,13 +271,16 @@ int run_encode(int argc, char** argv) {
   o.layers = encode_layers(args, codec);
   o.chunk_frames = args.get_int("chunk", o.chunk_frames, limits::chunk_frames);
   o.overwrite = args.has("overwrite");
+  OutputDir out(args.get("out", ""), "encode");
   for (size_t i = 1; i < args.positional().size(); ++i) {
-    CodingResult r = encode_audio_file(codec, args.positional()[i], args.get("out", ""), o);
+    CodingResult r = encode_audio_file(codec, args.positional()[i], out, o);
     const double secs = static_cast<double>(r.samples) / codec.sample_rate();
     fmt::print("encode: {}: {:.2f} s of audio in {:.2f} s ({:.0f}x real time) | {} frames x {} of {} layers, {:.2f} "
-               "kbit/s -> {}\n", args.positional()[i], secs, r.seconds, secs / std::max(r.seconds, 1e-9), r.frames,
-               r.layers, codec.layer_sizes().size(), codec.bitrate(r.layers) / 1000, r.output);
+               "kbit/s (entropy {:.2f} kbit/s: what an entropy coder would reach) -> {}\n", args.positional()[i], secs,
+               r.seconds, secs / std::max(r.seconds, 1e-9), r.frames, r.layers, codec.layer_sizes().size(),
+               r.packed_bitrate / 1000, r.entropy_bitrate / 1000, r.output);
   }
+  out.keep();
   return 0;
 }
 
@@ -289,12 +295,14 @@ int run_decode(int argc, char** argv) {
   o.float_wav = args.has("float");
   o.chunk_frames = args.get_int("chunk", o.chunk_frames, limits::chunk_frames);
   o.overwrite = args.has("overwrite");
+  OutputDir out(args.get("out", ""), "decode");
   for (size_t i = 1; i < args.positional().size(); ++i) {
-    CodingResult r = decode_codes_file(codec, args.positional()[i], args.get("out", ""), o);
+    CodingResult r = decode_codes_file(codec, args.positional()[i], out, o);
     const double secs = static_cast<double>(r.samples) / codec.sample_rate();
     fmt::print("decode: {}: {:.2f} s of audio in {:.2f} s ({:.0f}x real time) from {} layers -> {}\n",
                args.positional()[i], secs, r.seconds, secs / std::max(r.seconds, 1e-9), r.layers, r.output);
   }
+  out.keep();
   return 0;
 }
 
@@ -313,8 +321,14 @@ int run_convert(int argc, char** argv) {
     return std::filesystem::path(in).stem().string() + (format == "flac" ? ".flac" : ".wav");
   };
   refuse_shared_outputs(args.positional(), "convert", name);
-  for (const std::string& in : args.positional())
-    convert_audio(in, output_path(dir, name(in), args.has("overwrite"), "convert"), rate, encoding);
+  OutputDir out(dir, "convert");
+  for (const std::string& in : args.positional()) {
+    const std::string path = out.path_for(name(in), args.has("overwrite"));
+    audio_file_info(in);  // the input refused, if it is, before the directory is made
+    out.create();
+    convert_audio(in, path, rate, encoding);
+  }
+  out.keep();
   fmt::print("convert: {} file{} -> {}\n", args.positional().size(), args.positional().size() == 1 ? "" : "s", dir);
   return 0;
 }
@@ -373,6 +387,9 @@ int main(int argc, char** argv) {
     usage();
     return argc < 2 ? 2 : 0;
   }
+  // An output file's temporary goes with a SIGINT or SIGTERM (train
+  // replaces this with its graceful stop, which removes them too).
+  vqddp::remove_temporaries_on_signal();
   try {
     std::string cmd = argv[1];
     if (cmd == "train") return run_train(argc, argv);
@@ -394,6 +411,15 @@ int main(int argc, char** argv) {
     const char* pos = std::getenv("VQDDP_ERROR_POSITIONS");
     bool show = pos && std::string(pos) == "1" && !e.where().empty();
     fmt::print(stderr, "vqddp: error: {}{}\n", e.what(), show ? fmt::format(" [{}]", e.where()) : "");
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // The library's own wording ("filesystem error: ... [path]") put in ours.
+    fmt::print(stderr, "vqddp: error: {}{}: {}\n", e.path1().empty() ? "(an empty path)" : e.path1().string(),
+               e.path2().empty() ? "" : " -> " + e.path2().string(), e.code().message());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "vqddp: error: out of memory (an allocation failed; a smaller data set, batch or chunk needs "
+               "less)\n");
     return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "vqddp: error: {}\n", e.what());

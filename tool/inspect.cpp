@@ -1,12 +1,15 @@
 #include "tool/inspect.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "engine/file_io.h"
+#include "engine/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/codes_file.h"
 #include "train/config.h"
 #include "vq/perplexity.h"
 
@@ -47,6 +50,35 @@ std::string inspect_checkpoint(const std::string& path) {
     out += fmt::format("tensor {} {} {} crc32c {:08x}\n", name, dtype_name(t.dtype()), shape_str(t.shape()),
                        crc32c(t.raw_data(), t.nbytes()));
   return out;
+}
+
+std::string inspect_codes(const std::string& path) {
+  const CodesFile c = read_codes_file(path);
+  std::string out = fmt::format("{}: codes file format {}, {}\n", path, c.format,
+                                c.metadata_checked ? "checksums verified (codes and metadata)"
+                                                   : "codes checksummed, metadata not (format 1)");
+  out += fmt::format("audio: {} samples at {} Hz ({:.2f} s), source {}\n", c.samples, c.sample_rate, c.seconds(),
+                     c.source.empty() ? "(not recorded)" : c.source);
+  out += fmt::format("codes: {} frames of {} samples x {} tokens = {} rows x {} layers\n", c.frames(), c.frame,
+                     c.tokens, c.rows(), c.layers);
+  if (!c.codebook_sizes.empty()) {
+    std::vector<int> bits;
+    for (int64_t k : c.codebook_sizes) bits.push_back(code_bits(k));
+    out += fmt::format("codebooks: {} (bits {}); packed {:.3f} kbit/s, entropy {:.3f} kbit/s\n",
+                       fmt::join(c.codebook_sizes, ", "), fmt::join(bits, ", "), codes_packed_bitrate(c) / 1000,
+                       codes_entropy_bitrate(c) / 1000);
+  } else {
+    out += fmt::format("codebooks: not recorded (format 1); entropy {:.3f} kbit/s\n", codes_entropy_bitrate(c) / 1000);
+  }
+  out += fmt::format("codec: weights fingerprint {}, checkpoint step {}\n", c.codec_fingerprint, c.checkpoint_step);
+  return out;
+}
+
+std::string inspect_file(const std::string& path) {
+  const SafetensorsFile f = safetensors_load(path);
+  auto format = f.metadata.find("format");
+  if (format != f.metadata.end() && format->second.starts_with("vqddp-codes/")) return inspect_codes(path);
+  return inspect_checkpoint(path);
 }
 
 }  // namespace vqddp

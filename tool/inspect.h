@@ -11,4 +11,13 @@ namespace vqddp {
 // The report as text (the CLI prints it).
 std::string inspect_checkpoint(const std::string& path);
 
+// `vqddp inspect CODES`: a codes file (train/codes_file.h): its format,
+// audio (rate, samples, duration), frames, tokens and layers with their
+// codebook sizes and bits, the packed and entropy bitrates, the codec's
+// fingerprint and step, and the source's name.
+std::string inspect_codes(const std::string& path);
+
+// Either, by what the file says it is (its "format" metadata).
+std::string inspect_file(const std::string& path);
+
 }  // namespace vqddp

@@ -26,6 +26,7 @@
 
 #include "engine/error.h"
 #include "engine/file_io.h"
+#include "engine/output_file.h"
 
 namespace vqddp {
 
@@ -226,8 +227,12 @@ Frame make_frame(const PlotSpec& spec, Axis x, Axis y, double legend_height) {
 
 std::string no_data(const std::string& label) { return fmt::format(R"(<p class="note">{}: no data</p>)", esc(label)); }
 
-// Every line plot of the page. Points with a non-finite coordinate are
-// skipped; a series of one point is drawn as a dot; a plot without any
+// Beyond this a coordinate is not drawn: the span of two such values
+// overflows a double (1e308 - -1e308), and the pixels would be NaN.
+constexpr double kMaxPlotted = 1e300;
+
+// Every line plot of the page. Points with a non-finite coordinate, or one
+// beyond +-kMaxPlotted, are skipped; a series of one point is drawn as a dot; a plot without any
 // point is a "no data" note instead of an empty frame.
 std::string line_plot(const PlotSpec& spec) {
   std::vector<Series> drawn;  // the series with points, finite ones only
@@ -237,7 +242,7 @@ std::string line_plot(const PlotSpec& spec) {
     const Series& s = spec.series[i];
     Series d{s.name, {}, {}, s.dashed, s.color < 0 ? static_cast<int>(i) : s.color};
     for (size_t k = 0; k < std::min(s.xs.size(), s.ys.size()); ++k) {
-      if (!std::isfinite(s.xs[k]) || !std::isfinite(s.ys[k])) continue;
+      if (!(std::abs(s.xs[k]) <= kMaxPlotted) || !(std::abs(s.ys[k]) <= kMaxPlotted)) continue;
       d.xs.push_back(s.xs[k]);
       d.ys.push_back(s.ys[k]);
       x0 = std::min(x0, s.xs[k]);
@@ -274,13 +279,13 @@ std::string line_plot(const PlotSpec& spec) {
 // seams between them, and the outline is a third of the bytes.
 std::string bar_chart(const PlotSpec& spec, const std::vector<double>& heights, double x_max) {
   if (heights.empty()) return no_data(spec.label);
-  double top = *std::max_element(heights.begin(), heights.end());
+  double top = std::min(*std::max_element(heights.begin(), heights.end()), kMaxPlotted);
   // All-zero counts still get an axis from 0 up, not one centred on 0.
   Frame f = make_frame(spec, make_axis(0, x_max, false, false), make_axis(0, top > 0 ? top : 1, false, true), 0);
   double n = static_cast<double>(heights.size());
   std::string marks = fmt::format(R"(<polygon fill="{}" points="{:.1f},{:.1f})", kPalette[0], f.px(0), f.bottom);
   for (size_t b = 0; b < heights.size(); ++b) {
-    double y = f.py(std::max(heights[b], 0.0));
+    double y = f.py(std::clamp(heights[b], 0.0, kMaxPlotted));
     marks += fmt::format(" {:.1f},{:.1f} {:.1f},{:.1f}", f.px(b * x_max / n), y, f.px((b + 1) * x_max / n), y);
   }
   marks += fmt::format(R"( {:.1f},{:.1f}"/>)", f.px(x_max), f.bottom);
@@ -289,12 +294,31 @@ std::string bar_chart(const PlotSpec& spec, const std::vector<double>& heights, 
 
 // ---- the run's files ------------------------------------------------------
 
-std::string require_run_file(const fs::path& dir, const char* name, const char* when) {
-  fs::path p = dir / name;
+// What the report reads and embeds, it reads only from regular files inside
+// the run directory: a symbolic link (clips/x.wav -> ~/secret.txt) or a
+// path that leads out of the directory would put another file's bytes into
+// a page that is meant to be sent to people. nullopt where nothing is
+// there; an Error where something is there that is not such a file.
+std::optional<std::string> run_file(const fs::path& dir, const fs::path& relative) {
+  const fs::path p = dir / relative;
   std::error_code ec;
-  VQDDP_CHECK(fs::exists(p, ec), "{}: not found: {} is written by vqddp train {} (is {} a run directory?)", p.string(),
-              name, when, dir.string());
+  const fs::file_status st = fs::symlink_status(p, ec);
+  if (!fs::exists(st)) return std::nullopt;
+  VQDDP_CHECK(!fs::is_symlink(st), "{}: is a symbolic link; the report embeds only regular files of the run "
+              "directory, never what a link points to", p.string());
+  VQDDP_CHECK(fs::is_regular_file(st), "{}: is not a regular file", p.string());
+  const fs::path root = fs::canonical(dir, ec), real = fs::canonical(p, ec);
+  const auto [end, _] = std::mismatch(root.begin(), root.end(), real.begin(), real.end());
+  VQDDP_CHECK(!ec && end == root.end(), "{}: lies outside the run directory {} (through a linked directory); the "
+              "report embeds only files inside it", p.string(), dir.string());
   return p.string();
+}
+
+std::string require_run_file(const fs::path& dir, const char* name, const char* when) {
+  std::optional<std::string> p = run_file(dir, name);
+  VQDDP_CHECK(p.has_value(), "{}: not found: {} is written by vqddp train {} (is {} a run directory?)",
+              (dir / name).string(), name, when, dir.string());
+  return *p;
 }
 
 json read_json_object(const std::string& path, const char* what) {
@@ -459,9 +483,9 @@ std::string codebook_section(const Metrics& m) {
 // not in index order.
 std::string usage_section(const fs::path& dir) {
   std::string out = "<h2>Code usage at the last validation</h2>";
-  std::string path = (dir / "code_usage.json").string();
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return out + R"(<p class="note">no code_usage.json (written at each validation)</p>)";
+  std::optional<std::string> found = run_file(dir, "code_usage.json");
+  if (!found) return out + R"(<p class="note">no code_usage.json (written at each validation)</p>)";
+  const std::string& path = *found;
   json usage = read_json_object(path, "a code usage file");
   VQDDP_CHECK(usage.contains("layers") && usage["layers"].is_array(), "{}: malformed: no \"layers\" array", path);
   if (auto step = number(usage, "step")) out += fmt::format("<p>At step {}.</p>", num(*step));
@@ -504,15 +528,14 @@ std::string usage_section(const fs::path& dir) {
 std::string clips_section(const fs::path& dir) {
   std::string out = "<h2>Held-out clips</h2>", rows;
   for (int i = 0; i < 4; ++i) {
-    fs::path original = dir / "clips" / fmt::format("clip_{}_original.wav", i);
-    fs::path decoded = dir / "clips" / fmt::format("clip_{}_decoded.wav", i);
-    std::error_code ec;
-    if (!fs::is_regular_file(original, ec) || !fs::is_regular_file(decoded, ec)) continue;
-    auto player = [](const fs::path& p) {
+    std::optional<std::string> original = run_file(dir, fs::path("clips") / fmt::format("clip_{}_original.wav", i));
+    std::optional<std::string> decoded = run_file(dir, fs::path("clips") / fmt::format("clip_{}_decoded.wav", i));
+    if (!original || !decoded) continue;
+    auto player = [](const std::string& p) {
       return fmt::format(R"(<audio controls preload="metadata" src="data:audio/wav;base64,{}"></audio>)",
-                         base64(read_file(p.string(), int64_t{64} << 20, "a clip")));
+                         base64(read_file(p, int64_t{64} << 20, "a clip")));
     };
-    rows += fmt::format("<tr><td>clip {}</td><td>{}</td><td>{}</td></tr>", i, player(original), player(decoded));
+    rows += fmt::format("<tr><td>clip {}</td><td>{}</td><td>{}</td></tr>", i, player(*original), player(*decoded));
   }
   if (rows.empty()) return out + R"(<p class="note">no clips (audio runs write them at validation)</p>)";
   return out + "<table><tr><th></th><th>original</th><th>decoded</th></tr>" + rows + "</table>";

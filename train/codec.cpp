@@ -10,7 +10,9 @@
 #include "engine/error.h"
 #include "engine/file_io.h"
 #include "engine/json_strict.h"
+#include "engine/output_file.h"
 #include "engine/safetensors.h"
+#include "train/codes_file.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 
@@ -18,7 +20,6 @@ namespace vqddp {
 
 namespace {
 
-constexpr const char* kCodesFormat = "vqddp-codes/1";
 constexpr const char* kCodesSuffix = ".codes.safetensors";
 
 using Clock = std::chrono::steady_clock;
@@ -37,21 +38,6 @@ std::string weights_fingerprint(const Module& model) {
   add(model.named_parameters());
   add(model.named_buffers());
   return fmt::format("{:08x}", crc);
-}
-
-int64_t metadata_count(const SafetensorsFile& f, const char* key) {
-  auto it = f.metadata.find(key);
-  VQDDP_CHECK(it != f.metadata.end(), "{}: not a complete codes file: __metadata__ has no '{}'", f.path, key);
-  size_t used = 0;
-  int64_t v = -1;
-  try {
-    v = std::stoll(it->second, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  VQDDP_CHECK(used == it->second.size() && v >= 0, "{}: __metadata__ '{}' is '{}', not a count", f.path, key,
-              it->second);
-  return v;
 }
 
 }  // namespace
@@ -104,14 +90,6 @@ std::vector<float> Codec::decode(const Tensor& codes) const {
   return model_->decode(from_vector(full, {rows, q})).to_vector<float>();
 }
 
-std::string output_path(const std::string& dir, const std::string& name, bool overwrite, const std::string& command) {
-  std::filesystem::create_directories(dir);
-  std::string path = (std::filesystem::path(dir) / name).string();
-  VQDDP_CHECK(overwrite || !std::filesystem::exists(path), "{}: exists already; {} --overwrite replaces it", path,
-              command);
-  return path;
-}
-
 std::string codes_file_name(const std::string& input) {
   return std::filesystem::path(input).stem().string() + kCodesSuffix;
 }
@@ -123,7 +101,7 @@ std::string decoded_file_name(const std::string& codes_path) {
   return stem + ".wav";
 }
 
-CodingResult encode_audio_file(const Codec& codec, const std::string& input, const std::string& out_dir,
+CodingResult encode_audio_file(const Codec& codec, const std::string& input, OutputDir& out,
                                const EncodeOptions& o) {
   const int q = static_cast<int>(codec.layer_sizes().size());
   const int layers = o.layers == 0 ? q : o.layers;
@@ -133,90 +111,82 @@ CodingResult encode_audio_file(const Codec& codec, const std::string& input, con
   VQDDP_CHECK(o.chunk_frames > 0, "encode: chunks of {} frames", o.chunk_frames);
   CodingResult r;
   r.layers = layers;
-  r.output = output_path(out_dir, codes_file_name(input), o.overwrite, "encode");
+  r.output = out.path_for(codes_file_name(input), o.overwrite);
   const auto start = Clock::now();
   const int64_t f = codec.frame();
   AudioReader reader(input, codec.sample_rate());
-  std::vector<int64_t> codes;  // (rows, layers)
-  std::vector<float> chunk;    // (chunk_frames * F,): the only audio held at once
+  CodesFile c;
+  c.layers = layers;
+  std::vector<float> chunk;  // (chunk_frames * F,): the only audio held at once
   for (;;) {
     chunk.clear();
     const size_t got = reader.read(static_cast<size_t>(o.chunk_frames * f), chunk);
     if (got == 0) break;
     r.samples += static_cast<int64_t>(got);
     chunk.resize((got + f - 1) / f * f, 0.f);  // the last frame padded with zeros
-    Tensor c = codec.encode(chunk);            // (n * tokens, Q)
-    const int64_t* p = c.data<int64_t>();
-    for (int64_t row = 0; row < c.size(0); ++row) codes.insert(codes.end(), p + row * q, p + row * q + layers);
+    Tensor t = codec.encode(chunk);            // (n * tokens, Q)
+    const int64_t* p = t.data<int64_t>();
+    for (int64_t row = 0; row < t.size(0); ++row) c.codes.insert(c.codes.end(), p + row * q, p + row * q + layers);
     r.frames += static_cast<int64_t>(chunk.size()) / f;
   }
-  const int64_t rows = static_cast<int64_t>(codes.size()) / layers;
-  safetensors_save(r.output, {{"codes", from_vector(codes, {rows, layers})}},
-                   {{"format", kCodesFormat},
-                    {"sample_rate", std::to_string(codec.sample_rate())},
-                    {"samples", std::to_string(r.samples)},
-                    {"frame", std::to_string(f)},
-                    {"tokens", std::to_string(codec.tokens())},
-                    {"layers", std::to_string(layers)},
-                    {"config", codec.config().dump()},
-                    {"codec_fingerprint", codec.fingerprint()},
-                    {"checkpoint_step", std::to_string(codec.step())},
-                    {"source", std::filesystem::path(input).filename().string()}});
+  c.sample_rate = codec.sample_rate();
+  c.samples = r.samples;
+  c.frame = f;
+  c.tokens = codec.tokens();
+  c.codebook_sizes.assign(codec.layer_sizes().begin(), codec.layer_sizes().begin() + layers);
+  c.codec_fingerprint = codec.fingerprint();
+  c.checkpoint_step = codec.step();
+  c.source = std::filesystem::path(input).filename().string();
+  out.create();
+  write_codes_file(r.output, c);
+  r.entropy_bitrate = codes_entropy_bitrate(c);
+  r.packed_bitrate = codes_packed_bitrate(c);
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return r;
 }
 
-CodingResult decode_codes_file(const Codec& codec, const std::string& path, const std::string& out_dir,
-                               const DecodeOptions& o) {
+CodingResult decode_codes_file(const Codec& codec, const std::string& path, OutputDir& out, const DecodeOptions& o) {
   VQDDP_CHECK(o.chunk_frames > 0, "decode: chunks of {} frames", o.chunk_frames);
   const auto start = Clock::now();
-  SafetensorsFile file = safetensors_load(path);
-  auto format = file.metadata.find("format");
-  VQDDP_CHECK(format != file.metadata.end() && format->second == kCodesFormat, "{}: not a vqddp codes file (format "
-              "'{}'; `vqddp encode` writes {})", path, format == file.metadata.end() ? "" : format->second, kCodesFormat);
-  VQDDP_CHECK(file.checksummed, "{}: a codes file must carry checksums but its __metadata__ has none: the header is "
-              "damaged", path);
-  const std::string& fp = file.metadata.count("codec_fingerprint") ? file.metadata.at("codec_fingerprint") : "";
-  VQDDP_CHECK(fp == codec.fingerprint(), "{}: coded by a codec whose weights have fingerprint '{}', but this "
-              "checkpoint's (step {}) are '{}': decode with the checkpoint that encoded it", path, fp, codec.step(),
-              codec.fingerprint());
-  const int64_t rate = metadata_count(file, "sample_rate"), samples = metadata_count(file, "samples"),
-                f = metadata_count(file, "frame"), tokens = metadata_count(file, "tokens"),
-                layers_said = metadata_count(file, "layers");
-  VQDDP_CHECK(rate == codec.sample_rate() && f == codec.frame() && tokens == codec.tokens(),
-              "{}: coded at {} Hz in frames of {} samples, {} tokens each; this codec takes {} Hz, {}, {}", path, rate,
-              f, tokens, codec.sample_rate(), codec.frame(), codec.tokens());
-  const Tensor& codes = file.at("codes");
-  const int64_t q = static_cast<int64_t>(codec.layer_sizes().size());
-  // The sample count bounded by the codes' rows first, so nothing below overflows.
-  const bool fits = codes.dim() == 2 && samples <= codes.size(0) / tokens * f;
-  const int64_t frames = fits ? (samples + f - 1) / f : -1;
-  VQDDP_CHECK(fits && codes.dtype() == DType::i64 && codes.size(0) == frames * tokens && codes.size(1) >= 1 &&
-                  codes.size(1) <= q && codes.size(1) == layers_said,
-              "{}: tensor 'codes' is {}; {} samples in frames of {} need int64 [{} frames x {} tokens, layers 1..{}] "
-              "(metadata 'layers' {})", path, codes.desc(), samples, f, samples / f + (samples % f != 0), tokens, q, layers_said);
-  VQDDP_CHECK(codes.size(1) == q || codec.layers_are_residual(), "{}: {} of {} layers, but this codec's quantizer has "
-              "no residual layers to leave out", path, codes.size(1), q);
-  const int64_t layers = codes.size(1);
-  const int64_t* p = codes.data<int64_t>();
-  for (int64_t i = 0; i < codes.numel(); ++i) {
-    const int64_t l = i % layers, size = codec.layer_sizes()[static_cast<size_t>(l)];
-    VQDDP_CHECK(p[i] >= 0 && p[i] < size, "{}: code {} of layer {} in row {} is outside its codebook of {}", path, p[i],
-                l, i / layers, size);
+  const CodesFile c = read_codes_file(path);
+  VQDDP_CHECK(c.codec_fingerprint == codec.fingerprint(), "{}: coded by a codec whose weights have fingerprint '{}', "
+              "but this checkpoint's (step {}) are '{}': decode with the checkpoint that encoded it", path,
+              c.codec_fingerprint, codec.step(), codec.fingerprint());
+  VQDDP_CHECK(c.sample_rate == codec.sample_rate() && c.frame == codec.frame() && c.tokens == codec.tokens(),
+              "{}: coded at {} Hz in frames of {} samples, {} tokens each; this codec takes {} Hz, {}, {}", path,
+              c.sample_rate, c.frame, c.tokens, codec.sample_rate(), codec.frame(), codec.tokens());
+  const int64_t q = static_cast<int64_t>(codec.layer_sizes().size()), layers = c.layers;
+  VQDDP_CHECK(layers <= q, "{}: {} layers, but this codec has {}", path, layers, q);
+  VQDDP_CHECK(layers == q || codec.layers_are_residual(), "{}: {} of {} layers, but this codec's quantizer has "
+              "no residual layers to leave out", path, layers, q);
+  for (int64_t l = 0; l < layers; ++l)
+    VQDDP_CHECK(c.codebook_sizes.empty() || c.codebook_sizes[l] == codec.layer_sizes()[l], "{}: layer {} was coded "
+                "with a codebook of {}, this codec's has {}", path, l, c.codebook_sizes[l], codec.layer_sizes()[l]);
+  // Format 1 did not say its codebook sizes: its codes are held to the codec's.
+  for (size_t i = 0; i < c.codes.size(); ++i) {
+    const int64_t l = static_cast<int64_t>(i) % layers, size = codec.layer_sizes()[static_cast<size_t>(l)];
+    VQDDP_CHECK(c.codes[i] >= 0 && c.codes[i] < size, "{}: code {} of layer {} in row {} is outside its codebook of {}",
+                path, c.codes[i], l, static_cast<int64_t>(i) / layers, size);
   }
+  if (c.format == 1)
+    fmt::print(stderr, "vqddp: note: {} is a format-1 codes file (8 bytes a code, metadata not under its checksum); "
+               "`vqddp encode` writes format 2\n", path);
   CodingResult r;
   r.layers = static_cast<int>(layers);
-  r.frames = frames;
-  r.samples = samples;
-  r.output = output_path(out_dir, decoded_file_name(path), o.overwrite, "decode");
-  AudioWriter out(r.output, codec.sample_rate(), o.float_wav ? AudioEncoding::wav_float : AudioEncoding::wav16);
-  for (int64_t at = 0; at < frames; at += o.chunk_frames) {
-    const int64_t end = std::min(frames, at + o.chunk_frames);
-    std::vector<float> y = codec.decode(codes.slice_rows(at * tokens, end * tokens));
-    const int64_t keep = std::min<int64_t>(static_cast<int64_t>(y.size()), samples - at * f);  // the padding goes
-    out.write(y.data(), static_cast<size_t>(keep));
+  r.frames = c.frames();
+  r.samples = c.samples;
+  r.output = out.path_for(decoded_file_name(path), o.overwrite);
+  out.create();
+  AudioWriter writer(r.output, codec.sample_rate(), o.float_wav ? AudioEncoding::wav_float : AudioEncoding::wav16);
+  const int64_t tokens = c.tokens, f = c.frame;
+  for (int64_t at = 0; at < r.frames; at += o.chunk_frames) {
+    const int64_t end = std::min(r.frames, at + o.chunk_frames);
+    std::vector<int64_t> rows(c.codes.begin() + at * tokens * layers, c.codes.begin() + end * tokens * layers);
+    std::vector<float> y = codec.decode(from_vector(rows, {(end - at) * tokens, layers}));
+    const int64_t keep = std::min<int64_t>(static_cast<int64_t>(y.size()), r.samples - at * f);  // the padding goes
+    writer.write(y.data(), static_cast<size_t>(keep));
   }
-  out.close();
+  writer.close();
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return r;
 }

@@ -11,15 +11,7 @@
 // frame's codes do not depend on the frames coded beside it. The last frame
 // is padded with zeros; decoding cuts the output back to the file's length.
 //
-// Codes file (safetensors, engine/safetensors.h, checksummed):
-//   tensor "codes"  int64 (frames * tokens, L): token t of frame n in row
-//                   n * tokens + t; L <= Q layers (residual quantizers may
-//                   drop their last layers: fewer bits per second)
-//   metadata        format "vqddp-codes/1", sample_rate, samples (of the
-//                   input, after resampling), frame, tokens, layers, the
-//                   codec's config (JSON), codec_fingerprint (CRC32C of its
-//                   weights: decoding with other weights is refused), the
-//                   checkpoint's step and the source file's name.
+// Codes files: train/codes_file.h.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +62,8 @@ class Codec {
   int64_t step_ = 0;
 };
 
+class OutputDir;
+
 struct EncodeOptions {
   int layers = 0;             // 0: every layer
   int64_t chunk_frames = 256;  // frames coded at a time (memory: chunk_frames * F samples)
@@ -82,10 +76,14 @@ struct CodingResult {
   int64_t frames = 0;    // model frames coded
   int layers = 0;
   double seconds = 0;    // wall time of the coding
+  double packed_bitrate = 0;   // encode: bits per second of the packed codes
+  double entropy_bitrate = 0;  // encode: what an entropy coder would reach (train/codes_file.h)
 };
 
-// `input` (any file data/audio.h reads) -> DIR/<stem>.codes.safetensors.
-CodingResult encode_audio_file(const Codec& codec, const std::string& input, const std::string& out_dir,
+// `input` (any file data/audio.h reads) -> DIR/<stem>.codes.safetensors
+// (train/codes_file.h). DIR is made only once the codes are ready, so an
+// input refused on reading leaves nothing behind.
+CodingResult encode_audio_file(const Codec& codec, const std::string& input, OutputDir& out,
                                const EncodeOptions& options);
 
 struct DecodeOptions {
@@ -98,13 +96,8 @@ struct DecodeOptions {
 // ".codes.safetensors"). Refused, naming the file: not a codes file, damaged
 // (checksums), another codec's codes (fingerprint), codes outside their
 // codebooks, a shape that does not fit the codec or the sample count.
-CodingResult decode_codes_file(const Codec& codec, const std::string& codes_path, const std::string& out_dir,
+CodingResult decode_codes_file(const Codec& codec, const std::string& codes_path, OutputDir& out,
                                const DecodeOptions& options);
-
-// DIR/NAME for a command's output file, DIR made if missing; refused,
-// naming the path and `command`'s --overwrite, where a file is there
-// already and `overwrite` is false, so no earlier output is lost by accident.
-std::string output_path(const std::string& dir, const std::string& name, bool overwrite, const std::string& command);
 
 // The name a codes file for `input` gets: its stem + ".codes.safetensors".
 std::string codes_file_name(const std::string& input);

@@ -12,6 +12,7 @@
 
 #include "engine/error.h"
 #include "engine/file_io.h"
+#include "engine/output_file.h"
 
 namespace vqddp {
 
@@ -38,8 +39,13 @@ MetricsLog::MetricsLog(std::string path, int64_t resume_step) : path_(std::move(
     std::string kept = lines_up_to(text, resume_step);
     if (kept != text) write_file_atomic(path_, kept);
   }
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  VQDDP_CHECK(fd_ >= 0, "{}: cannot open the metrics file for writing: {}", path_, std::strerror(errno));
+  // An append log, the one file not replaced whole (engine/output_file.h):
+  // O_NOFOLLOW, so a symbolic link planted under its name is refused rather
+  // than followed to whatever it points at.
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+  VQDDP_CHECK(fd_ >= 0, "{}: cannot open the metrics file for writing: {}", path_,
+              errno == ELOOP ? "it is a symbolic link (vqddp writes its run files itself, never through a link)"
+                             : std::strerror(errno));
 }
 
 MetricsLog::~MetricsLog() {

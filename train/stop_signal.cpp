@@ -8,6 +8,7 @@
 #include <ctime>
 
 #include "engine/error.h"
+#include "engine/output_file.h"
 
 namespace vqddp {
 
@@ -44,7 +45,9 @@ void on_stop_signal(int sig) {
     return;
   }
   if (monotonic_ns() - g_first_ns < kSameRequestNs) return;
-  // The second one: the default action, now (the exit status says which).
+  // The second one: the default action, now (the exit status says which),
+  // without leaving a half-written checkpoint's temporary behind.
+  remove_live_temporaries();
   ::signal(sig, SIG_DFL);
   ::raise(sig);
 }

@@ -20,6 +20,7 @@
 #include "engine/device.h"
 #include "engine/exact_batch.h"
 #include "engine/file_io.h"
+#include "engine/output_file.h"
 #include "engine/op_profile.h"
 #include "engine/ops.h"
 #include "engine/optim.h"

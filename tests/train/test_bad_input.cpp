@@ -22,6 +22,7 @@
 #include "data/audio.h"
 #include "engine/error.h"
 #include "engine/file_io.h"
+#include "engine/output_file.h"
 #include "engine/json_strict.h"
 #include "engine/safetensors.h"
 #include "tests/engine/tmpdir.h"

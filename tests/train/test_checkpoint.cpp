@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/file_io.h"
+#include "engine/output_file.h"
 #include "engine/safetensors.h"
 #include "tests/engine/file_fixtures.h"
 #include "tests/engine/tmpdir.h"
@@ -157,6 +158,8 @@ TEST_CASE("a checksummed format whose checksums went missing is refused; an olde
   size_t at = bytes.find("vqddp.crc32c");
   REQUIRE(at != std::string::npos);
   bytes[at + 11] = 'd';
+  // And the metadata's checksum, which the renamed key would otherwise fail.
+  bytes.replace(bytes.find("vqddp.metadata_crc32c"), 21, "vqddp.unused_metadata");
   std::string path = dir.file("checkpoint.safetensors");
   std::ofstream(path, std::ios::binary) << bytes;
   check_refused(path, fmt::format("{}: a vqddp-checkpoint/2 file must carry checksums but its __metadata__ has none: the "
@@ -169,6 +172,7 @@ TEST_CASE("a checksummed format whose checksums went missing is refused; an olde
   REQUIRE(at != std::string::npos);
   bytes[at + 17] = '1';
   bytes.replace(bytes.find("vqddp.crc32c"), 12, "vqddp.unused");  // as an old file: no checksums
+  bytes.replace(bytes.find("vqddp.metadata_crc32c"), 21, "vqddp.unused_metadata");
   std::ofstream(old, std::ios::binary) << bytes;
   FreshRun run;
   CHECK(load_checkpoint(old, run.model, run.optim, kSteps, &run.cfg.source) == kSteps);

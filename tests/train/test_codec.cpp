@@ -20,6 +20,8 @@
 #include "engine/autograd.h"
 #include "train/checkpoint.h"
 #include "train/codec.h"
+#include "train/codes_file.h"
+#include "engine/output_file.h"
 #include "train/spectral.h"
 
 using namespace vqddp;
@@ -84,6 +86,21 @@ std::string error_of(const std::function<void()>& f) {
   return "<no error>";
 }
 
+// One file through a command's OutputDir, as the CLI does.
+CodingResult encode_into(const Codec& codec, const std::string& input, const std::string& dir, const EncodeOptions& o) {
+  OutputDir out(dir, "encode");
+  CodingResult r = encode_audio_file(codec, input, out, o);
+  out.keep();
+  return r;
+}
+
+CodingResult decode_into(const Codec& codec, const std::string& codes, const std::string& dir, const DecodeOptions& o) {
+  OutputDir out(dir, "decode");
+  CodingResult r = decode_codes_file(codec, codes, out, o);
+  out.keep();
+  return r;
+}
+
 DecodeOptions float_wav() {
   DecodeOptions o;
   o.float_wav = true;
@@ -102,8 +119,8 @@ TEST_CASE("encode then decode of a held-out clip gives the run's validation figu
   TempDir out;
   EncodeOptions enc;
   enc.chunk_frames = 3;  // not the validation's batch: the forward is batch-invariant
-  CodingResult e = encode_audio_file(codec, t.clips[3], out.file("codes"), enc);
-  CodingResult d = decode_codes_file(codec, e.output, out.file("wav"), float_wav());
+  CodingResult e = encode_into(codec, t.clips[3], out.file("codes"), enc);
+  CodingResult d = decode_into(codec, e.output, out.file("wav"), float_wav());
   const std::vector<float> x = samples_of(t.clips[3]), y = samples_of(d.output);
   REQUIRE(y.size() == x.size());  // the last frame's padding is cut off
   CHECK(e.samples == static_cast<int64_t>(x.size()));
@@ -149,36 +166,37 @@ TEST_CASE("a file coded in chunks has the codes and the audio of coding it whole
   whole.chunk_frames = 1 << 20;
   two.layers = 2;
   const std::string input = t.clips[0];
-  const Tensor a = safetensors_load(encode_audio_file(codec, input, out.file("one"), one).output).at("codes");
-  const Tensor b = safetensors_load(encode_audio_file(codec, input, out.file("whole"), whole).output).at("codes");
-  REQUIRE(a.shape() == b.shape());
-  CHECK(a.to_vector<int64_t>() == b.to_vector<int64_t>());
-  CHECK(a.size(1) == 3);
+  const CodesFile a = read_codes_file(encode_into(codec, input, out.file("one"), one).output);
+  const CodesFile b = read_codes_file(encode_into(codec, input, out.file("whole"), whole).output);
+  CHECK(a.codes == b.codes);
+  CHECK(a.layers == 3);
   DecodeOptions dec_one = float_wav(), dec_whole = float_wav();
   dec_one.chunk_frames = 1;
   dec_whole.chunk_frames = 1 << 20;
   const std::string codes = out.file("one/") + codes_file_name(input);
-  CHECK(samples_of(decode_codes_file(codec, codes, out.file("dec_one"), dec_one).output) ==
-        samples_of(decode_codes_file(codec, codes, out.file("dec_whole"), dec_whole).output));
+  CHECK(samples_of(decode_into(codec, codes, out.file("dec_one"), dec_one).output) ==
+        samples_of(decode_into(codec, codes, out.file("dec_whole"), dec_whole).output));
   // Two of three layers: the first two columns, decoded without the third.
-  CodingResult e2 = encode_audio_file(codec, input, out.file("two"), two);
-  const Tensor c = safetensors_load(e2.output).at("codes");
-  REQUIRE(c.shape() == Shape{a.size(0), 2});
-  std::vector<int64_t> va = a.to_vector<int64_t>(), vc = c.to_vector<int64_t>();
-  for (int64_t r = 0; r < a.size(0); ++r)
+  CodingResult e2 = encode_into(codec, input, out.file("two"), two);
+  const CodesFile c = read_codes_file(e2.output);
+  REQUIRE(c.layers == 2);
+  REQUIRE(c.rows() == a.rows());
+  const std::vector<int64_t>& va = a.codes;
+  const std::vector<int64_t>& vc = c.codes;
+  for (int64_t r = 0; r < a.rows(); ++r)
     for (int64_t l = 0; l < 2; ++l) REQUIRE(vc[r * 2 + l] == va[r * 3 + l]);
   CHECK(codec.bitrate(2) == codec.bitrate(3) * 2 / 3);
   const std::vector<float> full = samples_of(out.file("dec_one/") + std::filesystem::path(input).stem().string() + ".wav");
-  const std::vector<float> fewer = samples_of(decode_codes_file(codec, e2.output, out.file("dec_two"), float_wav()).output);
+  const std::vector<float> fewer = samples_of(decode_into(codec, e2.output, out.file("dec_two"), float_wav()).output);
   REQUIRE(fewer.size() == full.size());
   CHECK(fewer != full);
   // An existing output is not replaced unless asked.
-  CHECK(error_of([&] { encode_audio_file(codec, input, out.file("two"), two); }).find("exists already") !=
+  CHECK(error_of([&] { encode_into(codec, input, out.file("two"), two); }).find("exists already") !=
         std::string::npos);
   two.overwrite = true;
-  CHECK_NOTHROW(encode_audio_file(codec, input, out.file("two"), two));
+  CHECK_NOTHROW(encode_into(codec, input, out.file("two"), two));
   // A 16-bit decode is the float one to the nearest 1/32768.
-  const std::vector<float> pcm = samples_of(decode_codes_file(codec, codes, out.file("dec16"), DecodeOptions{}).output);
+  const std::vector<float> pcm = samples_of(decode_into(codec, codes, out.file("dec16"), DecodeOptions{}).output);
   REQUIRE(pcm.size() == full.size());
   for (size_t i = 0; i < pcm.size(); ++i)
     REQUIRE(pcm[i] == std::clamp(std::nearbyint(full[i] * 32768.f), -32768.f, 32767.f) / 32768.f);
@@ -188,7 +206,7 @@ TEST_CASE("decode refuses, naming the file, a damaged codes file, another codec'
   const TrainedCodec& t = trained();
   Codec codec(t.checkpoint);
   TempDir out;
-  const std::string codes = encode_audio_file(codec, t.clips[1], out.file("codes"), EncodeOptions{}).output;
+  const std::string codes = encode_into(codec, t.clips[1], out.file("codes"), EncodeOptions{}).output;
   // A flipped byte in the codes (the last byte of the file is data).
   const std::string damaged = out.file("damaged.codes.safetensors");
   std::filesystem::copy_file(codes, damaged);
@@ -200,20 +218,29 @@ TEST_CASE("decode refuses, naming the file, a damaged codes file, another codec'
     f.seekp(-1, std::ios::end);
     f.put(static_cast<char>(c ^ 1));
   }
-  std::string msg = error_of([&] { decode_codes_file(codec, damaged, out.file("wav"), DecodeOptions{}); });
+  std::string msg = error_of([&] { decode_into(codec, damaged, out.file("wav"), DecodeOptions{}); });
   CHECK(msg.find(damaged) != std::string::npos);
   CHECK(msg.find("checksum") != std::string::npos);
-  // Codes outside their codebook, in a file whose checksums fit.
-  SafetensorsFile f = safetensors_load(codes);
-  std::vector<int64_t> v = f.at("codes").to_vector<int64_t>();
+  // Codes outside their codebook, in a file whose checksums fit: a format-1
+  // file (int64 codes, as vqddp wrote before), which still decodes.
+  const CodesFile packed = read_codes_file(codes);
+  std::map<std::string, std::string> meta = {
+      {"format", "vqddp-codes/1"}, {"sample_rate", "8000"}, {"samples", std::to_string(packed.samples)},
+      {"frame", "256"}, {"tokens", "32"}, {"layers", "3"}, {"codec_fingerprint", packed.codec_fingerprint},
+      {"checkpoint_step", "6"}, {"source", packed.source}};
+  const std::string old = out.file("old.codes.safetensors");
+  safetensors_save(old, {{"codes", from_vector(packed.codes, {packed.rows(), 3})}}, meta);
+  CHECK(samples_of(decode_into(codec, old, out.file("old_wav"), float_wav()).output) ==
+        samples_of(decode_into(codec, codes, out.file("new_wav"), float_wav()).output));
+  std::vector<int64_t> v = packed.codes;
   v[4] = 16;
   const std::string outside = out.file("outside.codes.safetensors");
-  safetensors_save(outside, {{"codes", from_vector(v, f.at("codes").shape())}}, f.metadata);
-  msg = error_of([&] { decode_codes_file(codec, outside, out.file("wav"), DecodeOptions{}); });
+  safetensors_save(outside, {{"codes", from_vector(v, {packed.rows(), 3})}}, meta);
+  msg = error_of([&] { decode_into(codec, outside, out.file("wav"), DecodeOptions{}); });
   CHECK(msg.find(outside) != std::string::npos);
   CHECK(msg.find("code 16 of layer 1 in row 1 is outside its codebook of 16") != std::string::npos);
   // A checkpoint is not a codes file.
-  msg = error_of([&] { decode_codes_file(codec, t.checkpoint, out.file("wav"), DecodeOptions{}); });
+  msg = error_of([&] { decode_into(codec, t.checkpoint, out.file("wav"), DecodeOptions{}); });
   CHECK(msg.find("not a vqddp codes file") != std::string::npos);
   // Another codec: the same checkpoint with one weight changed (a checkpoint
   // of its own, checksums and all), so its weights' fingerprint differs.
@@ -226,14 +253,14 @@ TEST_CASE("decode refuses, naming the file, a damaged codes file, another codec'
   safetensors_save(other, changed, ck.metadata);
   Codec second(other);
   REQUIRE(second.fingerprint() != codec.fingerprint());
-  msg = error_of([&] { decode_codes_file(second, codes, out.file("wav"), DecodeOptions{}); });
+  msg = error_of([&] { decode_into(second, codes, out.file("wav"), DecodeOptions{}); });
   CHECK(msg.find(codes) != std::string::npos);
   CHECK(msg.find("decode with the checkpoint that encoded it") != std::string::npos);
   CHECK(!std::filesystem::exists(out.file("wav")));  // nothing was written for any of them
   // Fewer layers than the codec's need a residual quantizer; --layers out of range.
   EncodeOptions four;
   four.layers = 4;
-  CHECK(error_of([&] { encode_audio_file(codec, t.clips[1], out.file("c4"), four); }).find("--layers 4 is not in 1..3") !=
+  CHECK(error_of([&] { encode_into(codec, t.clips[1], out.file("c4"), four); }).find("--layers 4 is not in 1..3") !=
         std::string::npos);
 }
 
