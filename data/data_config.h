@@ -12,6 +12,9 @@ namespace vqddp {
 struct DataSourceConfig {
   std::string path;  // a directory of audio files (data/audio.h), or an IDX file
   double weight = 1;
+  // wav_frames: the command that makes the directory (a shipped example's
+  // `vqddp convert ...`), shown when the directory does not exist yet.
+  std::string made_by;
   bool operator==(const DataSourceConfig&) const = default;
 };
 

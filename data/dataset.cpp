@@ -82,8 +82,10 @@ Dataset load_wav_frames(const DataConfig& c) {
   for (const DataSourceConfig& src : c.sources) {
     std::error_code ec;
     VQDDP_CHECK(std::filesystem::exists(src.path, ec), "data source '{}' does not exist: it must be a directory of "
-                "audio files ({}); `vqddp convert AUDIO... --out {}` makes one from audio files of any format (the "
-                "examples that read FLAC say so in docs/cli.md)", src.path, fmt::join(audio_extensions(), ", "), src.path);
+                "audio files ({}); {}", src.path, fmt::join(audio_extensions(), ", "),
+                src.made_by.empty() ? fmt::format("`vqddp convert AUDIO... --out {}` makes one from audio files of any "
+                                                  "format", src.path)
+                                    : fmt::format("this config's data is made first, by `{}`", src.made_by));
     VQDDP_CHECK(std::filesystem::is_directory(src.path, ec), "data source '{}' is not a directory of audio files",
                 src.path);
     std::vector<std::string> files = audio_files_in(src.path);

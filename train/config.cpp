@@ -54,6 +54,7 @@ void read_data(ConfigSection s, DataConfig& d) {
     if (c.path.empty()) src.fail("path", "is required");
     c.weight = src.number("weight", 1.0);
     if (!(c.weight > 0)) src.fail("weight", "must be positive");
+    c.made_by = src.string("made_by", "");
     src.finish();
     d.sources.push_back(c);
   }

@@ -356,3 +356,29 @@ TEST_CASE("the report of an image run has data in every plot and no audio") {
   CHECK(checked_plots(html) == 1 + 1 + 2 + 1 + 1 + 1);  // validation: no log-mel
   CHECK(html.find("<audio") == std::string::npos);
 }
+
+TEST_CASE("the report embeds only regular files inside the run directory, and huge values draw no NaN coordinates") {
+  const TrainedCodec& t = trained();
+  TempDir tmp;
+  const std::filesystem::path run = tmp.file("run");
+  std::filesystem::copy(t.dir.file("run"), run, std::filesystem::copy_options::recursive);
+  CHECK_NOTHROW(render_report(run.string()));
+  // A clip that is a link to a file the page must not carry.
+  std::ofstream(tmp.file("secret.txt")) << "the secret";
+  const std::filesystem::path clip = run / "clips" / "clip_0_original.wav";
+  std::filesystem::remove(clip);
+  std::filesystem::create_symlink(tmp.file("secret.txt"), clip);
+  CHECK_THROWS_WITH_AS(render_report(run.string()), doctest::Contains(fmt::format("{}: is a symbolic link; the report "
+                       "embeds only regular files", clip.string()).c_str()), Error);
+  // The clips directory itself linked to one outside the run.
+  std::filesystem::remove(clip);
+  std::filesystem::rename(run / "clips", tmp.file("elsewhere"));
+  std::filesystem::copy_file(tmp.file("elsewhere/clip_0_decoded.wav"), tmp.file("elsewhere/clip_0_original.wav"));
+  std::filesystem::create_directory_symlink(tmp.file("elsewhere"), run / "clips");
+  CHECK_THROWS_WITH_AS(render_report(run.string()), doctest::Contains("lies outside the run directory"), Error);
+  std::filesystem::remove(run / "clips");
+  // Metrics at +-1e308: their span overflows a double; they are left out of the plot.
+  std::ofstream(run / "metrics.jsonl", std::ios::app) << "{\"step\": 7, \"loss\": 1e308}\n{\"step\": 8, \"loss\": -1e308}\n";
+  const std::string html = render_report(run.string());
+  CHECK(html.find("nan") == std::string::npos);
+}

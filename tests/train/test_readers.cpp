@@ -339,3 +339,67 @@ TEST_CASE("malformed IDX files give errors naming the file and the problem") {
     expect("(its gzip stream is cut off)");
   }
 }
+
+TEST_CASE("audio that ends before its header's promise is refused with the frames promised and found, never read short") {
+  TempDir dir;
+  std::vector<int16_t> ten(8000);
+  for (size_t i = 0; i < ten.size(); ++i) ten[i] = static_cast<int16_t>(i % 200 * 100 - 10000);
+  const std::string whole = riff_wave(chunk("fmt ", fmt_body(1, 1, 8000, 16)) + chunk("data", pcm16(ten)));
+  const std::string p = dir.file("cut.wav");
+  // Cut to half its bytes: libsndfile alone opens it as a clip of half the length.
+  write_bytes(p, whole.substr(0, 44 + 8000));
+  CHECK_THROWS_WITH_AS(read_audio(p), doctest::Contains(fmt::format("{}: truncated: its header promises 8000 frames "
+                       "(1.00 s) but the file holds 4000 (0.50 s)", p).c_str()), Error);
+  // A streaming writer's "length unknown" is not a promise.
+  std::string streamed = whole;
+  streamed.replace(40, 4, le32(0xFFFFFFFFu));
+  write_bytes(p, streamed);
+  CHECK(read_audio(p).samples.size() == 8000);
+  // A file that shrinks while it is read: the first block came, the rest did not.
+  std::vector<int16_t> long_clip(200000, 1000);
+  write_bytes(p, riff_wave(chunk("fmt ", fmt_body(1, 1, 8000, 16)) + chunk("data", pcm16(long_clip))));
+  AudioReader reader(p);
+  std::vector<float> got;
+  REQUIRE(reader.read(1000, got) == 1000);
+  std::filesystem::resize_file(p, 44 + 2 * 100000);
+  CHECK_THROWS_WITH_AS(while (reader.read(1 << 16, got) > 0) {}, doctest::Contains(fmt::format("{}: {} frames could be "
+                       "decoded of the 200000 its header promises", p, 100000).c_str()), Error);
+}
+
+TEST_CASE("audio that gives no sample at the asked rate is refused, and so is writing an empty file") {
+  TempDir dir;
+  const std::string p = dir.file("two.wav");
+  write_bytes(p, riff_wave(chunk("fmt ", fmt_body(1, 1, 48000, 16)) + chunk("data", pcm16({100, 200}))));
+  CHECK(read_audio(p).samples.size() == 2);
+  CHECK_THROWS_WITH_AS(read_audio(p, 8000), doctest::Contains(fmt::format("{}: 2 frames at 48000 Hz resample to no "
+                       "sample at 8000 Hz", p).c_str()), Error);
+  const std::string out = dir.file("out.flac");
+  CHECK_THROWS_WITH_AS(convert_audio(p, out, 8000, AudioEncoding::flac16), doctest::Contains("resample to no sample"),
+                       Error);
+  CHECK_THROWS_WITH_AS(write_audio(out, {}, 8000, AudioEncoding::flac16), doctest::Contains("zero samples"), Error);
+  // Nothing was left behind: no output, no temporary.
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), {}) == 1);
+}
+
+TEST_CASE("a data set that cannot fit in memory is refused before decoding, naming the largest file and the figure") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("clips"));
+  for (int i = 0; i < 3; ++i)
+    write_bytes(dir.file(fmt::format("clips/{}.wav", i)), riff_wave(chunk("fmt ", fmt_body(1, 1, 8000, 16)) +
+                                                           chunk("data", pcm16(std::vector<int16_t>(1000 * (i + 1), 7)))));
+  DataConfig c;
+  c.frame = 100;
+  c.holdout_every = 3;
+  c.sources = {{dir.file("clips"), 1.0, ""}};
+  // 6000 samples, 3 copies of 4 bytes: 72000 bytes.
+  ::setenv("VQDDP_MEMORY_AVAILABLE", "71999", 1);
+  CHECK_THROWS_WITH_AS(load_dataset(c), doctest::Contains(fmt::format("data: 6000 samples in all, 3000 of them in {}: "
+                       "needs about", dir.file("clips/2.wav")).c_str()), Error);
+  ::setenv("VQDDP_MEMORY_AVAILABLE", "72000", 1);
+  CHECK(load_dataset(c).sources[0].size(0) == 30);
+  ::unsetenv("VQDDP_MEMORY_AVAILABLE");
+  // A missing directory says how to make one, or the config's own way.
+  c.sources = {{dir.file("absent"), 1.0, "vqddp convert a.wav --out absent"}};
+  CHECK_THROWS_WITH_AS(load_dataset(c), doctest::Contains("this config's data is made first, by `vqddp convert a.wav "
+                       "--out absent`"), Error);
+}
