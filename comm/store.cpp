@@ -464,7 +464,11 @@ std::string FileStore::path_of(const std::string& key) const {
   return dir_ + "/" + safe;
 }
 
-void FileStore::set(const std::string& key, const std::string& value) { write_file_atomic(path_of(key), value); }
+// No stale-temporary removal: the directory is shared between hosts, where
+// another host's live writer's pid can look dead from here.
+void FileStore::set(const std::string& key, const std::string& value) {
+  write_file_atomic(path_of(key), value, /*remove_stale=*/false);
+}
 
 std::string FileStore::get(const std::string& key) {
   auto deadline = Clock::now() + timeout_;

@@ -40,7 +40,10 @@ Tensor rows_of(std::vector<float>& values, int64_t dim, int64_t limit) {
 std::vector<std::string> audio_files_in(const std::string& dir) {
   std::vector<std::string> files;
   const std::vector<std::string>& known = audio_extensions();
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec);
+  VQDDP_CHECK(!ec, "data source '{}': cannot list the directory: {}", dir, ec.message());
+  for (const auto& e : it) {
     std::string ext = e.path().extension().string();
     std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
     if (std::find(known.begin(), known.end(), ext) == known.end()) continue;

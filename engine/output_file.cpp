@@ -113,9 +113,9 @@ void on_signal(int sig) {
 
 }  // namespace
 
-OutputFile::OutputFile(std::string path) : path_(std::move(path)) {
+OutputFile::OutputFile(std::string path, bool remove_stale) : path_(std::move(path)) {
   VQDDP_CHECK(!path_.empty(), "cannot write a file with an empty name");
-  remove_stale_temporaries(path_);
+  if (remove_stale) remove_stale_temporaries(path_);
   std::string name = std::filesystem::path(path_).filename().string();
   VQDDP_CHECK(!name.empty() && name != "." && name != "..", "{}: names a directory, not a file to write", path_);
   // A few tries: a name already taken is either a planted file or a
@@ -249,8 +249,8 @@ void OutputDir::create() {
               ec ? fmt::format(" ({})", ec.message()) : "");
 }
 
-void write_file_atomic(const std::string& path, const std::string& bytes) {
-  OutputFile f(path);
+void write_file_atomic(const std::string& path, const std::string& bytes, bool remove_stale) {
+  OutputFile f(path, remove_stale);
   f.write(bytes.data(), bytes.size());
   f.commit();
 }

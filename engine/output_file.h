@@ -28,8 +28,10 @@ namespace vqddp {
 class OutputFile {
  public:
   // Creates the temporary for `path` (whose directory must exist), after
-  // removing stale ones of dead writers. Errors name `path`.
-  explicit OutputFile(std::string path);
+  // removing stale ones of dead writers unless `remove_stale` is false
+  // (where other hosts write the same path: see remove_stale_temporaries).
+  // Errors name `path`.
+  explicit OutputFile(std::string path, bool remove_stale = true);
   ~OutputFile();  // not committed: the temporary is removed
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
@@ -82,7 +84,7 @@ class OutputDir {
 };
 
 // `bytes` as the whole new contents of `path` (OutputFile, write, commit).
-void write_file_atomic(const std::string& path, const std::string& bytes);
+void write_file_atomic(const std::string& path, const std::string& bytes, bool remove_stale = true);
 
 // Removes the temporaries OutputFile left next to `path` when its process
 // died mid-write: those whose pid names no running process, and those of

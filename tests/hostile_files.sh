@@ -1,0 +1,97 @@
+#!/bin/sh
+# What a hostile or careless user tries against encode, decode, convert and
+# report, through the executable: planted links are never followed, an
+# interrupted or failed command leaves no partial file or empty directory,
+# short and truncated audio is refused, an edited codes file is refused,
+# and the report embeds no file from outside the run.
+#   hostile_files.sh VQDDP
+set -eu
+v=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+asterisk=/usr/share/asterisk/sounds/en_US_f_Allison
+fail() {
+  echo "hostile_files: FAIL: $*" >&2
+  exit 1
+}
+# Refused with exit status 1 and TEXT in the message.
+refused() {
+  text=$1
+  shift
+  if out=$("$@" 2>&1); then fail "accepted: $*"; fi
+  case "$out" in *"$text"*) ;; *) fail "'$*' said '$out', not '$text'" ;; esac
+}
+# A 16-bit mono WAV header at RATE Hz promising BYTES bytes of samples.
+le32() { printf "$(printf '\\%03o\\%03o\\%03o\\%03o' $(($1 & 255)) $(($1 >> 8 & 255)) $(($1 >> 16 & 255)) $(($1 >> 24 & 255)))"; }
+wav_header() {
+  printf 'RIFF'; le32 $(($2 + 36)); printf 'WAVEfmt '; le32 16
+  printf '\001\000\001\000'; le32 "$1"; le32 $(($1 * 2)); printf '\002\000\020\000data'; le32 "$2"
+}
+
+"$v" train --steps 4 --world 1 --dir run > /dev/null
+ck=run/checkpoint.safetensors
+echo precious > victim
+
+# Codes: bit-packed (10 s at 6.4 kbit/s: 8,000 bytes of codes), entropy printed, inspect reads them.
+{ wav_header 8000 160000; head -c 160000 /dev/urandom; } > ten.wav
+"$v" encode $ck ten.wav --out codes | grep -q 'entropy' || fail "encode printed no entropy"
+size=$(wc -c < codes/ten.codes.safetensors)
+[ "$size" -le 12000 ] || fail "a 10 s codes file takes $size bytes"
+"$v" inspect codes/ten.codes.safetensors | grep -q 'packed 6.400 kbit/s' || fail "inspect of a codes file"
+
+# A link planted under the old predictable temporary name is not followed.
+mkdir dec
+sh -c 'ln -s "$1/victim" "dec/ten.wav.tmp.$$"; exec "$2" decode "$3" codes/ten.codes.safetensors --out dec' _ \
+  "$work" "$v" $ck > /dev/null
+[ "$(cat victim)" = precious ] || fail "the victim of a planted temporary was overwritten"
+[ -f dec/ten.wav ] && [ ! -L dec/ten.wav ] || fail "decode's output is not a regular file"
+# A link where the output goes: refused, and --overwrite replaces the link, not its target.
+ln -sf "$work/victim" dec/ten.wav
+refused "a symbolic link" "$v" decode $ck codes/ten.codes.safetensors --out dec
+"$v" decode $ck codes/ten.codes.safetensors --out dec --overwrite > /dev/null
+[ "$(cat victim)" = precious ] && [ ! -L dec/ten.wav ] || fail "--overwrite followed the link"
+
+# An edited codes file (samples 160000 -> 159999, same length) is refused by its checksum.
+LC_ALL=C sed 's/"samples":"80000"/"samples":"79999"/' codes/ten.codes.safetensors > edited.codes.safetensors
+cmp -s edited.codes.safetensors codes/ten.codes.safetensors && fail "the edit did not happen"
+refused "__metadata__ is damaged or was edited" "$v" decode $ck edited.codes.safetensors --out dec2
+[ ! -e dec2 ] || fail "a refused decode left its directory"
+
+# Truncated audio is refused, naming what was promised; no directory is made.
+head -c 80044 ten.wav > half.wav
+refused "truncated: its header promises 80000 frames (10.00 s) but the file holds 40000 (5.00 s)" \
+  "$v" encode $ck half.wav --out codes2
+[ ! -e codes2 ] || fail "a refused encode left its directory"
+# Two samples at 48 kHz are nothing at 8 kHz: refused, not an empty file.
+{ wav_header 48000 4; printf '\001\000\002\000'; } > two.wav
+refused "resample to no sample at 8000 Hz" "$v" convert two.wav --rate 8000 --out conv
+refused "resample to no sample at 8000 Hz" "$v" encode $ck two.wav --out conv
+[ ! -e conv ] || fail "a refused convert left its directory"
+refused "--out is empty" "$v" convert two.wav --out ""
+# A rate FLAC cannot store: refused, nothing left.
+refused "conv/ten.flac: cannot write" "$v" convert ten.wav --rate 1000000 --out conv
+[ ! -e conv ] || fail "a failed convert left its directory or a temporary"
+
+# SIGINT while convert writes: the temporary goes, the exit status says SIGINT.
+{ wav_header 8000 9600000; head -c 9600000 /dev/urandom; } > long.wav
+"$v" convert long.wav --rate 48000 --out cv > /dev/null 2>&1 &
+pid=$!
+tries=0
+until ls cv/*.tmp.* > /dev/null 2>&1; do
+  tries=$((tries + 1))
+  [ $tries -lt 2000 ] || fail "convert never began writing"
+  sleep 0.005
+done
+kill -INT $pid
+status=0
+wait $pid || status=$?
+[ $status -eq 130 ] || fail "convert stopped by SIGINT exited $status, not 130"
+[ -z "$(ls -A cv)" ] || fail "an interrupted convert left $(ls cv)"
+
+# The report embeds no linked file.
+echo "the secret" > secret.txt
+ln -sf "$work/secret.txt" run/clips/clip_0_original.wav
+refused "is a symbolic link" "$v" report run
+[ ! -e run/report.html ] || fail "a report was written"
+echo "hostile_files: ok"
