@@ -211,7 +211,7 @@ TEST_CASE("a data directory: audio files of any extension in any case count; mix
   write_audio(dir.file("clips/B.FLAC"), SF_FORMAT_FLAC | SF_FORMAT_PCM_16, 8000, 1, tone(800, 8000));
   write_bytes(dir.file("clips/notes.txt"), "not audio");
   DataConfig c;
-  c.sources = {{dir.file("clips"), 1.0}};
+  c.sources = {{dir.file("clips"), 1.0, ""}};
   c.holdout_every = 2;
   Dataset d = load_dataset(c);
   CHECK(d.sources[0].size(0) + d.validation.size(0) == 2 * 800 / c.frame);
