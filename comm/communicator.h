@@ -3,7 +3,7 @@
 // same calls in the same order with matching arguments, or the backend
 // throws (DesyncError, TimeoutError) instead of hanging or silently mixing
 // data. Every call works IN PLACE on the tensors the caller passes: results
-// land in the caller's storage, never in a temporary (VQ_SEMANTICS.md
+// land in the caller's storage, never in a temporary (docs/design.md
 // invariant 5; vector-quantize-pytorch #101 reduced a .contiguous() copy).
 #pragma once
 

@@ -1,6 +1,6 @@
 // The world of one: every collective is a local no-op or copy. This is what
 // plain single-process use passes to the modules, so they never need a
-// "distributed or not" flag (VQ_SEMANTICS.md invariant 8).
+// "distributed or not" flag (docs/design.md invariant 8).
 #pragma once
 
 #include "comm/communicator.h"

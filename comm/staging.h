@@ -2,7 +2,7 @@
 // backend works: the thread backend reduces in host memory (GPU tensors are
 // staged through the host), NCCL reduces in the rank's GPU (host tensors are
 // staged through it). Either way the result lands in the caller's `out`
-// (in place, VQ_SEMANTICS.md invariant 5) and the caller never sees the
+// (in place, docs/design.md invariant 5) and the caller never sees the
 // copies.
 #pragma once
 

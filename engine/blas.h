@@ -3,7 +3,7 @@
 // Two facts about Debian's OpenBLAS 0.3.21 shape this file:
 //  - It picks its kernels from a CPU table at load time. On some virtualised
 //    AVX-512 machines the table does not know the CPU and falls back to a
-//    generic core that is 4x slower (ARCHITECTURE.md measured 143 ms vs
+//    generic core that is 4x slower (docs/design.md: measured 143 ms vs
 //    33 ms for a 16384x256x1024 sgemm). The core can only be chosen through
 //    OPENBLAS_CORETYPE before the library loads, so blas_prefer_fast_core()
 //    re-executes the program once with that variable set when needed.

@@ -1,6 +1,6 @@
 // Exact data parallelism: a training step whose every sum over the batch
 // has the same bits on any number of ranks, any split, thread count, ISA,
-// OpenBLAS core or device (ARCHITECTURE.md, "Every reduction over the batch
+// OpenBLAS core or device (docs/design.md, "Every reduction over the batch
 // is split-invariant").
 //
 // The rule, in one place:

@@ -3,7 +3,7 @@
 // exact-step gradients; and the elementwise unary loops, on the same
 // per-instruction-set tables.
 //
-// The rule (ARCHITECTURE.md, "Forward ops are batch-invariant"): every
+// The rule (docs/design.md, "Forward ops are batch-invariant"): every
 // output element is ONE chain of fused multiply-adds over k ascending,
 //   acc = +0;  for p = 0 .. k-1:  acc = fma(A(i, p), B(p, j), acc);  C(i, j) = acc
 // whatever the shape of the call, the row's position in it, the thread

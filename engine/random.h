@@ -4,7 +4,7 @@
 // key, the stream and the block number form the 128-bit counter, and offset
 // counts the 32-bit words drawn so far. The same triple gives the same
 // numbers on every rank, every platform and after a restore, with no hidden
-// state. That is what DDP needs (VQ_SEMANTICS.md section 6):
+// state. That is what DDP needs (docs/design.md section 6):
 //   - a SHARED stream (same seed and stream id on every rank) advances in
 //     lockstep because every rank makes the same calls, so ranks agree on a
 //     dropout index or a sampler split without any collective;

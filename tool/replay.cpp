@@ -74,7 +74,7 @@ std::vector<std::vector<int64_t>> parse_shards(const std::string& spec, const st
 // values are strings; each is read as the JSON value it spells ("0.99" a
 // number, "true" a boolean) and kept as a string otherwise, so a wrong type
 // is refused by name like a config's. Absent keys keep the defaults of
-// VQ_SEMANTICS.md; unknown keys are errors.
+// docs/design.md section 1; unknown keys are errors.
 CodebookOptions replay_codebook_options(const SafetensorsFile& f, const std::string& file, float& commitment_weight) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [key, v] : f.metadata) {

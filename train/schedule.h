@@ -6,7 +6,7 @@
 // and checkpoint steps follow from them. Ranks never derive these from
 // their own floats: per-rank sampler weights that differ in the last bit
 // once gave one rank an extra step and deadlocked validation
-// (deepmd-kit #5570; VQ_SEMANTICS.md invariant 7).
+// (deepmd-kit #5570; docs/design.md invariant 7).
 //
 // Each epoch draws per_source[i] examples from source i (without
 // replacement while the source has enough rows) and shuffles them, all from

@@ -1,5 +1,5 @@
 // One codebook: EMA-trained (the default) or learnable (trained by
-// gradients), Euclidean or cosine. VQ_SEMANTICS.md section 1 is the spec;
+// gradients), Euclidean or cosine. docs/design.md section 1 is the spec;
 // the training forward runs its steps in exactly that order:
 //   1. k-means init if not initted (distributed, vq/kmeans.h)
 //   2. assign: nearest code, ties to the lowest index (vq/assign.h)

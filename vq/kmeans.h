@@ -1,4 +1,4 @@
-// Distributed k-means (VQ_SEMANTICS.md section 3): the same means on every
+// Distributed k-means (docs/design.md section 3): the same means on every
 // rank with no broadcast, because every rank computes them from the same
 // all-reduced statistics.
 //   1. Initial means: K rows of the global batch from the sampler.

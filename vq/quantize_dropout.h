@@ -1,4 +1,4 @@
-// Quantize dropout for residual quantizers (VQ_SEMANTICS.md section 5).
+// Quantize dropout for residual quantizers (docs/design.md section 5).
 //
 // In a training step with dropout on, layers after a random index q in
 // [cutoff, Q-1] are skipped: index -1, no loss, no codebook update, no

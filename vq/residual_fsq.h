@@ -1,6 +1,6 @@
 // ResidualFSQ: Q FSQ layers on successive residuals, layer i working at
 // scale L^-i (per dimension): q_i = FSQ(residual / s_i) * s_i with
-// s_i = L^-i, as VQ_SEMANTICS.md section 2 states. As vector-quantize-
+// s_i = L^-i, as docs/design.md section 2 states. As vector-quantize-
 // pytorch's: the layers are symmetric FSQ with a hard clamp (vq/fsq.h:
 // L codes over [-1, 1], ends included, so a layer's grid covers the
 // previous layer's bin), and the projected input is soft-clamped once,

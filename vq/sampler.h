@@ -1,12 +1,11 @@
 // The distributed sampler: m rows drawn from the GLOBAL batch, the same
 // [m, D] block on every rank, whatever the split of the batch over ranks.
 //
-// VQ_SEMANTICS.md section 4 splits m over ranks with a shared multinomial
-// and lets each rank draw its share from a rank-local stream. That keeps
-// ranks consistent, but the rows drawn then depend on how the batch is
-// split, so W ranks cannot reproduce 1 rank for k-means init and dead-code
-// revival (invariant 2). This sampler keeps every property of section 4 and
-// adds split-invariance:
+// docs/design.md section 4. A simpler scheme splits m over ranks with a
+// shared multinomial and lets each rank draw its share from a rank-local
+// stream. That keeps ranks consistent, but the rows drawn then depend on
+// how the batch is split, so W ranks could not reproduce 1 rank for k-means
+// init and dead-code revival (invariant 2). This sampler is split-invariant:
 //   1. all_gather of the row counts n_r (ranks with 0 rows take part);
 //      N = sum n_r. If N == 0 every rank returns an empty block, alike.
 //   2. m GLOBAL row numbers in [0, N) (rows numbered in rank order) are

@@ -1,6 +1,6 @@
 // A few training steps of one rank of a quantizer made by the factory, on
 // its shard of each step's global batch, recorded for the DDP invariants
-// (VQ_SEMANTICS.md section 7): tests/vq/test_quantizer.cpp runs it on
+// (docs/design.md section 7): tests/vq/test_quantizer.cpp runs it on
 // thread ranks, tests/comm/mpi_peer.cpp on MPI processes, each against 1
 // rank on the whole batch.
 #pragma once

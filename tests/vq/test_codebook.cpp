@@ -1,4 +1,4 @@
-// The EMA codebook against VQ_SEMANTICS.md section 7, invariant by invariant,
+// The EMA codebook against docs/design.md section 7, invariant by invariant,
 // and against the numpy golden files.
 #include <doctest/doctest.h>
 

@@ -1,6 +1,6 @@
 // Every quantizer type through the Quantizer contract (vq/quantizer.h), made
 // by the factory from options: the DDP invariants (W ranks == 1 rank on the
-// whole batch, bit for bit, VQ_SEMANTICS.md section 7) hold through the
+// whole batch, bit for bit, docs/design.md section 7) hold through the
 // interface for every type, and the contract's shapes, decode, layer sizes
 // and bits say what they promise.
 #include <doctest/doctest.h>

@@ -23,7 +23,7 @@ void code_bias(const float* embed, int64_t k, int64_t d, bool cosine, float* bia
 int64_t assign_code_tiles(int64_t k);
 void assign_fused(const float* x, const float* embed, const float* bias, int64_t n, int64_t k, int64_t d, float factor,
                   float* part_score, int64_t* part_code, int64_t* out, cudaStream_t s);
-// The EMA step of VQ_SEMANTICS.md section 1 on a [K + K*D] float64 stats
+// The EMA step of docs/design.md section 1 on a [K + K*D] float64 stats
 // buffer: cluster_size and embed_avg decay towards the batch statistics,
 // then embed = embed_avg / Laplace-smoothed sizes (kept as is while the
 // sizes have no mass). `total` is one device double of scratch. Nothing
