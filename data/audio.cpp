@@ -242,10 +242,10 @@ Audio read_audio(const std::string& path, int rate) {
   a.file_rate = reader.file_rate();
   a.channels = reader.channels();
   a.sample_rate = reader.sample_rate();
-  const double expected = std::ceil(static_cast<double>(frames) * a.sample_rate / a.file_rate);
-  VQDDP_CHECK(expected <= 4294967296.0, "{}: {} frames at {} Hz are more than 2^32 samples at {} Hz", path, frames,
-              a.file_rate, a.sample_rate);
-  require_memory(static_cast<int64_t>(expected) * int64_t{sizeof(float)}, path, "its samples as 32-bit floats");
+  const int64_t expected = AudioFileInfo{a.file_rate, a.channels, frames}.samples_at(a.sample_rate);
+  VQDDP_CHECK(expected <= (int64_t{1} << 32), "{}: {} frames at {} Hz are more than 2^32 samples at {} Hz", path,
+              frames, a.file_rate, a.sample_rate);
+  require_memory(expected * int64_t{sizeof(float)}, path, "its samples as 32-bit floats");
   a.samples.reserve(static_cast<size_t>(expected) + 64);
   while (reader.read(static_cast<size_t>(kBlockFrames), a.samples) > 0) {
   }

@@ -56,9 +56,7 @@ int claim_slot(const std::string& temp) {
 }
 
 void release_slot(int slot) {
-  if (slot < 0) return;
-  g_slots[slot].state.store(kFilling);
-  g_slots[slot].state.store(kFree);
+  if (slot >= 0) g_slots[slot].state.store(kFree);
 }
 
 std::string directory_of(const std::string& path) {

@@ -324,8 +324,7 @@ int run_convert(int argc, char** argv) {
   OutputDir out(dir, "convert");
   for (const std::string& in : args.positional()) {
     const std::string path = out.path_for(name(in), args.has("overwrite"));
-    audio_file_info(in);  // the input refused, if it is, before the directory is made
-    out.create();
+    out.create();  // removed again by `out` if the input is refused
     convert_audio(in, path, rate, encoding);
   }
   out.keep();

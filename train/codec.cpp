@@ -162,8 +162,9 @@ CodingResult decode_codes_file(const Codec& codec, const std::string& path, Outp
   for (int64_t l = 0; l < layers; ++l)
     VQDDP_CHECK(c.codebook_sizes.empty() || c.codebook_sizes[l] == codec.layer_sizes()[l], "{}: layer {} was coded "
                 "with a codebook of {}, this codec's has {}", path, l, c.codebook_sizes[l], codec.layer_sizes()[l]);
-  // Format 1 did not say its codebook sizes: its codes are held to the codec's.
-  for (size_t i = 0; i < c.codes.size(); ++i) {
+  // Format 2 checked its codes against the sizes compared above; format 1
+  // did not say its sizes, so its codes are held to the codec's.
+  for (size_t i = 0; c.codebook_sizes.empty() && i < c.codes.size(); ++i) {
     const int64_t l = static_cast<int64_t>(i) % layers, size = codec.layer_sizes()[static_cast<size_t>(l)];
     VQDDP_CHECK(c.codes[i] >= 0 && c.codes[i] < size, "{}: code {} of layer {} in row {} is outside its codebook of {}",
                 path, c.codes[i], l, static_cast<int64_t>(i) / layers, size);

@@ -372,6 +372,8 @@ class RankRun {
                        !opt_.resume.empty() ? RunStart::resume
                        : opt_.overwrite     ? RunStart::overwrite
                                             : RunStart::fresh);
+      // The first checkpoint save would sweep these too (engine/output_file.h);
+      // at the start, a killed save's half checkpoint frees its disk before the run.
       if (opt_.checkpoints) remove_stale_temporaries((dir_ / "checkpoint.safetensors").string());
       if (opt_.print) metrics_.emplace((dir_ / "metrics.jsonl").string(), opt_.resume.empty() ? -1 : step_);
     });
