@@ -1,4 +1,4 @@
-// Device transfers and waits per training step of each config given, on a
+// Device transfers, waits, launches and layout-copy bytes per training step of each config given, on a
 // device (sim by default; cuda when asked and present), measured by the
 // engine's per-thread counters (engine/device_counters.h) on rank 0:
 //   step:     a step that neither logs, validates nor checkpoints
@@ -72,6 +72,8 @@ int main(int argc, char** argv) {
                "{:.2f} uploads\n",
                per(plain.to_host, n_plain), per(plain.waits, n_plain), per(plain.to_device, n_plain),
                per(plain.staged_to_host, n_plain), per(plain.staged_to_device, n_plain));
+    fmt::print("  per step:     {:.1f} launches, {:.1f} kB of layout copies\n", per(plain.launches, n_plain),
+               per(plain.layout_bytes, n_plain) / 1e3);
     fmt::print("  per log step: {:.2f} reads, {:.2f} waits (extra over a step: {:.2f})\n", per(logged.to_host, n_logged),
                per(logged.waits, n_logged), per(logged.to_host, n_logged) - per(plain.to_host, n_plain));
   }

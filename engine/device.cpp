@@ -1,5 +1,6 @@
 #include "engine/device.h"
 
+#include "engine/counted_kernels.h"
 #include "engine/cpu/cpu_kernels.h"
 #include "engine/error.h"
 #include "engine/sim/sim_kernels.h"
@@ -46,8 +47,13 @@ int cuda_device_count() {
 #endif
 }
 
+// The CPU's table is not counted (no launches there); every other device's
+// is, by one rule (counted_kernels.h).
 DeviceKernels& device_kernels(Device device) {
-  if (device.kind == Device::Kind::sim) return sim_kernels();
+  if (device.kind == Device::Kind::sim) {
+    static CountedKernels counted(sim_kernels());
+    return counted;
+  }
   if (device.is_cpu()) return cpu_kernels();
 #if VQDDP_HAVE_CUDA
   return *cuda::backend_for(device.index);

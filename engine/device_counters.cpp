@@ -22,7 +22,9 @@ DeviceCounters combine(const DeviceCounters& a, const DeviceCounters& b, Op op) 
           op(a.to_device_bytes, b.to_device_bytes),
           op(a.staged_to_host, b.staged_to_host),
           op(a.staged_to_device, b.staged_to_device),
-          op(a.staged_waits, b.staged_waits)};
+          op(a.staged_waits, b.staged_waits),
+          op(a.launches, b.launches),
+          op(a.layout_bytes, b.layout_bytes)};
 }
 }  // namespace
 
@@ -30,10 +32,10 @@ DeviceCounters DeviceCounters::operator-(const DeviceCounters& e) const { return
 DeviceCounters DeviceCounters::operator+(const DeviceCounters& m) const { return combine(*this, m, std::plus<>()); }
 
 std::string DeviceCounters::str() const {
-  return fmt::format("{} to host ({} B), {} to device ({} B), {} waits; collective staging: {} to host, {} to device, "
-                     "{} waits",
-                     to_host, to_host_bytes, to_device, to_device_bytes, waits, staged_to_host, staged_to_device,
-                     staged_waits);
+  return fmt::format("{} to host ({} B), {} to device ({} B), {} waits, {} launches, {} B of layout copies; "
+                     "collective staging: {} to host, {} to device, {} waits",
+                     to_host, to_host_bytes, to_device, to_device_bytes, waits, launches, layout_bytes,
+                     staged_to_host, staged_to_device, staged_waits);
 }
 
 DeviceCounters device_counters() { return t_counts; }
@@ -57,6 +59,14 @@ void count_to_device(int64_t bytes) {
   }
   ++t_counts.to_device;
   t_counts.to_device_bytes += bytes;
+}
+
+// A communicator's staging copies are its cost, counted apart (above).
+void count_launch() {
+  if (!t_staging) ++t_counts.launches;
+}
+void count_layout_bytes(int64_t bytes) {
+  if (!t_staging) t_counts.layout_bytes += bytes;
 }
 
 void count_wait() { ++(t_staging ? t_counts.staged_waits : t_counts.waits); }

@@ -10,6 +10,8 @@
 //             also a wait: the host needs the device's result.
 //   to_device a copy host -> device (the host does not wait for the queue).
 //   waits     the host waited for the device (to_host reads, synchronize).
+//   launches  work queued on the device's stream, and layout_bytes the
+//             bytes layout copies wrote (engine/counted_kernels.h's rule).
 // Copies a communicator makes to stage a collective's tensors through the
 // host (the thread backend reduces in host memory) are counted apart, in
 // the staged_* fields, inside a CollectiveStagingScope: they are the cost
@@ -25,6 +27,7 @@ struct DeviceCounters {
   int64_t to_host = 0, to_device = 0, waits = 0;
   int64_t to_host_bytes = 0, to_device_bytes = 0;
   int64_t staged_to_host = 0, staged_to_device = 0, staged_waits = 0;
+  int64_t launches = 0, layout_bytes = 0;
 
   DeviceCounters operator-(const DeviceCounters& earlier) const;
   DeviceCounters operator+(const DeviceCounters& more) const;
@@ -40,6 +43,8 @@ void reset_device_counters();
 void count_to_host(int64_t bytes);  // a copy or returned value device -> host, and its wait
 void count_to_device(int64_t bytes);
 void count_wait();
+void count_launch();
+void count_layout_bytes(int64_t bytes);
 
 // While one is alive on a thread, that thread's transfers and waits count
 // as staging of a collective (staged_*), not as the step's own.

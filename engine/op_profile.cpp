@@ -6,6 +6,8 @@
 #include <chrono>
 #include <unordered_map>
 
+#include "engine/device_counters.h"
+
 namespace vqddp {
 
 namespace {
@@ -17,6 +19,7 @@ thread_local DeviceKernels* t_sync = nullptr;  // the scope's device, unless the
 
 struct ThreadProfile {
   Clock::time_point last = Clock::now();
+  DeviceCounters counted;  // the device counters at the last charge
   std::unordered_map<std::string, OpProfileEntry> entries;
 };
 
@@ -32,6 +35,7 @@ OpProfileScope::OpProfileScope(Device device) {
   t_sync = device.is_cpu() ? nullptr : &device_kernels(device);
   if (t_sync) t_sync->synchronize();
   mine().last = Clock::now();
+  mine().counted = device_counters();
 }
 
 OpProfileScope::~OpProfileScope() {
@@ -50,7 +54,11 @@ void op_profile_mark(const std::string& what) {
   if (e.name.empty()) e.name = what;
   e.calls += 1;
   e.seconds += std::chrono::duration<double>(now - p.last).count();
+  const DeviceCounters counted = device_counters();
+  e.launches += counted.launches - p.counted.launches;
+  e.layout_bytes += counted.layout_bytes - p.counted.layout_bytes;
   p.last = now;
+  p.counted = counted;
 }
 
 void op_profile_mark(const char* what) {
@@ -63,6 +71,7 @@ std::vector<OpProfileEntry> op_profile_take() {
   for (auto& [name, e] : p.entries) out.push_back(e);
   p.entries.clear();
   p.last = Clock::now();
+  p.counted = device_counters();
   std::sort(out.begin(), out.end(), [](const OpProfileEntry& a, const OpProfileEntry& b) {
     return a.seconds != b.seconds ? a.seconds > b.seconds : a.name < b.name;
   });
@@ -71,13 +80,22 @@ std::vector<OpProfileEntry> op_profile_take() {
 
 std::string op_profile_table(const std::vector<OpProfileEntry>& entries, int64_t steps) {
   double total = 0;
-  for (const OpProfileEntry& e : entries) total += e.seconds;
+  int64_t calls = 0, launches = 0, bytes = 0;
+  for (const OpProfileEntry& e : entries) {
+    total += e.seconds;
+    calls += e.calls;
+    launches += e.launches;
+    bytes += e.layout_bytes;
+  }
   const double per = 1.0 / std::max<int64_t>(steps, 1);
-  std::string out = fmt::format("{:<40} {:>10} {:>7} {:>10}\n", "op (rank 0)", "ms/step", "share", "calls/step");
-  for (const OpProfileEntry& e : entries)
-    out += fmt::format("{:<40} {:>10.3f} {:>6.1f}% {:>10.1f}\n", e.name, e.seconds * per * 1e3,
-                       total > 0 ? 100 * e.seconds / total : 0.0, e.calls * per);
-  out += fmt::format("{:<40} {:>10.3f} {:>6.1f}%\n", "total", total * per * 1e3, 100.0);
+  std::string out = fmt::format("{:<40} {:>10} {:>7} {:>10} {:>10} {:>10}\n", "op (rank 0)", "ms/step", "share",
+                                "calls/step", "launches", "layout kB");
+  auto row = [&](const std::string& name, double seconds, int64_t c, int64_t l, int64_t b) {
+    out += fmt::format("{:<40} {:>10.3f} {:>6.1f}% {:>10.1f} {:>10.1f} {:>10.1f}\n", name, seconds * per * 1e3,
+                       total > 0 ? 100 * seconds / total : 0.0, c * per, l * per, b * per / 1e3);
+  };
+  for (const OpProfileEntry& e : entries) row(e.name, e.seconds, e.calls, e.launches, e.layout_bytes);
+  row("total", total, calls, launches, bytes);
   return out;
 }
 

@@ -37,16 +37,21 @@ bool op_profile_enabled();  // inside a scope on this thread
 void op_profile_mark(const char* what);
 void op_profile_mark(const std::string& what);
 
+// Each charge also takes the launches and layout-copy bytes the thread's
+// device counted since the last one (device_counters.h), so the table says
+// which op launches what, on sim as on cuda.
 struct OpProfileEntry {
   std::string name;
   int64_t calls = 0;
   double seconds = 0;
+  int64_t launches = 0, layout_bytes = 0;
 };
 
 // This thread's charges since the last take, largest first; resets them.
 std::vector<OpProfileEntry> op_profile_take();
 
-// A table: each entry's ms per step, share of the total, calls per step.
+// A table: each entry's ms per step, share of the total, calls, launches
+// and layout-copy kilobytes per step.
 std::string op_profile_table(const std::vector<OpProfileEntry>& entries, int64_t steps);
 
 }  // namespace vqddp

@@ -11,6 +11,7 @@
 
 #include "engine/cuda/cuda_check.h"
 #include "engine/device_counters.h"
+#include "engine/counted_kernels.h"
 #include "engine/cuda/launch.h"
 #include "engine/cuda/runtime.h"
 #include "engine/device.h"
@@ -418,12 +419,13 @@ class CudaKernels final : public DeviceKernels {
 // destruction still find their allocator.
 DeviceKernels* backend_for(int device) {
   static std::mutex mu;
-  static std::vector<CudaKernels*>* backends = new std::vector<CudaKernels*>();
+  static std::vector<DeviceKernels*>* backends = new std::vector<DeviceKernels*>();
   std::lock_guard<std::mutex> lock(mu);
   if (backends->empty()) backends->resize(static_cast<size_t>(std::max(0, device_count())), nullptr);
   VQDDP_CHECK(device >= 0 && device < static_cast<int>(backends->size()),
               "device cuda:{} is not available: this machine has {} CUDA device(s)", device, backends->size());
-  if (!(*backends)[device]) (*backends)[device] = new CudaKernels(device);
+  // Launches counted by the sim's rule (counted_kernels.h).
+  if (!(*backends)[device]) (*backends)[device] = new CountedKernels(*new CudaKernels(device));
   return (*backends)[device];
 }
 

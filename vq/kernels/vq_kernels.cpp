@@ -1,11 +1,80 @@
 #include "vq/kernels/vq_kernels.h"
 
+#include "engine/device_counters.h"
 #include "vqddp_config.h"
 
 namespace vqddp {
 
+namespace {
+
+// Launch counting for sim and cuda, by engine/counted_kernels.h's rule: one
+// launch per kernel-table call that queues work (the GPU's assign and EMA
+// update queue two kernels behind one call; they count one, as the engine's
+// ops do).
+class CountedVqKernels final : public VqKernels {
+ public:
+  explicit CountedVqKernels(VqKernels& inner) : k_(inner) {}
+  void assign(const Tensor& x, const Tensor& embed, bool cosine, Tensor& indices) override {
+    if (x.size(0) > 0) count_launch();
+    k_.assign(x, embed, cosine, indices);
+  }
+  void flag_nonfinite(const Tensor& x, const StatsLayout& layout, int rank, Tensor& stats) override {
+    count_launch();
+    k_.flag_nonfinite(x, layout, rank, stats);
+  }
+  void ema_update(const Tensor& stats, const StatsLayout& layout, Tensor& cluster_size, Tensor& embed_avg,
+                  Tensor& embed, float decay, float eps) override {
+    count_launch();
+    k_.ema_update(stats, layout, cluster_size, embed_avg, embed, decay, eps);
+  }
+  void revival_candidates(const Tensor& x, const Tensor& cluster_size, float threshold, const RevivalDraws& draws,
+                          Tensor& block) override {
+    count_launch();
+    k_.revival_candidates(x, cluster_size, threshold, draws, block);
+  }
+  void revive(const Tensor& block, const StatsLayout& layout, float threshold, Tensor& stats, Tensor& cluster_size,
+              Tensor& embed_avg, Tensor& embed) override {
+    count_launch();
+    k_.revive(block, layout, threshold, stats, cluster_size, embed_avg, embed);
+  }
+  void kmeans_update(const Tensor& stats, const StatsLayout& layout, Tensor& means, Tensor& bins) override {
+    count_launch();
+    k_.kmeans_update(stats, layout, means, bins);
+  }
+  void fsq_indices(const Tensor& codes, const Tensor& half_width, const Tensor& basis, Tensor& out) override {
+    if (codes.numel() > 0) count_launch();
+    k_.fsq_indices(codes, half_width, basis, out);
+  }
+  void fsq_codes(const Tensor& indices, const Tensor& levels, const Tensor& half_width, const Tensor& basis,
+                 Tensor& out) override {
+    if (indices.numel() > 0) count_launch();
+    k_.fsq_codes(indices, levels, half_width, basis, out);
+  }
+  void lfq_indices(const Tensor& z, Tensor& out) override {
+    if (z.numel() > 0) count_launch();
+    k_.lfq_indices(z, out);
+  }
+  void lfq_codes(const Tensor& indices, float scale, Tensor& out) override {
+    if (indices.numel() > 0) count_launch();
+    k_.lfq_codes(indices, scale, out);
+  }
+
+ private:
+  VqKernels& k_;
+};
+
+}  // namespace
+
 VqKernels& vq_kernels(Device device) {
-  return device.kind == Device::Kind::cuda ? cuda_vq_kernels() : cpu_vq_kernels();
+  if (device.kind == Device::Kind::cuda) {
+    static CountedVqKernels counted(cuda_vq_kernels());
+    return counted;
+  }
+  if (device.kind == Device::Kind::sim) {
+    static CountedVqKernels counted(cpu_vq_kernels());
+    return counted;
+  }
+  return cpu_vq_kernels();
 }
 
 #if !VQDDP_HAVE_CUDA

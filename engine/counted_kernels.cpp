@@ -1,0 +1,160 @@
+#include "engine/counted_kernels.h"
+
+#include "engine/device_counters.h"
+
+namespace vqddp {
+
+namespace {
+
+// One launch when the call has work (`n` elements or rows), as on a GPU.
+void launch_if(int64_t n) {
+  if (n > 0) count_launch();
+}
+
+int64_t plan_elements(const StridedCopyPlan& p) {
+  int64_t n = 1;
+  for (int i = 0; i < p.ndim; ++i) n *= p.shape[i];
+  return n;
+}
+
+}  // namespace
+
+void CountedKernels::copy(void* dst, bool dst_host, const void* src, bool src_host, size_t bytes) {
+  if (bytes > 0 && !dst_host && !src_host) {
+    count_launch();
+    count_layout_bytes(static_cast<int64_t>(bytes));
+  }
+  k_.copy(dst, dst_host, src, src_host, bytes);
+}
+
+void CountedKernels::fill(void* p, DType dtype, int64_t n, double value) {
+  launch_if(n);
+  k_.fill(p, dtype, n, value);
+}
+
+void CountedKernels::binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) {
+  int64_t n = 1;
+  for (int i = 0; i < plan.ndim; ++i) n *= plan.shape[i];
+  launch_if(n);
+  k_.binary(op, a, b, out, plan);
+}
+
+void CountedKernels::unary(const UnaryFn& fn, const float* x, float* out, int64_t n) {
+  launch_if(n);
+  k_.unary(fn, x, out, n);
+}
+
+void CountedKernels::unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out,
+                                    int64_t n) {
+  launch_if(n);
+  k_.unary_backward(fn, x, y, g, out, n);
+}
+
+void CountedKernels::cast_f64_to_f32(const double* src, float* dst, int64_t n) {
+  launch_if(n);
+  k_.cast_f64_to_f32(src, dst, n);
+}
+
+void CountedKernels::reduce_sum(const float* x, float* out, const ReducePlan& plan) {
+  count_launch();  // an empty reduction still writes its zeros
+  k_.reduce_sum(x, out, plan);
+}
+
+void CountedKernels::arg_best(const float* x, int64_t* out, float* values, int64_t rows, int64_t k, bool max) {
+  launch_if(rows);
+  k_.arg_best(x, out, values, rows, k, max);
+}
+
+int64_t CountedKernels::first_nonfinite(const float* x, int64_t n) {
+  count_launch();  // its result is read back: a launch and a transfer
+  return k_.first_nonfinite(x, n);
+}
+
+void CountedKernels::min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64_t* hi) {
+  count_launch();
+  k_.min_max_i64(x, n, lo, hi);
+}
+
+void CountedKernels::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  launch_if(m * n);
+  k_.gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void CountedKernels::gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                                const float* b, int64_t ldb, float* c, int64_t ldc) {
+  launch_if(m * n);
+  k_.gemm_fixed(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+void CountedKernels::strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) {
+  int64_t n = plan_elements(plan);
+  launch_if(n);
+  count_layout_bytes(n * static_cast<int64_t>(elem_size));
+  k_.strided_copy(src, dst, elem_size, plan);
+}
+
+void CountedKernels::gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) {
+  launch_if(m);
+  k_.gather_rows(x, index, m, row_bytes, out);
+}
+
+void CountedKernels::index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
+                                    double* counts, double* sums) {
+  launch_if(k);
+  k_.index_add_rows(src, index, n, d, k, counts, sums);
+}
+
+void CountedKernels::im2col(const float* x, float* cols, const ConvPlan& plan) {
+  count_launch();
+  k_.im2col(x, cols, plan);
+}
+
+void CountedKernels::col2im(const float* cols, float* x, const ConvPlan& plan) {
+  count_launch();
+  k_.col2im(cols, x, plan);
+}
+
+void CountedKernels::index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
+                                     float* dst) {
+  launch_if(m);
+  k_.index_copy_rows(src, index, m, d, scale, dst);
+}
+
+void CountedKernels::sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) {
+  launch_if(n);
+  k_.sgd_step(step, p, g, buf, n);
+}
+
+void CountedKernels::adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n) {
+  launch_if(n);
+  k_.adamw_step(step, p, g, m, v, n);
+}
+
+void CountedKernels::sum_squares(const float* x, int64_t n, double* acc) {
+  launch_if(n);
+  k_.sum_squares(x, n, acc);
+}
+
+void CountedKernels::clip_scale(float* x, int64_t n, const double* total_sq, float max_norm) {
+  launch_if(n);
+  k_.clip_scale(x, n, total_sq, max_norm);
+}
+
+void CountedKernels::clip_norm(const double* total_sq, float* norm) {
+  count_launch();
+  k_.clip_norm(total_sq, norm);
+}
+
+void CountedKernels::mse(const float* a, const float* b, int64_t n, float* out) {
+  count_launch();
+  k_.mse(a, b, n, out);
+}
+
+void CountedKernels::index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
+                                        float* sums) {
+  launch_if(k);
+  k_.index_add_rows_f32(src, index, n, d, k, sums);
+}
+
+}  // namespace vqddp

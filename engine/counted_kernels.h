@@ -1,0 +1,70 @@
+// Launch counting for devices other than the CPU. device_kernels() hands out
+// a CountedKernels around the simulated device's table and around each
+// GPU's, so `sim` and `cuda` count by one rule, in one place, and a sim run
+// counts exactly what the CUDA backend would launch for the same calls:
+//   launches      every kernel-table call that queues work on the device's
+//                 stream (a kernel, a cuBLAS product, a device-to-device
+//                 copy, a fill); calls of zero elements queue nothing on a
+//                 GPU and count nothing. Copies to or from the host are
+//                 counted as transfers (device_counters.h), not launches.
+//   layout_bytes  bytes written by layout copies: strided copies (transpose,
+//                 concat, their backwards) and device-to-device copies
+//                 (contiguous copies, slice backwards).
+// Work inside a CollectiveStagingScope (a communicator's own copies) counts
+// as staging, not as the step's.
+#pragma once
+
+#include "engine/device.h"
+
+namespace vqddp {
+
+class CountedKernels final : public DeviceKernels {
+ public:
+  explicit CountedKernels(DeviceKernels& inner) : k_(inner) {}
+
+  void* alloc(size_t bytes) override { return k_.alloc(bytes); }
+  void release(void* p, size_t bytes) override { k_.release(p, bytes); }
+  void copy(void* dst, bool dst_host, const void* src, bool src_host, size_t bytes) override;
+  void fill(void* p, DType dtype, int64_t n, double value) override;
+  void synchronize() override { k_.synchronize(); }
+
+  void binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) override;
+  void unary(const UnaryFn& fn, const float* x, float* out, int64_t n) override;
+  void unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out,
+                      int64_t n) override;
+  void cast_f64_to_f32(const double* src, float* dst, int64_t n) override;
+
+  void reduce_sum(const float* x, float* out, const ReducePlan& plan) override;
+  void arg_best(const float* x, int64_t* out, float* values, int64_t rows, int64_t k, bool max) override;
+  int64_t first_nonfinite(const float* x, int64_t n) override;
+  void min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64_t* hi) override;
+
+  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override;
+  void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                  int64_t ldb, float* c, int64_t ldc) override;
+
+  void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) override;
+  void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) override;
+  void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
+                      double* sums) override;
+  void im2col(const float* x, float* cols, const ConvPlan& plan) override;
+  void col2im(const float* cols, float* x, const ConvPlan& plan) override;
+  void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
+                       float* dst) override;
+
+  void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) override;
+  void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n) override;
+  void sum_squares(const float* x, int64_t n, double* acc) override;
+  void clip_scale(float* x, int64_t n, const double* total_sq, float max_norm) override;
+  void clip_norm(const double* total_sq, float* norm) override;
+
+  void mse(const float* a, const float* b, int64_t n, float* out) override;
+  void index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
+                          float* sums) override;
+
+ private:
+  DeviceKernels& k_;
+};
+
+}  // namespace vqddp
