@@ -11,6 +11,18 @@ Usage (from anywhere; the script finds the repository root from its own path):
 
     python3 bench/torch_codec_twin.py [--steps N] [--warmup W] [--threads T]
                                       [--vqddp PATH_TO_vqddp] [--wav DIR]
+                                      [--device cpu|cuda] [--size main|10x]
+                                      [--mode eager-fp32|eager-default|compile|all]
+
+On a GPU (--device cuda) the twin runs in three modes (--mode all runs each
+in turn, in one process): eager float32 with TF32 off (vqddp's arithmetic),
+eager with PyTorch's defaults, and torch.compile(mode="reduce-overhead") of
+the model (CUDA graphs where Inductor can take them; the optimizer steps
+eagerly, as in most training loops). --size 10x is a codec about ten times
+the main job's work (channels 32-128-256, batch 64, 8000-sample frames;
+bench/speech_codec_10x.json for vqddp). With --vqddp the same binary trains
+the same config on the same device (--device cuda: its cuda device) in the
+same call, so the ratios compare one machine at one moment.
 
 It trains the twin for W warm-up steps, then times N steps and prints
     torch twin: N steps in S s, X steps/s (torch VERSION, T threads, P parameters)
@@ -101,6 +113,12 @@ RESIDUAL_UNITS = 1
 LATENT_DIM = 16
 FRAME = 1600
 BATCH = 16
+# --size: (channels, frame, batch, vqddp config, vqddp parameter count or None).
+SIZES = {
+    "main": ([8, 64, 128], 1600, 16, CONFIG, CPP_PARAMETERS),
+    "10x": ([32, 128, 256], 8000, 64, "bench/speech_codec_10x.json", None),
+}
+DEVICE = torch.device("cpu")
 NUM_QUANTIZERS = 4
 CODEBOOK_SIZE = 256
 DECAY = 0.99
@@ -175,8 +193,8 @@ def nearest(x, embed):
 def draw_rows(n, k, gen):
     """k row numbers of n: without replacement when n >= k."""
     if n >= k:
-        return torch.randperm(n, generator=gen)[:k]
-    return torch.randint(n, (k,), generator=gen)
+        return torch.randperm(n, generator=gen, device=gen.device)[:k]
+    return torch.randint(n, (k,), generator=gen, device=gen.device)
 
 
 class EmaCodebook(nn.Module):
@@ -189,8 +207,9 @@ class EmaCodebook(nn.Module):
         self.initted = False
 
     def stats(self, x, idx):
-        counts = torch.zeros(self.k, dtype=x.dtype).index_add_(0, idx, torch.ones(x.shape[0], dtype=x.dtype))
-        sums = torch.zeros(self.k, self.d, dtype=x.dtype).index_add_(0, idx, x)
+        counts = torch.zeros(self.k, dtype=x.dtype, device=x.device).index_add_(
+            0, idx, torch.ones(x.shape[0], dtype=x.dtype, device=x.device))
+        sums = torch.zeros(self.k, self.d, dtype=x.dtype, device=x.device).index_add_(0, idx, x)
         return counts, sums
 
     def kmeans_init(self, x, gen):
@@ -227,12 +246,12 @@ class ResidualVQ(nn.Module):
     def __init__(self):
         super().__init__()
         self.layers = nn.ModuleList(EmaCodebook(CODEBOOK_SIZE, LATENT_DIM) for _ in range(NUM_QUANTIZERS))
-        self.gen = torch.Generator().manual_seed(0)
+        self.gen = torch.Generator(device=DEVICE).manual_seed(0)
 
     def forward(self, z):
         residual = z
         total = torch.zeros_like(z)
-        loss = torch.zeros(())
+        loss = torch.zeros((), device=z.device)
         indices = []
         for book in self.layers:
             with torch.no_grad():
@@ -326,9 +345,9 @@ def cosine_lr(step, total):
     return LR * (FINAL_LR_FRACTION + (1 - FINAL_LR_FRACTION) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def run_vqddp(binary, steps, extra):
+def run_vqddp(binary, config, steps, extra):
     with tempfile.TemporaryDirectory(prefix="torch_codec_twin_") as tmp:
-        cmd = [binary, "train", CONFIG, "--steps", str(steps), "--dir", os.path.join(tmp, "run"), "--overwrite"]
+        cmd = [binary, "train", config, "--steps", str(steps), "--dir", os.path.join(tmp, "run"), "--overwrite"]
         cmd += extra
         p = subprocess.run(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     rate = None
@@ -344,35 +363,42 @@ def run_vqddp(binary, steps, extra):
     return rate
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--vqddp", help="path of the vqddp binary: run it on the same job as the baseline")
-    ap.add_argument("--wav", help="directory of 16-bit mono WAV files to cut frames from (default: synthetic)")
-    a = ap.parse_args()
-    if a.steps < 1 or a.warmup < 0 or a.threads < 1:
-        ap.error("--steps and --threads must be positive, --warmup not negative")
+def set_mode(mode):
+    """PyTorch's float32 settings for a mode (no-ops on the CPU)."""
+    fp32 = mode == "eager-fp32"
+    torch.backends.cuda.matmul.allow_tf32 = not fp32 and DEFAULT_TF32[0]
+    torch.backends.cudnn.allow_tf32 = not fp32 and DEFAULT_TF32[1]
 
-    torch.set_num_threads(a.threads)
+
+DEFAULT_TF32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+
+
+def sync():
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_twin(mode, a, parameters_expected):
+    """Trains a fresh twin in `mode`; returns steps/s (warm-up excluded)."""
+    set_mode(mode)
     torch.manual_seed(0)
-    model = CodecTwin()
+    model = CodecTwin().to(DEVICE)
     params = [p for p in model.parameters() if p.requires_grad]
     count = sum(p.numel() for p in params)
-    if count != CPP_PARAMETERS:
-        sys.exit(f"torch twin has {count} trainable parameters, vqddp's model {CPP_PARAMETERS}: the twin is wrong")
+    if parameters_expected is not None and count != parameters_expected:
+        sys.exit(f"torch twin has {count} trainable parameters, vqddp's model {parameters_expected}: the twin is wrong")
     opt = torch.optim.AdamW(params, lr=LR, betas=BETAS, eps=1e-8, weight_decay=WEIGHT_DECAY)
-    batches = wav_batches(a.wav) if a.wav else synthetic_batches(32)
+    batches = [b.to(DEVICE) for b in (wav_batches(a.wav) if a.wav else synthetic_batches(32))]
     total = a.warmup + a.steps
     model.train()
+    forward = torch.compile(model, mode="reduce-overhead") if mode == "compile" else model
 
     def step(i):
         x = batches[i % len(batches)]
         for g in opt.param_groups:
             g["lr"] = cosine_lr(i, total)
         opt.zero_grad(set_to_none=True)
-        loss, recon = model(x)
+        loss, recon = forward(x)
         loss.backward()
         nn.utils.clip_grad_norm_(params, GRAD_CLIP)
         opt.step()
@@ -380,23 +406,60 @@ def main():
 
     for i in range(a.warmup):
         step(i)
+    sync()
     start = time.perf_counter()
     for i in range(a.warmup, total):
         loss, recon = step(i)
+    sync()
     secs = time.perf_counter() - start
     rate = a.steps / secs
-    print(f"torch twin: {a.steps} steps in {secs:.2f} s, {rate:.2f} steps/s "
+    print(f"torch twin ({mode}, {DEVICE.type}, size {a.size}): {a.steps} steps in {secs:.2f} s, {rate:.2f} steps/s "
           f"(torch {torch.__version__}, {a.threads} threads, {count} parameters)")
-    print(f"  last step: loss {loss.item():.5f}, recon {recon.item():.5f}")
+    print(f"  last step: loss {loss.item():.5f}, recon {recon.item():.5f}", flush=True)
+    return rate
+
+
+def main():
+    global CHANNELS, FRAME, BATCH, DEVICE
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--vqddp", help="path of the vqddp binary: run it on the same job as the baseline")
+    ap.add_argument("--wav", help="directory of 16-bit mono WAV files to cut frames from (default: synthetic)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--size", default="main", choices=sorted(SIZES))
+    ap.add_argument("--mode", default="eager-fp32", choices=["eager-fp32", "eager-default", "compile", "all"])
+    a = ap.parse_args()
+    if a.steps < 1 or a.warmup < 0 or a.threads < 1:
+        ap.error("--steps and --threads must be positive, --warmup not negative")
+    if a.wav and a.size != "main":
+        ap.error("--wav cuts frames of the main job's size only")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: PyTorch sees no CUDA device")
+    CHANNELS, FRAME, BATCH, config, expected = SIZES[a.size]
+    DEVICE = torch.device(a.device)
+
+    torch.set_num_threads(a.threads)
+    modes = ["eager-fp32", "eager-default", "compile"] if a.mode == "all" else [a.mode]
+    rates = {}
+    for mode in modes:
+        try:
+            rates[mode] = time_twin(mode, a, expected)
+        except Exception as e:  # a mode this PyTorch cannot run is reported, the others still run
+            print(f"torch twin ({mode}): failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
     if a.vqddp:
         binary = os.path.abspath(a.vqddp)
-        for label, extra in (("4 thread ranks", []), ("world 1", ["--world", "1"])):
-            y = run_vqddp(binary, a.steps, extra)
+        device = ["--device", a.device]
+        runs = [("4 thread ranks", device + ["--world", "4"]), ("world 1", device + ["--world", "1"])]
+        for label, extra in runs:
+            y = run_vqddp(binary, config, a.steps, extra)
             if y is None:
-                print(f"vqddp ({label}): no rate (see above)")
-            else:
-                print(f"vqddp ({label}): {y:.2f} steps/s; ratio vqddp/torch {y / rate:.2f}")
+                print(f"vqddp ({label}, {a.device}, size {a.size}): no rate (see above)")
+                continue
+            ratios = ", ".join(f"vqddp/torch {m} {y / r:.2f}" for m, r in rates.items())
+            print(f"vqddp ({label}, {a.device}, size {a.size}): {y:.2f} steps/s; {ratios}")
 
 
 if __name__ == "__main__":

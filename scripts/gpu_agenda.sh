@@ -106,12 +106,20 @@ examples_on() {
 gpu_lane() {
   item test_cuda 150 build-gpu/tests/test_cuda
   [ "${AGENDA:-}" = quick ] && return
-  # The main job's step op by op on the GPU (each op waited for).
-  item profile_cuda 60 build-gpu/vqddp train --device cuda --steps 200 --profile --dir /tmp/p
+  # The main job's step op by op on the GPU (each op waited for), with its
+  # launches per step, for sim's count of the same run (cpu lane).
+  item profile_cuda 60 build-gpu/vqddp train --device cuda --steps 50 --profile --dir /tmp/p
+  item profile_cuda_w1 60 build-gpu/vqddp train --device cuda --world 1 --steps 50 --profile --dir /tmp/p1
   if [ "${AGENDA:-}" = crc ]; then
     examples_on cuda 40 --device cuda
     return
   fi
+  # vqddp against its PyTorch twin on this GPU, in one process each size:
+  # eager fp32 (TF32 off), eager defaults, torch.compile(reduce-overhead).
+  item twin_main 200 env PYTHONUNBUFFERED=1 python3 bench/torch_codec_twin.py --device cuda --mode all \
+    --steps 300 --vqddp build-gpu/vqddp
+  item twin_10x 200 env PYTHONUNBUFFERED=1 python3 bench/torch_codec_twin.py --device cuda --mode all --size 10x \
+    --steps 100 --warmup 10 --vqddp build-gpu/vqddp
   item main_cuda 90 build-gpu/vqddp train --device cuda --steps 500 --dir /tmp/g
   item main_nccl 90 build-gpu/vqddp train --backend nccl --steps 500 --dir /tmp/n
   item bench_cuda_codebook_step 60 build-gpu/bench/bench_cuda_codebook_step bench/torch_ema_step.py
@@ -145,6 +153,8 @@ cpu_lane() {
   item parity 120 env PYTHONPATH="$PWD/.gpu/py" python3 scripts/replay_parity.py build-gpu/vqddp --world 4
   [ "${AGENDA:-}" = quick ] && return
   item main_cpu 120 build-gpu/vqddp train --device cpu --steps 500 --dir /tmp/c
+  item profile_sim 60 build-gpu/vqddp train --device sim --steps 50 --profile --dir /tmp/ps
+  item profile_sim_w1 60 build-gpu/vqddp train --device sim --world 1 --steps 50 --profile --dir /tmp/ps1
   examples_on cpu 40 --device cpu
 }
 
@@ -163,5 +173,11 @@ for e in "${examples[@]}"; do
 done >"$out/crc.txt"
 cat "$out/crc.txt"
 # One summary file: the last lines of each log (the figures).
-for f in "$out"/*.log; do echo "== $(basename "$f")"; tail -4 "$f"; done >"$out/summary.txt"
+for f in "$out"/*.log; do
+  echo "== $(basename "$f")"
+  case $(basename "$f") in
+    profile_*|twin_*) grep -E '^(total|torch twin|vqddp \(|done:)' "$f" ;;
+    *) tail -4 "$f" ;;
+  esac
+done >"$out/summary.txt"
 stamp done
