@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     };
     auto fixed = [&] {
       kernels.gemm_fixed(false, true, n, k, d, static_cast<const float*>(x.raw_ptr()), d,
-                         static_cast<const float*>(book.embed.raw_ptr()), d, static_cast<float*>(scores.raw_ptr()), k);
+                         static_cast<const float*>(book.embed.raw_ptr()), d, static_cast<float*>(scores.raw_ptr()), k, {});
       sync();
     };
     step();  // warm-up: streams, handles, allocator

@@ -82,9 +82,9 @@ void CountedKernels::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
 }
 
 void CountedKernels::gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                                const float* b, int64_t ldb, float* c, int64_t ldc) {
-  launch_if(m * n);
-  k_.gemm_fixed(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+                                const float* b, int64_t ldb, float* c, int64_t ldc, const GemmBatch& batch) {
+  launch_if(m * n * batch.count);
+  k_.gemm_fixed(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, batch);
 }
 
 void CountedKernels::strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) {

@@ -42,7 +42,7 @@ class CountedKernels final : public DeviceKernels {
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
             const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override;
   void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                  int64_t ldb, float* c, int64_t ldc) override;
+                  int64_t ldb, float* c, int64_t ldc, const GemmBatch& batch) override;
 
   void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) override;
   void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) override;

@@ -79,6 +79,15 @@ struct StridedCopyPlan {
   int64_t dst_stride[kMaxDims] = {};
 };
 
+// A batch of equal-shaped products for gemm_fixed: product i reads
+// a + i * stride_a and b + i * stride_b and writes c + i * stride_c (floats).
+// One launch for the whole batch (an exact step's unit partials of a weight,
+// engine/ops_matmul.cpp), each product's elements by the one-product rule.
+struct GemmBatch {
+  int64_t count = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
 class DeviceKernels {
  public:
   virtual ~DeviceKernels() = default;
@@ -119,8 +128,9 @@ class DeviceKernels {
   // C[m, n] = op(A) op(B) with fixed_gemm's rule (fixed_gemm.h): each element
   // one fma chain over k ascending from +0, so the bits of the CPU's
   // fixed_gemm whatever the shape (fixed tiles, never split-K). k > 0.
+  // `batch`: that many such products in one call (GemmBatch).
   virtual void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                          const float* b, int64_t ldb, float* c, int64_t ldc) = 0;
+                          const float* b, int64_t ldb, float* c, int64_t ldc, const GemmBatch& batch) = 0;
 
   // ---- data movement ---------------------------------------------------------------
   virtual void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) = 0;

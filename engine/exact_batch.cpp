@@ -2,6 +2,7 @@
 
 #include <numeric>
 
+#include "engine/device_plans.h"
 #include "engine/ops.h"
 
 namespace vqddp {
@@ -54,6 +55,29 @@ Tensor unit_sum_to_shape(const Tensor& g, const Shape& shape, const char* op) {
   VQDDP_CHECK(shape.size() < static_cast<size_t>(g.dim()) || shape[0] == 1,
               "{}: a batch-free input of shape {} meets the batched {} along the batch dimension", op,
               shape_str(shape), g.desc());
+  const int64_t units = static_cast<int64_t>(bounds.size()) - 1, unit_rows = units > 0 ? bounds[1] - bounds[0] : 0;
+  bool equal = unit_rows > 0;
+  for (int64_t u = 1; equal && u < units; ++u) equal = bounds[u + 1] - bounds[u] == unit_rows;
+  Shape unit_shape = g.shape();
+  unit_shape[0] = unit_rows;
+  if (equal && unit_shape != shape) {
+    // Units of equal rows (an exact step's examples): one reduction for all
+    // of them, g viewed as [units, rows, ...] summed to [units, 1, ...shape].
+    // Each output sums the same elements in the same order as one unit's
+    // sum_to_shape (the order depends on the reduced dimensions alone,
+    // device.h ReducePlan), so the same bits with one launch, not two per unit.
+    Shape in{units};
+    in.insert(in.end(), unit_shape.begin(), unit_shape.end());
+    Shape out_shape{units};
+    out_shape.resize(in.size() - shape.size(), 1);
+    out_shape.insert(out_shape.end(), shape.begin(), shape.end());
+    Tensor out = empty(out_shape, DType::f32, g.device());
+    device_of(op, {&g}).reduce_sum(static_cast<const float*>(g.raw_ptr()), static_cast<float*>(out.raw_ptr()),
+                                   sum_to_plan(in, out_shape, 1.0));
+    Shape stacked{units};
+    stacked.insert(stacked.end(), shape.begin(), shape.end());
+    return out.reshape(stacked);
+  }
   std::vector<Tensor> parts;
   for (size_t u = 0; u + 1 < bounds.size(); ++u) {
     Tensor rows = g.slice_rows(bounds[u], bounds[u + 1]);

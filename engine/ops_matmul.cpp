@@ -12,7 +12,6 @@
 #include "engine/exact_batch.h"
 #include "engine/matmul_grads.h"
 #include "engine/ops.h"
-#include "engine/parallel.h"
 
 namespace vqddp {
 
@@ -20,32 +19,25 @@ namespace {
 
 enum class Gemm { fixed_order, library };
 
-// One unit's partial: C[m, n] = op(A) op(B) with the fixed-order chain over
-// k (zeros when the unit has no rows) into `c`, which has `m * n` floats.
-void unit_gemm(DeviceKernels& dk, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-               const float* b, int64_t ldb, Tensor c) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    c.fill_(0);
-    return;
+// Unit partials into `out` [units, per_unit] by runs of consecutive units
+// with the same number of rows: one batched fixed-order product per run
+// (GemmBatch, one launch where the units are equal, as an exact step's
+// examples are), zeros for units without rows. product(lo, rows, count, c)
+// computes `count` units from global row `lo`, `rows` each, into c.
+template <class Product>
+void unit_products(const std::vector<int64_t>& bounds, Tensor& out, int64_t per_unit, Product&& product) {
+  const int64_t units = static_cast<int64_t>(bounds.size()) - 1;
+  if (per_unit == 0) return;
+  for (int64_t u0 = 0, u1; u0 < units; u0 = u1) {
+    const int64_t rows = bounds[u0 + 1] - bounds[u0];
+    for (u1 = u0 + 1; u1 < units && bounds[u1 + 1] - bounds[u1] == rows; ++u1) {
+    }
+    if (rows == 0) {
+      out.slice_rows(u0, u1).fill_(0);
+      continue;
+    }
+    product(bounds[u0], rows, u1 - u0, static_cast<float*>(out.raw_ptr()) + u0 * per_unit);
   }
-  dk.gemm_fixed(ta, tb, m, n, k, a, lda, b, ldb, static_cast<float*>(c.raw_ptr()), n);
-}
-
-// Calls fn(u, row u of out) for every unit. On the CPU the units run on
-// the engine's threads at once (each writes its own row, by the chain of
-// its own rows, so the bits are the same): a rank holding many small units
-// (one rank on the whole batch) would otherwise compute them one by one.
-// Rows are taken before the tasks start: a task makes no tensors.
-template <class Fn>
-void for_each_unit(const Tensor& out, int64_t units, Fn&& fn) {
-  std::vector<Tensor> rows;
-  for (int64_t u = 0; u < units; ++u) rows.push_back(out.slice_rows(u, u + 1));
-  if (!out.device().is_cpu()) {
-    for (int64_t u = 0; u < units; ++u) fn(u, rows[u]);
-    return;
-  }
-  parallel_for(units, [&](int64_t u) { fn(u, rows[u]); });
 }
 
 // Unit partials [units, ...B's shape] of dB for a batch-free B and a batched
@@ -60,12 +52,11 @@ Tensor unit_partials_of_b(const Tensor& a, const Tensor& b, const Tensor& g, boo
   DeviceKernels& dk = device_of("matmul backward", {&a, &g});
   auto* pa = static_cast<const float*>(a.raw_ptr());
   auto* pg = static_cast<const float*>(g.raw_ptr());
-  for_each_unit(out, units, [&](int64_t u, Tensor c) {
-    int64_t lo = bounds[u], rows = bounds[u + 1] - lo;
+  unit_products(bounds, out, b.numel(), [&](int64_t lo, int64_t rows, int64_t count, float* c) {
     if (tb)
-      unit_gemm(dk, true, false, n, k, rows, pg + lo * n, n, pa + lo * k, k, c);
+      dk.gemm_fixed(true, false, n, k, rows, pg + lo * n, n, pa + lo * k, k, c, k, {count, rows * n, rows * k, n * k});
     else
-      unit_gemm(dk, true, false, k, n, rows, pa + lo * k, k, pg + lo * n, n, c);
+      dk.gemm_fixed(true, false, k, n, rows, pa + lo * k, k, pg + lo * n, n, c, n, {count, rows * k, rows * n, k * n});
   });
   Shape shape{units};
   shape.insert(shape.end(), b.shape().begin(), b.shape().end());
@@ -84,12 +75,11 @@ Tensor unit_partials_of_a(const Tensor& a, const Tensor& b, const Tensor& g, boo
   DeviceKernels& dk = device_of("matmul backward", {&b, &g});
   auto* pb = static_cast<const float*>(b.raw_ptr());
   auto* pg = static_cast<const float*>(g.raw_ptr());
-  for_each_unit(out, units, [&](int64_t u, Tensor c) {
-    int64_t lo = bounds[u], rows = bounds[u + 1] - lo;
+  unit_products(bounds, out, a.numel(), [&](int64_t lo, int64_t rows, int64_t count, float* c) {
     if (ta)
-      unit_gemm(dk, true, true, k, m, rows, pb + lo * k, k, pg + lo, n, c);
+      dk.gemm_fixed(true, true, k, m, rows, pb + lo * k, k, pg + lo, n, c, m, {count, rows * k, rows, k * m});
     else
-      unit_gemm(dk, false, false, m, k, rows, pg + lo, n, pb + lo * k, k, c);
+      dk.gemm_fixed(false, false, m, k, rows, pg + lo, n, pb + lo * k, k, c, k, {count, rows, rows * k, m * k});
   });
   Shape shape{units};
   shape.insert(shape.end(), a.shape().begin(), a.shape().end());
@@ -114,7 +104,7 @@ Tensor matmul_with(Gemm kind, const Tensor& a, const Tensor& b, bool ta, bool tb
     auto* pb = static_cast<const float*>(b.raw_ptr());
     auto* pc = static_cast<float*>(out.raw_ptr());
     if (kind == Gemm::fixed_order)
-      dk.gemm_fixed(ta, tb, m, n, k, pa, a.size(1), pb, b.size(1), pc, n);
+      dk.gemm_fixed(ta, tb, m, n, k, pa, a.size(1), pb, b.size(1), pc, n, {});
     else
       dk.gemm(ta, tb, m, n, k, 1.f, pa, a.size(1), pb, b.size(1), 0.f, pc, n);
   }

@@ -350,8 +350,16 @@ void CpuKernels::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
 }
 
 void CpuKernels::gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                            int64_t ldb, float* c, int64_t ldc) {
-  fixed_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+                            int64_t ldb, float* c, int64_t ldc, const GemmBatch& batch) {
+  if (batch.count == 1) {
+    fixed_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+    return;
+  }
+  // The products at once on the engine's threads: each writes its own C by
+  // its own chains, so the bits do not depend on the threads.
+  parallel_for(batch.count, [&](int64_t i) {
+    fixed_gemm(ta, tb, m, n, k, a + i * batch.stride_a, lda, b + i * batch.stride_b, ldb, c + i * batch.stride_c, ldc);
+  });
 }
 
 void CpuKernels::strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) {

@@ -328,9 +328,9 @@ class CudaKernels final : public DeviceKernels {
   }
 
   void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                  int64_t ldb, float* c, int64_t ldc) override {
+                  int64_t ldb, float* c, int64_t ldc, const GemmBatch& batch) override {
     DeviceGuard guard(device_);
-    cuda::gemm_fixed(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, stream());
+    cuda::gemm_fixed(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, batch, stream());
   }
 
   void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) override {
@@ -432,6 +432,12 @@ DeviceKernels* backend_for(int device) {
 void check_gemm_fixed_columns(int64_t n, const char* what) {
   constexpr int64_t kMaxColumns = int64_t{65535} * kGemmFixedTile;  // gridDim.y is 16-bit
   VQDDP_CHECK(n <= kMaxColumns, "{}: {} columns exceed the GPU kernel's grid ({} at most)", what, n, kMaxColumns);
+}
+
+void check_gemm_fixed_batch(int64_t count, const char* what) {
+  constexpr int64_t kMaxBatch = 65535;  // gridDim.z
+  VQDDP_CHECK(count <= kMaxBatch, "{}: a batch of {} products exceeds the GPU kernel's grid ({} at most)", what, count,
+              kMaxBatch);
 }
 
 int device_count() {

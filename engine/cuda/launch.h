@@ -34,13 +34,15 @@ void mse(const float* a, const float* b, int64_t n, double* scratch, float* out,
 // kGemmFixedTile (fixed_gemm_tile.cuh). Throws first, queuing nothing, when
 // n exceeds check_gemm_fixed_columns' limit.
 void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                int64_t ldb, float* c, int64_t ldc, cudaStream_t s);
+                int64_t ldb, float* c, int64_t ldc, const GemmBatch& batch, cudaStream_t s);
 constexpr int64_t kGemmFixedTile = 128;
 // The grid's second dimension, at most 65535 tiles, bounds the columns of
 // every kernel on this tile: the GEMM's, and the fused assignment's codes
 // (vq/kernels/vq_launch.h). Throws an Error naming `what` when n columns do
 // not fit; host-side, defined in backend.cpp (the formatting needs g++).
 void check_gemm_fixed_columns(int64_t n, const char* what);
+// The grid's third dimension, at most 65535 products, bounds a batch.
+void check_gemm_fixed_batch(int64_t count, const char* what);
 
 void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan, cudaStream_t s);
 void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out, cudaStream_t s);

@@ -1,0 +1,69 @@
+// An exact step's unit partials (engine/exact_batch.h) for a weight and a
+// bias: batched over the units (one launch per weight, ops_matmul.cpp and
+// exact_batch.cpp), each unit's partial must be the bits of that unit's own
+// product and sum, for equal units and for uneven ones (runs of equal units).
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "engine/autograd.h"
+#include "engine/device_counters.h"
+#include "engine/exact_batch.h"
+#include "engine/ops.h"
+#include "tests/engine/same_bits.h"
+
+using namespace vqddp;
+using namespace vqddp::test;
+
+namespace {
+
+Tensor values(int64_t rows, int64_t cols, float phase, Device device) {
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37f * static_cast<float>(i) + phase) * 1.7f;
+  return to_device(from_vector(v, {rows, cols}), device);
+}
+
+}  // namespace
+
+TEST_CASE("exact step: batched unit partials of a weight and a bias equal each unit's own product and sum") {
+  const int64_t rows_per_example = 3, d = 5, n = 4;
+  for (Device device : {Device::cpu(), Device::sim()}) {
+    for (std::vector<int64_t> units : {std::vector<int64_t>{1, 1, 1, 1}, {2, 1, 1, 3}, {1}}) {
+      CAPTURE(device.str());
+      CAPTURE(units.size());
+      int64_t examples = 0;
+      for (int64_t u : units) examples += u;
+      const int64_t rows = examples * rows_per_example;
+      Tensor x = values(rows, d, 0.1f, device);
+      Tensor c = values(rows, n, 0.7f, device);  // d loss / d y
+      Tensor w = values(d, n, 0.3f, device).set_requires_grad(true);
+      Tensor b = values(1, n, 0.9f, device).reshape({n}).detach().set_requires_grad(true);
+      std::vector<Tensor> partials;
+      ExactBatch batch;
+      batch.unit_examples = units;
+      batch.rank_units = {static_cast<int64_t>(units.size())};
+      batch.reduce = [&](const std::vector<Tensor>& p) {
+        partials = p;
+        std::vector<Tensor> sums;
+        for (const Tensor& t : p) sums.push_back(sum(t, 0));
+        return sums;
+      };
+      reset_device_counters();
+      {
+        ExactBatchScope scope(batch);
+        sum(mul(add(matmul(x, w), b), c)).backward();
+      }
+      REQUIRE(partials.size() == 2);
+      const Tensor& pw = partials[0].dim() == 3 ? partials[0] : partials[1];
+      const Tensor& pb = partials[0].dim() == 3 ? partials[1] : partials[0];
+      int64_t lo = 0;
+      for (size_t u = 0; u < units.size(); ++u) {
+        int64_t hi = lo + units[u] * rows_per_example;
+        Tensor xu = x.slice_rows(lo, hi), cu = c.slice_rows(lo, hi);
+        CHECK(same_bits(pw.slice_rows(u, u + 1).reshape({d, n}), matmul(xu, cu, true)));
+        CHECK(same_bits(pb.slice_rows(u, u + 1).reshape({n}), sum_to_shape(cu, {n})));
+        lo = hi;
+      }
+    }
+  }
+}
