@@ -76,18 +76,11 @@ std::vector<Tensor> reduce_unit_partials(Communicator& comm, const std::vector<T
     total += shape_numel(without_rows(p.shape()));
   }
   // One row per unit holding every tensor's partial side by side: one
-  // collective for the whole step.
+  // collective for the whole step, packed by one column copy per tensor.
   Device device = partials[0].device();
-  Tensor packed = empty({units, total}, DType::f32, device);
-  for (int64_t u = 0; u < units; ++u) {
-    Tensor row = packed.slice_rows(u, u + 1).reshape({total});
-    int64_t at = 0;
-    for (const Tensor& p : partials) {
-      int64_t n = shape_numel(without_rows(p.shape()));
-      row.slice_rows(at, at + n).copy_(p.slice_rows(u, u + 1).reshape({n}));
-      at += n;
-    }
-  }
+  std::vector<Tensor> columns;
+  for (const Tensor& p : partials) columns.push_back(p.reshape({units, shape_numel(without_rows(p.shape()))}));
+  Tensor packed = concat(columns, 1);
   Tensor sums = empty({total}, DType::f32, device);
   comm.reduce_units(packed, rank_units, sums);
   std::vector<Tensor> out;

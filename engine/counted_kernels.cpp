@@ -126,19 +126,25 @@ void CountedKernels::sgd_step(const SgdStep& step, float* p, const float* g, flo
   k_.sgd_step(step, p, g, buf, n);
 }
 
-void CountedKernels::adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n) {
-  launch_if(n);
-  k_.adamw_step(step, p, g, m, v, n);
+// Multi-tensor calls: one launch per kMultiTensors tensors (device.h).
+static void count_multi_tensor(int64_t count) {
+  for (int64_t l = 0; l < multi_tensor_launches(count); ++l) count_launch();
 }
 
-void CountedKernels::sum_squares(const float* x, int64_t n, double* acc) {
-  launch_if(n);
-  k_.sum_squares(x, n, acc);
+void CountedKernels::adamw_step(const AdamWStep& step, const AdamWTensor* tensors, int64_t count) {
+  count_multi_tensor(count);
+  k_.adamw_step(step, tensors, count);
 }
 
-void CountedKernels::clip_scale(float* x, int64_t n, const double* total_sq, float max_norm) {
-  launch_if(n);
-  k_.clip_scale(x, n, total_sq, max_norm);
+void CountedKernels::sum_squares(const float* const* xs, const int64_t* ns, int64_t count, double* acc) {
+  count_multi_tensor(count);
+  k_.sum_squares(xs, ns, count, acc);
+}
+
+void CountedKernels::clip_scale(float* const* xs, const int64_t* ns, int64_t count, const double* total_sq,
+                                float max_norm) {
+  count_multi_tensor(count);
+  k_.clip_scale(xs, ns, count, total_sq, max_norm);
 }
 
 void CountedKernels::clip_norm(const double* total_sq, float* norm) {

@@ -54,9 +54,9 @@ class CountedKernels final : public DeviceKernels {
                        float* dst) override;
 
   void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) override;
-  void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n) override;
-  void sum_squares(const float* x, int64_t n, double* acc) override;
-  void clip_scale(float* x, int64_t n, const double* total_sq, float max_norm) override;
+  void adamw_step(const AdamWStep& step, const AdamWTensor* tensors, int64_t count) override;
+  void sum_squares(const float* const* xs, const int64_t* ns, int64_t count, double* acc) override;
+  void clip_scale(float* const* xs, const int64_t* ns, int64_t count, const double* total_sq, float max_norm) override;
   void clip_norm(const double* total_sq, float* norm) override;
 
   void mse(const float* a, const float* b, int64_t n, float* out) override;

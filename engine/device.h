@@ -88,6 +88,23 @@ struct GemmBatch {
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 };
 
+// Multi-tensor kernels (the optimizer's step, gradient clipping) take a
+// list of tensors and launch once per kMultiTensors of them: the pointers
+// and sizes travel as the kernel's arguments, so nothing is uploaded.
+constexpr int64_t kMultiTensors = 64;
+constexpr int64_t multi_tensor_launches(int64_t count) { return (count + kMultiTensors - 1) / kMultiTensors; }
+
+// One tensor of a multi-tensor AdamW step: parameter, gradient, moments,
+// elements, and its own bias corrections (steps count per parameter).
+struct AdamWTensor {
+  float* p = nullptr;
+  const float* g = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  int64_t n = 0;
+  float c1 = 1.f, sqrt_c2 = 1.f;
+};
+
 class DeviceKernels {
  public:
   virtual ~DeviceKernels() = default;
@@ -155,14 +172,18 @@ class DeviceKernels {
   // In place over n elements, by kernel_math.h's sgd_update / adamw_update:
   // the CPU loop's formula, rounded the same way, so the same bits.
   virtual void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) = 0;
-  virtual void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n) = 0;
-  // Gradient clipping without the host (optim.h clip_grad_norm): *acc (one
-  // device double) += the sum of x[i]^2 in double in a fixed order (the
-  // CPU's: one running sum over every tensor in turn);
-  virtual void sum_squares(const float* x, int64_t n, double* acc) = 0;
-  // x[i] = scale_f64(x[i], f) with f = clip_factor(*total_sq, max_norm)
-  // (kernel_math.h) where f < 1, else x unchanged;
-  virtual void clip_scale(float* x, int64_t n, const double* total_sq, float max_norm) = 0;
+  // AdamW over `count` tensors, each with `step` but its own c1 and sqrt_c2.
+  virtual void adamw_step(const AdamWStep& step, const AdamWTensor* tensors, int64_t count) = 0;
+  // Gradient clipping without the host (optim.h clip_grad_norm), over the
+  // `count` tensors xs[t] of ns[t] elements: *acc (one device double) += the
+  // sum of their squares in double in a fixed order (the CPU's: one running
+  // sum over every tensor in turn; a GPU's: each tensor's fixed tree, added
+  // in turn);
+  virtual void sum_squares(const float* const* xs, const int64_t* ns, int64_t count, double* acc) = 0;
+  // every x[i] = scale_f64(x[i], f) with f = clip_factor(*total_sq,
+  // max_norm) (kernel_math.h) where f < 1, else x unchanged;
+  virtual void clip_scale(float* const* xs, const int64_t* ns, int64_t count, const double* total_sq,
+                          float max_norm) = 0;
   // *norm = sqrt(*total_sq) rounded once to float.
   virtual void clip_norm(const double* total_sq, float* norm) = 0;
 

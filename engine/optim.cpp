@@ -67,6 +67,9 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
 }
 
 void AdamW::step() {
+  // Every parameter in one multi-tensor call (one launch on a GPU).
+  std::vector<AdamWTensor> list;
+  DeviceKernels* dk = nullptr;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor g = params_[i].grad();
     if (!g.defined()) continue;
@@ -74,15 +77,18 @@ void AdamW::step() {
     // a gradient late starts its bias correction at 1. Corrections in
     // double: 1 - beta^t loses digits in float for large t.
     int64_t t = ++steps_[i].data<int64_t>()[0];
-    AdamWStep s{lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay,
-                static_cast<float>(1.0 - std::pow(double(opt_.beta1), double(t))),
-                static_cast<float>(std::sqrt(1.0 - std::pow(double(opt_.beta2), double(t))))};
-    int64_t n = params_[i].numel();
-    device_of("AdamW::step", {&params_[i], &g, &exp_avg_[i], &exp_avg_sq_[i]})
-        .adamw_step(s, static_cast<float*>(params_[i].raw_ptr()), static_cast<const float*>(g.raw_ptr()),
-                    static_cast<float*>(exp_avg_[i].raw_ptr()), static_cast<float*>(exp_avg_sq_[i].raw_ptr()), n);
+    DeviceKernels& k = device_of("AdamW::step", {&params_[i], &g, &exp_avg_[i], &exp_avg_sq_[i]});
+    VQDDP_CHECK(!dk || dk == &k, "AdamW::step: parameter {} is on another device than parameter 0", i);
+    dk = &k;
+    list.push_back({static_cast<float*>(params_[i].raw_ptr()), static_cast<const float*>(g.raw_ptr()),
+                    static_cast<float*>(exp_avg_[i].raw_ptr()), static_cast<float*>(exp_avg_sq_[i].raw_ptr()),
+                    params_[i].numel(), static_cast<float>(1.0 - std::pow(double(opt_.beta1), double(t))),
+                    static_cast<float>(std::sqrt(1.0 - std::pow(double(opt_.beta2), double(t))))});
     params_[i].bump_version();
   }
+  if (list.empty()) return;
+  AdamWStep s{lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay};
+  dk->adamw_step(s, list.data(), static_cast<int64_t>(list.size()));
 }
 
 NamedRanges AdamW::state_ranges() const {
@@ -111,12 +117,18 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, float max_norm) {
   Device device = grads.empty() ? Device::cpu() : grads[0].device();
   Tensor total = zeros({1}, DType::f64, device);
   auto* acc = static_cast<double*>(total.raw_ptr());
-  for (const Tensor& g : grads)
-    device_of("clip_grad_norm", {&g, &total}).sum_squares(static_cast<const float*>(g.raw_ptr()), g.numel(), acc);
+  std::vector<float*> xs;
+  std::vector<int64_t> ns;
   for (Tensor& g : grads) {
-    device_of("clip_grad_norm", {&g}).clip_scale(static_cast<float*>(g.raw_ptr()), g.numel(), acc, max_norm);
-    g.bump_version();
+    device_of("clip_grad_norm", {&g, &total});  // one device for all
+    xs.push_back(static_cast<float*>(g.raw_ptr()));
+    ns.push_back(g.numel());
   }
+  DeviceKernels& dk = device_of("clip_grad_norm", {&total});
+  const auto count = static_cast<int64_t>(grads.size());
+  dk.sum_squares(xs.data(), ns.data(), count, acc);
+  dk.clip_scale(xs.data(), ns.data(), count, acc, max_norm);
+  for (Tensor& g : grads) g.bump_version();
   Tensor norm = empty({}, DType::f32, device);
   device_of("clip_grad_norm", {&total}).clip_norm(acc, static_cast<float*>(norm.raw_ptr()));
   return norm;

@@ -449,22 +449,31 @@ void CpuKernels::sgd_step(const SgdStep& step, float* p, const float* g, float* 
   });
 }
 
-void CpuKernels::adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n) {
-  parallel_for_ranges(n, 8, [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; ++j) adamw_update(step, p[j], g[j], m[j], v[j]);
-  });
+void CpuKernels::adamw_step(const AdamWStep& step, const AdamWTensor* tensors, int64_t count) {
+  for (int64_t t = 0; t < count; ++t) {
+    const AdamWTensor& a = tensors[t];
+    AdamWStep s = step;
+    s.c1 = a.c1;
+    s.sqrt_c2 = a.sqrt_c2;
+    parallel_for_ranges(a.n, 8, [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) adamw_update(s, a.p[j], a.g[j], a.m[j], a.v[j]);
+    });
+  }
 }
 
-void CpuKernels::sum_squares(const float* x, int64_t n, double* acc) {
+void CpuKernels::sum_squares(const float* const* xs, const int64_t* ns, int64_t count, double* acc) {
   double total = *acc;  // one running sum over every tensor in turn
-  for (int64_t j = 0; j < n; ++j) total += double(x[j]) * x[j];
+  for (int64_t t = 0; t < count; ++t)
+    for (int64_t j = 0; j < ns[t]; ++j) total += double(xs[t][j]) * xs[t][j];
   *acc = total;
 }
 
-void CpuKernels::clip_scale(float* x, int64_t n, const double* total_sq, float max_norm) {
+void CpuKernels::clip_scale(float* const* xs, const int64_t* ns, int64_t count, const double* total_sq,
+                            float max_norm) {
   double factor = clip_factor(*total_sq, max_norm);
   if (!(factor < 1.0)) return;
-  for (int64_t j = 0; j < n; ++j) x[j] = vqddp::scale_f64(x[j], factor);
+  for (int64_t t = 0; t < count; ++t)
+    for (int64_t j = 0; j < ns[t]; ++j) xs[t][j] = vqddp::scale_f64(xs[t][j], factor);
 }
 
 void CpuKernels::clip_norm(const double* total_sq, float* norm) { *norm = static_cast<float>(std::sqrt(*total_sq)); }

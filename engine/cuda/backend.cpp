@@ -365,18 +365,25 @@ class CudaKernels final : public DeviceKernels {
     DeviceGuard guard(device_);
     cuda::sgd_step(step, p, g, buf, n, stream());
   }
-  void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n) override {
+  // Multi-tensor calls: one launch (two for sum_squares) per kMultiTensors.
+  void adamw_step(const AdamWStep& step, const AdamWTensor* tensors, int64_t count) override {
     DeviceGuard guard(device_);
-    cuda::adamw_step(step, p, g, m, v, n, stream());
+    for (int64_t t = 0; t < count; t += kMultiTensors)
+      cuda::adamw_step(step, tensors + t, std::min(kMultiTensors, count - t), stream());
   }
-  void sum_squares(const float* x, int64_t n, double* acc) override {
+  void sum_squares(const float* const* xs, const int64_t* ns, int64_t count, double* acc) override {
     DeviceGuard guard(device_);
-    Scratch scratch(alloc_, static_cast<size_t>(cuda::sum_squares_scratch(n)) * sizeof(double));
-    cuda::sum_squares(x, n, static_cast<double*>(scratch.get()), acc, stream());
+    for (int64_t t = 0; t < count; t += kMultiTensors) {
+      int64_t c = std::min(kMultiTensors, count - t);
+      Scratch scratch(alloc_, static_cast<size_t>(cuda::sum_squares_scratch(ns + t, c)) * sizeof(double));
+      cuda::sum_squares(xs + t, ns + t, c, static_cast<double*>(scratch.get()), acc, stream());
+    }
   }
-  void clip_scale(float* x, int64_t n, const double* total_sq, float max_norm) override {
+  void clip_scale(float* const* xs, const int64_t* ns, int64_t count, const double* total_sq,
+                  float max_norm) override {
     DeviceGuard guard(device_);
-    cuda::clip_scale(x, n, total_sq, max_norm, stream());
+    for (int64_t t = 0; t < count; t += kMultiTensors)
+      cuda::clip_scale(xs + t, ns + t, std::min(kMultiTensors, count - t), total_sq, max_norm, stream());
   }
   void clip_norm(const double* total_sq, float* norm) override {
     DeviceGuard guard(device_);

@@ -1,5 +1,7 @@
 // Elementwise and data-movement kernels. The math is kernel_math.h's, the
 // same functions the CPU loops call.
+#include <algorithm>
+
 #include "engine/cuda/cuda_check.h"
 #include "engine/cuda/grid.cuh"
 #include "engine/cuda/launch.h"
@@ -86,14 +88,29 @@ __global__ void sgd_step_kernel(SgdStep step, float* p, const float* g, float* b
   VQDDP_GRID_LOOP(i, n) sgd_update(step, p[i], g[i], buf[i]);
 }
 
-__global__ void adamw_step_kernel(AdamWStep step, float* p, const float* g, float* m, float* v, int64_t n) {
-  VQDDP_GRID_LOOP(i, n) adamw_update(step, p[i], g[i], m[i], v[i]);
+// Multi-tensor kernels: the tensors travel in the arguments (at most
+// kMultiTensors: about 3 KiB of the 4 KiB a launch may pass); block row
+// blockIdx.y works on tensor blockIdx.y, its columns grid-stride over it.
+struct AdamWList {
+  AdamWTensor t[kMultiTensors];
+};
+struct ScaleList {
+  float* x[kMultiTensors];
+  int64_t n[kMultiTensors];
+};
+
+__global__ void adamw_step_kernel(AdamWStep step, AdamWList list) {
+  const AdamWTensor& a = list.t[blockIdx.y];
+  step.c1 = a.c1;
+  step.sqrt_c2 = a.sqrt_c2;
+  VQDDP_GRID_LOOP(i, a.n) adamw_update(step, a.p[i], a.g[i], a.m[i], a.v[i]);
 }
 
-__global__ void clip_scale_kernel(float* x, int64_t n, const double* total_sq, float max_norm) {
+__global__ void clip_scale_kernel(ScaleList list, const double* total_sq, float max_norm) {
   const double factor = clip_factor(*total_sq, max_norm);
   if (!(factor < 1.0)) return;
-  VQDDP_GRID_LOOP(i, n) x[i] = vqddp::scale_f64(x[i], factor);
+  float* x = list.x[blockIdx.y];
+  VQDDP_GRID_LOOP(i, list.n[blockIdx.y]) x[i] = vqddp::scale_f64(x[i], factor);
 }
 
 __global__ void clip_norm_kernel(const double* total_sq, float* norm) { *norm = static_cast<float>(sqrt(*total_sq)); }
@@ -180,15 +197,31 @@ void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 
-void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n, cudaStream_t s) {
-  if (n <= 0) return;
-  adamw_step_kernel<<<grid_for(n), kThreads, 0, s>>>(step, p, g, m, v, n);
+void adamw_step(const AdamWStep& step, const AdamWTensor* tensors, int64_t count, cudaStream_t s) {
+  AdamWList list;
+  int64_t most = 0;
+  for (int64_t t = 0; t < count; ++t) {
+    list.t[t] = tensors[t];
+    most = std::max(most, tensors[t].n);
+  }
+  if (count <= 0 || most <= 0) return;
+  dim3 grid(grid_for(most), static_cast<unsigned>(count));
+  adamw_step_kernel<<<grid, kThreads, 0, s>>>(step, list);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 
-void clip_scale(float* x, int64_t n, const double* total_sq, float max_norm, cudaStream_t s) {
-  if (n <= 0) return;
-  clip_scale_kernel<<<grid_for(n), kThreads, 0, s>>>(x, n, total_sq, max_norm);
+void clip_scale(float* const* xs, const int64_t* ns, int64_t count, const double* total_sq, float max_norm,
+                cudaStream_t s) {
+  ScaleList list;
+  int64_t most = 0;
+  for (int64_t t = 0; t < count; ++t) {
+    list.x[t] = xs[t];
+    list.n[t] = ns[t];
+    most = std::max(most, ns[t]);
+  }
+  if (count <= 0 || most <= 0) return;
+  dim3 grid(grid_for(most), static_cast<unsigned>(count));
+  clip_scale_kernel<<<grid, kThreads, 0, s>>>(list, total_sq, max_norm);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

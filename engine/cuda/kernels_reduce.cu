@@ -131,7 +131,55 @@ __global__ void sum_partials_kernel(const double* partial, int64_t blocks, doubl
   if (threadIdx.x == 0) *result = part[0];
 }
 
-__global__ void accumulate_kernel(const double* sum, double* acc) { *acc += *sum; }
+// sum_squares over a list of tensors (clip_grad_norm): each tensor's blocks
+// and trees are its own single-tensor ones (sum_squares_blocks of its size,
+// the same grid stride), so the list gives the bits of tensor after tensor.
+struct SquaresList {
+  const float* x[kMultiTensors];
+  int64_t n[kMultiTensors];
+  int64_t blocks[kMultiTensors];
+  int64_t at[kMultiTensors];  // tensor t's first partial in the scratch
+  int64_t count;
+};
+
+// Pass 1: block (b, t) is block b of tensor t's sum_squares_blocks_kernel.
+__global__ void sum_squares_list_kernel(SquaresList list, double* partial) {
+  const int64_t t = blockIdx.y, blocks = list.blocks[t];
+  if (static_cast<int64_t>(blockIdx.x) >= blocks) return;  // the whole block: no barrier skipped
+  __shared__ double part[kThreads];
+  const float* x = list.x[t];
+  double acc = 0.0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < list.n[t];
+       i += static_cast<int64_t>(blockDim.x) * blocks) {
+    double v = x[i];
+    acc += v * v;
+  }
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int step = kThreads / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) part[threadIdx.x] += part[threadIdx.x + step];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[list.at[t] + blockIdx.x] = part[0];
+}
+
+// Pass 2, one block: tensor after tensor, its partials in sum_partials_kernel's
+// tree, added to *acc in turn.
+__global__ void sum_partials_list_kernel(SquaresList list, const double* partial, double* acc) {
+  __shared__ double part[kThreads];
+  for (int64_t t = 0; t < list.count; ++t) {
+    double a = 0.0;
+    for (int64_t b = threadIdx.x; b < list.blocks[t]; b += blockDim.x) a += partial[list.at[t] + b];
+    part[threadIdx.x] = a;
+    __syncthreads();
+    for (int step = kThreads / 2; step > 0; step /= 2) {
+      if (threadIdx.x < step) part[threadIdx.x] += part[threadIdx.x + step];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) *acc += part[0];
+    __syncthreads();
+  }
+}
 
 __global__ void mean_kernel(const double* sum, int64_t n, float* out) { *out = static_cast<float>(*sum / n); }
 
@@ -146,6 +194,12 @@ int64_t sum_squares_blocks(int64_t n) {
 }  // namespace
 
 int64_t sum_squares_scratch(int64_t n) { return 1 + sum_squares_blocks(n); }
+
+int64_t sum_squares_scratch(const int64_t* ns, int64_t count) {
+  int64_t total = 0;
+  for (int64_t t = 0; t < count; ++t) total += sum_squares_blocks(ns[t]);
+  return total > 0 ? total : 1;
+}
 
 namespace {
 
@@ -165,9 +219,24 @@ void sum_squares_to(const float* x, const float* y, int64_t n, double* scratch, 
 
 }  // namespace
 
-void sum_squares(const float* x, int64_t n, double* scratch, double* acc, cudaStream_t s) {
-  sum_squares_to(x, nullptr, n, scratch, s);
-  accumulate_kernel<<<1, 1, 0, s>>>(scratch, acc);
+void sum_squares(const float* const* xs, const int64_t* ns, int64_t count, double* scratch, double* acc,
+                 cudaStream_t s) {
+  if (count <= 0) return;
+  SquaresList list;
+  list.count = count;
+  int64_t at = 0, most = 1;
+  for (int64_t t = 0; t < count; ++t) {
+    list.x[t] = xs[t];
+    list.n[t] = ns[t];
+    list.blocks[t] = sum_squares_blocks(ns[t]);
+    list.at[t] = at;
+    at += list.blocks[t];
+    most = most > list.blocks[t] ? most : list.blocks[t];
+  }
+  sum_squares_list_kernel<<<dim3(static_cast<unsigned>(most), static_cast<unsigned>(count)), kThreads, 0, s>>>(
+      list, scratch);
+  VQDDP_CUDA_CHECK_LAUNCH();
+  sum_partials_list_kernel<<<1, kThreads, 0, s>>>(list, scratch, acc);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

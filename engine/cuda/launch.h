@@ -23,10 +23,13 @@ void arg_best(const float* x, int64_t* out, float* values, int64_t rows, int64_t
 void first_nonfinite(const float* x, int64_t n, unsigned long long* result, cudaStream_t s);
 // result: two device long longs, {min, max}.
 void min_max_i64(const int64_t* x, int64_t n, long long* result, cudaStream_t s);
-// Doubles of scratch sum_squares and mse need for n.
+// Doubles of scratch mse needs for n, and sum_squares for its tensors.
 int64_t sum_squares_scratch(int64_t n);
-// *acc += the sum of x[i]^2 (a device double).
-void sum_squares(const float* x, int64_t n, double* scratch, double* acc, cudaStream_t s);
+int64_t sum_squares_scratch(const int64_t* ns, int64_t count);
+// *acc += the sum of the squares of each of count <= kMultiTensors tensors
+// in turn (a device double; each tensor's fixed tree), in two launches.
+void sum_squares(const float* const* xs, const int64_t* ns, int64_t count, double* scratch, double* acc,
+                 cudaStream_t s);
 // *out = the mean of (a[i] - b[i])^2, the difference and square in double.
 void mse(const float* a, const float* b, int64_t n, double* scratch, float* out, cudaStream_t s);
 
@@ -61,10 +64,12 @@ void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d
                     double* sums, void* scratch, size_t scratch_bytes, cudaStream_t s);
 
 void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n, cudaStream_t s);
-void adamw_step(const AdamWStep& step, float* p, const float* g, float* m, float* v, int64_t n, cudaStream_t s);
+// count <= kMultiTensors tensors in one launch.
+void adamw_step(const AdamWStep& step, const AdamWTensor* tensors, int64_t count, cudaStream_t s);
 // clip_grad_norm: x scaled by clip_factor(*total_sq, max_norm) where it is
 // below 1; *norm = sqrt(*total_sq) as float.
-void clip_scale(float* x, int64_t n, const double* total_sq, float max_norm, cudaStream_t s);
+void clip_scale(float* const* xs, const int64_t* ns, int64_t count, const double* total_sq, float max_norm,
+                cudaStream_t s);
 void clip_norm(const double* total_sq, float* norm, cudaStream_t s);
 
 }  // namespace vqddp::cuda
