@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace vqddp {
 
@@ -43,8 +44,35 @@ void reset_device_counters();
 void count_to_host(int64_t bytes);  // a copy or returned value device -> host, and its wait
 void count_to_device(int64_t bytes);
 void count_wait();
-void count_launch();
+// One launch: `kernel` names the kernel-table call, `sizes` (up to four)
+// its shape, for a LaunchRecording.
+void count_launch(const char* kernel, std::initializer_list<int64_t> sizes);
 void count_layout_bytes(int64_t bytes);
+
+// A launch as the capture check sees it: which kernel, on what sizes.
+struct LaunchRecord {
+  const char* kernel = "";
+  int64_t sizes[4] = {};
+  bool operator==(const LaunchRecord& o) const;
+  std::string str() const;  // "binary [16, 40, 8]"
+};
+
+// While one lives on a thread, the launches that thread counts (outside a
+// collective's staging) are appended to `launches`: a step's launch sequence.
+// Not nestable.
+class LaunchRecording {
+ public:
+  LaunchRecording();
+  ~LaunchRecording();
+  LaunchRecording(const LaunchRecording&) = delete;
+  LaunchRecording& operator=(const LaunchRecording&) = delete;
+  std::vector<LaunchRecord> launches;
+};
+
+// "" when `now` repeats `before` launch for launch, else which launch first
+// differs and how (or which sequence is longer).
+std::string launch_sequence_difference(const std::vector<LaunchRecord>& before,
+                                       const std::vector<LaunchRecord>& now);
 
 // While one is alive on a thread, that thread's transfers and waits count
 // as staging of a collective (staged_*), not as the step's own.

@@ -18,6 +18,7 @@
 #include "data/audio.h"
 #include "engine/autograd.h"
 #include "engine/device.h"
+#include "engine/device_counters.h"
 #include "engine/exact_batch.h"
 #include "engine/file_io.h"
 #include "engine/output_file.h"
@@ -313,6 +314,7 @@ class RankRun {
     step_ = agree_start_step(step_, comm);
     last_ = opt.stop_at_step > 0 ? std::min(opt.stop_at_step, schedule_.total_steps) : schedule_.total_steps;
     layer_sizes_ = model_.layer_sizes();
+    capture_check_ = device_.kind == Device::Kind::sim && !cfg.quantizer.quantize_dropout;
   }
 
   // The loop: from the start step to the last (or a stop every rank agreed
@@ -327,8 +329,14 @@ class RankRun {
     health_ = zeros({}, DType::f32, device_);
     model_.train();
     for (; step_ < last_ && !stopped_by_; ++step_) {
+      std::optional<LaunchRecording> recording;
+      if (capture_check_) recording.emplace();
       StepResult r = train_step(sampler);
       const int64_t done = step_ + 1;
+      if (recording) {
+        check_capturable(std::move(recording->launches), done);
+        recording.reset();
+      }
       if (opt_.after_step) opt_.after_step(done, comm_.rank(), model_, *optim_);
       agree_on_stop(done);
       const bool logs = schedule_.log_after(done) || done == last_ || stopped_by_;
@@ -353,6 +361,12 @@ class RankRun {
   }
 
  private:
+  std::vector<LaunchRecord> previous_launches_;  // the last step's, for check_capturable
+  // On sim, except where quantize dropout draws each step's number of
+  // layers on the host (those layers' kernels are launched or not: a step
+  // that is not capturable yet, said at the start).
+  bool capture_check_ = false;
+
   struct StepResult {
     Tensor host_x;  // this rank's examples, on the host (for error messages)
     ModelOutput out;
@@ -388,6 +402,9 @@ class RankRun {
                    ? fmt::format(" = {:.2f} kbit/s", model_.bits_per_example() * data_.examples_per_second / 1000)
                    : "");
     if (step_ > 0) fmt::print("train: resumed at step {} from {}\n", step_, opt_.resume);
+    if (device_.kind == Device::Kind::sim && !capture_check_)
+      fmt::print("train: capture check off: quantize_dropout draws each step's number of layers on the host, so the "
+                 "step launches different kernels from step to step (not capturable as a CUDA graph yet)\n");
     // What `vqddp report` says of the run beside its metrics.
     nlohmann::json run{{"description", data_.description},     {"world_size", comm_.world_size()},
                        {"backend", comm_.backend()},           {"device", device_.str()},
@@ -399,6 +416,20 @@ class RankRun {
   }
 
   // Forward, backward, clipping and the optimizer step of step_ + 1.
+  // The capture check, on sim: after the run's first step (k-means, the
+  // allocator's warm-up), every step must launch what the step before it
+  // launched, kernel for kernel on the same sizes, or a CUDA graph captured
+  // from one step could not replay the next. Refused by name, so CI proves
+  // every shipped example's step capturable without a GPU.
+  void check_capturable(std::vector<LaunchRecord> launches, int64_t done) {
+    if (done >= first_ + 3) {
+      std::string diff = launch_sequence_difference(previous_launches_, launches);
+      VQDDP_CHECK(diff.empty(), "capture check ({}): step {} launched another sequence than step {} on rank {}: {}",
+                  device_.str(), done, done - 1, comm_.rank(), diff);
+    }
+    previous_launches_ = std::move(launches);
+  }
+
   StepResult train_step(ShardedSampler& sampler) {
     std::optional<OpProfileScope> profile;
     if (opt_.profile && lead_) profile.emplace(device_);

@@ -15,47 +15,47 @@ class CountedVqKernels final : public VqKernels {
  public:
   explicit CountedVqKernels(VqKernels& inner) : k_(inner) {}
   void assign(const Tensor& x, const Tensor& embed, bool cosine, Tensor& indices) override {
-    if (x.size(0) > 0) count_launch();
+    if (x.size(0) > 0) count_launch("vq.assign", {x.size(0), embed.size(0)});
     k_.assign(x, embed, cosine, indices);
   }
   void flag_nonfinite(const Tensor& x, const StatsLayout& layout, int rank, Tensor& stats) override {
-    count_launch();
+    count_launch("vq.flag_nonfinite", {});
     k_.flag_nonfinite(x, layout, rank, stats);
   }
   void ema_update(const Tensor& stats, const StatsLayout& layout, Tensor& cluster_size, Tensor& embed_avg,
                   Tensor& embed, float decay, float eps) override {
-    count_launch();
+    count_launch("vq.ema_update", {});
     k_.ema_update(stats, layout, cluster_size, embed_avg, embed, decay, eps);
   }
   void revival_candidates(const Tensor& x, const Tensor& cluster_size, float threshold, const RevivalDraws& draws,
                           Tensor& block) override {
-    count_launch();
+    count_launch("vq.revival_candidates", {});
     k_.revival_candidates(x, cluster_size, threshold, draws, block);
   }
   void revive(const Tensor& block, const StatsLayout& layout, float threshold, Tensor& stats, Tensor& cluster_size,
               Tensor& embed_avg, Tensor& embed) override {
-    count_launch();
+    count_launch("vq.revive", {});
     k_.revive(block, layout, threshold, stats, cluster_size, embed_avg, embed);
   }
   void kmeans_update(const Tensor& stats, const StatsLayout& layout, Tensor& means, Tensor& bins) override {
-    count_launch();
+    count_launch("vq.kmeans_update", {});
     k_.kmeans_update(stats, layout, means, bins);
   }
   void fsq_indices(const Tensor& codes, const Tensor& half_width, const Tensor& basis, Tensor& out) override {
-    if (codes.numel() > 0) count_launch();
+    if (codes.numel() > 0) count_launch("vq.fsq_indices", {});
     k_.fsq_indices(codes, half_width, basis, out);
   }
   void fsq_codes(const Tensor& indices, const Tensor& levels, const Tensor& half_width, const Tensor& basis,
                  Tensor& out) override {
-    if (indices.numel() > 0) count_launch();
+    if (indices.numel() > 0) count_launch("vq.fsq_codes", {});
     k_.fsq_codes(indices, levels, half_width, basis, out);
   }
   void lfq_indices(const Tensor& z, Tensor& out) override {
-    if (z.numel() > 0) count_launch();
+    if (z.numel() > 0) count_launch("vq.lfq_indices", {});
     k_.lfq_indices(z, out);
   }
   void lfq_codes(const Tensor& indices, float scale, Tensor& out) override {
-    if (indices.numel() > 0) count_launch();
+    if (indices.numel() > 0) count_launch("vq.lfq_codes", {});
     k_.lfq_codes(indices, scale, out);
   }
 
