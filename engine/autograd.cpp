@@ -119,6 +119,16 @@ void accumulate(Tensor& slot, const Tensor& g) {
     slot.copy_(add(slot, g));
 }
 
+// accumulate for a gradient the pass may give away: one no other handle or
+// view can reach (its handle and storage held once, here) becomes the slot
+// as it is, without the copy; any other is accumulated.
+void accumulate_owned(Tensor& slot, Tensor& g) {
+  if (!slot.defined() && g.impl().use_count() == 1 && g.impl()->storage.use_count() == 1)
+    slot = std::move(g);
+  else
+    accumulate(slot, g);
+}
+
 // The same sum for a node's pending gradient, which nothing outside the
 // pass holds: it may share g's storage (a backward that passes its input
 // gradient on as it is, to one input or several) because it is never
@@ -158,6 +168,7 @@ void run_node(Node* node, std::unordered_map<Node*, Tensor>& pending, std::vecto
     op_profile_mark("(autograd between backward formulas)");
     t_backward_of = node->name;
     grads = node->backward(grad_out);
+    grad_out = Tensor();  // a view of it in grads is then the gradient's only holder (accumulate_owned)
     t_backward_of = nullptr;
     if (op_profile_enabled()) op_profile_mark(std::string(node->name) + " backward");
   } catch (...) {
@@ -180,10 +191,13 @@ void run_node(Node* node, std::unordered_map<Node*, Tensor>& pending, std::vecto
                   "parallelism for this input)", node->name, i, shape_str(node->input_shapes[i]),
                   shape_str(expected), shape_str(grads[i].shape()), node->name);
       auto b = std::find_if(units->begin(), units->end(), [&](const Boundary& x) { return x.meta == in; });
+      // The pass alone holds a boundary's partials and never writes them in
+      // place: kept as the backward returned them (no copy), summed by
+      // replacement like a pending gradient.
       if (b == units->end())
-        units->push_back({in, node->input_shapes[i], grads[i].clone()});
+        units->push_back({in, node->input_shapes[i], grads[i]});
       else
-        accumulate(b->partials, grads[i]);
+        accumulate_pending(b->partials, grads[i]);
       continue;
     }
     VQDDP_ASSERT(grads[i].shape() == node->input_shapes[i], "backward of '{}': gradient {} has shape {}, input has {}",
@@ -191,7 +205,7 @@ void run_node(Node* node, std::unordered_map<Node*, Tensor>& pending, std::vecto
     if (in->grad_fn)
       accumulate_pending(pending[in->grad_fn.get()], grads[i]);
     else
-      accumulate(in->grad, grads[i]);
+      accumulate_owned(in->grad, grads[i]);
   }
 }
 
@@ -232,8 +246,13 @@ void Tensor::backward() const {
     VQDDP_CHECK(sums[i].shape() == boundaries[i].shape, "exact step: reduced gradient {} has shape {}, expected {}", i,
                 shape_str(sums[i].shape()), shape_str(boundaries[i].shape));
     AutogradMeta& in = *boundaries[i].meta;
+    // The reducer's sums are new tensors no one else holds: a leaf without a
+    // gradient takes its sum as its .grad (no copy); one with a gradient
+    // adds it in place as ever.
     if (in.grad_fn)
-      accumulate(pending[in.grad_fn.get()], sums[i]);
+      accumulate_pending(pending[in.grad_fn.get()], sums[i]);
+    else if (!in.grad.defined())
+      in.grad = sums[i];
     else
       accumulate(in.grad, sums[i]);
   }

@@ -43,7 +43,8 @@ namespace vqddp {
 // Adds each partial stack [units, ...shape] over the units of the GLOBAL
 // batch (every rank's, in global order) and returns the sums [shape], the
 // same bits on every rank. Every rank calls it with its tensors in the same
-// order (a collective).
+// order (a collective). The sums are the caller's: backward() makes them the
+// parameters' .grad without a copy, so a reducer keeps no reference to them.
 using UnitReducer = std::function<std::vector<Tensor>(const std::vector<Tensor>& partials)>;
 
 struct ExactBatch {

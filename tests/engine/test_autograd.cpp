@@ -30,6 +30,27 @@ TEST_CASE("a tensor used twice gets the sum of both paths") {
   CHECK(x.grad().item<float>() == 3 * 4 + 2 * 2);
 }
 
+TEST_CASE("leaves fed one gradient tensor get .grad tensors of their own, which later steps add into in place") {
+  // add's backward hands the same gradient to both inputs and reshape's is a
+  // view of its input's: a leaf takes a gradient without a copy only when
+  // nothing else holds it, so writing one .grad never changes another's.
+  for (bool through_reshape : {false, true}) {
+    Tensor a = from_vector({1, 2, 3, 4}, {4}), b = from_vector({5, 6, 7, 8}, {4});
+    a.set_requires_grad(true);
+    b.set_requires_grad(true);
+    Tensor ra = through_reshape ? reshape(reshape(a, {2, 2}), {4}) : a;
+    sum(mul(add(ra, b), from_vector({1, 2, 3, 4}, {4}))).backward();
+    REQUIRE(a.grad().defined());
+    REQUIRE(b.grad().defined());
+    CHECK_FALSE(a.grad().shares_storage(b.grad()));
+    a.grad().fill_(0);
+    CHECK(b.grad().to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+    sum(mul(add(ra, b), from_vector({1, 2, 3, 4}, {4}))).backward();
+    CHECK(a.grad().to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+    CHECK(b.grad().to_vector<float>() == std::vector<float>{2, 4, 6, 8});
+  }
+}
+
 TEST_CASE("detach and no-grad stop the tape") {
   Tensor x = from_vector({1, 2}, {2});
   x.set_requires_grad(true);
