@@ -153,6 +153,17 @@ void CountedKernels::clip_norm(const double* total_sq, float* norm) {
   k_.clip_norm(total_sq, norm);
 }
 
+void CountedKernels::weight_norm(const float* v, const float* g, int64_t rows, int64_t cols, float* w) {
+  launch_if(rows * cols, "weight_norm", {rows, cols});
+  k_.weight_norm(v, g, rows, cols, w);
+}
+
+void CountedKernels::weight_norm_backward(const float* v, const float* g, const float* dw, int64_t rows, int64_t cols,
+                                          float* dv, float* dg) {
+  launch_if(rows * cols, "weight_norm_backward", {rows, cols});
+  k_.weight_norm_backward(v, g, dw, rows, cols, dv, dg);
+}
+
 void CountedKernels::mse(const float* a, const float* b, int64_t n, float* out) {
   count_launch("mse", {n});
   k_.mse(a, b, n, out);

@@ -187,6 +187,13 @@ class DeviceKernels {
   // *norm = sqrt(*total_sq) rounded once to float.
   virtual void clip_norm(const double* total_sq, float* norm) = 0;
 
+  // ---- weight normalization (nn_conv.h) -------------------------------------------
+  // Row by row of v [rows, cols] (g [rows]): kernel_math.h's weight_norm_row
+  // into w, and weight_norm_row_backward from dw into dv and dg.
+  virtual void weight_norm(const float* v, const float* g, int64_t rows, int64_t cols, float* w) = 0;
+  virtual void weight_norm_backward(const float* v, const float* g, const float* dw, int64_t rows, int64_t cols,
+                                    float* dv, float* dg) = 0;
+
   // ---- losses ------------------------------------------------------------------------
   // *out = mean of (a[i] - b[i])^2 with the difference and its square in
   // double, summed in a fixed order, divided by n, rounded once. n > 0.

@@ -48,6 +48,7 @@ VQDDP_HD float div_rn(float a, float b) { return __fdiv_rn(a, b); }
 VQDDP_HD float sqrt_rn(float a) { return __fsqrt_rn(a); }
 VQDDP_HD double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 VQDDP_HD double add_rn(double a, double b) { return __dadd_rn(a, b); }
+VQDDP_HD double div_rn(double a, double b) { return __ddiv_rn(a, b); }
 #else
 VQDDP_HD float mul_rn(float a, float b) { return a * b; }
 VQDDP_HD float add_rn(float a, float b) { return a + b; }
@@ -56,7 +57,36 @@ VQDDP_HD float div_rn(float a, float b) { return a / b; }
 VQDDP_HD float sqrt_rn(float a) { return ::sqrtf(a); }
 VQDDP_HD double mul_rn(double a, double b) { return a * b; }
 VQDDP_HD double add_rn(double a, double b) { return a + b; }
+VQDDP_HD double div_rn(double a, double b) { return a / b; }
 #endif
+
+// Weight normalization (engine/nn_conv.h weight_norm), one row of v at a
+// time: w = v * s with s = g / |v|, where |v| is sqrt_rn of the row's float
+// squares summed in double in ascending order and rounded to float (the
+// bits the composite square, sum, sqrt, div and mul gave on the CPU).
+VQDDP_HD float weight_norm_row_norm(const float* v, int64_t cols) {
+  double ss = 0.0;
+  for (int64_t j = 0; j < cols; ++j) ss = add_rn(ss, static_cast<double>(mul_rn(v[j], v[j])));
+  return sqrt_rn(static_cast<float>(ss));
+}
+VQDDP_HD void weight_norm_row(const float* v, float g, int64_t cols, float* w) {
+  const float s = div_rn(g, weight_norm_row_norm(v, cols));
+  for (int64_t j = 0; j < cols; ++j) w[j] = mul_rn(v[j], s);
+}
+// Its backward for the row's upstream gradient dw, with n = |v|, s = g / n
+// and dot = sum of dw[j] v[j] in double (ascending):
+//   dg = dot / n,   dv[j] = s dw[j] - c v[j],   c = g dot / n^3,
+// dg and c in double, each rounded once.
+VQDDP_HD void weight_norm_row_backward(const float* v, float g, const float* dw, int64_t cols, float* dv, float* dg) {
+  const float n = weight_norm_row_norm(v, cols);
+  const float s = div_rn(g, n);
+  double dot = 0.0;
+  for (int64_t j = 0; j < cols; ++j) dot = add_rn(dot, mul_rn(static_cast<double>(dw[j]), static_cast<double>(v[j])));
+  const double nd = n;
+  *dg = static_cast<float>(div_rn(dot, nd));
+  const float c = static_cast<float>(div_rn(mul_rn(static_cast<double>(g), dot), mul_rn(mul_rn(nd, nd), nd)));
+  for (int64_t j = 0; j < cols; ++j) dv[j] = sub_rn(mul_rn(s, dw[j]), mul_rn(c, v[j]));
+}
 
 VQDDP_HD unsigned float_bits(float f) {
 #ifdef __CUDA_ARCH__

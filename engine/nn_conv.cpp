@@ -3,16 +3,32 @@
 #include <cmath>
 
 #include "engine/autograd.h"
+#include "engine/device_plans.h"
 #include "engine/error.h"
 
 namespace vqddp {
 
+// One op with one kernel each way (kernel_math.h's row formulas), not the
+// five ops and their backwards it is made of: a step launches it per layer.
 Tensor weight_norm(const Tensor& v, const Tensor& g) {
   VQDDP_CHECK(v.dim() >= 2 && g.dim() == 1 && g.size(0) == v.size(0), "weight_norm: g {} must be [{}] for v {}",
               g.desc(), v.dim() >= 1 ? v.size(0) : 0, v.desc());
-  Tensor flat = reshape(v, {v.size(0), -1});
-  Tensor norm = sqrt(sum(square(flat), 1, true));  // [O, 1]
-  return reshape(flat * (reshape(g, {g.size(0), 1}) / norm), v.shape());
+  VQDDP_CHECK(v.dtype() == DType::f32 && g.dtype() == DType::f32, "weight_norm: expected float32, got {} and {}",
+              v.desc(), g.desc());
+  const int64_t rows = v.size(0), cols = v.numel() / rows;
+  Tensor w = empty(v.shape(), DType::f32, v.device());
+  device_of("weight_norm", {&v, &g})
+      .weight_norm(static_cast<const float*>(v.raw_ptr()), static_cast<const float*>(g.raw_ptr()), rows, cols,
+                   static_cast<float*>(w.raw_ptr()));
+  Tensor vd = v.detach(), gd = g.detach();
+  return record_op("weight_norm", w, {v, g}, {v, g}, [vd, gd, rows, cols](const Tensor& dw) -> std::vector<Tensor> {
+    Tensor dv = empty(vd.shape(), DType::f32, vd.device()), dg = empty(gd.shape(), DType::f32, gd.device());
+    device_of("weight_norm backward", {&vd, &gd, &dw})
+        .weight_norm_backward(static_cast<const float*>(vd.raw_ptr()), static_cast<const float*>(gd.raw_ptr()),
+                              static_cast<const float*>(dw.raw_ptr()), rows, cols, static_cast<float*>(dv.raw_ptr()),
+                              static_cast<float*>(dg.raw_ptr()));
+    return {dv, dg};
+  });
 }
 
 ConvLayer::ConvLayer(const Shape& shape, int64_t out_channels, Generator& gen, bool normalize, bool with_bias) {

@@ -389,6 +389,15 @@ class CudaKernels final : public DeviceKernels {
     DeviceGuard guard(device_);
     cuda::clip_norm(total_sq, norm, stream());
   }
+  void weight_norm(const float* v, const float* g, int64_t rows, int64_t cols, float* w) override {
+    DeviceGuard guard(device_);
+    cuda::weight_norm(v, g, rows, cols, w, stream());
+  }
+  void weight_norm_backward(const float* v, const float* g, const float* dw, int64_t rows, int64_t cols, float* dv,
+                            float* dg) override {
+    DeviceGuard guard(device_);
+    cuda::weight_norm_backward(v, g, dw, rows, cols, dv, dg, stream());
+  }
   void mse(const float* a, const float* b, int64_t n, float* out) override {
     DeviceGuard guard(device_);
     Scratch scratch(alloc_, static_cast<size_t>(cuda::sum_squares_scratch(n)) * sizeof(double));

@@ -106,6 +106,17 @@ __global__ void adamw_step_kernel(AdamWStep step, AdamWList list) {
   VQDDP_GRID_LOOP(i, a.n) adamw_update(step, a.p[i], a.g[i], a.m[i], a.v[i]);
 }
 
+// A thread per row: its sums in the CPU's ascending order (the rows of a
+// layer's weight are few and short, and the step launches this once).
+__global__ void weight_norm_kernel(const float* v, const float* g, int64_t rows, int64_t cols, float* w) {
+  VQDDP_GRID_LOOP(r, rows) weight_norm_row(v + r * cols, g[r], cols, w + r * cols);
+}
+
+__global__ void weight_norm_backward_kernel(const float* v, const float* g, const float* dw, int64_t rows,
+                                            int64_t cols, float* dv, float* dg) {
+  VQDDP_GRID_LOOP(r, rows) weight_norm_row_backward(v + r * cols, g[r], dw + r * cols, cols, dv + r * cols, dg + r);
+}
+
 __global__ void clip_scale_kernel(ScaleList list, const double* total_sq, float max_norm) {
   const double factor = clip_factor(*total_sq, max_norm);
   if (!(factor < 1.0)) return;
@@ -194,6 +205,19 @@ void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t 
 void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
   sgd_step_kernel<<<grid_for(n), kThreads, 0, s>>>(step, p, g, buf, n);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void weight_norm(const float* v, const float* g, int64_t rows, int64_t cols, float* w, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0) return;
+  weight_norm_kernel<<<grid_for(rows), kThreads, 0, s>>>(v, g, rows, cols, w);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void weight_norm_backward(const float* v, const float* g, const float* dw, int64_t rows, int64_t cols, float* dv,
+                          float* dg, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0) return;
+  weight_norm_backward_kernel<<<grid_for(rows), kThreads, 0, s>>>(v, g, dw, rows, cols, dv, dg);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

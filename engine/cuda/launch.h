@@ -51,6 +51,11 @@ void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCop
 void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out, cudaStream_t s);
 void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale, float* dst,
                      cudaStream_t s);
+// Weight normalization, one thread per row (kernel_math.h's row formulas,
+// so the CPU's bits).
+void weight_norm(const float* v, const float* g, int64_t rows, int64_t cols, float* w, cudaStream_t s);
+void weight_norm_backward(const float* v, const float* g, const float* dw, int64_t rows, int64_t cols, float* dv,
+                          float* dg, cudaStream_t s);
 // conv_plan.h's im2col and col2im (kernels_conv.cu).
 void im2col(const float* x, float* cols, const ConvPlan& plan, cudaStream_t s);
 void col2im(const float* cols, float* x, const ConvPlan& plan, cudaStream_t s);

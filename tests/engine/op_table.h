@@ -198,7 +198,7 @@ inline std::vector<OpCase> op_table() {
   Shape cols = unfold(zeros(image), 3, 2, uo).shape();
   t.push_back({"unfold", {in(image)}, [=](const V& v) { return square(unfold(v[0], 3, 2, uo)); }});
   t.push_back({"fold", {in(cols)}, [=](const V& v) { return square(fold(v[0], image, 3, 2, uo)); }});
-  t.push_back({"weight_norm", {in({3, 2, 4}), in({3})}, [](const V& v) { return weight_norm(v[0], v[1]); }, false});
+  t.push_back({"weight_norm", {in({3, 2, 4}), in({3})}, [](const V& v) { return weight_norm(v[0], v[1]); }});
   return t;
 }
 

@@ -237,6 +237,33 @@ TEST_CASE("conv layers: weight normalization starts at the plain weight, names i
   CHECK_THROWS_WITH(Conv1d(4, 6, 3, c, opts1(1, 0, 1, 4)), doctest::Contains("divisible by groups 4"));
 }
 
+TEST_CASE("weight_norm: one op with the bits of square, sum, sqrt, div and mul, and its gradients' formula") {
+  Tensor v = randn({5, 3, 7}, 3), g = randn({5}, 4);
+  // The forward: the composite it replaced, op by op (float squares summed
+  // in double, rounded, sqrt, g / |v|, times v).
+  Tensor flat = reshape(v, {5, -1});
+  Tensor composite = reshape(mul(flat, div(reshape(g, {5, 1}), sqrt(sum(square(flat), 1, true)))), v.shape());
+  CHECK(same_bits(weight_norm(v, g), composite));
+  // The backward: dg = <dw, v> / |v| and dv = (g / |v|) dw - (g <dw, v> / |v|^3) v per row, in double.
+  Tensor dw = randn({5, 3, 7}, 5);
+  Tensor vl = v.clone().set_requires_grad(true), gl = g.clone().set_requires_grad(true);
+  sum(mul(weight_norm(vl, gl), dw)).backward();
+  std::vector<float> hv = v.to_vector<float>(), hg = g.to_vector<float>(), hd = dw.to_vector<float>();
+  std::vector<float> dv = vl.grad().to_vector<float>(), dg = gl.grad().to_vector<float>();
+  for (int64_t r = 0; r < 5; ++r) {
+    double ss = 0, dot = 0;
+    for (int64_t j = 0; j < 21; ++j) {
+      ss += double(hv[r * 21 + j]) * hv[r * 21 + j];
+      dot += double(hd[r * 21 + j]) * hv[r * 21 + j];
+    }
+    const double n = std::sqrt(ss);
+    CHECK(dg[r] == doctest::Approx(dot / n).epsilon(1e-5));
+    for (int64_t j = 0; j < 21; ++j)
+      CHECK(dv[r * 21 + j] ==
+            doctest::Approx(hg[r] / n * hd[r * 21 + j] - hg[r] * dot / (n * n * n) * hv[r * 21 + j]).epsilon(1e-4));
+  }
+}
+
 TEST_CASE("col2im: the CPU's row loop gives the bits of the per-element formula the GPU runs") {
   // conv_plan.h: col2im_row (CPU) and col2im_value (one GPU thread per
   // element) must add the same taps in the same order.
