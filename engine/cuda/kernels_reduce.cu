@@ -98,6 +98,17 @@ __global__ void min_max_kernel(const int64_t* x, int64_t n, long long* result) {
   }
 }
 
+// The block's kThreads values `acc` summed in one fixed tree through `part`
+// (shared, kThreads doubles); the sum is in part[0] for every thread after.
+__device__ __forceinline__ void block_tree_sum(double* part, double acc) {
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int step = kThreads / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) part[threadIdx.x] += part[threadIdx.x + step];
+    __syncthreads();
+  }
+}
+
 // sum_squares, pass 1: block b sums its grid-stride share of x in double,
 // then a shared-memory tree in fixed order, into partial[b].
 // With y, the squares are of x[i] - y[i] (the difference in double).
@@ -108,12 +119,7 @@ __global__ void sum_squares_blocks_kernel(const float* x, const float* y, int64_
     double v = y ? double(x[i]) - y[i] : double(x[i]);
     acc += v * v;
   }
-  part[threadIdx.x] = acc;
-  __syncthreads();
-  for (int step = kThreads / 2; step > 0; step /= 2) {
-    if (threadIdx.x < step) part[threadIdx.x] += part[threadIdx.x + step];
-    __syncthreads();
-  }
+  block_tree_sum(part, acc);
   if (threadIdx.x == 0) partial[blockIdx.x] = part[0];
 }
 
@@ -122,12 +128,7 @@ __global__ void sum_partials_kernel(const double* partial, int64_t blocks, doubl
   __shared__ double part[kThreads];
   double acc = 0.0;
   for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) acc += partial[b];
-  part[threadIdx.x] = acc;
-  __syncthreads();
-  for (int step = kThreads / 2; step > 0; step /= 2) {
-    if (threadIdx.x < step) part[threadIdx.x] += part[threadIdx.x + step];
-    __syncthreads();
-  }
+  block_tree_sum(part, acc);
   if (threadIdx.x == 0) *result = part[0];
 }
 
@@ -154,12 +155,7 @@ __global__ void sum_squares_list_kernel(SquaresList list, double* partial) {
     double v = x[i];
     acc += v * v;
   }
-  part[threadIdx.x] = acc;
-  __syncthreads();
-  for (int step = kThreads / 2; step > 0; step /= 2) {
-    if (threadIdx.x < step) part[threadIdx.x] += part[threadIdx.x + step];
-    __syncthreads();
-  }
+  block_tree_sum(part, acc);
   if (threadIdx.x == 0) partial[list.at[t] + blockIdx.x] = part[0];
 }
 
@@ -170,12 +166,7 @@ __global__ void sum_partials_list_kernel(SquaresList list, const double* partial
   for (int64_t t = 0; t < list.count; ++t) {
     double a = 0.0;
     for (int64_t b = threadIdx.x; b < list.blocks[t]; b += blockDim.x) a += partial[list.at[t] + b];
-    part[threadIdx.x] = a;
-    __syncthreads();
-    for (int step = kThreads / 2; step > 0; step /= 2) {
-      if (threadIdx.x < step) part[threadIdx.x] += part[threadIdx.x + step];
-      __syncthreads();
-    }
+    block_tree_sum(part, a);
     if (threadIdx.x == 0) *acc += part[0];
     __syncthreads();
   }

@@ -18,6 +18,7 @@
 #include "engine/config_reader.h"
 #include "engine/conv_plan.h"
 #include "engine/count_limits.h"
+#include "engine/counted_kernels.h"
 #include "engine/cpu_allocator.h"
 #include "engine/device.h"
 #include "engine/device_counters.h"
