@@ -27,8 +27,11 @@
 // world, topology and NCCL version, and every rank receives the same bits
 // (each element is reduced once and then distributed), but the order in
 // which ranks' values are combined is NCCL's (ring or tree), not rank
-// order: with W > 1, sums may differ from the thread backend's in the last
-// bits. With W = 1 every collective is an identity, bit for bit.
+// order: with W > 1, a float sum may differ from the thread backend's in the
+// last bits. So the library sends no float sum through it whose bits matter
+// unless it is exact (the codebook statistics, vq/code_stats.h); the
+// gradients go through reduce_units. With W = 1 every collective is an
+// identity, bit for bit.
 #pragma once
 
 #include <chrono>

@@ -1,6 +1,7 @@
 // The one formula every host backend reduces with: for each element, the
 // ranks' values combined in ascending rank order, ((x0 + x1) + x2) + ...,
-// then divided by W for avg. The thread backend (every rank's buffer in one
+// then divided by W for avg. (Or in another order a run asks for, see
+// ReduceOrder: NCCL fixes none, so the exact design must not need one.) The thread backend (every rank's buffer in one
 // process) and the MPI backend (each process reducing its slice from the
 // ranks' copies) call the same code, so a run on N processes gives the bits
 // of N thread ranks. An element's result depends only on its W inputs, never
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -24,6 +26,23 @@ inline std::pair<int64_t, int64_t> rank_share(int64_t n, int rank, int world) {
   int64_t b0 = blocks * rank / world, b1 = blocks * (rank + 1) / world;
   return {std::min(n, b0 * 16), std::min(n, b1 * 16)};
 }
+
+// The order in which the host backends (thread, MPI) add the ranks'
+// values: ascending by default. VQDDP_REDUCE_ORDER=descending or rotate:K
+// (read once per process; set_reduce_order in tests) adds them in another
+// order, as NCCL's rings and trees do, to show that a run does not depend on
+// it: every sum the design makes exact (the codebook statistics on their
+// grid, integer counts; the gradients go through reduce_units, which fixes
+// its own order) gives the same bits.
+struct ReduceOrder {
+  bool descending = false;
+  int rotate = 0;  // then position p takes rank (p' + rotate) mod W
+};
+ReduceOrder parse_reduce_order(const std::string& text);  // throws naming the variable
+ReduceOrder reduce_order();
+void set_reduce_order(ReduceOrder order);
+// The rank added at `position` (0 first) in a world of `world`.
+int rank_at(const ReduceOrder& order, int position, int world);
 
 namespace detail {
 
@@ -52,11 +71,16 @@ void reduce_blocks(const std::vector<const T*>& in, const std::vector<T*>& out, 
 
 }  // namespace detail
 
-// Reduces elements [begin, end) of the W inputs `in` (one per rank, in rank
-// order) into every buffer of `out` (at the same offsets).
+// Reduces elements [begin, end) of the W inputs (one per rank, in rank
+// order) into every buffer of `out` (at the same offsets), combining the
+// ranks in reduce_order()'s order.
 template <class T>
-void rank_ordered_reduce(const std::vector<const T*>& in, const std::vector<T*>& out, int64_t begin, int64_t end,
-                         ReduceOp op) {
+void rank_ordered_reduce(const std::vector<const T*>& in_rank_order, const std::vector<T*>& out, int64_t begin,
+                         int64_t end, ReduceOp op) {
+  const ReduceOrder order = reduce_order();
+  const int world = static_cast<int>(in_rank_order.size());
+  std::vector<const T*> in(in_rank_order.size());
+  for (int p = 0; p < world; ++p) in[p] = in_rank_order[rank_at(order, p, world)];
   switch (op) {
     case ReduceOp::sum:
     case ReduceOp::avg:

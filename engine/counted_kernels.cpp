@@ -12,6 +12,10 @@ void launch_if(int64_t n, const char* kernel, std::initializer_list<int64_t> siz
   if (n > 0) count_launch(kernel, sizes);
 }
 
+void count_multi_tensor(const char* kernel, int64_t count) {
+  for (int64_t l = 0; l < multi_tensor_launches(count); ++l) count_launch(kernel, {count});
+}
+
 int64_t plan_elements(const StridedCopyPlan& p) {
   int64_t n = 1;
   for (int i = 0; i < p.ndim; ++i) n *= p.shape[i];
@@ -71,6 +75,11 @@ int64_t CountedKernels::first_nonfinite(const float* x, int64_t n) {
   return k_.first_nonfinite(x, n);
 }
 
+void CountedKernels::max_abs_finite(const float* x, int64_t n, double* acc) {
+  launch_if(n, "max_abs_finite", {n});
+  k_.max_abs_finite(x, n, acc);
+}
+
 void CountedKernels::min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64_t* hi) {
   count_launch("min_max_i64", {n});
   k_.min_max_i64(x, n, lo, hi);
@@ -101,9 +110,9 @@ void CountedKernels::gather_rows(const void* x, const int64_t* index, int64_t m,
 }
 
 void CountedKernels::index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
-                                    double* counts, double* sums) {
-  launch_if(k, "index_add_rows", {n, d, k});
-  k_.index_add_rows(src, index, n, d, k, counts, sums);
+                                    double* counts, double* sums, const double* grid_max) {
+  launch_if(k, "index_add_rows", {n, d, k, grid_max != nullptr});
+  k_.index_add_rows(src, index, n, d, k, counts, sums, grid_max);
 }
 
 void CountedKernels::im2col(const float* x, float* cols, const ConvPlan& plan) {
@@ -128,10 +137,6 @@ void CountedKernels::sgd_step(const SgdStep& step, float* p, const float* g, flo
 }
 
 // Multi-tensor calls: one launch per kMultiTensors tensors (device.h).
-static void count_multi_tensor(const char* kernel, int64_t count) {
-  for (int64_t l = 0; l < multi_tensor_launches(count); ++l) count_launch(kernel, {count});
-}
-
 void CountedKernels::adamw_step(const AdamWStep& step, const AdamWTensor* tensors, int64_t count) {
   count_multi_tensor("adamw_step", count);
   k_.adamw_step(step, tensors, count);

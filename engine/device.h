@@ -137,6 +137,10 @@ class DeviceKernels {
   virtual int64_t first_nonfinite(const float* x, int64_t n) = 0;
   // Smallest and largest value of an int64 array (n > 0), for index checks.
   virtual void min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64_t* hi) = 0;
+  // *acc = max(*acc, largest |x[i]| over the finite x[i]), acc one device
+  // double >= 0: the scale of the exact-sum grid (kernel_math.h
+  // grid_quantum). A maximum is the same in any order, so any tree will do.
+  virtual void max_abs_finite(const float* x, int64_t n, double* acc) = 0;
 
   // ---- linear algebra ----------------------------------------------------------
   // Row-major C[m, n] = alpha op(A) op(B) + beta C, like blas_sgemm.
@@ -157,9 +161,12 @@ class DeviceKernels {
   //   counts[c] = #{i : index[i] == c},  sums[c, :] = sum of src[i, :] over them,
   // accumulated in double in a fixed order (ascending i within fixed chunks),
   // never with floating-point atomics. Rows whose index is outside [0, k)
-  // (masked rows, -1) are skipped. `counts` may be null.
+  // (masked rows, -1) are skipped. `counts` may be null. With `grid_max`
+  // (one device double: the agreed largest |value|) each value is rounded
+  // to kernel_math.h's grid first, and the sums are exact: the same bits
+  // for any chunking, on any device, and after any cross-rank sum.
   virtual void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
-                              double* counts, double* sums) = 0;
+                              double* counts, double* sums, const double* grid_max = nullptr) = 0;
   // Convolution data movement by conv_plan.h's formulas: x [n, c, h, w] to
   // cols [n * oh * ow, c * kh * kw], and the adjoint (every x element written).
   virtual void im2col(const float* x, float* cols, const ConvPlan& plan) = 0;

@@ -403,4 +403,32 @@ VQDDP_HD float scale_f64(float x, double factor) { return static_cast<float>(x *
 // only where it is below 1.
 VQDDP_HD double clip_factor(double total_sq, float max_norm) { return max_norm / (::sqrt(total_sq) + 1e-6); }
 
+// ---- the exact-sum grid (vq/code_stats.h) --------------------------------------
+//
+// Sums that cross ranks (the codebook's per-code sums, k-means', the affine
+// moments) must not depend on how the rows were split or in which order a
+// backend adds the ranks' partials (NCCL fixes none). Each value is first
+// rounded to a grid of spacing q, a power of two agreed by every rank from
+// the largest |value| of all ranks' rows: then every value, every partial
+// sum and every total is an integer multiple of q below 2^53 q, so float64
+// adds them EXACTLY in any order, and the result depends only on the rows.
+// With max < 2^E, q = 2^(E - 27): a value keeps 27 bits below the largest
+// (float32 keeps 24 of its own), and up to 2^26 rows fit (2^27 * 2^26 = 2^53).
+constexpr int kGridValueBits = 27;
+constexpr int kGridRowsLog2 = 26;
+
+// q for an agreed largest magnitude; 1 when there is nothing to scale (all
+// zero) or the maximum is not finite (a non-finite row refuses the step).
+VQDDP_HD double grid_quantum(double max_abs) {
+  if (!(max_abs > 0.0) || !(max_abs < 1.0e308)) return 1.0;
+  int e = 0;
+  (void)::frexp(max_abs, &e);  // max_abs = m 2^e, m in [0.5, 1): max_abs < 2^e
+  return ::ldexp(1.0, e - kGridValueBits);
+}
+
+// x rounded to the nearest multiple of q (ties to even): x / q and the
+// product are exact, as q is a power of two and x a float or a value of the
+// same range.
+VQDDP_HD double to_grid(double x, double q) { return ::rint(x / q) * q; }
+
 }  // namespace vqddp

@@ -4,11 +4,26 @@
 
 #include "comm/agree.h"
 #include "engine/device.h"
+#include "engine/kernel_math.h"
 #include "vq/kernels/vq_kernels.h"
 
 namespace vqddp {
 
-Tensor code_stats(const Tensor& x, const Tensor& indices, const StatsLayout& layout, int rank) {
+Tensor grid_scale(const std::vector<Tensor>& xs, Communicator* comm) {
+  VQDDP_ASSERT(!xs.empty(), "grid_scale: no rows");
+  const Device dev = xs[0].device();
+  Tensor scale = zeros({1}, DType::f64, dev);
+  DeviceKernels& k = device_kernels(dev);
+  for (const Tensor& x : xs) {
+    VQDDP_ASSERT(x.dtype() == DType::f32 && x.device() == dev,
+                 "grid_scale: rows {} on {}, expected float32 on {}", x.desc(), x.device().str(), dev.str());
+    k.max_abs_finite(static_cast<const float*>(x.raw_ptr()), x.numel(), static_cast<double*>(scale.raw_ptr()));
+  }
+  if (comm) comm->all_reduce(scale, ReduceOp::max);
+  return scale;
+}
+
+Tensor code_stats(const Tensor& x, const Tensor& indices, const StatsLayout& layout, int rank, const Tensor& grid) {
   VQDDP_ASSERT(x.dim() == 2 && indices.dim() == 1 && indices.size(0) == x.size(0) &&
                   (layout.d == 0 || x.size(1) == layout.d),
               "code_stats: x {} and indices {} do not match", x.desc(), indices.desc());
@@ -16,13 +31,24 @@ Tensor code_stats(const Tensor& x, const Tensor& indices, const StatsLayout& lay
               indices.device().str());
   VQDDP_ASSERT(rank >= 0 && rank < layout.world, "code_stats: rank {} outside a world of {}", rank, layout.world);
   int64_t n = x.size(0), k = layout.k;
+  if (grid.defined()) {
+    VQDDP_ASSERT(grid.dtype() == DType::f64 && grid.numel() == 1 && grid.device() == x.device(),
+                 "code_stats: grid {} on {}", grid.desc(), grid.device().str());
+    // 2^26 grid rows over all ranks keep every sum below 2^53 grid steps
+    // (kernel_math.h). Checked per rank against its share, so each rank
+    // decides without a collective.
+    VQDDP_CHECK(n <= (int64_t{1} << kGridRowsLog2) / layout.world,
+                "the codebook statistics take at most 2^{} rows per step over all ranks (exact sums); rank {} has "
+                "{} rows of {} ranks' batch: use a smaller batch or fewer frames per example",
+                kGridRowsLog2, rank, n, layout.world);
+  }
   Tensor stats = zeros({layout.size()}, DType::f64, x.device());
   // Counts then sums, by code in a fixed order (the same numbers on every
   // run, no floating-point atomics); rows with no columns add counts only.
   auto* p = static_cast<double*>(stats.raw_ptr());
   device_kernels(x.device())
       .index_add_rows(static_cast<const float*>(x.raw_ptr()), static_cast<const int64_t*>(indices.raw_ptr()), n,
-                      layout.d, k, p, p + k);
+                      layout.d, k, p, p + k, grid.defined() ? static_cast<const double*>(grid.raw_ptr()) : nullptr);
   vq_kernels(x.device()).flag_nonfinite(x, layout, rank, stats);
   return stats;
 }

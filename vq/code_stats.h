@@ -3,13 +3,17 @@
 //
 // They are returned in ONE float64 buffer (StatsLayout: counts, then the
 // sums row by row, then one flag per rank, then the number of codes the
-// step revived, which the revival writes after the all-reduce) so the codebook reduces them
-// across ranks with a single all_reduce. Float64 makes the sums all but
-// independent of their order: the float32 rows are exact in double, so
-// partial sums per rank added in rank order equal one rank's sum of every
-// row unless the values span more than ~2^29 in magnitude, and the codebook
-// (float32) sees the same numbers whichever way the batch was split. Counts
-// are exact.
+// step revived, which the revival writes after the all-reduce) so the
+// codebook reduces them across ranks with a single all_reduce.
+//
+// The sums are EXACT, so nothing depends on their order: each value is
+// rounded to a grid agreed by every rank (kernel_math.h grid_quantum, from
+// the largest |value| of all ranks' rows: grid_scale, one max all-reduce),
+// and sums of grid values are integers times a power of two that float64
+// holds exactly. So the totals depend only on the global batch's rows: not
+// on how they were split over ranks, not on the order a backend adds the
+// ranks (NCCL fixes none), not on the device (the GPU's chunked sums give
+// the CPU's bits). Counts are exact integers.
 //
 // The flags make a non-finite input a fact every rank learns in the same
 // collective: rank r writes 1 + the flat position of its first bad element
@@ -26,6 +30,8 @@
 
 namespace vqddp {
 
+class Communicator;
+
 struct StatsLayout {
   int64_t k = 0, d = 0;  // codes, and columns summed (0: counts only)
   int world = 1;         // ranks (one flag each)
@@ -37,11 +43,22 @@ struct StatsLayout {
   int64_t size() const { return revived() + 1; }
 };
 
+// The exact-sum grid's scale for the row sets `xs` (float32, one device):
+// the largest finite |value| in them, over every rank of `comm` (one max
+// all_reduce of one float64; none when comm is null: this rank's rows
+// only). A [1] float64 tensor on the rows' device, read by the kernels, never
+// by the host. Every rank must call when comm is given.
+Tensor grid_scale(const std::vector<Tensor>& xs, Communicator* comm);
+
 // x (N, D), indices (N) int64 in [0, K) from our own assignment (not
 // checked again: they are trusted) -> stats (layout.size()) on x's device.
 // With layout.d == 0 only the counts (and the flag) are gathered; x may then
-// be (N, 0).
-Tensor code_stats(const Tensor& x, const Tensor& indices, const StatsLayout& layout, int rank);
+// be (N, 0) and `grid` is not needed. Otherwise `grid` is grid_scale of
+// rows including x, agreed by the ranks whose stats are summed: without it
+// the sums are plain float64 sums of the rows, which the ranks' order can
+// change.
+Tensor code_stats(const Tensor& x, const Tensor& indices, const StatsLayout& layout, int rank,
+                  const Tensor& grid = Tensor());
 
 // Views into a stats buffer: counts (K) and sums (K, D).
 Tensor stats_counts(const Tensor& stats, int64_t codebook_size);

@@ -157,11 +157,16 @@ CodebookMetrics Codebook::update_layers(const std::vector<Tensor>& xs, const std
   // those of each row set, all in one all-reduce. With affine_param the
   // statistics see the rows in the codebook's space; revival takes the
   // rows as they are, as the reference.
-  auto stats_of = [&](const Tensor& x, const Tensor& idx) {
-    return code_stats(affine_ ? affine_->to_codebook_space(x.detach()) : x.detach(), idx, layout, comm.rank());
-  };
-  std::vector<Tensor> own{stats_of(all_rows, all_indices)};
-  for (size_t l = 0; l < xs.size(); ++l) own.push_back(stats_of(xs[l], indices[l]));
+  // The sums are exact (code_stats.h): every rank rounds its rows to the
+  // grid of the largest value over all of them, agreed by one max
+  // all-reduce (this rank's own in the unsynchronised mode).
+  std::vector<Tensor> rows{all_rows.detach()};
+  for (const Tensor& x : xs) rows.push_back(x.detach());
+  if (affine_)
+    for (Tensor& r : rows) r = affine_->to_codebook_space(r);
+  const Tensor grid = layout.d > 0 ? grid_scale(rows, opt_.sync_stats ? &comm : nullptr) : Tensor();
+  std::vector<Tensor> own{code_stats(rows[0], all_indices, layout, comm.rank(), grid)};
+  for (size_t l = 0; l < xs.size(); ++l) own.push_back(code_stats(rows[l + 1], indices[l], layout, comm.rank(), grid));
   Tensor buffer = own.size() == 1 ? own[0] : concat(own, 0);
   const int64_t size = own[0].numel();
   auto block = [&](size_t i) {

@@ -4,7 +4,9 @@
 #include <vector>
 
 #include "engine/autograd.h"
+#include "engine/kernel_math.h"
 #include "engine/ops.h"
+#include "vq/code_stats.h"
 
 namespace vqddp {
 
@@ -17,17 +19,24 @@ void ema_or_set(Tensor& value, bool first, const std::vector<float>& fresh, floa
   value.copy_(from_vector(v, value.shape()).to(value.device()));
 }
 
-// Per-dimension mean and biased variance of rows (float64 sums), summed over
-// every rank when `comm` is given: the count and sums in one all-reduce, the
-// squared deviations from the global mean in a second.
+// Per-dimension mean and biased variance of rows, summed over every rank
+// when `comm` is given: the count and sums in one all-reduce, the squared
+// deviations from the global mean in a second. Both sums are exact on the
+// grid of kernel_math.h (the rows' largest |value| over every rank, one max
+// all-reduce; a deviation from the mean is below twice that plus a grid
+// step, so its square is below 8 times its square), so no split and no
+// order of the ranks changes them.
 void moments(const Tensor& rows_in, Communicator* comm, std::vector<float>& mean, std::vector<float>& variance) {
   const Tensor rows = rows_in.detach().to(Device::cpu());
   const int64_t m = rows.size(0), d = rows.size(1);
   const float* p = rows.data<float>();
+  const Tensor scale = grid_scale({rows}, comm);
+  const double largest = scale.data<double>()[0];
+  const double grid = grid_quantum(largest), grid_sq = grid_quantum(8.0 * largest * largest);
   Tensor sums = zeros({d + 1}, DType::f64);
   double* s = sums.data<double>();
   for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < d; ++j) s[j] += p[i * d + j];
+    for (int64_t j = 0; j < d; ++j) s[j] += to_grid(p[i * d + j], grid);
   s[d] = static_cast<double>(m);
   if (comm) comm->all_reduce(sums, ReduceOp::sum);
   const double n = std::max(s[d], 1.0);
@@ -36,7 +45,7 @@ void moments(const Tensor& rows_in, Communicator* comm, std::vector<float>& mean
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < d; ++j) {
       const double c = p[i * d + j] - s[j] / n;
-      q[j] += c * c;
+      q[j] += to_grid(c * c, grid_sq);
     }
   if (comm) comm->all_reduce(dev, ReduceOp::sum);
   mean.resize(d);

@@ -10,9 +10,9 @@
 //
 // DDP: the batch's mean and variance are the GLOBAL batch's, always (the
 // reference's sync_affine_param, off by default there, so its ranks' codes
-// drift apart): float64 sums of every rank's rows, all-reduced, the variance
-// a second pass around the global mean; W ranks on any split give 1 rank's
-// bits. The rows are summed on the host (a read-back on a device, a
+// drift apart): exact sums of every rank's rows on the grid of
+// vq/code_stats.h, all-reduced, the variance a second pass around the global
+// mean; W ranks on any split, added in any order, give 1 rank's bits. The rows are summed on the host (a read-back on a device, a
 // documented cost of the option). The reference also moves the batch
 // statistics in eval; here eval changes no state.
 #pragma once

@@ -17,8 +17,10 @@ KmeansResult kmeans(const Tensor& x, int64_t k, int iters, bool cosine, Communic
   const StatsLayout layout{k, x.size(1), comm.world_size(), x.size(1)};
   VqKernels& vq = vq_kernels(x.device());
   Tensor bins = empty({k}, DType::f32, x.device());
+  // Exact sums whatever the split or the ranks' order (code_stats.h).
+  const Tensor grid = grid_scale({x}, &comm);
   for (int it = 0; it < iters; ++it) {
-    Tensor stats = code_stats(x, assign_codes(x, means, cosine), layout, comm.rank());
+    Tensor stats = code_stats(x, assign_codes(x, means, cosine), layout, comm.rank(), grid);
     comm.all_reduce(stats, ReduceOp::sum);
     // A non-finite row must not become a centroid: the flags of the first
     // iteration (every rank's, all-reduced) are read once, before anything

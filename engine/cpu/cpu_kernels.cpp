@@ -18,6 +18,7 @@
 #include "engine/blas.h"
 #include "engine/cpu_allocator.h"
 #include "engine/fixed_gemm.h"
+#include "engine/kernel_math.h"
 #include "engine/parallel.h"
 
 namespace vqddp {
@@ -383,17 +384,28 @@ void CpuKernels::gather_rows(const void* x, const int64_t* index, int64_t m, siz
   for (int64_t i = 0; i < m; ++i) std::memcpy(po + i * row_bytes, px + index[i] * row_bytes, row_bytes);
 }
 
+void CpuKernels::max_abs_finite(const float* x, int64_t n, double* acc) {
+  float largest = 0.f;
+  for (int64_t i = 0; i < n; ++i)
+    if (std::isfinite(x[i])) largest = std::max(largest, std::fabs(x[i]));
+  *acc = std::max(*acc, static_cast<double>(largest));
+}
+
 void CpuKernels::index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
-                                double* sums) {
+                                double* sums, const double* grid_max) {
   if (counts) std::fill(counts, counts + k, 0.0);
   std::fill(sums, sums + k * d, 0.0);
+  const double q = grid_max ? grid_quantum(*grid_max) : 0.0;
   for (int64_t i = 0; i < n; ++i) {
     int64_t c = index[i];
     if (c < 0 || c >= k) continue;
     if (counts) counts[c] += 1.0;
     double* to = sums + c * d;
     const float* from = src + i * d;
-    for (int64_t j = 0; j < d; ++j) to[j] += from[j];
+    if (grid_max)
+      for (int64_t j = 0; j < d; ++j) to[j] += to_grid(from[j], q);
+    else
+      for (int64_t j = 0; j < d; ++j) to[j] += from[j];
   }
 }
 

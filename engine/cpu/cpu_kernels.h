@@ -39,8 +39,9 @@ class CpuKernels : public DeviceKernels {
   // ---- data movement ---------------------------------------------------------------
   void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) override;
   void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) override;
+  void max_abs_finite(const float* x, int64_t n, double* acc) override;
   void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
-                      double* sums) override;
+                      double* sums, const double* grid_max = nullptr) override;
   void im2col(const float* x, float* cols, const ConvPlan& plan) override;
   void col2im(const float* cols, float* x, const ConvPlan& plan) override;
   void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,

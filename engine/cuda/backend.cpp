@@ -303,6 +303,10 @@ class CudaKernels final : public DeviceKernels {
     copy(&host, true, r, false, sizeof host);
     return host == ~0ull ? -1 : static_cast<int64_t>(host);
   }
+  void max_abs_finite(const float* x, int64_t n, double* acc) override {
+    DeviceGuard guard(device_);
+    cuda::max_abs_finite(x, n, acc, stream());
+  }
   void min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64_t* hi) override {
     DeviceGuard guard(device_);
     Scratch result(alloc_, 2 * sizeof(long long));
@@ -342,9 +346,9 @@ class CudaKernels final : public DeviceKernels {
     cuda::gather_rows(x, index, m, row_bytes, out, stream());
   }
   void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
-                      double* sums) override {
+                      double* sums, const double* grid_max) override {
     with_scatter_scratch(n, d, k, [&](void* scratch, size_t bytes) {
-      cuda::index_add_rows(src, index, n, d, k, counts, sums, scratch, bytes, stream());
+      cuda::index_add_rows(src, index, n, d, k, counts, sums, grid_max, scratch, bytes, stream());
     });
   }
   void im2col(const float* x, float* cols, const ConvPlan& plan) override {

@@ -15,6 +15,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include "engine/cuda/cuda_check.h"
+#include "engine/kernel_math.h"
 #include "engine/cuda/grid.cuh"
 #include "engine/cuda/launch.h"
 
@@ -105,9 +106,11 @@ __global__ void chunk_count_kernel(const int* seg_start, int64_t k, int* chunks)
   }
 }
 
-// Block (chunk, column tile): partial sum of one chunk's rows, in order.
+// Block (chunk, column tile): partial sum of one chunk's rows, in order;
+// with grid_max each value is rounded to the exact-sum grid first
+// (kernel_math.h), and then the chunks give the CPU's bits.
 __global__ void chunk_sum_kernel(const float* src, const int* pos, const int* seg_start, const int* chunk_off,
-                                 int64_t k, int64_t d, double* partial) {
+                                 int64_t k, int64_t d, const double* grid_max, double* partial) {
   int64_t chunk = blockIdx.x;
   if (chunk >= chunk_off[k]) return;
   // The code owning this chunk: the last c with chunk_off[c] <= chunk.
@@ -122,7 +125,12 @@ __global__ void chunk_sum_kernel(const float* src, const int* pos, const int* se
   for (int64_t j = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; j < d;
        j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
     double acc = 0.0;
-    for (int64_t s = begin; s < end; ++s) acc += src[static_cast<int64_t>(pos[s]) * d + j];
+    if (grid_max) {
+      const double q = grid_quantum(*grid_max);
+      for (int64_t s = begin; s < end; ++s) acc += to_grid(src[static_cast<int64_t>(pos[s]) * d + j], q);
+    } else {
+      for (int64_t s = begin; s < end; ++s) acc += src[static_cast<int64_t>(pos[s]) * d + j];
+    }
     partial[chunk * d + j] = acc;
   }
 }
@@ -178,7 +186,7 @@ unsigned column_tiles(int64_t d) {
 size_t index_add_rows_scratch(int64_t n, int64_t d, int64_t k) { return carve(nullptr, n, d, k).total; }
 
 void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
-                    double* sums, void* scratch, size_t scratch_bytes, cudaStream_t s) {
+                    double* sums, const double* grid_max, void* scratch, size_t scratch_bytes, cudaStream_t s) {
   if (k <= 0) return;
   if (n <= 0) {
     if (counts) VQDDP_CUDA_CHECK(cudaMemsetAsync(counts, 0, k * sizeof(double), s));
@@ -195,7 +203,7 @@ void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d
   unsigned col_tiles = column_tiles(d);
   if (d > 0) {
     dim3 grid(static_cast<unsigned>(max_chunks(n, k)), col_tiles);
-    chunk_sum_kernel<<<grid, kColThreads, 0, s>>>(src, l.pos_out, l.seg_start, l.chunk_off, k, d, l.partial);
+    chunk_sum_kernel<<<grid, kColThreads, 0, s>>>(src, l.pos_out, l.seg_start, l.chunk_off, k, d, grid_max, l.partial);
     VQDDP_CUDA_CHECK_LAUNCH();
   }
   combine_kernel<<<dim3(static_cast<unsigned>(k), col_tiles), kColThreads, 0, s>>>(l.partial, l.seg_start, l.chunk_off,

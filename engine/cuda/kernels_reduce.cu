@@ -98,6 +98,15 @@ __global__ void min_max_kernel(const int64_t* x, int64_t n, long long* result) {
   }
 }
 
+// Non-negative doubles order as their bit patterns do, so an integer
+// atomicMax on the bits is the float maximum, in any order.
+__global__ void max_abs_finite_kernel(const float* x, int64_t n, unsigned long long* acc) {
+  VQDDP_GRID_LOOP(i, n) {
+    float v = fabsf(x[i]);
+    if (isfinite(v)) atomicMax(acc, static_cast<unsigned long long>(__double_as_longlong(static_cast<double>(v))));
+  }
+}
+
 // The block's kThreads values `acc` summed in one fixed tree through `part`
 // (shared, kThreads doubles); the sum is in part[0] for every thread after.
 __device__ __forceinline__ void block_tree_sum(double* part, double acc) {
@@ -261,6 +270,12 @@ void first_nonfinite(const float* x, int64_t n, unsigned long long* result, cuda
   VQDDP_CUDA_CHECK(cudaMemsetAsync(result, 0xff, sizeof(unsigned long long), s));
   if (n <= 0) return;
   first_nonfinite_kernel<<<grid_for(n), kThreads, 0, s>>>(x, n, result);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void max_abs_finite(const float* x, int64_t n, double* acc, cudaStream_t s) {
+  if (n <= 0) return;
+  max_abs_finite_kernel<<<grid_for(n), kThreads, 0, s>>>(x, n, reinterpret_cast<unsigned long long*>(acc));
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

@@ -23,6 +23,8 @@ void arg_best(const float* x, int64_t* out, float* values, int64_t rows, int64_t
 void first_nonfinite(const float* x, int64_t n, unsigned long long* result, cudaStream_t s);
 // result: two device long longs, {min, max}.
 void min_max_i64(const int64_t* x, int64_t n, long long* result, cudaStream_t s);
+// *acc = max(*acc, largest finite |x[i]|), acc >= 0 (DeviceKernels::max_abs_finite).
+void max_abs_finite(const float* x, int64_t n, double* acc, cudaStream_t s);
 // Doubles of scratch mse needs for n, and sum_squares for its tensors.
 int64_t sum_squares_scratch(int64_t n);
 int64_t sum_squares_scratch(const int64_t* ns, int64_t count);
@@ -66,7 +68,7 @@ size_t index_add_rows_scratch(int64_t n, int64_t d, int64_t k);
 void index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, float* sums,
                         void* scratch, size_t scratch_bytes, cudaStream_t s);
 void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
-                    double* sums, void* scratch, size_t scratch_bytes, cudaStream_t s);
+                    double* sums, const double* grid_max, void* scratch, size_t scratch_bytes, cudaStream_t s);
 
 void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n, cudaStream_t s);
 // count <= kMultiTensors tensors in one launch.

@@ -155,7 +155,7 @@ TEST_CASE("assign on the GPU: ties across 128-code tiles go to the lowest code, 
   CHECK(assign_codes(x.to(kGpu), book.to(kGpu), false).to_vector<int64_t>() == cpu);
 }
 
-TEST_CASE("code statistics on the GPU: exact counts, float64 sums, reproducible bitwise") {
+TEST_CASE("code statistics on the GPU: exact counts, float64 sums, reproducible bitwise; on the grid the CPU's bits") {
   Tensor x = randn({3000, 24}, 3);
   std::vector<int64_t> idx(3000);
   for (int64_t i = 0; i < 3000; ++i) idx[i] = i < 1500 ? 7 : (i * 37) % 50;  // one crowded code, empty codes
@@ -167,6 +167,12 @@ TEST_CASE("code statistics on the GPU: exact counts, float64 sums, reproducible 
   for (int k = 0; k < 50; ++k) CHECK(g[k] == c[k]);
   for (size_t i = 50; i < c.size(); ++i) CHECK(std::abs(g[i] - c[i]) <= 1e-12 * std::max(1.0, std::abs(c[i])));
   CHECK(gpu1.to_vector<double>() == gpu2.to_vector<double>());
+  // On the exact-sum grid (the codebook's path) the chunked GPU sums are the
+  // CPU's bits, and so is the grid's scale.
+  Tensor grid_cpu = grid_scale({x}, nullptr), grid_gpu = grid_scale({x.to(kGpu)}, nullptr);
+  CHECK(grid_gpu.to_vector<double>() == grid_cpu.to_vector<double>());
+  CHECK(code_stats(x.to(kGpu), index.to(kGpu), layout, 0, grid_gpu).to_vector<double>() ==
+        code_stats(x, index, layout, 0, grid_cpu).to_vector<double>());
   // Indices are the codebook's own (trusted, never read back): one outside
   // [0, K) (a masked row's -1) adds nothing, on both devices alike.
   Tensor outside = from_vector(std::vector<int64_t>{-1, 50}, {2});

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 
 #include "engine/kernel_math.h"
@@ -127,4 +128,29 @@ TEST_CASE("tanh_rn within 3 ulp of tanh and sigmoid_rn within 2 ulp of 1 / (1 + 
   CHECK(sigmoid_rn(0.f) == 0.5f);
   CHECK(sigmoid_rn(kInf) == 1.f);
   CHECK(sigmoid_rn(-kInf) == 0.f);
+}
+
+TEST_CASE("the exact-sum grid: q is the power of two 2^27 below the largest value's binade, rounding is exact, and "
+          "2^26 values of the largest size sum exactly in float64 in any order") {
+  CHECK(grid_quantum(1.0) == std::ldexp(1.0, -26));  // 1 = 0.5 * 2^1
+  CHECK(grid_quantum(0.75) == std::ldexp(1.0, -27));
+  CHECK(grid_quantum(3.0e38) == std::ldexp(1.0, 128 - 27));
+  CHECK(grid_quantum(std::ldexp(1.0, -149)) == std::ldexp(1.0, -148 - 27));  // the smallest float: q still normal
+  for (double nothing : {0.0, static_cast<double>(kInf), std::nan("")}) CHECK(grid_quantum(nothing) == 1.0);
+  // Every value up to the largest lands on at most 2^27 steps, exactly.
+  const double largest = 0.7342, q = grid_quantum(largest);
+  for (double x : {largest, -largest, 1e-9, 0.123456789, -0.5}) {
+    CAPTURE(x);
+    double g = to_grid(static_cast<float>(x), q);
+    CHECK(std::fabs(g / q) <= std::ldexp(1.0, kGridValueBits));
+    CHECK(g / q == std::rint(g / q));
+    CHECK(std::fabs(g - static_cast<float>(x)) <= q / 2);
+  }
+  CHECK(to_grid(-0.3, q) == -to_grid(0.3, q));
+  // 2^26 copies of the largest grid value: 2^53 steps, still exact, so a
+  // sum in any grouping is the same number.
+  const double top = std::ldexp(1.0, kGridValueBits) * q;
+  const double n = std::ldexp(1.0, kGridRowsLog2);
+  CHECK((top * (n - 1) + top) - top == top * (n - 1));
+  CHECK(top * n / q == std::ldexp(1.0, 53));
 }

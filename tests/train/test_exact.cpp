@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "comm/batch_reduce.h"
+#include "comm/rank_order.h"
 #include "comm/thread_group.h"
 #include "engine/autograd.h"
 #include "engine/ops.h"
@@ -115,6 +116,28 @@ TEST_CASE("a whole run on W ranks, any split into whole units, is bit for bit th
         CHECK(w.metrics == one.metrics);
         CHECK(w.validation == one.validation);
       }
+    }
+  }
+}
+
+TEST_CASE("a whole run is the 1-rank run whatever order the backend adds the ranks in (NCCL fixes none): "
+          "descending and rotated orders on 3 uneven and 4 even ranks") {
+  TempDir dir;
+  Dataset data = synthetic_data();
+  for (const std::string type : {"residual_vq", "lfq"}) {
+    CAPTURE(type);
+    Config cfg = exact_config(dir.path().string(), type, sanitized_build() ? 8 : 20);
+    RunState one = final_state(cfg, data, 1, {}, {}, true);
+    for (ReduceOrder order : {ReduceOrder{true, 0}, ReduceOrder{false, 1}, ReduceOrder{true, 2}}) {
+      CAPTURE(order.descending);
+      CAPTURE(order.rotate);
+      set_reduce_order(order);
+      RunState uneven = final_state(cfg, data, 3, {20, 0, 10}, {}, true);
+      RunState even = final_state(cfg, data, 4, {});
+      set_reduce_order({});
+      CHECK(first_difference(uneven.tensors, one.tensors) == "");
+      CHECK(uneven.metrics == one.metrics);
+      CHECK(first_difference(even.tensors, one.tensors) == "");
     }
   }
 }

@@ -3,8 +3,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
 #include <numeric>
 
+#include "comm/rank_order.h"
 #include "comm/single.h"
 #include "engine/autograd.h"
 #include "engine/safetensors.h"
@@ -149,6 +151,110 @@ TEST_CASE("invariant 2 bitwise, the statistics: all-reduced float64 code statist
       }
   }
   CHECK(float32_differs > 0);
+}
+
+namespace {
+
+// Rows whose values span about 2^-24 to 2^24 in magnitude: float64 sums of
+// them round, so their order shows in the last bits.
+Tensor wide_rows(int64_t n, int64_t d, uint64_t seed) {
+  Generator g(seed, 0);
+  Tensor x = rand_normal({n, d}, g);
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < n * d; ++i) p[i] = std::ldexp(p[i], static_cast<int>(g.uniform_int(49)) - 24);
+  return x;
+}
+
+// wide_rows whose second half negates the first: the true column sums are 0,
+// and plain float64 sums of a split of them are not, by an amount that
+// depends on the order (the affine transform's mean shows it).
+Tensor cancelling_rows(int64_t n, int64_t d, uint64_t seed) {
+  Tensor half = wide_rows(n / 2, d, seed);
+  return concat({half, neg(half)}, 0);
+}
+
+// Sets the order the host backends add the ranks in, and puts the default
+// back however the scope is left.
+struct OrderScope {
+  explicit OrderScope(ReduceOrder o) { set_reduce_order(o); }
+  ~OrderScope() { set_reduce_order({}); }
+};
+
+const std::vector<std::pair<std::string, ReduceOrder>> kOrders = {
+    {"ascending", {}}, {"descending", {true, 0}}, {"rotate:1", {false, 1}}, {"descending rotate:2", {true, 2}}};
+
+}  // namespace
+
+TEST_CASE("invariant 2 bitwise whatever order the ranks are added in (NCCL fixes none): statistics on the agreed grid "
+          "of any split and any order are == the whole batch's, where plain float64 sums of the same rows differ") {
+  const int64_t k = 8, d = 5, n = 60;
+  Tensor x = wide_rows(n, d, 5);
+  std::vector<int64_t> idx(n);
+  for (int64_t i = 0; i < n; ++i) idx[i] = (i * 5) % k;
+  Tensor indices = from_vector(idx, {n});
+  const int64_t summed = k + k * d;  // counts and sums; the flags (all 0) follow
+  Tensor whole = code_stats(x, indices, StatsLayout{k, d, 1}, 0, grid_scale({x}, nullptr)).slice_rows(0, summed);
+  Tensor whole_plain = code_stats(x, indices, StatsLayout{k, d, 1}, 0).slice_rows(0, summed);
+  int64_t plain_differs = 0, cases = 0;
+  for (const auto& [name, order] : kOrders) {
+    CAPTURE(name);
+    OrderScope scope(order);
+    for_each_split(n, 2, 5, [&](int w, const std::string& split) {
+      std::vector<int64_t> sizes = split_sizes(n, w, split);
+      auto reduced = per_rank(w, [&](Communicator& comm) {
+        Tensor mine = shard(x, sizes, comm.rank());
+        StatsLayout layout{k, d, comm.world_size()};
+        Tensor exact = code_stats(mine, shard(indices, sizes, comm.rank()), layout, comm.rank(),
+                                  grid_scale({mine}, &comm));
+        Tensor plain = code_stats(mine, shard(indices, sizes, comm.rank()), layout, comm.rank());
+        comm.all_reduce(exact, ReduceOp::sum);
+        comm.all_reduce(plain, ReduceOp::sum);
+        return std::make_pair(exact.slice_rows(0, summed), plain.slice_rows(0, summed));
+      });
+      for (int r = 0; r < w; ++r) CHECK(first_difference({{"stats", reduced[r].first}}, {{"stats", whole}}) == "");
+      plain_differs += first_difference({{"stats", reduced[0].second}}, {{"stats", whole_plain}}) != "";
+      ++cases;
+    });
+  }
+  // The data make order visible: without the grid most cases differ.
+  CHECK(plain_differs > cases / 2);
+}
+
+TEST_CASE("invariants 1 and 2 bitwise whatever order the ranks are added in: a codebook with k-means init, the "
+          "affine transform and revival on wide-ranged, cancelling rows, W = 3 in four orders, == 1 rank") {
+  CodebookOptions o = ddp_options(false);
+  o.affine_param = true;
+  std::vector<Tensor> batches;
+  for (int s = 0; s < 4; ++s) batches.push_back(s % 2 ? wide_rows(60, o.dim, 20 + s) : cancelling_rows(60, o.dim, 20 + s));
+  Trace one = run_codebook(o, batches, 1, "even")[0];
+  for (const auto& [name, order] : kOrders) {
+    CAPTURE(name);
+    OrderScope scope(order);
+    for (std::string split : {"uneven", "random"}) {
+      CAPTURE(split);
+      check_traces_equal(run_codebook(o, batches, 3, split), one);
+    }
+  }
+}
+
+TEST_CASE("grid_scale: the largest finite |value| of every rank's rows (non-finite values and empty ranks ignored), "
+          "the same on the CPU and sim, one max all-reduce") {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (Device device : kTestDevices) {
+    CAPTURE(device.str());
+    auto got = per_rank(3, [&](Communicator& comm) {
+      std::vector<std::vector<float>> rows = {{0.5f, -inf, 2.f, 1.f}, {}, {-7.25f, std::nanf(""), 3.f, 0.f}};
+      const auto& mine = rows[comm.rank()];
+      Tensor x = from_vector(mine, {static_cast<int64_t>(mine.size()) / 2, 2}).to(device);
+      uint64_t before = comm.counters().collectives;
+      Tensor s = grid_scale({x, x}, &comm);
+      CHECK(comm.counters().collectives - before == 1);
+      return s.to(Device::cpu()).to_vector<double>();
+    });
+    for (const auto& g : got) CHECK(g == std::vector<double>{7.25});
+  }
+  Tensor none = from_vector(std::vector<float>{0.f, -0.f}, {1, 2});
+  CHECK(grid_scale({none}, nullptr).to_vector<double>() == std::vector<double>{0.0});
 }
 
 TEST_CASE("invariant 3: a revived code keeps its sampled vector through the next update; without resetting "

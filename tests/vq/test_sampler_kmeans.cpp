@@ -116,8 +116,8 @@ TEST_CASE("k-means bitwise: identical on all ranks and == one rank on the whole 
         Generator g(4, 0);
         return kmeans(shard(input, split_sizes(90, w, split), comm.rank()), 3, 10, cosine, comm, g);
       });
-      // The statistics are float64 sums of float32 rows, exact in any
-      // order here, and the assignment is batch-invariant: the same bits.
+      // The statistics are exact sums on their agreed grid, and the
+      // assignment is batch-invariant: the same bits.
       for (int r = 0; r < w; ++r)
         CHECK(first_difference({{"means", got[r].means}, {"bins", got[r].bins}},
                                {{"means", one.means}, {"bins", one.bins}}) == "");
