@@ -51,10 +51,63 @@ Tensor channels(const Tensor& x, int64_t begin, int64_t count) {
   return transpose(slice_rows(transpose(x, 0, 1), begin, begin + count), 0, 1);
 }
 
-// [N*OH*OW, C] rows, one per position, to the image layout [N, C, OH, OW].
-Tensor rows_to_image(const Tensor& rows, int64_t n, int64_t oh, int64_t ow) {
-  int64_t c = rows.size(1);
-  return reshape(transpose(reshape(rows, {n, oh * ow, c}), 1, 2), {n, c, oh, ow});
+// True in an exact step whose units are single examples (a trainer's): a
+// unit's rows are then one example's positions, which the image layout
+// keeps together, so its unit partials are one strided product.
+bool single_example_units() {
+  const ExactBatch* b = exact_batch();
+  if (!b) return false;
+  for (int64_t e : b->unit_examples)
+    if (e != 1) return false;
+  return true;
+}
+
+// conv2d's product, cols [N P, C K] (P positions per example) times
+// w2^T (w2 [C_out, C K]), written straight in the image layout
+// [N, C_out, P]: one batched GEMM per example, W times that example's
+// columns transposed, so no [N P, C_out] rows and no transpose after them
+// (nor one of the gradient before the backward). Each element is the
+// chain over C K of the row product's fma(cols, w) with the operands
+// swapped, and fma's product is exact: the same bits as
+// matmul(cols, w2, false, true) transposed to [N, C_out, P].
+//
+// The backward in an exact step of single-example units takes the same
+// chains the row product's backward takes (matmul_grads), from g in the
+// image layout: dcols row by row over C_out, and one weight partial per
+// example over its positions, each a batched GEMM. Elsewhere it hands g,
+// transposed to rows, to matmul_grads itself.
+Tensor image_product(const Tensor& cols, const Tensor& w2, int64_t n) {
+  const int64_t p = n > 0 ? cols.size(0) / n : 0, ck = cols.size(1), cout = w2.size(0);
+  DeviceKernels& dk = device_of("conv2d", {&cols, &w2});
+  Tensor out = empty({n, cout, p}, DType::f32, cols.device());
+  if (ck == 0) out.fill_(0);
+  else if (n > 0 && p > 0 && cout > 0)
+    dk.gemm_fixed(false, true, cout, p, ck, static_cast<const float*>(w2.raw_ptr()), ck,
+                  static_cast<const float*>(cols.raw_ptr()), ck, static_cast<float*>(out.raw_ptr()), p,
+                  {n, 0, p * ck, cout * p});
+  Tensor dc = cols.detach(), dw = w2.detach();
+  const bool need_c = cols.requires_grad(), need_w = w2.requires_grad();
+  return record_op("conv2d", out, {cols, w2}, {cols, w2}, [=](const Tensor& g) -> std::vector<Tensor> {
+    const bool partials_c = wants_unit_partials(0), partials_w = wants_unit_partials(1);
+    if (!single_example_units() || partials_c || (need_w && !partials_w) || ck == 0 || p == 0 || cout == 0) {
+      Tensor rows = reshape(transpose(g, 1, 2), {n * p, cout});
+      return matmul_grads(dc, dw, rows, false, true, need_c, need_w, partials_c, partials_w);
+    }
+    DeviceKernels& k = device_of("conv2d backward", {&g, &dw});
+    auto* pg = static_cast<const float*>(g.raw_ptr());
+    Tensor gc, gw;
+    if (need_c) {  // dcols [N P, C K]: chains over C_out of fma(g, w)
+      gc = empty({n * p, ck}, DType::f32, g.device());
+      k.gemm_fixed(true, false, p, ck, cout, pg, p, static_cast<const float*>(dw.raw_ptr()), ck,
+                   static_cast<float*>(gc.raw_ptr()), ck, {n, cout * p, 0, p * ck});
+    }
+    if (need_w) {  // one partial per example: chains over its positions of fma(g, cols)
+      gw = empty({n, cout, ck}, DType::f32, g.device());
+      k.gemm_fixed(false, false, cout, ck, p, pg, p, static_cast<const float*>(dc.raw_ptr()), ck,
+                   static_cast<float*>(gw.raw_ptr()), ck, {n, cout * p, p * ck, cout * ck});
+    }
+    return {gc, gw};
+  });
 }
 
 Tensor add_bias(const Tensor& y, const Tensor& bias, const char* op) {
@@ -187,11 +240,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   for (int64_t i = 0; i < g; ++i) {
     Tensor cols = unfold(channels(x, i * cg, cg), kh, kw, o);
     Tensor w = reshape(slice_rows(weight, i * og, (i + 1) * og), {og, cg * kh * kw});
-    parts.push_back(matmul(cols, w, false, true));
+    parts.push_back(image_product(cols, w, x.size(0)));  // [N, og, OH OW]
   }
   ConvPlan p = plan_for(x.shape(), kh, kw, o);  // unfold checked it
-  Tensor rows = g == 1 ? parts[0] : concat(parts, 1);
-  return add_bias(rows_to_image(rows, x.size(0), p.oh, p.ow), bias, "conv2d");
+  Tensor y = g == 1 ? parts[0] : concat(parts, 1);
+  return add_bias(reshape(y, {x.size(0), cout, p.oh, p.ow}), bias, "conv2d");
 }
 
 Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvOptions& o) {

@@ -67,3 +67,54 @@ TEST_CASE("exact step: batched unit partials of a weight and a bias equal each u
     }
   }
 }
+
+TEST_CASE("exact step: conv2d's product in the image layout gives the row product's bits: output, input gradient "
+          "and weight partials, for single-example units (its batched path) and longer ones (the row path)") {
+  const int64_t c = 3, cout = 4, h = 5, w = 9, kh = 2, kw = 3;
+  ConvOptions o;
+  o.stride = {1, 2};
+  o.padding = {1, 1};
+  for (Device device : {Device::cpu(), Device::sim()}) {
+    for (std::vector<int64_t> units : {std::vector<int64_t>{1, 1, 1}, {2, 1}}) {
+      CAPTURE(device.str());
+      CAPTURE(units.size());
+      const int64_t n = 3;
+      // What a step gives: y, x's gradient and the weight's unit partials.
+      auto step = [&](bool rows_path) {
+        Tensor x = requires_input_grad(values(n, c * h * w, 0.2f, device).reshape({n, c, h, w}).detach());
+        Tensor weight = values(cout, c * kh * kw, 0.5f, device).reshape({cout, c, kh, kw}).detach().set_requires_grad(true);
+        std::vector<Tensor> partials;
+        ExactBatch batch;
+        batch.unit_examples = units;
+        batch.rank_units = {static_cast<int64_t>(units.size())};
+        batch.reduce = [&](const std::vector<Tensor>& p) {
+          partials = p;
+          std::vector<Tensor> sums;
+          for (const Tensor& t : p) sums.push_back(sum(t, 0));
+          return sums;
+        };
+        Tensor y;
+        {
+          ExactBatchScope scope(batch);
+          if (rows_path) {
+            // The row product and its transpose to the image layout.
+            Tensor cols = unfold(x, kh, kw, o);
+            Tensor rows = matmul(cols, reshape(weight, {cout, c * kh * kw}), false, true);
+            int64_t positions = rows.size(0) / n;
+            y = transpose(reshape(rows, {n, positions, cout}), 1, 2);
+          } else {
+            y = conv2d(x, weight, Tensor(), o);
+          }
+          y = reshape(y, {n, -1});
+          sum(square(y)).backward();
+        }
+        REQUIRE(partials.size() == 1);
+        return std::vector<Tensor>{y.detach(), x.grad(), partials[0].reshape({static_cast<int64_t>(units.size()), -1})};
+      };
+      std::vector<Tensor> image = step(false), rows = step(true);
+      CHECK(same_bits(image[0], rows[0]));
+      CHECK(same_bits(image[1], rows[1]));
+      CHECK(same_bits(image[2], rows[2]));
+    }
+  }
+}
