@@ -104,6 +104,18 @@ void CountedKernels::strided_copy(const void* src, void* dst, size_t elem_size, 
   k_.strided_copy(src, dst, elem_size, plan);
 }
 
+void CountedKernels::copy_blocks(const CopyBlock* blocks, int64_t count, size_t elem_size) {
+  int64_t bytes = 0, copied = 0;  // written; copied (zero fills are not layout)
+  for (int64_t b = 0; b < count; ++b) {
+    const int64_t n = blocks[b].rows * blocks[b].width * static_cast<int64_t>(elem_size);
+    bytes += n;
+    if (blocks[b].src) copied += n;
+  }
+  if (bytes > 0) count_multi_tensor("copy_blocks", count);
+  count_layout_bytes(copied);
+  k_.copy_blocks(blocks, count, elem_size);
+}
+
 void CountedKernels::gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) {
   launch_if(m, "gather_rows", {m, static_cast<int64_t>(row_bytes)});
   k_.gather_rows(x, index, m, row_bytes, out);

@@ -45,6 +45,7 @@ class CountedKernels final : public DeviceKernels {
                   int64_t ldb, float* c, int64_t ldc, const GemmBatch& batch) override;
 
   void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) override;
+  void copy_blocks(const CopyBlock* blocks, int64_t count, size_t elem_size) override;
   void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) override;
   void max_abs_finite(const float* x, int64_t n, double* acc) override;
   void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,

@@ -105,6 +105,16 @@ struct AdamWTensor {
   float c1 = 1.f, sqrt_c2 = 1.f;
 };
 
+// One block of a multi-tensor copy (concat and its backward, slice_rows'
+// backward): `rows` rows of `width` elements, row r from src + r * src_row
+// to dst + r * dst_row (strides in elements); with src null the rows are
+// zeroed instead (a gradient's rows outside a slice).
+struct CopyBlock {
+  const void* src = nullptr;
+  void* dst = nullptr;
+  int64_t rows = 0, width = 0, src_row = 0, dst_row = 0;
+};
+
 class DeviceKernels {
  public:
   virtual ~DeviceKernels() = default;
@@ -155,6 +165,9 @@ class DeviceKernels {
 
   // ---- data movement ---------------------------------------------------------------
   virtual void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) = 0;
+  // `count` independent 2-D copies of elements of elem_size bytes (a
+  // multiple of 4), one launch per kMultiTensors.
+  virtual void copy_blocks(const CopyBlock* blocks, int64_t count, size_t elem_size) = 0;
   // out[i, :] = x[index[i], :] for rows of `row_bytes`; index already checked.
   virtual void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) = 0;
   // Deterministic scatter-add of rows: for every c in [0, k),

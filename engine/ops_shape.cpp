@@ -25,25 +25,6 @@ int64_t row_size(const Tensor& x) {
   return n;
 }
 
-// For each of `outer` rows: `width` elements from src (row length
-// src_row, starting at column src_col) to dst (row length dst_row, column
-// dst_col). Concat and its backward are this.
-void copy_columns(const Tensor& src, int64_t src_col, int64_t src_row, Tensor& dst, int64_t dst_col, int64_t dst_row,
-                  int64_t outer, int64_t width) {
-  size_t es = dtype_size(src.dtype());
-  StridedCopyPlan p;
-  p.ndim = 2;
-  p.shape[0] = outer;
-  p.shape[1] = width;
-  p.src_stride[0] = src_row;
-  p.src_stride[1] = 1;
-  p.dst_stride[0] = dst_row;
-  p.dst_stride[1] = 1;
-  device_of("concat", {&src, &dst})
-      .strided_copy(static_cast<const char*>(src.raw_ptr()) + src_col * es, static_cast<char*>(dst.raw_ptr()) + dst_col * es,
-                    es, p);
-}
-
 }  // namespace
 
 Tensor reshape(const Tensor& x, const Shape& requested) {
@@ -79,8 +60,14 @@ Tensor slice_rows(const Tensor& x, int64_t begin, int64_t end) {
   int64_t row = row_size(x);
   return record_op("slice_rows", view_of(x, shape, begin * row), {x},
                    [in_shape, begin, row](const Tensor& g) -> std::vector<Tensor> {
-                     Tensor gx = zeros(in_shape, DType::f32, g.device());
-                     view_of(gx, g.shape(), begin * row).copy_(g);
+                     // Zeros, g, zeros: one launch, not a fill and a copy.
+                     Tensor gx = empty(in_shape, DType::f32, g.device());
+                     auto* to = static_cast<float*>(gx.raw_ptr());
+                     const int64_t at = begin * row, n = g.numel();
+                     const CopyBlock blocks[3] = {{nullptr, to, 1, at, 0, 0},
+                                                  {g.raw_ptr(), to + at, 1, n, 0, 0},
+                                                  {nullptr, to + at + n, 1, gx.numel() - at - n, 0, 0}};
+                     device_of("slice_rows backward", {&g}).copy_blocks(blocks, 3, sizeof(float));
                      return {gx};
                    });
 }
@@ -139,25 +126,32 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
   for (int64_t d = dim + 1; d < r; ++d) inner *= shape[d];
   for (const Tensor& x : xs) device_of("concat", {&first, &x});  // one device for all inputs
   Tensor out = empty(shape, first.dtype(), first.device());
-  int64_t out_row = shape[dim] * inner, at = 0;
+  // Every input's columns in one multi-tensor copy (one launch per
+  // kMultiTensors inputs), and likewise the backward's.
+  const int64_t out_row = shape[dim] * inner;
+  const size_t es = dtype_size(first.dtype());
   std::vector<int64_t> widths;
-  for (const Tensor& x : xs) {
+  std::vector<CopyBlock> blocks;
+  for (int64_t at = 0; const Tensor& x : xs) {
     int64_t w = x.shape()[dim] * inner;
-    copy_columns(x, 0, w, out, at, out_row, outer, w);
+    blocks.push_back({x.raw_ptr(), static_cast<char*>(out.raw_ptr()) + at * es, outer, w, w, out_row});
     widths.push_back(w);
     at += w;
   }
+  device_of("concat", {&out}).copy_blocks(blocks.data(), static_cast<int64_t>(blocks.size()), es);
   std::vector<Shape> shapes;
   for (const Tensor& x : xs) shapes.push_back(x.shape());
   return record_op("concat", out, xs, [=](const Tensor& g) -> std::vector<Tensor> {
     std::vector<Tensor> grads;
-    int64_t offset = 0;
+    std::vector<CopyBlock> back;
+    int64_t at = 0;
     for (size_t i = 0; i < shapes.size(); ++i) {
-      Tensor gi = empty(shapes[i], DType::f32, g.device());
-      copy_columns(g, offset, out_row, gi, 0, widths[i], outer, widths[i]);
-      offset += widths[i];
-      grads.push_back(gi);
+      grads.push_back(empty(shapes[i], DType::f32, g.device()));
+      back.push_back({static_cast<const char*>(g.raw_ptr()) + at * sizeof(float), grads.back().raw_ptr(), outer,
+                      widths[i], out_row, widths[i]});
+      at += widths[i];
     }
+    device_of("concat backward", {&g}).copy_blocks(back.data(), static_cast<int64_t>(back.size()), sizeof(float));
     return grads;
   });
 }

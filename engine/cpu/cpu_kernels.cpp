@@ -378,6 +378,26 @@ void CpuKernels::strided_copy(const void* src, void* dst, size_t elem_size, cons
   });
 }
 
+void CpuKernels::copy_blocks(const CopyBlock* blocks, int64_t count, size_t elem_size) {
+  for (int64_t b = 0; b < count; ++b) {
+    const CopyBlock& c = blocks[b];
+    if (!c.src) {  // all-zero bytes are +0 in every dtype
+      for (int64_t r = 0; r < c.rows; ++r)
+        std::memset(static_cast<char*>(c.dst) + r * c.dst_row * elem_size, 0, c.width * elem_size);
+      continue;
+    }
+    StridedCopyPlan p;
+    p.ndim = 2;
+    p.shape[0] = c.rows;
+    p.shape[1] = c.width;
+    p.src_stride[0] = c.src_row;
+    p.src_stride[1] = 1;
+    p.dst_stride[0] = c.dst_row;
+    p.dst_stride[1] = 1;
+    strided_copy(c.src, c.dst, elem_size, p);
+  }
+}
+
 void CpuKernels::gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) {
   auto* px = static_cast<const char*>(x);
   auto* po = static_cast<char*>(out);

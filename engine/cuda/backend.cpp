@@ -341,6 +341,11 @@ class CudaKernels final : public DeviceKernels {
     DeviceGuard guard(device_);
     cuda::strided_copy(src, dst, elem_size, plan, stream());
   }
+  void copy_blocks(const CopyBlock* blocks, int64_t count, size_t elem_size) override {
+    DeviceGuard guard(device_);
+    for (int64_t t = 0; t < count; t += kMultiTensors)
+      cuda::copy_blocks(blocks + t, std::min(kMultiTensors, count - t), elem_size, stream());
+  }
   void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) override {
     DeviceGuard guard(device_);
     cuda::gather_rows(x, index, m, row_bytes, out, stream());

@@ -67,6 +67,23 @@ __global__ void strided_copy_kernel(const Word* src, Word* dst, int64_t n, Strid
   }
 }
 
+// Up to kMultiTensors 2-D copies (or zero fills, src null), block row
+// blockIdx.y doing copy blockIdx.y, in 32-bit words (sizes and strides
+// already in words).
+struct CopyList {
+  CopyBlock b[kMultiTensors];
+};
+
+__global__ void copy_blocks_kernel(CopyList list) {
+  const CopyBlock& c = list.b[blockIdx.y];
+  const auto* src = static_cast<const uint32_t*>(c.src);
+  auto* dst = static_cast<uint32_t*>(c.dst);
+  VQDDP_GRID_LOOP(i, c.rows * c.width) {
+    int64_t r = i / c.width, col = i % c.width;
+    dst[r * c.dst_row + col] = src ? src[r * c.src_row + col] : 0u;
+  }
+}
+
 // Rows are copied as 32-bit words: every dtype is a multiple of 4 bytes and
 // a row view's offset keeps 4-byte alignment.
 __global__ void gather_rows_kernel(const uint32_t* x, const int64_t* index, int64_t m, int64_t words, uint32_t* out) {
@@ -184,6 +201,23 @@ void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCop
     strided_copy_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), n, plan);
   else
     strided_copy_kernel<<<grid_for(n), kThreads, 0, s>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), n, plan);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void copy_blocks(const CopyBlock* blocks, int64_t count, size_t elem_size, cudaStream_t s) {
+  CopyList list;
+  const int64_t words = static_cast<int64_t>(elem_size / 4);
+  int64_t most = 0;
+  for (int64_t t = 0; t < count; ++t) {
+    CopyBlock c = blocks[t];
+    c.width *= words;
+    c.src_row *= words;
+    c.dst_row *= words;
+    list.b[t] = c;
+    most = std::max(most, c.rows * c.width);
+  }
+  if (count <= 0 || most <= 0) return;
+  copy_blocks_kernel<<<dim3(grid_for(most), static_cast<unsigned>(count)), kThreads, 0, s>>>(list);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

@@ -50,6 +50,8 @@ void check_gemm_fixed_columns(int64_t n, const char* what);
 void check_gemm_fixed_batch(int64_t count, const char* what);
 
 void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan, cudaStream_t s);
+// count <= kMultiTensors blocks in one launch.
+void copy_blocks(const CopyBlock* blocks, int64_t count, size_t elem_size, cudaStream_t s);
 void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out, cudaStream_t s);
 void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale, float* dst,
                      cudaStream_t s);

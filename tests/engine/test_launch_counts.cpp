@@ -2,6 +2,8 @@
 // GPU would queue for the same calls, and the bytes layout copies write.
 #include <doctest/doctest.h>
 
+#include <vector>
+
 #include "engine/device_counters.h"
 #include "engine/ops.h"
 #include "engine/tensor.h"
@@ -45,4 +47,51 @@ TEST_CASE("launch counts: the CPU counts nothing") {
   DeviceCounters c = counted([&] { Tensor y = transpose(add(a, a), 0, 1); });
   CHECK(c.launches == 0);
   CHECK(c.layout_bytes == 0);
+}
+
+TEST_CASE("launch counts: concat is one multi-tensor copy per 64 inputs each way, with the CPU's values") {
+  for (int64_t inputs : {3, 64, 130}) {
+    CAPTURE(inputs);
+    std::vector<Tensor> host, sim;
+    for (int64_t i = 0; i < inputs; ++i) {
+      Tensor h = full({2, 1 + i % 3}, static_cast<float>(i), DType::f32);
+      h.set_requires_grad(true);
+      Tensor s = h.detach().to(Device::sim());
+      s.set_requires_grad(true);
+      host.push_back(h);
+      sim.push_back(s);
+    }
+    Tensor y_sim, y_host = concat(host, 1);
+    const int64_t launches = (inputs + 63) / 64;
+    DeviceCounters c = counted([&] { y_sim = concat(sim, 1); });
+    CHECK(c.launches == launches);
+    CHECK(c.layout_bytes == y_host.numel() * 4);
+    CHECK(y_sim.to(Device::cpu()).to_vector<float>() == y_host.to_vector<float>());
+    // The backward hands each input its columns, again in one copy per 64.
+    Tensor w = reshape(arange(0, y_host.numel(), 1, DType::f32), y_host.shape());
+    sum(mul(y_host, w)).backward();
+    Tensor w_sim = w.to(Device::sim());
+    c = counted([&] { sum(mul(y_sim, w_sim)).backward(); });
+    CHECK(c.launches >= launches);
+    for (int64_t i = 0; i < inputs; ++i)
+      CHECK(sim[i].grad().to(Device::cpu()).to_vector<float>() == host[i].grad().to_vector<float>());
+  }
+}
+
+TEST_CASE("launch counts: slice_rows' backward is one launch (zeros, the slice's gradient, zeros), with the CPU's values") {
+  for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, 2}, {1, 3}, {3, 5}, {0, 5}}) {
+    CAPTURE(begin);
+    CAPTURE(end);
+    Tensor h = reshape(arange(0, 15, 1, DType::f32), {5, 3});
+    h.set_requires_grad(true);
+    Tensor s = h.detach().to(Device::sim());
+    s.set_requires_grad(true);
+    sum(square(slice_rows(h, begin, end))).backward();
+    Tensor loss = sum(square(slice_rows(s, begin, end)));
+    DeviceCounters c = counted([&] { loss.backward(); });
+    // The seed's fill, square's backward, sum's backward, slice_rows' backward.
+    CHECK(c.launches == 4);
+    CHECK(c.layout_bytes == (end - begin) * 3 * 4);
+    CHECK(s.grad().to(Device::cpu()).to_vector<float>() == h.grad().to_vector<float>());
+  }
 }
