@@ -23,6 +23,21 @@ Tensor values(int64_t rows, int64_t cols, float phase, Device device) {
   return to_device(from_vector(v, {rows, cols}), device);
 }
 
+// An exact step of one rank with these units, whose reducer keeps the unit
+// partials it is handed in `partials` and sums them over the units.
+ExactBatch one_rank_batch(const std::vector<int64_t>& units, std::vector<Tensor>& partials) {
+  ExactBatch batch;
+  batch.unit_examples = units;
+  batch.rank_units = {static_cast<int64_t>(units.size())};
+  batch.reduce = [&partials](const std::vector<Tensor>& p) {
+    partials = p;
+    std::vector<Tensor> sums;
+    for (const Tensor& t : p) sums.push_back(sum(t, 0));
+    return sums;
+  };
+  return batch;
+}
+
 }  // namespace
 
 TEST_CASE("exact step: batched unit partials of a weight and a bias equal each unit's own product and sum") {
@@ -39,15 +54,7 @@ TEST_CASE("exact step: batched unit partials of a weight and a bias equal each u
       Tensor w = values(d, n, 0.3f, device).set_requires_grad(true);
       Tensor b = values(1, n, 0.9f, device).reshape({n}).detach().set_requires_grad(true);
       std::vector<Tensor> partials;
-      ExactBatch batch;
-      batch.unit_examples = units;
-      batch.rank_units = {static_cast<int64_t>(units.size())};
-      batch.reduce = [&](const std::vector<Tensor>& p) {
-        partials = p;
-        std::vector<Tensor> sums;
-        for (const Tensor& t : p) sums.push_back(sum(t, 0));
-        return sums;
-      };
+      ExactBatch batch = one_rank_batch(units, partials);
       reset_device_counters();
       {
         ExactBatchScope scope(batch);
@@ -84,15 +91,7 @@ TEST_CASE("exact step: conv2d's product in the image layout gives the row produc
         Tensor x = requires_input_grad(values(n, c * h * w, 0.2f, device).reshape({n, c, h, w}).detach());
         Tensor weight = values(cout, c * kh * kw, 0.5f, device).reshape({cout, c, kh, kw}).detach().set_requires_grad(true);
         std::vector<Tensor> partials;
-        ExactBatch batch;
-        batch.unit_examples = units;
-        batch.rank_units = {static_cast<int64_t>(units.size())};
-        batch.reduce = [&](const std::vector<Tensor>& p) {
-          partials = p;
-          std::vector<Tensor> sums;
-          for (const Tensor& t : p) sums.push_back(sum(t, 0));
-          return sums;
-        };
+        ExactBatch batch = one_rank_batch(units, partials);
         Tensor y;
         {
           ExactBatchScope scope(batch);
