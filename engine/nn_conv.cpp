@@ -15,7 +15,7 @@ Tensor weight_norm(const Tensor& v, const Tensor& g) {
               g.desc(), v.dim() >= 1 ? v.size(0) : 0, v.desc());
   VQDDP_CHECK(v.dtype() == DType::f32 && g.dtype() == DType::f32, "weight_norm: expected float32, got {} and {}",
               v.desc(), g.desc());
-  const int64_t rows = v.size(0), cols = v.numel() / rows;
+  const int64_t rows = v.size(0), cols = rows > 0 ? v.numel() / rows : 0;
   Tensor w = empty(v.shape(), DType::f32, v.device());
   device_of("weight_norm", {&v, &g})
       .weight_norm(static_cast<const float*>(v.raw_ptr()), static_cast<const float*>(g.raw_ptr()), rows, cols,

@@ -159,12 +159,14 @@ CodebookMetrics Codebook::update_layers(const std::vector<Tensor>& xs, const std
   // rows as they are, as the reference.
   // The sums are exact (code_stats.h): every rank rounds its rows to the
   // grid of the largest value over all of them, agreed by one max
-  // all-reduce (this rank's own in the unsynchronised mode).
+  // all-reduce (this rank's own in the unsynchronised mode). all_rows holds
+  // every set's rows (the contract of update_layers), so its largest value
+  // is theirs: one scan, not one per set as well.
   std::vector<Tensor> rows{all_rows.detach()};
   for (const Tensor& x : xs) rows.push_back(x.detach());
   if (affine_)
     for (Tensor& r : rows) r = affine_->to_codebook_space(r);
-  const Tensor grid = layout.d > 0 ? grid_scale(rows, opt_.sync_stats ? &comm : nullptr) : Tensor();
+  const Tensor grid = layout.d > 0 ? grid_scale({rows[0]}, opt_.sync_stats ? &comm : nullptr) : Tensor();
   std::vector<Tensor> own{code_stats(rows[0], all_indices, layout, comm.rank(), grid)};
   for (size_t l = 0; l < xs.size(); ++l) own.push_back(code_stats(rows[l + 1], indices[l], layout, comm.rank(), grid));
   Tensor buffer = own.size() == 1 ? own[0] : concat(own, 0);

@@ -238,6 +238,7 @@ TEST_CASE("conv layers: weight normalization starts at the plain weight, names i
 }
 
 TEST_CASE("weight_norm: one op with the bits of square, sum, sqrt, div and mul, and its gradients' formula") {
+  CHECK(weight_norm(zeros({0, 3}), zeros({0})).shape() == Shape{0, 3});  // no rows: nothing to divide by
   Tensor v = randn({5, 3, 7}, 3), g = randn({5}, 4);
   // The forward: the composite it replaced, op by op (float squares summed
   // in double, rounded, sqrt, g / |v|, times v).

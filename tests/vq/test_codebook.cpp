@@ -482,6 +482,19 @@ TEST_CASE("a cosine learnable codebook is used normalised, whatever the optimize
   CHECK(q[0] * q[0] + q[1] * q[1] == doctest::Approx(1.f));
 }
 
+TEST_CASE("bad input: more rows than the exact sums hold (2^26 per step over all ranks) is refused naming the rank "
+          "and its rows") {
+  // A world of 2^20 leaves each rank 64 rows: 65 are too many, 64 fit.
+  const StatsLayout layout{4, 2, 1 << 20};
+  Tensor x = zeros({65, 2});
+  Tensor idx = zeros({65}, DType::i64);
+  Tensor grid = grid_scale({x}, nullptr);
+  CHECK_THROWS_WITH_AS(code_stats(x, idx, layout, 3, grid),
+                       doctest::Contains("at most 2^26 rows per step over all ranks (exact sums); rank 3 has 65 rows"),
+                       Error);
+  CHECK_NOTHROW(code_stats(x.slice_rows(0, 64), idx.slice_rows(0, 64), layout, 3, grid));
+}
+
 TEST_CASE("bad input: wrong trailing dimension, and non-finite rows refused before any state changes") {
   SingleCommunicator comm;
   Generator init(0, 0), data(4, 0);
