@@ -55,9 +55,8 @@ Tensor batch_mean(const Tensor& x, Communicator& comm) {
   Tensor sums = unit_sum_to_shape(x.detach(), {}, "batch_mean");
   int64_t units = sums.size(0);
   Tensor counts = unit_sum_to_shape(full(x.shape(), 1.0, DType::f32, x.device()), {}, "batch_mean");
-  Tensor partials = concat({reshape(sums, {units, 1}), reshape(counts, {units, 1})}, 1);  // (units, 2)
   Tensor global = empty({2}, DType::f32, x.device());
-  comm.reduce_units(partials, exact->rank_units, global);
+  comm.reduce_units({reshape(sums, {units, 1}), reshape(counts, {units, 1})}, exact->rank_units, global);
   Tensor count = clamp(slice_rows(global, 1, 2), 1.f, 3.4e38f);  // (1)
   Tensor value = reshape(div(slice_rows(global, 0, 1), count), {});
   Shape shape = x.shape();
@@ -75,14 +74,13 @@ std::vector<Tensor> reduce_unit_partials(Communicator& comm, const std::vector<T
                 p.desc(), units);
     total += shape_numel(without_rows(p.shape()));
   }
-  // One row per unit holding every tensor's partial side by side: one
-  // collective for the whole step, packed by one column copy per tensor.
+  // Every tensor's partials as a column block of one reduce_units: one
+  // collective for the whole step, packed only where a transport needs it.
   Device device = partials[0].device();
   std::vector<Tensor> columns;
   for (const Tensor& p : partials) columns.push_back(p.reshape({units, shape_numel(without_rows(p.shape()))}));
-  Tensor packed = concat(columns, 1);
   Tensor sums = empty({total}, DType::f32, device);
-  comm.reduce_units(packed, rank_units, sums);
+  comm.reduce_units(columns, rank_units, sums);
   std::vector<Tensor> out;
   int64_t at = 0;
   for (const Tensor& p : partials) {

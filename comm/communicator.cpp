@@ -1,6 +1,7 @@
 #include "comm/communicator.h"
 
 #include "comm/rank_order.h"
+#include "engine/device.h"
 #include "engine/ops.h"
 #include "engine/op_profile.h"
 
@@ -69,14 +70,23 @@ Tensor all_gather(Communicator& comm, const Tensor& in) {
   return out;
 }
 
-void Communicator::check_reduce_units(const Tensor& in, const std::vector<int64_t>& counts, const Tensor& out) const {
-  VQDDP_CHECK(in.defined() && in.dim() == 2 && in.dtype() == DType::f32 && out.defined() && out.dim() == 1 &&
-                  out.size(0) == in.size(1) && out.dtype() == DType::f32 && in.device() == out.device(),
-              "rank {}: reduce_units needs float32 partials [units, n] and an output [n] on one device, got {} and {}",
-              rank(), in.defined() ? in.desc() : "none", out.defined() ? out.desc() : "none");
-  VQDDP_CHECK(static_cast<int>(counts.size()) == world_size() && counts[rank()] == in.size(0),
-              "rank {}: reduce_units of {} units with counts for {} ranks ({} here)", rank(), in.size(0), counts.size(),
-              static_cast<int>(counts.size()) > rank() ? counts[rank()] : -1);
+void Communicator::check_reduce_units(const std::vector<Tensor>& blocks, const std::vector<int64_t>& counts,
+                                      const Tensor& out) const {
+  VQDDP_CHECK(!blocks.empty() && out.defined() && out.dim() == 1 && out.dtype() == DType::f32,
+              "rank {}: reduce_units needs float32 partials [units, n] and an output [n], got {} blocks and {}", rank(),
+              blocks.size(), out.defined() ? out.desc() : "none");
+  int64_t n = 0;
+  for (const Tensor& b : blocks) {
+    VQDDP_CHECK(b.defined() && b.dim() == 2 && b.dtype() == DType::f32 && b.device() == out.device() &&
+                    b.size(0) == blocks[0].size(0),
+                "rank {}: reduce_units needs float32 partials [units, n] on the output's device {}, got {}", rank(),
+                out.device().str(), b.defined() ? b.desc() : "none");
+    n += b.size(1);
+  }
+  VQDDP_CHECK(out.size(0) == n, "rank {}: reduce_units of {} columns into an output {}", rank(), n, out.desc());
+  VQDDP_CHECK(static_cast<int>(counts.size()) == world_size() && counts[rank()] == blocks[0].size(0),
+              "rank {}: reduce_units of {} units with counts for {} ranks ({} here)", rank(), blocks[0].size(0),
+              counts.size(), static_cast<int>(counts.size()) > rank() ? counts[rank()] : -1);
 }
 
 // The collectives: checks, the fingerprint (the only place a call's is
@@ -120,10 +130,39 @@ void Communicator::barrier() {
 }
 
 void Communicator::reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) {
-  check_reduce_units(in, counts, out);
+  reduce_units(std::vector<Tensor>{in}, counts, out);
+}
+
+void Communicator::reduce_units(const std::vector<Tensor>& blocks, const std::vector<int64_t>& counts, Tensor& out) {
+  check_reduce_units(blocks, counts, out);
   op_profile_mark("(before a collective)");
-  do_reduce_units(in, counts, out, Fingerprint("reduce_units", in.dtype(), in.size(1), -1, counts));
+  int64_t bytes = 0;
+  for (const Tensor& b : blocks) bytes += static_cast<int64_t>(b.nbytes());
+  if (world_size() == 1) {
+    // Nothing to move: each block's units added where they are, in order.
+    std::vector<UnitSumBlock> sums;
+    int64_t at = 0;
+    for (const Tensor& b : blocks) {
+      sums.push_back({static_cast<const float*>(b.raw_ptr()), static_cast<float*>(out.raw_ptr()) + at, b.size(0),
+                      b.size(1)});
+      at += b.size(1);
+    }
+    device_kernels(out.device()).unit_sums(sums.data(), static_cast<int64_t>(sums.size()));
+    out.bump_version();
+    count(static_cast<uint64_t>(bytes));
+  } else {
+    // The block count in the name: the thread backend reads every rank's
+    // blocks by position, so ranks that split the columns differently
+    // fail the fingerprint check instead.
+    std::string kind = blocks.size() == 1 ? "reduce_units" : fmt::format("reduce_units({} blocks)", blocks.size());
+    do_reduce_unit_blocks(blocks, counts, out, Fingerprint(kind, DType::f32, out.size(0), -1, counts));
+  }
   op_profile_mark("collective: reduce_units");
+}
+
+void Communicator::do_reduce_unit_blocks(const std::vector<Tensor>& blocks, const std::vector<int64_t>& counts,
+                                         Tensor& out, const Fingerprint& fp) {
+  do_reduce_units(blocks.size() == 1 ? blocks[0] : concat(blocks, 1), counts, out, fp);
 }
 
 void Communicator::do_reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out,

@@ -84,6 +84,14 @@ class Communicator {
   // every rank (all_gather_rows) and adds them there; the thread backend
   // reads the rows in place.
   void reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out);
+  // The same on partials held as column blocks: blocks[i] [counts[rank],
+  // n_i] (the same n_i on every rank) and out [sum of n_i], the bits of
+  // reduce_units on their concatenation along dimension 1, which is made
+  // only where the transport needs one buffer (the default: one copy on
+  // the device). A world of one adds each block's units where they are
+  // (DeviceKernels::unit_sums: no copy, no transfer, no host sync), and the
+  // thread backend reads every rank's blocks in place.
+  void reduce_units(const std::vector<Tensor>& blocks, const std::vector<int64_t>& counts, Tensor& out);
 
   const CommCounters& counters() const { return counters_; }
 
@@ -111,6 +119,11 @@ class Communicator {
   // counts what it moves (the thread backend: the partials it reads).
   virtual void do_reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out,
                                const Fingerprint& fp);
+  // reduce_units of several blocks in a world of more than one; counts
+  // itself like do_reduce_units. The default concatenates them (one
+  // copy_blocks launch) for do_reduce_units; a single block goes as it is.
+  virtual void do_reduce_unit_blocks(const std::vector<Tensor>& blocks, const std::vector<int64_t>& counts,
+                                     Tensor& out, const Fingerprint& fp);
 
   void count(uint64_t bytes) {
     ++counters_.collectives;
@@ -123,7 +136,8 @@ class Communicator {
   void check_broadcast(const Tensor& t, int root) const;
   void check_all_gather(const Tensor& in, const Tensor& out) const;
   void check_all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, const Tensor& out) const;
-  void check_reduce_units(const Tensor& in, const std::vector<int64_t>& counts, const Tensor& out) const;
+  void check_reduce_units(const std::vector<Tensor>& blocks, const std::vector<int64_t>& counts,
+                          const Tensor& out) const;
 
   // The comparison half of the collective check of backends whose ranks
   // live in different processes (MPI, NCCL): they gather every rank's

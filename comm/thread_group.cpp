@@ -87,6 +87,44 @@ class ThreadCommunicator final : public Communicator {
     count(in.nbytes());
   }
 
+  // The same on column blocks, read in place: each rank publishes its
+  // blocks' addresses and adds its share of the concatenation's columns
+  // block by block. Device blocks are staged to the host one by one
+  // (transfers, not a packing copy).
+  void do_reduce_unit_blocks(const std::vector<Tensor>& blocks, const std::vector<int64_t>& counts, Tensor& out,
+                             const Fingerprint& fp) override {
+    if (!out.device().is_cpu()) {
+      std::vector<Tensor> host;
+      for (const Tensor& b : blocks) host.push_back(b.to(Device::cpu()));
+      Tensor h = empty(out.shape(), DType::f32, Device::cpu());
+      do_reduce_unit_blocks(host, counts, h, fp);
+      out.copy_(h);
+      return;
+    }
+    std::vector<const float*> mine;
+    int64_t bytes = 0;
+    for (const Tensor& b : blocks) {
+      mine.push_back(b.data<float>());
+      bytes += static_cast<int64_t>(b.nbytes());
+    }
+    run(fp, mine.data(), out.raw_data(), [&] {
+      auto [begin, end] = rank_share(out.size(0), rank_, world_size());
+      std::vector<float*> outs = outputs<float>();
+      std::vector<const float*> in(static_cast<size_t>(world_size()));
+      int64_t at = 0;  // the block's first column in the concatenation
+      for (size_t i = 0; i < blocks.size(); at += blocks[i].size(1), ++i) {
+        const int64_t n = blocks[i].size(1), lo = std::max(begin, at), hi = std::min(end, at + n);
+        if (lo >= hi) continue;
+        for (int r = 0; r < world_size(); ++r) in[r] = static_cast<const float* const*>(group_.call_of(r).in)[i];
+        std::vector<float*> to;
+        for (float* o : outs) to.push_back(o + at);
+        ordered_unit_sum(in, counts, n, to, lo - at, hi - at);
+      }
+    });
+    out.bump_version();
+    count(static_cast<uint64_t>(bytes));
+  }
+
   // Arrival only: no buffers, so no completion rendezvous.
   void do_barrier(const Fingerprint& fp) override {
     ThreadGroup::Call call{fp, seq_++, nullptr, nullptr};

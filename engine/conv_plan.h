@@ -110,4 +110,74 @@ VQDDP_HD void col2im_row(const float* cols, const ConvPlan& p, int64_t row, doub
   for (int64_t ix = 0; ix < p.w; ++ix) x[row * p.w + ix] = static_cast<float>(acc[ix]);
 }
 
+// ---- the convolution itself, without the columns (DeviceKernels::conv_fixed
+// and its two gradients). Each is the element the column path computes,
+// with every column entry read where it is needed instead of from an
+// im2col buffer: the same operations in the same order, so the same bits
+// (the CPU runs the column path, a GPU thread per element these).
+
+// Column entry ((s, oy, ox), (ch, ky, kx)): im2col_taps_at's value.
+VQDDP_HD float conv_column_entry(const float* x, const ConvPlan& p, int64_t s, int64_t oy, int64_t ox, int64_t ch,
+                                 int64_t ky, int64_t kx) {
+  int64_t iy = oy * p.sh - p.ph + ky * p.dh, ix = ox * p.sw - p.pw + kx * p.dw;
+  return iy >= 0 && iy < p.h && ix >= 0 && ix < p.w ? x[((s * p.c + ch) * p.h + iy) * p.w + ix] : 0.f;
+}
+
+// Element e of y [n, cout, oh, ow] = w [cout, c kh kw] times the columns,
+// plus bias[co] (none when null): the fixed_gemm chain over the column
+// index (ch, ky, kx) ascending of fma(w, entry) from +0 (padding entries
+// included: a skipped fma(w, 0, -0) could flip a zero's sign), then one
+// add; unfold, gemm_fixed and the bias add of the column path.
+VQDDP_HD float conv_output_value(const float* x, const float* w, const float* bias, const ConvPlan& p, int64_t cout,
+                                 int64_t e) {
+  int64_t ox = e % p.ow, oy = (e / p.ow) % p.oh, co = (e / (p.ow * p.oh)) % cout, s = e / (p.ow * p.oh * cout);
+  const float* row = w + co * p.col_width();
+  float acc = 0.f;
+  for (int64_t ch = 0; ch < p.c; ++ch)
+    for (int64_t ky = 0; ky < p.kh; ++ky)
+      for (int64_t kx = 0; kx < p.kw; ++kx, ++row) acc = fma_rn(*row, conv_column_entry(x, p, s, oy, ox, ch, ky, kx), acc);
+  return bias ? add_rn(acc, bias[co]) : acc;
+}
+
+// Element e of dx [n, c, h, w] from the output gradient g [n, cout, oh, ow]:
+// col2im_value of the columns' gradient, whose entry ((s, oy, ox), (ch, ky,
+// kx)) is the fixed_gemm chain over co ascending of fma(g[s, co, oy, ox],
+// w[co, (ch, ky, kx)]); each entry computed where col2im reads it. Plus
+// bias[ch] unless null: a transposed convolution is this product (g its
+// input, w its weight [c_in, c_out kh kw]), and its bias add follows.
+VQDDP_HD float conv_data_value(const float* g, const float* w, const float* bias, const ConvPlan& p, int64_t cout,
+                               int64_t e) {
+  int64_t ix = e % p.w, iy = (e / p.w) % p.h, ch = (e / (p.w * p.h)) % p.c, s = e / (p.w * p.h * p.c);
+  const int64_t positions = p.oh * p.ow;
+  double acc = 0.0;
+  for (int64_t ky = 0; ky < p.kh; ++ky) {
+    int64_t ty = iy + p.ph - ky * p.dh;
+    if (ty < 0 || ty % p.sh != 0 || ty / p.sh >= p.oh) continue;
+    for (int64_t kx = 0; kx < p.kw; ++kx) {
+      int64_t tx = ix + p.pw - kx * p.dw;
+      if (tx < 0 || tx % p.sw != 0 || tx / p.sw >= p.ow) continue;
+      const float* gp = g + s * cout * positions + (ty / p.sh) * p.ow + tx / p.sw;
+      const float* wp = w + (ch * p.kh + ky) * p.kw + kx;
+      float entry = 0.f;
+      for (int64_t co = 0; co < cout; ++co) entry = fma_rn(gp[co * positions], wp[co * p.col_width()], entry);
+      acc += entry;
+    }
+  }
+  return bias ? add_rn(static_cast<float>(acc), bias[ch]) : static_cast<float>(acc);
+}
+
+// Element e of the per-sample weight gradients [n, cout, c kh kw]: sample
+// s's chain over its positions (oy, ox) ascending of fma(g[s, co, oy, ox],
+// column entry), from +0: the batched GEMM of g by the sample's columns.
+VQDDP_HD float conv_weight_value(const float* x, const float* g, const ConvPlan& p, int64_t cout, int64_t e) {
+  const int64_t ck = p.col_width();
+  int64_t j = e % ck, co = (e / ck) % cout, s = e / (ck * cout);
+  int64_t kx = j % p.kw, ky = (j / p.kw) % p.kh, ch = j / (p.kw * p.kh);
+  const float* gp = g + (s * cout + co) * p.oh * p.ow;
+  float acc = 0.f;
+  for (int64_t oy = 0; oy < p.oh; ++oy)
+    for (int64_t ox = 0; ox < p.ow; ++ox, ++gp) acc = fma_rn(*gp, conv_column_entry(x, p, s, oy, ox, ch, ky, kx), acc);
+  return acc;
+}
+
 }  // namespace vqddp

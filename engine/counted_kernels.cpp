@@ -116,6 +116,11 @@ void CountedKernels::copy_blocks(const CopyBlock* blocks, int64_t count, size_t 
   k_.copy_blocks(blocks, count, elem_size);
 }
 
+void CountedKernels::unit_sums(const UnitSumBlock* blocks, int64_t count) {
+  if (count > 0) count_multi_tensor("unit_sums", count);
+  k_.unit_sums(blocks, count);
+}
+
 void CountedKernels::gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) {
   launch_if(m, "gather_rows", {m, static_cast<int64_t>(row_bytes)});
   k_.gather_rows(x, index, m, row_bytes, out);
@@ -135,6 +140,24 @@ void CountedKernels::im2col(const float* x, float* cols, const ConvPlan& plan) {
 void CountedKernels::col2im(const float* cols, float* x, const ConvPlan& plan) {
   count_launch("col2im", {plan.n, plan.c, plan.oh, plan.ow});
   k_.col2im(cols, x, plan);
+}
+
+void CountedKernels::conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y,
+                                const ConvPlan& plan) {
+  count_launch("conv_fixed", {plan.n, plan.c, cout, plan.oh * plan.ow, bias != nullptr});
+  k_.conv_fixed(x, w, bias, cout, y, plan);
+}
+
+void CountedKernels::conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
+                                     const ConvPlan& plan) {
+  count_launch("conv_fixed_data", {plan.n, plan.c, cout, plan.h * plan.w, bias != nullptr});
+  k_.conv_fixed_data(g, w, bias, cout, dx, plan);
+}
+
+void CountedKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials,
+                                       const ConvPlan& plan) {
+  count_launch("conv_fixed_weight", {plan.n, plan.c, cout, plan.oh * plan.ow});
+  k_.conv_fixed_weight(x, g, cout, partials, plan);
 }
 
 void CountedKernels::index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,

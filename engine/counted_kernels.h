@@ -46,12 +46,18 @@ class CountedKernels final : public DeviceKernels {
 
   void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) override;
   void copy_blocks(const CopyBlock* blocks, int64_t count, size_t elem_size) override;
+  void unit_sums(const UnitSumBlock* blocks, int64_t count) override;
   void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) override;
   void max_abs_finite(const float* x, int64_t n, double* acc) override;
   void index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
                       double* sums, const double* grid_max = nullptr) override;
   void im2col(const float* x, float* cols, const ConvPlan& plan) override;
   void col2im(const float* cols, float* x, const ConvPlan& plan) override;
+  void conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y,
+                  const ConvPlan& plan) override;
+  void conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
+                       const ConvPlan& plan) override;
+  void conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials, const ConvPlan& plan) override;
   void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                        float* dst) override;
 

@@ -115,6 +115,16 @@ struct CopyBlock {
   int64_t rows = 0, width = 0, src_row = 0, dst_row = 0;
 };
 
+// One block of a multi-tensor unit sum (Communicator::reduce_units in a
+// world of one): out[j] = the sum over u ascending of in[u * n + j], for
+// j < n, in double from 0 and rounded to float once, the arithmetic of
+// every transport's reduce_units (comm/rank_order.h ordered_unit_sum).
+struct UnitSumBlock {
+  const float* in = nullptr;
+  float* out = nullptr;
+  int64_t units = 0, n = 0;
+};
+
 class DeviceKernels {
  public:
   virtual ~DeviceKernels() = default;
@@ -151,6 +161,8 @@ class DeviceKernels {
   // double >= 0: the scale of the exact-sum grid (kernel_math.h
   // grid_quantum). A maximum is the same in any order, so any tree will do.
   virtual void max_abs_finite(const float* x, int64_t n, double* acc) = 0;
+  // `count` UnitSumBlocks, one launch per kMultiTensors.
+  virtual void unit_sums(const UnitSumBlock* blocks, int64_t count) = 0;
 
   // ---- linear algebra ----------------------------------------------------------
   // Row-major C[m, n] = alpha op(A) op(B) + beta C, like blas_sgemm.
@@ -184,6 +196,19 @@ class DeviceKernels {
   // cols [n * oh * ow, c * kh * kw], and the adjoint (every x element written).
   virtual void im2col(const float* x, float* cols, const ConvPlan& plan) = 0;
   virtual void col2im(const float* cols, float* x, const ConvPlan& plan) = 0;
+  // A convolution of one group and its gradients, each in one launch and
+  // without the columns (conv_plan.h's conv_*_value formulas, so the bits
+  // of im2col, gemm_fixed and col2im): w [cout, c kh kw];
+  //   conv_fixed:        y [n, cout, oh, ow], plus bias [cout] unless null;
+  //   conv_fixed_data:   dx [n, c, h, w] from g [n, cout, oh, ow], plus bias
+  //                      [c] unless null (a transposed convolution's forward);
+  //   conv_fixed_weight: each sample's weight gradient [n, cout, c kh kw].
+  virtual void conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y,
+                          const ConvPlan& plan) = 0;
+  virtual void conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
+                               const ConvPlan& plan) = 0;
+  virtual void conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials,
+                                 const ConvPlan& plan) = 0;
   // dst[index[i], :] = src[i, :] * scale (index distinct, already checked).
   virtual void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                                float* dst) = 0;

@@ -49,6 +49,7 @@ VQDDP_HD float sqrt_rn(float a) { return __fsqrt_rn(a); }
 VQDDP_HD double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 VQDDP_HD double add_rn(double a, double b) { return __dadd_rn(a, b); }
 VQDDP_HD double div_rn(double a, double b) { return __ddiv_rn(a, b); }
+VQDDP_HD float fma_rn(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 #else
 VQDDP_HD float mul_rn(float a, float b) { return a * b; }
 VQDDP_HD float add_rn(float a, float b) { return a + b; }
@@ -58,6 +59,7 @@ VQDDP_HD float sqrt_rn(float a) { return ::sqrtf(a); }
 VQDDP_HD double mul_rn(double a, double b) { return a * b; }
 VQDDP_HD double add_rn(double a, double b) { return a + b; }
 VQDDP_HD double div_rn(double a, double b) { return a / b; }
+VQDDP_HD float fma_rn(float a, float b, float c) { return ::fmaf(a, b, c); }  // one rounding, like the SIMD fma
 #endif
 
 // Weight normalization (engine/nn_conv.h weight_norm), one row of v at a

@@ -116,6 +116,88 @@ Tensor add_bias(const Tensor& y, const Tensor& bias, const char* op) {
   return y + reshape(bias, {y.size(1), 1, 1});
 }
 
+// A convolution of one group, plain or transposed, in one kernel each way
+// (DeviceKernels::conv_fixed and its gradients): no columns tensor, the
+// bias added in the product's own launch, and in an exact step of
+// single-example units (a trainer's) the weight's per-example partials
+// straight from the two activations. A transposed convolution is the
+// plain one's data gradient, so the three kernels serve both, in swapped
+// roles. `p` is the plain convolution's plan: its image is x (plain) or y
+// (transposed), its output positions y's or x's; `kc` (the kernels' cout)
+// is the weight's first dimension either way.
+//
+// The bits of the column path (unfold or matmul, image_product or fold,
+// add_bias): the kernels compute its elements in its order (conv_plan.h),
+// and the bias's gradient is add's (g summed down to [C_out, 1, 1]).
+// Other backward cases (a weight gradient outside an exact step, units of
+// several examples) rebuild the columns and take matmul's own gradient.
+Tensor conv_columnless(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvPlan& p, bool transposed) {
+  const char* op = transposed ? "conv_transpose2d" : "conv2d";
+  const int64_t kc = weight.size(0), ck = p.col_width(), pos = p.oh * p.ow;
+  const Shape out_shape = transposed ? Shape{p.n, p.c, p.h, p.w} : Shape{p.n, kc, p.oh, p.ow};
+  if (bias.defined())
+    VQDDP_CHECK(bias.dim() == 1 && bias.size(0) == out_shape[1] && bias.dtype() == DType::f32,
+                "{}: bias {} must be float32 [{}]", op, bias.desc(), out_shape[1]);
+  DeviceKernels& dk = bias.defined() ? device_of(op, {&x, &weight, &bias}) : device_of(op, {&x, &weight});
+  auto f = [](const Tensor& t) { return static_cast<const float*>(t.raw_ptr()); };
+  Tensor y = empty(out_shape, DType::f32, x.device());
+  const float* pb = bias.defined() ? f(bias) : nullptr;
+  if (y.numel() > 0 && x.numel() > 0) {
+    auto* py = static_cast<float*>(y.raw_ptr());
+    if (transposed) dk.conv_fixed_data(f(x), f(weight), pb, kc, py, p);
+    else dk.conv_fixed(f(x), f(weight), pb, kc, py, p);
+  } else if (y.numel() > 0) {
+    y.fill_(0);  // no input channels: the bias alone (0 + b, as the column path)
+    if (bias.defined()) y = add_bias(y, bias.detach(), op);
+  }
+  Tensor dx = x.detach(), dw = weight.detach();
+  const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad();
+  return record_op(op, y, {x, weight, bias}, {x, weight}, [=](const Tensor& g) -> std::vector<Tensor> {
+    const bool partials_x = wants_unit_partials(0), partials_w = wants_unit_partials(1);
+    VQDDP_CHECK(!partials_x, "{}: the input {} is batch-free and the weight batched; an exact step does not support "
+                "that convolution", op, dx.desc());
+    Tensor gx, gw, gb;
+    if (need_b) {
+      Shape c11{g.size(1), 1, 1};
+      gb = wants_unit_partials(2) ? unit_sum_to_shape(g, c11, op) : sum_to_shape(g, c11);
+      gb = gb.reshape(wants_unit_partials(2) ? Shape{gb.size(0), g.size(1)} : Shape{g.size(1)});
+    }
+    Shape wshape = dw.shape();
+    if (partials_w) wshape.insert(wshape.begin(), static_cast<int64_t>(exact_batch()->unit_examples.size()));
+    if (g.numel() == 0 || dx.numel() == 0) {  // nothing flows: zero gradients of the right shapes
+      if (need_x) gx = zeros(dx.shape(), DType::f32, g.device());
+      if (need_w) gw = zeros(wshape, DType::f32, g.device());
+      return {gx, gw, gb};
+    }
+    DeviceKernels& k = device_of(op, {&g, &dw});
+    // The image-side and output-side tensors of the plain convolution.
+    const Tensor& image = transposed ? g : dx;
+    const Tensor& out = transposed ? dx : g;
+    if (need_x) {
+      gx = empty(dx.shape(), DType::f32, g.device());
+      auto* px = static_cast<float*>(gx.raw_ptr());
+      if (transposed) k.conv_fixed(f(g), f(dw), nullptr, kc, px, p);
+      else k.conv_fixed_data(f(g), f(dw), nullptr, kc, px, p);
+    }
+    if (need_w && partials_w && single_example_units()) {
+      gw = empty(wshape, DType::f32, g.device());
+      k.conv_fixed_weight(f(image), f(out), kc, static_cast<float*>(gw.raw_ptr()), p);
+    } else if (need_w) {  // the column path's weight gradient: matmul's of cols [N P, C K] and rows [N P, kc]
+      ConvOptions o;
+      o.stride = {p.sh, p.sw};
+      o.padding = {p.ph, p.pw};
+      o.dilation = {p.dh, p.dw};
+      Tensor cols = unfold(image, p.kh, p.kw, o);
+      Tensor rows = reshape(transpose(reshape(out, {p.n, kc, pos}), 1, 2), {p.n * pos, kc});
+      Tensor w2 = reshape(dw, {kc, ck});
+      gw = transposed ? matmul_grads(rows, w2, cols, false, false, false, true, false, partials_w)[1]
+                      : matmul_grads(cols, w2, rows, false, true, false, true, false, partials_w)[1];
+      gw = gw.reshape(wshape);
+    }
+    return {gx, gw, gb};
+  });
+}
+
 Shape as_2d(const Shape& s) { return {s[0], s[1], 1, s[2]}; }
 
 ConvOptions options_2d(const Conv1dOptions& o) {
@@ -235,6 +317,15 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     check_options("conv2d", kh, kw, o);
     return add_bias(conv1d_direct(x, weight, o), bias, "conv2d");
   }
+  if (g == 1) {
+    check_options("conv2d", kh, kw, o);
+    ConvPlan p = plan_for(x.shape(), kh, kw, o);
+    VQDDP_CHECK(x.dtype() == DType::f32 && weight.dtype() == DType::f32, "conv2d: x {} and weight {} must be float32",
+                x.desc(), weight.desc());
+    VQDDP_CHECK(p.oh >= 1 && p.ow >= 1, "conv2d: input {} is smaller than the {}x{} kernel (dilation {}x{}, padding "
+                "{}x{})", x.desc(), kh, kw, o.dilation[0], o.dilation[1], o.padding[0], o.padding[1]);
+    return conv_columnless(x, weight, bias, p, false);
+  }
   int64_t cg = cin / g, og = cout / g;
   std::vector<Tensor> parts;
   for (int64_t i = 0; i < g; ++i) {
@@ -261,6 +352,13 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   int64_t ow = conv_transpose_output_size(w, kw, o.stride[1], o.padding[1], o.dilation[1], o.output_padding[1]);
   VQDDP_CHECK(oh >= 1 && ow >= 1, "conv_transpose2d: x {} gives an empty output with weight {}", x.desc(),
               weight.desc());
+  if (g == 1) {
+    VQDDP_CHECK(x.dtype() == DType::f32 && weight.dtype() == DType::f32,
+                "conv_transpose2d: x {} and weight {} must be float32", x.desc(), weight.desc());
+    ConvPlan p = plan_for({n, og, oh, ow}, kh, kw, o);  // the convolution it transposes: [n, og, oh, ow] -> [h, w]
+    VQDDP_ASSERT(p.oh == h && p.ow == w, "conv_transpose2d: {}x{} from {}x{} does not invert", oh, ow, h, w);
+    return conv_columnless(x, weight, bias, p, true);
+  }
   std::vector<Tensor> parts;
   for (int64_t i = 0; i < g; ++i) {
     Tensor xg = channels(x, i * cg, cg);  // [N, cg, H, W] -> rows [N*H*W, cg]

@@ -411,6 +411,18 @@ void CpuKernels::max_abs_finite(const float* x, int64_t n, double* acc) {
   *acc = std::max(*acc, static_cast<double>(largest));
 }
 
+void CpuKernels::unit_sums(const UnitSumBlock* blocks, int64_t count) {
+  for (int64_t b = 0; b < count; ++b) {
+    const UnitSumBlock& u = blocks[b];
+    parallel_for_ranges(u.n, u.units, [&](int64_t begin, int64_t end) {
+      std::vector<double> acc(static_cast<size_t>(end - begin), 0.0);  // row by row: each unit's row read once
+      for (int64_t r = 0; r < u.units; ++r)
+        for (int64_t j = begin; j < end; ++j) acc[j - begin] += u.in[r * u.n + j];
+      for (int64_t j = begin; j < end; ++j) u.out[j] = static_cast<float>(acc[j - begin]);
+    });
+  }
+}
+
 void CpuKernels::index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
                                 double* sums, const double* grid_max) {
   if (counts) std::fill(counts, counts + k, 0.0);
@@ -467,6 +479,48 @@ void CpuKernels::col2im(const float* cols, float* x, const ConvPlan& plan) {
     std::vector<double> acc(static_cast<size_t>(plan.w));
     for (int64_t row = begin; row < end; ++row) col2im_row(cols, plan, row, acc.data(), x);
   });
+}
+
+namespace {
+
+// y[s, c, i] += bias[c] over [n, channels, size]: the bias add after a
+// convolution's sums, in the kernel that made them.
+void add_channel_bias(float* y, const float* bias, int64_t n, int64_t channels, int64_t size) {
+  parallel_for_ranges(n * channels, size, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r)
+      for (int64_t i = 0; i < size; ++i) y[r * size + i] = add_rn(y[r * size + i], bias[r % channels]);
+  });
+}
+
+}  // namespace
+
+// The three convolution kernels on the CPU: the column path itself, the
+// columns in a scratch buffer (im2col, the SIMD fixed_gemm, col2im), which
+// is what conv_plan.h's per-element formulas reproduce without them.
+void CpuKernels::conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y,
+                            const ConvPlan& p) {
+  const int64_t pos = p.oh * p.ow, ck = p.col_width();
+  std::vector<float> cols(static_cast<size_t>(p.rows() * ck));
+  im2col(x, cols.data(), p);
+  gemm_fixed(false, true, cout, pos, ck, w, ck, cols.data(), ck, y, pos, {p.n, 0, pos * ck, cout * pos});
+  if (bias) add_channel_bias(y, bias, p.n, cout, pos);
+}
+
+void CpuKernels::conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
+                                 const ConvPlan& p) {
+  const int64_t pos = p.oh * p.ow, ck = p.col_width(), image = p.h * p.w;
+  std::vector<float> cols(static_cast<size_t>(p.rows() * ck));
+  gemm_fixed(true, false, pos, ck, cout, g, pos, w, ck, cols.data(), ck, {p.n, cout * pos, 0, pos * ck});
+  col2im(cols.data(), dx, p);
+  if (bias) add_channel_bias(dx, bias, p.n, p.c, image);
+}
+
+void CpuKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials, const ConvPlan& p) {
+  const int64_t pos = p.oh * p.ow, ck = p.col_width();
+  std::vector<float> cols(static_cast<size_t>(p.rows() * ck));
+  im2col(x, cols.data(), p);
+  gemm_fixed(false, false, cout, ck, pos, g, pos, cols.data(), ck, partials, ck,
+             {p.n, cout * pos, pos * ck, cout * ck});
 }
 
 void CpuKernels::index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,

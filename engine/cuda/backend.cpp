@@ -346,6 +346,11 @@ class CudaKernels final : public DeviceKernels {
     for (int64_t t = 0; t < count; t += kMultiTensors)
       cuda::copy_blocks(blocks + t, std::min(kMultiTensors, count - t), elem_size, stream());
   }
+  void unit_sums(const UnitSumBlock* blocks, int64_t count) override {
+    DeviceGuard guard(device_);
+    for (int64_t t = 0; t < count; t += kMultiTensors)
+      cuda::unit_sums(blocks + t, std::min(kMultiTensors, count - t), stream());
+  }
   void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) override {
     DeviceGuard guard(device_);
     cuda::gather_rows(x, index, m, row_bytes, out, stream());
@@ -363,6 +368,21 @@ class CudaKernels final : public DeviceKernels {
   void col2im(const float* cols, float* x, const ConvPlan& plan) override {
     DeviceGuard guard(device_);
     cuda::col2im(cols, x, plan, stream());
+  }
+  void conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y,
+                  const ConvPlan& plan) override {
+    DeviceGuard guard(device_);
+    cuda::conv_fixed(x, w, bias, cout, y, plan, stream());
+  }
+  void conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
+                       const ConvPlan& plan) override {
+    DeviceGuard guard(device_);
+    cuda::conv_fixed_data(g, w, bias, cout, dx, plan, stream());
+  }
+  void conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials,
+                         const ConvPlan& plan) override {
+    DeviceGuard guard(device_);
+    cuda::conv_fixed_weight(x, g, cout, partials, plan, stream());
   }
   void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                        float* dst) override {

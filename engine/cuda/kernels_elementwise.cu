@@ -116,6 +116,21 @@ struct ScaleList {
   int64_t n[kMultiTensors];
 };
 
+struct UnitSumList {
+  UnitSumBlock b[kMultiTensors];
+};
+
+// A thread per column of block blockIdx.y: its units in ascending order,
+// in double (the CPU's loop, the same bits).
+__global__ void unit_sums_kernel(UnitSumList list) {
+  const UnitSumBlock& u = list.b[blockIdx.y];
+  VQDDP_GRID_LOOP(j, u.n) {
+    double acc = 0.0;
+    for (int64_t r = 0; r < u.units; ++r) acc += u.in[r * u.n + j];
+    u.out[j] = static_cast<float>(acc);
+  }
+}
+
 __global__ void adamw_step_kernel(AdamWStep step, AdamWList list) {
   const AdamWTensor& a = list.t[blockIdx.y];
   step.c1 = a.c1;
@@ -252,6 +267,18 @@ void weight_norm_backward(const float* v, const float* g, const float* dw, int64
                           float* dg, cudaStream_t s) {
   if (rows <= 0 || cols <= 0) return;
   weight_norm_backward_kernel<<<grid_for(rows), kThreads, 0, s>>>(v, g, dw, rows, cols, dv, dg);
+  VQDDP_CUDA_CHECK_LAUNCH();
+}
+
+void unit_sums(const UnitSumBlock* blocks, int64_t count, cudaStream_t s) {
+  UnitSumList list;
+  int64_t most = 0;
+  for (int64_t t = 0; t < count; ++t) {
+    list.b[t] = blocks[t];
+    most = std::max(most, blocks[t].n);
+  }
+  if (count <= 0 || most <= 0) return;
+  unit_sums_kernel<<<dim3(grid_for(most), static_cast<unsigned>(count)), kThreads, 0, s>>>(list);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

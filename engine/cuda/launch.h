@@ -52,6 +52,8 @@ void check_gemm_fixed_batch(int64_t count, const char* what);
 void strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan, cudaStream_t s);
 // count <= kMultiTensors blocks in one launch.
 void copy_blocks(const CopyBlock* blocks, int64_t count, size_t elem_size, cudaStream_t s);
+// At most kMultiTensors UnitSumBlocks (DeviceKernels::unit_sums), one launch.
+void unit_sums(const UnitSumBlock* blocks, int64_t count, cudaStream_t s);
 void gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out, cudaStream_t s);
 void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale, float* dst,
                      cudaStream_t s);
@@ -63,6 +65,14 @@ void weight_norm_backward(const float* v, const float* g, const float* dw, int64
 // conv_plan.h's im2col and col2im (kernels_conv.cu).
 void im2col(const float* x, float* cols, const ConvPlan& plan, cudaStream_t s);
 void col2im(const float* cols, float* x, const ConvPlan& plan, cudaStream_t s);
+// DeviceKernels::conv_fixed and its gradients: a thread per output element
+// running conv_plan.h's conv_*_value (kernels_conv.cu).
+void conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y, const ConvPlan& plan,
+                cudaStream_t s);
+void conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx, const ConvPlan& plan,
+                     cudaStream_t s);
+void conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials, const ConvPlan& plan,
+                       cudaStream_t s);
 // Scratch memory index_add_rows needs for these sizes.
 size_t index_add_rows_scratch(int64_t n, int64_t d, int64_t k);
 // index_select's backward: float sums per code in ascending row order

@@ -228,3 +228,56 @@ TEST_CASE("the closed-form checks every backend runs (tests/comm/closed_form.h) 
     run_ranks(w, [&](Communicator& comm) { test::closed_form_collectives(comm, Device::cpu()); }, kFast);
   }
 }
+
+TEST_CASE("reduce_units of column blocks: the bits of reduce_units on their concatenation, W = 1..5, host and sim") {
+  // Communicator::reduce_units on blocks makes no packed copy where the
+  // transport needs none (a world of one adds on the device, the thread
+  // backend reads the blocks in place); the sums must still be the
+  // concatenation's: each column over the global units in order, in
+  // double, rounded once. Wide-ranged values make another order show.
+  const std::vector<int64_t> widths{3, 1, 40, 5, 18};  // 67 columns: the ranks' shares cut blocks
+  for (Device dev : {Device::cpu(), Device::sim()})
+    for (int w = 1; w <= 5; ++w) {
+      CAPTURE(w);
+      CAPTURE(dev.str());
+      std::vector<int64_t> counts;
+      for (int r = 0; r < w; ++r) counts.push_back((r * 2) % 3 + 3);  // uneven: 3, 5, 4, 3, 5 units
+      const int64_t units = std::accumulate(counts.begin(), counts.end(), int64_t{0}), cols = 67;
+      // The global units' rows and their reference sums.
+      Generator gen(9, 1);
+      Tensor all = mul(rand_normal({units, cols}, gen), exp(mul(rand_normal({units, cols}, gen), 15.f)));
+      // Column 0 of the first units: 1 + 2^100 - 2^100 is 0 in ascending
+      // order (the 1 is lost) and 1 in any order that adds the two first.
+      all.data<float>()[0] = 1.f, all.data<float>()[cols] = 0x1p100f, all.data<float>()[2 * cols] = -0x1p100f;
+      std::vector<float> want(static_cast<size_t>(cols));
+      for (int64_t j = 0; j < cols; ++j) {
+        double acc = 0;
+        for (int64_t u = 0; u < units; ++u) acc += all.data<float>()[u * cols + j];
+        want[static_cast<size_t>(j)] = static_cast<float>(acc);
+      }
+      std::vector<std::vector<float>> by_blocks(static_cast<size_t>(w)), packed(static_cast<size_t>(w));
+      run_ranks(w, [&](Communicator& comm) {
+        const int r = comm.rank();
+        const int64_t first = std::accumulate(counts.begin(), counts.begin() + r, int64_t{0});
+        Tensor mine = all.slice_rows(first, first + counts[r]).clone();
+        std::vector<Tensor> blocks;
+        int64_t at = 0;
+        for (int64_t width : widths) {
+          Tensor b = empty({counts[r], width});
+          for (int64_t u = 0; u < counts[r]; ++u)
+            for (int64_t j = 0; j < width; ++j) b.data<float>()[u * width + j] = mine.data<float>()[u * cols + at + j];
+          blocks.push_back(b.to(dev));
+          at += width;
+        }
+        Tensor out = empty({cols}, DType::f32, dev), whole = empty({cols}, DType::f32, dev);
+        comm.reduce_units(blocks, counts, out);
+        comm.reduce_units(mine.to(dev), counts, whole);
+        by_blocks[r] = out.to(Device::cpu()).to_vector<float>();
+        packed[r] = whole.to(Device::cpu()).to_vector<float>();
+      }, kFast);
+      for (int r = 0; r < w; ++r) {
+        CHECK(std::memcmp(by_blocks[r].data(), want.data(), want.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(packed[r].data(), want.data(), want.size() * sizeof(float)) == 0);
+      }
+    }
+}

@@ -23,6 +23,7 @@
 #include "tests/engine/gradcheck.h"
 #include "tests/engine/op_table.h"
 #include "engine/autograd.h"
+#include "engine/conv_plan.h"
 #include "engine/device.h"
 #include "engine/random.h"
 #include "tests/cuda/gpu.h"
@@ -249,6 +250,39 @@ TEST_CASE("convolutions on the GPU: forward has the CPU's bits, gradients within
   ConvOptions t2g = opts({2, 2}, {1, 1}, {1, 1}, {0, 0}, 2);
   check("conv_transpose2d groups 2", [=](const V& v) { return conv_transpose2d(v[0], v[1], v[2], t2g); },
         {randn({2, 4, 7, 7}, 39), randn({4, 3, 4, 4}, 40), randn({6}, 41)});
+}
+
+TEST_CASE("the columnless convolution kernels have the CPU's bits: forward, input and per-sample weight gradients") {
+  // DeviceKernels::conv_fixed, conv_fixed_data and conv_fixed_weight: the
+  // CPU runs the column path, the GPU conv_plan.h's per-element chains.
+  struct Geometry {
+    int64_t sh, sw, ph, pw, dh, dw;
+  };
+  for (const Geometry& geo : {Geometry{1, 1, 0, 0, 1, 1}, Geometry{2, 3, 1, 2, 1, 2}, Geometry{3, 2, 2, 0, 2, 3},
+                              Geometry{2, 2, 3, 4, 1, 1}}) {
+    ConvPlan p;
+    p.n = 3, p.c = 4, p.h = 9, p.w = 14, p.kh = 3, p.kw = 4;
+    p.sh = geo.sh, p.sw = geo.sw, p.ph = geo.ph, p.pw = geo.pw, p.dh = geo.dh, p.dw = geo.dw;
+    p.oh = conv_output_size(p.h, p.kh, p.sh, p.ph, p.dh);
+    p.ow = conv_output_size(p.w, p.kw, p.sw, p.pw, p.dw);
+    const int64_t cout = 6, pos = p.oh * p.ow;
+    Tensor x = randn({p.n, p.c, p.h, p.w}, 60), w = randn({cout, p.col_width()}, 61);
+    Tensor g = randn({p.n, cout, pos}, 62), b = randn({cout}, 63), bc = randn({p.c}, 64);
+    auto run = [&](Device d) {
+      Tensor xd = x.to(d), wd = w.to(d), gd = g.to(d), bd = b.to(d), bcd = bc.to(d);
+      Tensor y = empty({p.n, cout, pos}, DType::f32, d), dx = empty(x.shape(), DType::f32, d),
+             dw = empty({p.n, cout, p.col_width()}, DType::f32, d);
+      DeviceKernels& k = device_kernels(d);
+      auto F = [](const Tensor& t) { return static_cast<float*>(t.raw_ptr()); };
+      k.conv_fixed(F(xd), F(wd), F(bd), cout, F(y), p);
+      k.conv_fixed_data(F(gd), F(wd), F(bcd), cout, F(dx), p);
+      k.conv_fixed_weight(F(xd), F(gd), cout, F(dw), p);
+      return std::vector<Tensor>{y, dx, dw};
+    };
+    std::vector<Tensor> gpu = run(kGpu), cpu = run(kCpu);
+    CAPTURE(geo.sw);
+    for (size_t i = 0; i < gpu.size(); ++i) check_matches(gpu[i], cpu[i], 0, 0);
+  }
 }
 
 TEST_CASE("shape ops are exact copies on the GPU") {

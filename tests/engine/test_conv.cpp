@@ -4,6 +4,7 @@
 // the op table (op_table.h, test_op_table.cpp).
 #include <doctest/doctest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -306,4 +307,47 @@ TEST_CASE("im2col: the CPU's row loop gives the entries of the per-tap formula t
       for (int64_t ch = 0; ch < p.c; ++ch) im2col_taps(x.data<float>(), p, r, ch, each.data());
     CHECK(std::memcmp(cols.data<float>(), each.data(), each.size() * sizeof(float)) == 0);
   }
+}
+
+TEST_CASE("conv_fixed and its gradients: the CPU's column path gives the bits of the per-element formulas the GPU runs") {
+  // conv_plan.h: the GPU computes each element of a convolution, its input
+  // gradient and its per-sample weight gradient where it is needed
+  // (conv_output_value, conv_data_value, conv_weight_value); the CPU runs
+  // im2col, fixed_gemm and col2im. Both must be the same chains. Padding
+  // wide enough that whole taps fall outside, strides that skip inputs,
+  // dilation, a bias and none; signed zeros in x reach the chains too.
+  const ConvOptions geos[] = {opts(1, 1, 0, 0, 1, 1, 1), opts(2, 3, 1, 2, 1, 2, 1), opts(3, 2, 2, 0, 2, 3, 1),
+                              opts(1, 5, 0, 3, 1, 1, 1), opts(2, 2, 3, 4, 1, 1, 1)};
+  DeviceKernels& cpu = device_kernels(Device::cpu());
+  auto bits = [](float v) { return std::bit_cast<uint32_t>(v); };
+  int seed = 50;
+  for (const ConvOptions& o : geos)
+    for (bool with_bias : {true, false}) {
+      ConvPlan p;
+      p.n = 2, p.c = 3, p.h = 9, p.w = 13, p.kh = 3, p.kw = 4;
+      p.sh = o.stride[0], p.sw = o.stride[1], p.ph = o.padding[0], p.pw = o.padding[1];
+      p.dh = o.dilation[0], p.dw = o.dilation[1];
+      p.oh = conv_output_size(p.h, p.kh, p.sh, p.ph, p.dh);
+      p.ow = conv_output_size(p.w, p.kw, p.sw, p.pw, p.dw);
+      const int64_t cout = 5, pos = p.oh * p.ow;
+      Tensor x = randn(Shape{p.n, p.c, p.h, p.w}, seed++), w = randn(Shape{cout, p.col_width()}, seed++);
+      Tensor g = randn(Shape{p.n, cout, pos}, seed++), bias = randn(Shape{cout}, seed++);
+      Tensor bias_c = randn(Shape{p.c}, seed++);
+      x.data<float>()[0] = -0.f, x.data<float>()[7] = 0.f;
+      const float* b = with_bias ? bias.data<float>() : nullptr;
+      const float* bc = with_bias ? bias_c.data<float>() : nullptr;
+      std::vector<float> y(static_cast<size_t>(p.n * cout * pos)), dx(static_cast<size_t>(x.numel())),
+          dw(static_cast<size_t>(p.n * cout * p.col_width()));
+      cpu.conv_fixed(x.data<float>(), w.data<float>(), b, cout, y.data(), p);
+      cpu.conv_fixed_data(g.data<float>(), w.data<float>(), bc, cout, dx.data(), p);
+      cpu.conv_fixed_weight(x.data<float>(), g.data<float>(), cout, dw.data(), p);
+      CAPTURE(with_bias);
+      CAPTURE(o.stride[1]);
+      for (size_t e = 0; e < y.size(); ++e)
+        REQUIRE(bits(y[e]) == bits(conv_output_value(x.data<float>(), w.data<float>(), b, p, cout, int64_t(e))));
+      for (size_t e = 0; e < dx.size(); ++e)
+        REQUIRE(bits(dx[e]) == bits(conv_data_value(g.data<float>(), w.data<float>(), bc, p, cout, int64_t(e))));
+      for (size_t e = 0; e < dw.size(); ++e)
+        REQUIRE(bits(dw[e]) == bits(conv_weight_value(x.data<float>(), g.data<float>(), p, cout, int64_t(e))));
+    }
 }
