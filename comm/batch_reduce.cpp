@@ -1,6 +1,7 @@
 #include "comm/batch_reduce.h"
 
 #include "engine/autograd.h"
+#include "engine/device_plans.h"
 #include "engine/ops.h"
 
 namespace vqddp {
@@ -61,7 +62,13 @@ Tensor batch_mean(const Tensor& x, Communicator& comm) {
   Tensor value = reshape(div(slice_rows(global, 0, 1), count), {});
   Shape shape = x.shape();
   return record_op("batch_mean", value, {x}, {count}, [count, shape](const Tensor& g) {
-    return std::vector<Tensor>{add(zeros(shape, DType::f32, g.device()), div(reshape(g, {1}), count))};
+    // g / count in every element: one broadcast division, the bits of the
+    // division copied out.
+    Tensor out = empty(shape, DType::f32, g.device());
+    device_of("batch_mean backward", {&g, &count})
+        .binary(BinaryOp::div, static_cast<const float*>(g.raw_ptr()), static_cast<const float*>(count.raw_ptr()),
+                static_cast<float*>(out.raw_ptr()), broadcast_plan({1}, {1}, shape));
+    return std::vector<Tensor>{out};
   });
 }
 

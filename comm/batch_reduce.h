@@ -30,7 +30,8 @@ Tensor batch_sum(const Tensor& x, Communicator& comm);
 Tensor batch_mean(const Tensor& x, Communicator& comm);
 
 // The exact step's reducer: partial stacks [units, ...shape_i] -> global sums
-// [shape_i], packed into one reduce_units call. `rank_units`: every rank's
+// [shape_i], in one reduce_units call on the stacks as column blocks (no
+// copy where the transport needs none). `rank_units`: every rank's
 // unit count.
 std::vector<Tensor> reduce_unit_partials(Communicator& comm, const std::vector<Tensor>& partials,
                                          const std::vector<int64_t>& rank_units);

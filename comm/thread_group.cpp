@@ -94,6 +94,7 @@ class ThreadCommunicator final : public Communicator {
   void do_reduce_unit_blocks(const std::vector<Tensor>& blocks, const std::vector<int64_t>& counts, Tensor& out,
                              const Fingerprint& fp) override {
     if (!out.device().is_cpu()) {
+      CollectiveStagingScope staging;  // the backend's staging, apart from the step's own transfers
       std::vector<Tensor> host;
       for (const Tensor& b : blocks) host.push_back(b.to(Device::cpu()));
       Tensor h = empty(out.shape(), DType::f32, Device::cpu());

@@ -15,6 +15,7 @@ namespace {
 thread_local DeviceCounters t_counts;
 thread_local bool t_staging = false;
 thread_local std::vector<LaunchRecord>* t_recording = nullptr;
+thread_local std::string* t_variant = nullptr;
 }  // namespace
 
 namespace {
@@ -89,8 +90,16 @@ std::string LaunchRecord::str() const { return fmt::format("{} [{}]", kernel, fm
 LaunchRecording::LaunchRecording() {
   VQDDP_CHECK(!t_recording, "a launch recording is already running on this thread");
   t_recording = &launches;
+  t_variant = &variant;
 }
-LaunchRecording::~LaunchRecording() { t_recording = nullptr; }
+LaunchRecording::~LaunchRecording() {
+  t_recording = nullptr;
+  t_variant = nullptr;
+}
+
+void note_step_variant(const char* what, int64_t value) {
+  if (t_variant) *t_variant += fmt::format("{}={};", what, value);
+}
 
 std::string launch_sequence_difference(const std::vector<LaunchRecord>& before, const std::vector<LaunchRecord>& now) {
   const size_t common = std::min(before.size(), now.size());

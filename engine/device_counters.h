@@ -67,7 +67,17 @@ class LaunchRecording {
   LaunchRecording(const LaunchRecording&) = delete;
   LaunchRecording& operator=(const LaunchRecording&) = delete;
   std::vector<LaunchRecord> launches;
+  // The host-side choices that select among a step's few sequences (see
+  // note_step_variant): the step is captured once per variant.
+  std::string variant;
 };
+
+// Names a host-side choice made before the launches it selects, drawn
+// without reading the device (quantize dropout's number of layers, from a
+// counter-based stream): a step's launch sequence may then be one of a few,
+// and a CUDA graph is captured for each. While a LaunchRecording is alive
+// on this thread, appends "what=value;" to its variant; else nothing.
+void note_step_variant(const char* what, int64_t value);
 
 // "" when `now` repeats `before` launch for launch, else which launch first
 // differs and how (or which sequence is longer).

@@ -173,6 +173,7 @@ Tensor index_select(const Tensor& x, const Tensor& index, Indices from) {
   DeviceKernels& k = device_of("index_select", {&x, &index});
   if (from == Indices::checked) check_device_indices(k, "index_select", index, rows, "rows");
   k.gather_rows(x.raw_ptr(), static_cast<const int64_t*>(index.raw_ptr()), m, row * es, out.raw_ptr());
+  if (!any_requires_grad({x, index})) return out;  // no backward: nothing to keep
   Shape in_shape = x.shape();
   Tensor idx = index.clone();  // the caller may reuse its index buffer
   // The index takes part in the batched/batch-free decision (exact_batch.h):

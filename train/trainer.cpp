@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -314,7 +315,7 @@ class RankRun {
     step_ = agree_start_step(step_, comm);
     last_ = opt.stop_at_step > 0 ? std::min(opt.stop_at_step, schedule_.total_steps) : schedule_.total_steps;
     layer_sizes_ = model_.layer_sizes();
-    capture_check_ = device_.kind == Device::Kind::sim && !cfg.quantizer.quantize_dropout;
+    capture_check_ = device_.kind == Device::Kind::sim;
   }
 
   // The loop: from the start step to the last (or a stop every rank agreed
@@ -334,7 +335,7 @@ class RankRun {
       StepResult r = train_step(sampler);
       const int64_t done = step_ + 1;
       if (recording) {
-        check_capturable(std::move(recording->launches), done);
+        check_capturable(std::move(recording->launches), recording->variant, done);
         recording.reset();
       }
       if (opt_.after_step) opt_.after_step(done, comm_.rank(), model_, *optim_);
@@ -361,7 +362,9 @@ class RankRun {
   }
 
  private:
-  std::vector<LaunchRecord> previous_launches_;  // the last step's, for check_capturable
+  // The last step of each variant (LaunchRecording::variant), for
+  // check_capturable: which step it was, and what it launched.
+  std::map<std::string, std::pair<int64_t, std::vector<LaunchRecord>>> previous_launches_;
   // On sim, except where quantize dropout draws each step's number of
   // layers on the host (those layers' kernels are launched or not: a step
   // that is not capturable yet, said at the start).
@@ -402,9 +405,6 @@ class RankRun {
                    ? fmt::format(" = {:.2f} kbit/s", model_.bits_per_example() * data_.examples_per_second / 1000)
                    : "");
     if (step_ > 0) fmt::print("train: resumed at step {} from {}\n", step_, opt_.resume);
-    if (device_.kind == Device::Kind::sim && !capture_check_)
-      fmt::print("train: capture check off: quantize_dropout draws each step's number of layers on the host, so the "
-                 "step launches different kernels from step to step (not capturable as a CUDA graph yet)\n");
     // What `vqddp report` says of the run beside its metrics.
     nlohmann::json run{{"description", data_.description},     {"world_size", comm_.world_size()},
                        {"backend", comm_.backend()},           {"device", device_.str()},
@@ -417,17 +417,21 @@ class RankRun {
 
   // Forward, backward, clipping and the optimizer step of step_ + 1.
   // The capture check, on sim: after the run's first step (k-means, the
-  // allocator's warm-up), every step must launch what the step before it
-  // launched, kernel for kernel on the same sizes, or a CUDA graph captured
-  // from one step could not replay the next. Refused by name, so CI proves
-  // every shipped example's step capturable without a GPU.
-  void check_capturable(std::vector<LaunchRecord> launches, int64_t done) {
-    if (done >= first_ + 3) {
-      std::string diff = launch_sequence_difference(previous_launches_, launches);
-      VQDDP_CHECK(diff.empty(), "capture check ({}): step {} launched another sequence than step {} on rank {}: {}",
-                  device_.str(), done, done - 1, comm_.rank(), diff);
+  // allocator's warm-up), every step must launch what the last step of its
+  // variant launched, kernel for kernel on the same sizes, or a CUDA graph
+  // captured from one step could not replay the next. A step has one
+  // variant unless a host-side draw picks among a few sequences
+  // (quantize dropout's number of layers: one graph each). Refused by name,
+  // so CI proves every shipped example's step capturable without a GPU.
+  void check_capturable(std::vector<LaunchRecord> launches, const std::string& variant, int64_t done) {
+    auto before = previous_launches_.find(variant);
+    if (done >= first_ + 3 && before != previous_launches_.end() && before->second.first >= first_ + 2) {
+      std::string diff = launch_sequence_difference(before->second.second, launches);
+      VQDDP_CHECK(diff.empty(), "capture check ({}): step {} launched another sequence than step {} on rank {}{}: {}",
+                  device_.str(), done, before->second.first, comm_.rank(),
+                  variant.empty() ? "" : fmt::format(" (variant {})", variant), diff);
     }
-    previous_launches_ = std::move(launches);
+    previous_launches_[variant] = {done, std::move(launches)};
   }
 
   StepResult train_step(ShardedSampler& sampler) {

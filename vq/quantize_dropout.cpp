@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/device_counters.h"
 #include "engine/streams.h"
 
 namespace vqddp {
@@ -17,7 +18,9 @@ int last_active_layer(const QuantizeDropoutOptions& opt, int q, bool update_mode
   step.bump_version();
   int last = opt.cutoff_index + static_cast<int>(gen.uniform_int(static_cast<uint64_t>(q - opt.cutoff_index)));
   if (opt.multiple_of > 1) last = (last + 1 + opt.multiple_of - 1) / opt.multiple_of * opt.multiple_of - 1;
-  return std::min(last, q - 1);
+  last = std::min(last, q - 1);
+  note_step_variant("quantize_dropout", last);  // one step sequence per number of layers
+  return last;
 }
 
 }  // namespace vqddp
