@@ -180,4 +180,15 @@ VQDDP_HD float conv_weight_value(const float* x, const float* g, const ConvPlan&
   return acc;
 }
 
+// Element e of the per-sample bias gradients [n, cout]: g's row (s, co)
+// summed over its positions in ascending order, in double from 0, rounded
+// once (the engine's sum of g down to [C_out, 1, 1] for one sample).
+VQDDP_HD float conv_bias_value(const float* g, const ConvPlan& p, int64_t e) {
+  const int64_t positions = p.oh * p.ow;
+  const float* row = g + e * positions;
+  double acc = 0.0;
+  for (int64_t i = 0; i < positions; ++i) acc += row[i];
+  return static_cast<float>(acc);
+}
+
 }  // namespace vqddp

@@ -155,9 +155,9 @@ void CountedKernels::conv_fixed_data(const float* g, const float* w, const float
 }
 
 void CountedKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials,
-                                       const ConvPlan& plan) {
+                                       float* bias_partials, const ConvPlan& plan) {
   count_launch("conv_fixed_weight", {plan.n, plan.c, cout, plan.oh * plan.ow});
-  k_.conv_fixed_weight(x, g, cout, partials, plan);
+  k_.conv_fixed_weight(x, g, cout, partials, bias_partials, plan);
 }
 
 void CountedKernels::index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,

@@ -202,12 +202,13 @@ class DeviceKernels {
   //   conv_fixed:        y [n, cout, oh, ow], plus bias [cout] unless null;
   //   conv_fixed_data:   dx [n, c, h, w] from g [n, cout, oh, ow], plus bias
   //                      [c] unless null (a transposed convolution's forward);
-  //   conv_fixed_weight: each sample's weight gradient [n, cout, c kh kw].
+  //   conv_fixed_weight: each sample's weight gradient [n, cout, c kh kw],
+  //                      and its bias gradient [n, cout] unless null.
   virtual void conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y,
                           const ConvPlan& plan) = 0;
   virtual void conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
                                const ConvPlan& plan) = 0;
-  virtual void conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials,
+  virtual void conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials, float* bias_partials,
                                  const ConvPlan& plan) = 0;
   // dst[index[i], :] = src[i, :] * scale (index distinct, already checked).
   virtual void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,

@@ -157,7 +157,11 @@ Tensor conv_columnless(const Tensor& x, const Tensor& weight, const Tensor& bias
     VQDDP_CHECK(!partials_x, "{}: the input {} is batch-free and the weight batched; an exact step does not support "
                 "that convolution", op, dx.desc());
     Tensor gx, gw, gb;
-    if (need_b) {
+    // The per-example kernels serve an exact step of single-example units;
+    // a plain convolution's bias partials then come in the weight's launch.
+    const bool per_example = partials_w && single_example_units();
+    const bool bias_with_weight = need_b && need_w && per_example && wants_unit_partials(2) && !transposed;
+    if (need_b && !bias_with_weight) {
       Shape c11{g.size(1), 1, 1};
       gb = wants_unit_partials(2) ? unit_sum_to_shape(g, c11, op) : sum_to_shape(g, c11);
       gb = gb.reshape(wants_unit_partials(2) ? Shape{gb.size(0), g.size(1)} : Shape{g.size(1)});
@@ -167,6 +171,7 @@ Tensor conv_columnless(const Tensor& x, const Tensor& weight, const Tensor& bias
     if (g.numel() == 0 || dx.numel() == 0) {  // nothing flows: zero gradients of the right shapes
       if (need_x) gx = zeros(dx.shape(), DType::f32, g.device());
       if (need_w) gw = zeros(wshape, DType::f32, g.device());
+      if (bias_with_weight) gb = zeros({wshape[0], g.size(1)}, DType::f32, g.device());
       return {gx, gw, gb};
     }
     DeviceKernels& k = device_of(op, {&g, &dw});
@@ -179,9 +184,11 @@ Tensor conv_columnless(const Tensor& x, const Tensor& weight, const Tensor& bias
       if (transposed) k.conv_fixed(f(g), f(dw), nullptr, kc, px, p);
       else k.conv_fixed_data(f(g), f(dw), nullptr, kc, px, p);
     }
-    if (need_w && partials_w && single_example_units()) {
+    if (need_w && per_example) {
       gw = empty(wshape, DType::f32, g.device());
-      k.conv_fixed_weight(f(image), f(out), kc, static_cast<float*>(gw.raw_ptr()), p);
+      if (bias_with_weight) gb = empty({p.n, kc}, DType::f32, g.device());
+      k.conv_fixed_weight(f(image), f(out), kc, static_cast<float*>(gw.raw_ptr()),
+                          bias_with_weight ? static_cast<float*>(gb.raw_ptr()) : nullptr, p);
     } else if (need_w) {  // the column path's weight gradient: matmul's of cols [N P, C K] and rows [N P, kc]
       ConvOptions o;
       o.stride = {p.sh, p.sw};

@@ -515,12 +515,17 @@ void CpuKernels::conv_fixed_data(const float* g, const float* w, const float* bi
   if (bias) add_channel_bias(dx, bias, p.n, p.c, image);
 }
 
-void CpuKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials, const ConvPlan& p) {
+void CpuKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials,
+                                   float* bias_partials, const ConvPlan& p) {
   const int64_t pos = p.oh * p.ow, ck = p.col_width();
   std::vector<float> cols(static_cast<size_t>(p.rows() * ck));
   im2col(x, cols.data(), p);
   gemm_fixed(false, false, cout, ck, pos, g, pos, cols.data(), ck, partials, ck,
              {p.n, cout * pos, pos * ck, cout * ck});
+  if (bias_partials)
+    parallel_for_ranges(p.n * cout, pos, [&](int64_t begin, int64_t end) {
+      for (int64_t e = begin; e < end; ++e) bias_partials[e] = conv_bias_value(g, p, e);
+    });
 }
 
 void CpuKernels::index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,

@@ -50,7 +50,8 @@ class CpuKernels : public DeviceKernels {
                   const ConvPlan& plan) override;
   void conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
                        const ConvPlan& plan) override;
-  void conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials, const ConvPlan& plan) override;
+  void conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials, float* bias_partials,
+                         const ConvPlan& plan) override;
   void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                        float* dst) override;
   // ---- optimizers -------------------------------------------------------------------

@@ -379,10 +379,10 @@ class CudaKernels final : public DeviceKernels {
     DeviceGuard guard(device_);
     cuda::conv_fixed_data(g, w, bias, cout, dx, plan, stream());
   }
-  void conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials,
+  void conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials, float* bias_partials,
                          const ConvPlan& plan) override {
     DeviceGuard guard(device_);
-    cuda::conv_fixed_weight(x, g, cout, partials, plan, stream());
+    cuda::conv_fixed_weight(x, g, cout, partials, bias_partials, plan, stream());
   }
   void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                        float* dst) override {

@@ -29,9 +29,13 @@ __global__ void conv_fixed_data_kernel(const float* g, const float* w, const flo
   VQDDP_GRID_LOOP(e, n) dx[e] = conv_data_value(g, w, bias, p, cout, e);
 }
 
-__global__ void conv_fixed_weight_kernel(const float* x, const float* g, int64_t cout, float* partials, ConvPlan p,
-                                         int64_t n) {
-  VQDDP_GRID_LOOP(e, n) partials[e] = conv_weight_value(x, g, p, cout, e);
+// Elements past the weight's n are the bias's (when asked for): one launch.
+__global__ void conv_fixed_weight_kernel(const float* x, const float* g, int64_t cout, float* partials,
+                                         float* bias_partials, ConvPlan p, int64_t n, int64_t all) {
+  VQDDP_GRID_LOOP(e, all) {
+    if (e < n) partials[e] = conv_weight_value(x, g, p, cout, e);
+    else bias_partials[e - n] = conv_bias_value(g, p, e - n);
+  }
 }
 
 }  // namespace
@@ -52,11 +56,11 @@ void conv_fixed_data(const float* g, const float* w, const float* bias, int64_t 
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 
-void conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials, const ConvPlan& plan,
-                       cudaStream_t s) {
-  int64_t n = plan.n * cout * plan.col_width();
-  if (n <= 0) return;
-  conv_fixed_weight_kernel<<<grid_for(n), kThreads, 0, s>>>(x, g, cout, partials, plan, n);
+void conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials, float* bias_partials,
+                       const ConvPlan& plan, cudaStream_t s) {
+  int64_t n = plan.n * cout * plan.col_width(), all = n + (bias_partials ? plan.n * cout : 0);
+  if (all <= 0) return;
+  conv_fixed_weight_kernel<<<grid_for(all), kThreads, 0, s>>>(x, g, cout, partials, bias_partials, plan, n, all);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

@@ -71,8 +71,8 @@ void conv_fixed(const float* x, const float* w, const float* bias, int64_t cout,
                 cudaStream_t s);
 void conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx, const ConvPlan& plan,
                      cudaStream_t s);
-void conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials, const ConvPlan& plan,
-                       cudaStream_t s);
+void conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials, float* bias_partials,
+                       const ConvPlan& plan, cudaStream_t s);
 // Scratch memory index_add_rows needs for these sizes.
 size_t index_add_rows_scratch(int64_t n, int64_t d, int64_t k);
 // index_select's backward: float sums per code in ascending row order

@@ -252,7 +252,7 @@ TEST_CASE("convolutions on the GPU: forward has the CPU's bits, gradients within
         {randn({2, 4, 7, 7}, 39), randn({4, 3, 4, 4}, 40), randn({6}, 41)});
 }
 
-TEST_CASE("the columnless convolution kernels have the CPU's bits: forward, input and per-sample weight gradients") {
+TEST_CASE("the columnless convolution kernels have the CPU's bits: forward, input and per-sample weight and bias gradients") {
   // DeviceKernels::conv_fixed, conv_fixed_data and conv_fixed_weight: the
   // CPU runs the column path, the GPU conv_plan.h's per-element chains.
   struct Geometry {
@@ -271,13 +271,13 @@ TEST_CASE("the columnless convolution kernels have the CPU's bits: forward, inpu
     auto run = [&](Device d) {
       Tensor xd = x.to(d), wd = w.to(d), gd = g.to(d), bd = b.to(d), bcd = bc.to(d);
       Tensor y = empty({p.n, cout, pos}, DType::f32, d), dx = empty(x.shape(), DType::f32, d),
-             dw = empty({p.n, cout, p.col_width()}, DType::f32, d);
+             dw = empty({p.n, cout, p.col_width()}, DType::f32, d), db = empty({p.n, cout}, DType::f32, d);
       DeviceKernels& k = device_kernels(d);
       auto F = [](const Tensor& t) { return static_cast<float*>(t.raw_ptr()); };
       k.conv_fixed(F(xd), F(wd), F(bd), cout, F(y), p);
       k.conv_fixed_data(F(gd), F(wd), F(bcd), cout, F(dx), p);
-      k.conv_fixed_weight(F(xd), F(gd), cout, F(dw), p);
-      return std::vector<Tensor>{y, dx, dw};
+      k.conv_fixed_weight(F(xd), F(gd), cout, F(dw), F(db), p);
+      return std::vector<Tensor>{y, dx, dw, db};
     };
     std::vector<Tensor> gpu = run(kGpu), cpu = run(kCpu);
     CAPTURE(geo.sw);

@@ -340,7 +340,8 @@ TEST_CASE("conv_fixed and its gradients: the CPU's column path gives the bits of
           dw(static_cast<size_t>(p.n * cout * p.col_width()));
       cpu.conv_fixed(x.data<float>(), w.data<float>(), b, cout, y.data(), p);
       cpu.conv_fixed_data(g.data<float>(), w.data<float>(), bc, cout, dx.data(), p);
-      cpu.conv_fixed_weight(x.data<float>(), g.data<float>(), cout, dw.data(), p);
+      std::vector<float> db(static_cast<size_t>(p.n * cout));
+      cpu.conv_fixed_weight(x.data<float>(), g.data<float>(), cout, dw.data(), with_bias ? db.data() : nullptr, p);
       CAPTURE(with_bias);
       CAPTURE(o.stride[1]);
       for (size_t e = 0; e < y.size(); ++e)
@@ -349,5 +350,14 @@ TEST_CASE("conv_fixed and its gradients: the CPU's column path gives the bits of
         REQUIRE(bits(dx[e]) == bits(conv_data_value(g.data<float>(), w.data<float>(), bc, p, cout, int64_t(e))));
       for (size_t e = 0; e < dw.size(); ++e)
         REQUIRE(bits(dw[e]) == bits(conv_weight_value(x.data<float>(), g.data<float>(), p, cout, int64_t(e))));
+      // The bias partials: the engine's sum of each sample's g down to [C_out, 1, 1].
+      if (with_bias)
+        for (int64_t s = 0; s < p.n; ++s) {
+          Tensor want = sum_to_shape(g.slice_rows(s, s + 1).reshape({1, cout, p.oh, p.ow}), {cout, 1, 1});
+          for (int64_t c = 0; c < cout; ++c) {
+            REQUIRE(bits(db[s * cout + c]) == bits(want.data<float>()[c]));
+            REQUIRE(bits(db[s * cout + c]) == bits(conv_bias_value(g.data<float>(), p, s * cout + c)));
+          }
+        }
     }
 }
