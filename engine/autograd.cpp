@@ -66,15 +66,14 @@ Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs
   return record_op(name, std::move(out), inputs, {}, std::move(backward));
 }
 
-Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
-                 BackwardFn backward) {
-  // The op has just computed `out`; inside a backward formula it is
-  // charged as part of that formula.
-  if (op_profile_enabled()) op_profile_mark(t_backward_of ? fmt::format("{} backward: {}", t_backward_of, name) : name);
-  if (!any_requires_grad(inputs)) return out;
+namespace {
+
+std::shared_ptr<Node> make_node(const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
+                                MultiBackwardFn backward, int outputs) {
   auto node = std::make_shared<Node>();
   node->name = name;
   node->batch_free = true;
+  node->outputs = outputs;
   for (const Tensor& t : inputs) {
     if (t.defined() && !is_batch_free(t)) node->batch_free = false;
     node->inputs.push_back(t.defined() && t.requires_grad() ? t.impl()->autograd : nullptr);
@@ -82,11 +81,38 @@ Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs
   }
   for (const Tensor& t : saved) node->saved.emplace_back(t.impl()->storage, t.version());
   node->backward = std::move(backward);
+  return node;
+}
+
+void attach(Tensor& out, const std::shared_ptr<Node>& node, int index) {
   AutogradMeta& meta = out.autograd_meta();
   meta.requires_grad = true;
   meta.batch_free = node->batch_free;
-  meta.grad_fn = std::move(node);
+  meta.grad_fn = node;
+  meta.output_index = index;
+}
+
+}  // namespace
+
+Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
+                 BackwardFn backward) {
+  // The op has just computed `out`; inside a backward formula it is
+  // charged as part of that formula.
+  if (op_profile_enabled()) op_profile_mark(t_backward_of ? fmt::format("{} backward: {}", t_backward_of, name) : name);
+  if (!any_requires_grad(inputs)) return out;
+  attach(out,
+         make_node(name, inputs, saved,
+                   [f = std::move(backward)](const std::vector<Tensor>& grads) { return f(grads[0]); }, 1),
+         0);
   return out;
+}
+
+void record_multi_op(const char* name, std::vector<Tensor>& outs, const std::vector<Tensor>& inputs,
+                     const std::vector<Tensor>& saved, MultiBackwardFn backward) {
+  if (op_profile_enabled()) op_profile_mark(t_backward_of ? fmt::format("{} backward: {}", t_backward_of, name) : name);
+  if (!any_requires_grad(inputs)) return;
+  std::shared_ptr<Node> node = make_node(name, inputs, saved, std::move(backward), static_cast<int>(outs.size()));
+  for (size_t i = 0; i < outs.size(); ++i) attach(outs[i], node, static_cast<int>(i));
 }
 
 namespace {
@@ -149,10 +175,19 @@ struct Boundary {
   Tensor partials;  // [units, ...shape]
 };
 
-void run_node(Node* node, std::unordered_map<Node*, Tensor>& pending, std::vector<Boundary>* units) {
+// A node's pending gradients, one slot per output.
+using Pending = std::unordered_map<Node*, std::vector<Tensor>>;
+
+Tensor& pending_slot(Pending& pending, const AutogradMeta& meta) {
+  std::vector<Tensor>& slots = pending[meta.grad_fn.get()];
+  slots.resize(static_cast<size_t>(meta.grad_fn->outputs));
+  return slots[static_cast<size_t>(meta.output_index)];
+}
+
+void run_node(Node* node, Pending& pending, std::vector<Boundary>* units) {
   auto it = pending.find(node);
   if (it == pending.end()) return;  // no gradient flows into this node
-  Tensor grad_out = std::move(it->second);
+  std::vector<Tensor> grad_out = std::move(it->second);
   pending.erase(it);
   for (const auto& [storage, version] : node->saved)
     VQDDP_CHECK(storage->version.load(std::memory_order_relaxed) == version,
@@ -168,7 +203,7 @@ void run_node(Node* node, std::unordered_map<Node*, Tensor>& pending, std::vecto
     op_profile_mark("(autograd between backward formulas)");
     t_backward_of = node->name;
     grads = node->backward(grad_out);
-    grad_out = Tensor();  // a view of it in grads is then the gradient's only holder (accumulate_owned)
+    grad_out.clear();  // a view of it in grads is then the gradient's only holder (accumulate_owned)
     t_backward_of = nullptr;
     if (op_profile_enabled()) op_profile_mark(std::string(node->name) + " backward");
   } catch (...) {
@@ -203,7 +238,7 @@ void run_node(Node* node, std::unordered_map<Node*, Tensor>& pending, std::vecto
     VQDDP_ASSERT(grads[i].shape() == node->input_shapes[i], "backward of '{}': gradient {} has shape {}, input has {}",
                 node->name, i, shape_str(grads[i].shape()), shape_str(node->input_shapes[i]));
     if (in->grad_fn)
-      accumulate_pending(pending[in->grad_fn.get()], grads[i]);
+      accumulate_pending(pending_slot(pending, *in), grads[i]);
     else
       accumulate_owned(in->grad, grads[i]);
   }
@@ -224,7 +259,8 @@ void Tensor::backward() const {
     accumulate(root.grad, seed);
     return;
   }
-  std::unordered_map<Node*, Tensor> pending{{root.grad_fn.get(), seed}};
+  Pending pending;
+  pending_slot(pending, root) = seed;
   std::vector<Node*> order = reverse_topological_order(root.grad_fn.get());
   if (!exact) {
     for (Node* node : order) run_node(node, pending, nullptr);
@@ -250,7 +286,7 @@ void Tensor::backward() const {
     // gradient takes its sum as its .grad (no copy); one with a gradient
     // adds it in place as ever.
     if (in.grad_fn)
-      accumulate_pending(pending[in.grad_fn.get()], sums[i]);
+      accumulate_pending(pending_slot(pending, in), sums[i]);
     else if (!in.grad.defined())
       in.grad = sums[i];
     else

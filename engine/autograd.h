@@ -32,9 +32,13 @@ struct AutogradMeta {
   bool batch_free = false;
   Tensor grad;                    // accumulated gradient (leaves only)
   std::shared_ptr<Node> grad_fn;  // op that produced the tensor; null for leaves
+  int output_index = 0;           // which of grad_fn's outputs this is
 };
 
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_out)>;
+// An op of several outputs: one gradient per output (undefined where none
+// flowed into it) -> one per input.
+using MultiBackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grads_out)>;
 
 struct Node {
   const char* name;  // op name, for error messages
@@ -46,7 +50,8 @@ struct Node {
   // codebook update, a collective) would otherwise give a silently wrong
   // gradient.
   std::vector<std::pair<std::shared_ptr<Storage>, uint64_t>> saved;
-  BackwardFn backward;
+  MultiBackwardFn backward;  // a one-output op's BackwardFn, on grads_out[0]
+  int outputs = 1;
   bool batch_free = false;  // every input batch-free: the output is too
 
   // Releases the graph behind this node iteratively: a long chain (a
@@ -80,6 +85,10 @@ class NoGradGuard {
 Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
                  BackwardFn backward);
 Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs, BackwardFn backward);
+// The same for an op of several outputs (one node for all of them, whose
+// backward runs once with every output's gradient): `outs` gain the node.
+void record_multi_op(const char* name, std::vector<Tensor>& outs, const std::vector<Tensor>& inputs,
+                     const std::vector<Tensor>& saved, MultiBackwardFn backward);
 
 // True when an op on these inputs would be recorded.
 bool any_requires_grad(const std::vector<Tensor>& inputs);

@@ -193,15 +193,14 @@ void CountedKernels::clip_norm(const double* total_sq, float* norm) {
   k_.clip_norm(total_sq, norm);
 }
 
-void CountedKernels::weight_norm(const float* v, const float* g, int64_t rows, int64_t cols, float* w) {
-  launch_if(rows * cols, "weight_norm", {rows, cols});
-  k_.weight_norm(v, g, rows, cols, w);
+void CountedKernels::weight_norm(const WeightNormTensor* tensors, int64_t count) {
+  if (count > 0) count_multi_tensor("weight_norm", count);
+  k_.weight_norm(tensors, count);
 }
 
-void CountedKernels::weight_norm_backward(const float* v, const float* g, const float* dw, int64_t rows, int64_t cols,
-                                          float* dv, float* dg) {
-  launch_if(rows * cols, "weight_norm_backward", {rows, cols});
-  k_.weight_norm_backward(v, g, dw, rows, cols, dv, dg);
+void CountedKernels::weight_norm_backward(const WeightNormTensor* tensors, int64_t count) {
+  if (count > 0) count_multi_tensor("weight_norm_backward", count);
+  k_.weight_norm_backward(tensors, count);
 }
 
 void CountedKernels::mse(const float* a, const float* b, int64_t n, float* out) {

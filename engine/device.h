@@ -115,6 +115,19 @@ struct CopyBlock {
   int64_t rows = 0, width = 0, src_row = 0, dst_row = 0;
 };
 
+// One layer of a multi-tensor weight normalization (nn_conv.h): v [rows,
+// cols], g [rows]; the forward writes w, the backward reads dw and writes
+// dv and dg.
+struct WeightNormTensor {
+  const float* v = nullptr;
+  const float* g = nullptr;
+  float* w = nullptr;
+  const float* dw = nullptr;
+  float* dv = nullptr;
+  float* dg = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+
 // One block of a multi-tensor unit sum (Communicator::reduce_units in a
 // world of one): out[j] = the sum over u ascending of in[u * n + j], for
 // j < n, in double from 0 and rounded to float once, the arithmetic of
@@ -234,11 +247,12 @@ class DeviceKernels {
   virtual void clip_norm(const double* total_sq, float* norm) = 0;
 
   // ---- weight normalization (nn_conv.h) -------------------------------------------
-  // Row by row of v [rows, cols] (g [rows]): kernel_math.h's weight_norm_row
-  // into w, and weight_norm_row_backward from dw into dv and dg.
-  virtual void weight_norm(const float* v, const float* g, int64_t rows, int64_t cols, float* w) = 0;
-  virtual void weight_norm_backward(const float* v, const float* g, const float* dw, int64_t rows, int64_t cols,
-                                    float* dv, float* dg) = 0;
+  // Over `count` WeightNormTensors, row by row of each v [rows, cols] (g
+  // [rows]): kernel_math.h's weight_norm_row into w, and (the backward)
+  // weight_norm_row_backward from dw into dv and dg. One launch per
+  // kMultiTensors: every layer of a model in one.
+  virtual void weight_norm(const WeightNormTensor* tensors, int64_t count) = 0;
+  virtual void weight_norm_backward(const WeightNormTensor* tensors, int64_t count) = 0;
 
   // ---- losses ------------------------------------------------------------------------
   // *out = mean of (a[i] - b[i])^2 with the difference and its square in

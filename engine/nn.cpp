@@ -125,6 +125,11 @@ void Module::train(bool on) {
 
 bool Module::updates_state() const { return training_ && grad_enabled(); }
 
+void Module::for_each_module(const std::function<void(Module&)>& fn) {
+  fn(*this);
+  for (auto& [name, child] : children_) child->for_each_module(fn);
+}
+
 void Module::zero_grad() {
   for (auto& [_, t] : named_parameters()) t.zero_grad();
 }

@@ -72,6 +72,10 @@ class Module {
 
   void zero_grad();
 
+  // fn on this module, then on every submodule, depth first in
+  // registration order.
+  void for_each_module(const std::function<void(Module&)>& fn);
+
   // Moves every float parameter and buffer (also of submodules) to `device`
   // in place: the handles members hold follow. int64 buffers (step
   // counters, flags) stay on the host, where control flow reads them with

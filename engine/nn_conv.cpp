@@ -8,27 +8,73 @@
 
 namespace vqddp {
 
-// One op with one kernel each way (kernel_math.h's row formulas), not the
-// five ops and their backwards it is made of: a step launches it per layer.
-Tensor weight_norm(const Tensor& v, const Tensor& g) {
-  VQDDP_CHECK(v.dim() >= 2 && g.dim() == 1 && g.size(0) == v.size(0), "weight_norm: g {} must be [{}] for v {}",
-              g.desc(), v.dim() >= 1 ? v.size(0) : 0, v.desc());
-  VQDDP_CHECK(v.dtype() == DType::f32 && g.dtype() == DType::f32, "weight_norm: expected float32, got {} and {}",
-              v.desc(), g.desc());
-  const int64_t rows = v.size(0), cols = rows > 0 ? v.numel() / rows : 0;
-  Tensor w = empty(v.shape(), DType::f32, v.device());
-  device_of("weight_norm", {&v, &g})
-      .weight_norm(static_cast<const float*>(v.raw_ptr()), static_cast<const float*>(g.raw_ptr()), rows, cols,
-                   static_cast<float*>(w.raw_ptr()));
-  Tensor vd = v.detach(), gd = g.detach();
-  return record_op("weight_norm", w, {v, g}, {v, g}, [vd, gd, rows, cols](const Tensor& dw) -> std::vector<Tensor> {
-    Tensor dv = empty(vd.shape(), DType::f32, vd.device()), dg = empty(gd.shape(), DType::f32, gd.device());
-    device_of("weight_norm backward", {&vd, &gd, &dw})
-        .weight_norm_backward(static_cast<const float*>(vd.raw_ptr()), static_cast<const float*>(gd.raw_ptr()),
-                              static_cast<const float*>(dw.raw_ptr()), rows, cols, static_cast<float*>(dv.raw_ptr()),
-                              static_cast<float*>(dg.raw_ptr()));
-    return {dv, dg};
+// One op for every layer, one multi-tensor kernel each way (kernel_math.h's
+// row formulas): a step launches it once for the whole model, not once per
+// layer (WeightNormBatch).
+std::vector<Tensor> weight_norm_all(const std::vector<Tensor>& vs, const std::vector<Tensor>& gs) {
+  VQDDP_CHECK(vs.size() == gs.size() && !vs.empty(), "weight_norm: {} directions and {} scales", vs.size(), gs.size());
+  std::vector<Tensor> ws, inputs, saved;
+  std::vector<WeightNormTensor> list;
+  for (size_t i = 0; i < vs.size(); ++i) {
+    const Tensor &v = vs[i], &g = gs[i];
+    VQDDP_CHECK(v.dim() >= 2 && g.dim() == 1 && g.size(0) == v.size(0), "weight_norm: g {} must be [{}] for v {}",
+                g.desc(), v.dim() >= 1 ? v.size(0) : 0, v.desc());
+    VQDDP_CHECK(v.dtype() == DType::f32 && g.dtype() == DType::f32 && v.device() == vs[0].device() &&
+                    g.device() == vs[0].device(),
+                "weight_norm: expected float32 on {}, got {} and {}", vs[0].device().str(), v.desc(), g.desc());
+    const int64_t rows = v.size(0), cols = rows > 0 ? v.numel() / rows : 0;
+    ws.push_back(empty(v.shape(), DType::f32, v.device()));
+    WeightNormTensor t;
+    t.v = static_cast<const float*>(v.raw_ptr());
+    t.g = static_cast<const float*>(g.raw_ptr());
+    t.w = static_cast<float*>(ws.back().raw_ptr());
+    t.rows = rows, t.cols = cols;
+    list.push_back(t);
+    inputs.push_back(v), inputs.push_back(g);
+    saved.push_back(v.detach()), saved.push_back(g.detach());
+  }
+  device_of("weight_norm", {&vs[0], &gs[0]}).weight_norm(list.data(), static_cast<int64_t>(list.size()));
+  record_multi_op("weight_norm", ws, inputs, saved, [saved](const std::vector<Tensor>& dws) -> std::vector<Tensor> {
+    std::vector<Tensor> grads(saved.size());
+    std::vector<WeightNormTensor> back;
+    for (size_t i = 0; i < dws.size(); ++i) {
+      if (!dws[i].defined()) continue;  // no gradient reached this layer's weight: none for its v and g
+      const Tensor &v = saved[2 * i], &g = saved[2 * i + 1];
+      grads[2 * i] = empty(v.shape(), DType::f32, v.device());
+      grads[2 * i + 1] = empty(g.shape(), DType::f32, g.device());
+      WeightNormTensor t;
+      t.v = static_cast<const float*>(v.raw_ptr());
+      t.g = static_cast<const float*>(g.raw_ptr());
+      t.dw = static_cast<const float*>(dws[i].raw_ptr());
+      t.dv = static_cast<float*>(grads[2 * i].raw_ptr());
+      t.dg = static_cast<float*>(grads[2 * i + 1].raw_ptr());
+      t.rows = v.size(0), t.cols = t.rows > 0 ? v.numel() / t.rows : 0;
+      back.push_back(t);
+    }
+    if (!back.empty())
+      device_of("weight_norm backward", {&saved[0]}).weight_norm_backward(back.data(), static_cast<int64_t>(back.size()));
+    return grads;
   });
+  return ws;
+}
+
+Tensor weight_norm(const Tensor& v, const Tensor& g) { return weight_norm_all({v}, {g})[0]; }
+
+WeightNormBatch::WeightNormBatch(Module& root) {
+  std::vector<Tensor> vs, gs;
+  root.for_each_module([&](Module& m) {
+    auto* layer = dynamic_cast<ConvLayer*>(&m);
+    if (!layer || !layer->normalized()) return;
+    layers_.push_back(layer);
+    vs.push_back(layer->v_), gs.push_back(layer->g_);
+  });
+  if (layers_.empty()) return;
+  std::vector<Tensor> ws = weight_norm_all(vs, gs);
+  for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->batched_ = ws[i];
+}
+
+WeightNormBatch::~WeightNormBatch() {
+  for (ConvLayer* layer : layers_) layer->batched_ = Tensor();
 }
 
 ConvLayer::ConvLayer(const Shape& shape, int64_t out_channels, Generator& gen, bool normalize, bool with_bias) {
@@ -47,7 +93,10 @@ ConvLayer::ConvLayer(const Shape& shape, int64_t out_channels, Generator& gen, b
   if (with_bias) bias = register_parameter("bias", rand_uniform({out_channels}, gen, -bound, bound));
 }
 
-Tensor ConvLayer::weight() const { return weight_.defined() ? weight_ : weight_norm(v_, g_); }
+Tensor ConvLayer::weight() const {
+  if (weight_.defined()) return weight_;
+  return batched_.defined() ? batched_ : weight_norm(v_, g_);
+}
 
 Shape conv_weight_shape(int dims, bool transposed, int64_t in, int64_t out, int64_t kernel, int64_t groups) {
   VQDDP_CHECK(groups >= 1 && in % groups == 0 && out % groups == 0,

@@ -11,6 +11,9 @@ namespace vqddp {
 // of each slice v[o] over every dimension but the first; g [O]. A
 // differentiable function of v and g, so both are trained.
 Tensor weight_norm(const Tensor& v, const Tensor& g);
+// The same for many layers at once, [vs[i], gs[i]] -> w_i: one op of one
+// kernel each way however many layers (each w_i the bits weight_norm gives).
+std::vector<Tensor> weight_norm_all(const std::vector<Tensor>& vs, const std::vector<Tensor>& gs);
 
 // What the four layers share: the weight as one parameter "weight", or with
 // weight normalization as "weight_g" (one per slice of the first dimension,
@@ -22,12 +25,32 @@ class ConvLayer : public Layer {
   // The weight the forward pass uses (g v / |v| with weight normalization).
   Tensor weight() const;
   Tensor bias;  // [C_out], undefined without bias
+  bool normalized() const { return !weight_.defined(); }
 
  protected:
   ConvLayer(const Shape& weight_shape, int64_t out_channels, Generator& gen, bool normalize, bool with_bias);
 
  private:
+  friend class WeightNormBatch;
   Tensor weight_, g_, v_;
+  Tensor batched_;  // this forward's weight from a WeightNormBatch, while one lives
+};
+
+// While it lives, every weight-normalized layer under `root` uses the
+// weight one weight_norm_all computed for all of them at its construction:
+// a model's forward makes one, so a step launches one weight-norm kernel
+// each way instead of one per layer, with the same bits. Build it where the
+// parameters will not change before the forward ends (not across an
+// optimizer step).
+class WeightNormBatch {
+ public:
+  explicit WeightNormBatch(Module& root);
+  ~WeightNormBatch();
+  WeightNormBatch(const WeightNormBatch&) = delete;
+  WeightNormBatch& operator=(const WeightNormBatch&) = delete;
+
+ private:
+  std::vector<ConvLayer*> layers_;
 };
 
 struct ConvLayerOptions {

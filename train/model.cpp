@@ -2,6 +2,7 @@
 
 #include "comm/single.h"
 #include "engine/autograd.h"
+#include "engine/nn_conv.h"
 #include "engine/ops.h"
 #include "engine/streams.h"
 #include "vq/losses.h"
@@ -65,6 +66,7 @@ Tensor CodecModel::encode(const Tensor& x) {
   NoGradGuard no_grad;
   SingleCommunicator local;  // eval: the quantizer issues no collective
   const int64_t n = x.size(0);
+  WeightNormBatch weights(*net_.encoder);
   return quantizer_->quantize(tokens_of(net_.encoder->forward(reshape(x, batched(n, net_.input))), n), local).indices;
 }
 
@@ -75,6 +77,7 @@ Tensor CodecModel::decode(const Tensor& codes) const {
               "decode: codes must be int64 [n * {}, {}], got {}", net_.tokens, q, codes.desc());
   NoGradGuard no_grad;
   const int64_t n = codes.size(0) / net_.tokens;
+  WeightNormBatch weights(*net_.decoder);
   Tensor y = reshape(net_.decoder->forward(latent_of(quantizer_->decode(codes), n)), {n, input_dim_});
   return mcfg_.sigmoid_output ? sigmoid(y) : y;
 }
@@ -84,6 +87,7 @@ ModelOutput CodecModel::forward(const Tensor& x, Communicator& comm) {
               input_dim_, x.desc());
   int64_t n = x.size(0);
   ModelOutput out;
+  WeightNormBatch weights(*this);  // every layer's weight norm in one launch each way
   Tensor z = tokens_of(net_.encoder->forward(reshape(x, batched(n, net_.input))), n);
   QuantizerOutput o = quantizer_->quantize(z, comm);
   out.quantizer_loss = o.loss;

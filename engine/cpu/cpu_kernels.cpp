@@ -569,15 +569,20 @@ void CpuKernels::clip_scale(float* const* xs, const int64_t* ns, int64_t count, 
 
 void CpuKernels::clip_norm(const double* total_sq, float* norm) { *norm = static_cast<float>(std::sqrt(*total_sq)); }
                            
-void CpuKernels::weight_norm(const float* v, const float* g, int64_t rows, int64_t cols, float* w) {
-  parallel_for(rows, [&](int64_t r) { weight_norm_row(v + r * cols, g[r], cols, w + r * cols); });
+void CpuKernels::weight_norm(const WeightNormTensor* tensors, int64_t count) {
+  for (int64_t t = 0; t < count; ++t) {
+    const WeightNormTensor& a = tensors[t];
+    parallel_for(a.rows, [&](int64_t r) { weight_norm_row(a.v + r * a.cols, a.g[r], a.cols, a.w + r * a.cols); });
+  }
 }
 
-void CpuKernels::weight_norm_backward(const float* v, const float* g, const float* dw, int64_t rows, int64_t cols,
-                                      float* dv, float* dg) {
-  parallel_for(rows, [&](int64_t r) {
-    weight_norm_row_backward(v + r * cols, g[r], dw + r * cols, cols, dv + r * cols, dg + r);
-  });
+void CpuKernels::weight_norm_backward(const WeightNormTensor* tensors, int64_t count) {
+  for (int64_t t = 0; t < count; ++t) {
+    const WeightNormTensor& a = tensors[t];
+    parallel_for(a.rows, [&](int64_t r) {
+      weight_norm_row_backward(a.v + r * a.cols, a.g[r], a.dw + r * a.cols, a.cols, a.dv + r * a.cols, a.dg + r);
+    });
+  }
 }
 
 void CpuKernels::mse(const float* a, const float* b, int64_t n, float* out) {

@@ -61,9 +61,8 @@ class CpuKernels : public DeviceKernels {
   void clip_scale(float* const* xs, const int64_t* ns, int64_t count, const double* total_sq, float max_norm) override;
   void clip_norm(const double* total_sq, float* norm) override;
   // ---- losses ---------------------------------------------------------------------
-  void weight_norm(const float* v, const float* g, int64_t rows, int64_t cols, float* w) override;
-  void weight_norm_backward(const float* v, const float* g, const float* dw, int64_t rows, int64_t cols, float* dv,
-                            float* dg) override;
+  void weight_norm(const WeightNormTensor* tensors, int64_t count) override;
+  void weight_norm_backward(const WeightNormTensor* tensors, int64_t count) override;
   void mse(const float* a, const float* b, int64_t n, float* out) override;
   void index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
                           float* sums) override;

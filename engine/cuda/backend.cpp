@@ -418,14 +418,15 @@ class CudaKernels final : public DeviceKernels {
     DeviceGuard guard(device_);
     cuda::clip_norm(total_sq, norm, stream());
   }
-  void weight_norm(const float* v, const float* g, int64_t rows, int64_t cols, float* w) override {
+  void weight_norm(const WeightNormTensor* tensors, int64_t count) override {
     DeviceGuard guard(device_);
-    cuda::weight_norm(v, g, rows, cols, w, stream());
+    for (int64_t t = 0; t < count; t += kMultiTensors)
+      cuda::weight_norm(tensors + t, std::min(kMultiTensors, count - t), stream());
   }
-  void weight_norm_backward(const float* v, const float* g, const float* dw, int64_t rows, int64_t cols, float* dv,
-                            float* dg) override {
+  void weight_norm_backward(const WeightNormTensor* tensors, int64_t count) override {
     DeviceGuard guard(device_);
-    cuda::weight_norm_backward(v, g, dw, rows, cols, dv, dg, stream());
+    for (int64_t t = 0; t < count; t += kMultiTensors)
+      cuda::weight_norm_backward(tensors + t, std::min(kMultiTensors, count - t), stream());
   }
   void mse(const float* a, const float* b, int64_t n, float* out) override {
     DeviceGuard guard(device_);

@@ -140,13 +140,35 @@ __global__ void adamw_step_kernel(AdamWStep step, AdamWList list) {
 
 // A thread per row: its sums in the CPU's ascending order (the rows of a
 // layer's weight are few and short, and the step launches this once).
-__global__ void weight_norm_kernel(const float* v, const float* g, int64_t rows, int64_t cols, float* w) {
-  VQDDP_GRID_LOOP(r, rows) weight_norm_row(v + r * cols, g[r], cols, w + r * cols);
+// Layers as block rows (blockIdx.y), like the other multi-tensor kernels;
+// each direction's list holds only its pointers, to stay within the
+// launch's argument space.
+struct WeightNormForward {
+  const float *v, *g;
+  float* w;
+  int64_t rows, cols;
+};
+struct WeightNormBackward {
+  const float *v, *g, *dw;
+  float *dv, *dg;
+  int64_t rows, cols;
+};
+struct WeightNormForwardList {
+  WeightNormForward t[kMultiTensors];
+};
+struct WeightNormBackwardList {
+  WeightNormBackward t[kMultiTensors];
+};
+
+__global__ void weight_norm_kernel(WeightNormForwardList list) {
+  const WeightNormForward& a = list.t[blockIdx.y];
+  VQDDP_GRID_LOOP(r, a.rows) weight_norm_row(a.v + r * a.cols, a.g[r], a.cols, a.w + r * a.cols);
 }
 
-__global__ void weight_norm_backward_kernel(const float* v, const float* g, const float* dw, int64_t rows,
-                                            int64_t cols, float* dv, float* dg) {
-  VQDDP_GRID_LOOP(r, rows) weight_norm_row_backward(v + r * cols, g[r], dw + r * cols, cols, dv + r * cols, dg + r);
+__global__ void weight_norm_backward_kernel(WeightNormBackwardList list) {
+  const WeightNormBackward& a = list.t[blockIdx.y];
+  VQDDP_GRID_LOOP(r, a.rows)
+  weight_norm_row_backward(a.v + r * a.cols, a.g[r], a.dw + r * a.cols, a.cols, a.dv + r * a.cols, a.dg + r);
 }
 
 __global__ void clip_scale_kernel(ScaleList list, const double* total_sq, float max_norm) {
@@ -257,16 +279,29 @@ void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 
-void weight_norm(const float* v, const float* g, int64_t rows, int64_t cols, float* w, cudaStream_t s) {
-  if (rows <= 0 || cols <= 0) return;
-  weight_norm_kernel<<<grid_for(rows), kThreads, 0, s>>>(v, g, rows, cols, w);
+void weight_norm(const WeightNormTensor* tensors, int64_t count, cudaStream_t s) {
+  WeightNormForwardList list;
+  int64_t most = 0;
+  for (int64_t t = 0; t < count; ++t) {
+    const WeightNormTensor& a = tensors[t];
+    list.t[t] = {a.v, a.g, a.w, a.rows, a.cols};
+    most = std::max(most, a.rows);
+  }
+  if (count <= 0 || most <= 0) return;
+  weight_norm_kernel<<<dim3(grid_for(most), static_cast<unsigned>(count)), kThreads, 0, s>>>(list);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 
-void weight_norm_backward(const float* v, const float* g, const float* dw, int64_t rows, int64_t cols, float* dv,
-                          float* dg, cudaStream_t s) {
-  if (rows <= 0 || cols <= 0) return;
-  weight_norm_backward_kernel<<<grid_for(rows), kThreads, 0, s>>>(v, g, dw, rows, cols, dv, dg);
+void weight_norm_backward(const WeightNormTensor* tensors, int64_t count, cudaStream_t s) {
+  WeightNormBackwardList list;
+  int64_t most = 0;
+  for (int64_t t = 0; t < count; ++t) {
+    const WeightNormTensor& a = tensors[t];
+    list.t[t] = {a.v, a.g, a.dw, a.dv, a.dg, a.rows, a.cols};
+    most = std::max(most, a.rows);
+  }
+  if (count <= 0 || most <= 0) return;
+  weight_norm_backward_kernel<<<dim3(grid_for(most), static_cast<unsigned>(count)), kThreads, 0, s>>>(list);
   VQDDP_CUDA_CHECK_LAUNCH();
 }
 

@@ -59,9 +59,8 @@ void index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t 
                      cudaStream_t s);
 // Weight normalization, one thread per row (kernel_math.h's row formulas,
 // so the CPU's bits).
-void weight_norm(const float* v, const float* g, int64_t rows, int64_t cols, float* w, cudaStream_t s);
-void weight_norm_backward(const float* v, const float* g, const float* dw, int64_t rows, int64_t cols, float* dv,
-                          float* dg, cudaStream_t s);
+void weight_norm(const WeightNormTensor* tensors, int64_t count, cudaStream_t s);
+void weight_norm_backward(const WeightNormTensor* tensors, int64_t count, cudaStream_t s);
 // conv_plan.h's im2col and col2im (kernels_conv.cu).
 void im2col(const float* x, float* cols, const ConvPlan& plan, cudaStream_t s);
 void col2im(const float* cols, float* x, const ConvPlan& plan, cudaStream_t s);

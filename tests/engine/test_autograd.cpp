@@ -173,3 +173,40 @@ TEST_CASE("the op profile charges each op, each backward formula and the ops a f
   CHECK(op_profile_table(table, 1).find("matmul backward: matmul") != std::string::npos);
   CHECK(op_profile_take().empty());
 }
+
+TEST_CASE("an op of several outputs: one backward with every output's gradient, none where none flowed") {
+  // split2(x) = (2x, 3x) as one node: its backward sees both gradients at
+  // once (an output nothing used arrives undefined) and runs once.
+  int runs = 0;
+  auto split2 = [&runs](const Tensor& x) {
+    std::vector<Tensor> outs{mul(x.detach(), 2.f), mul(x.detach(), 3.f)};
+    record_multi_op("split2", outs, {x}, {}, [&runs](const std::vector<Tensor>& g) -> std::vector<Tensor> {
+      ++runs;
+      REQUIRE(g.size() == 2);
+      Tensor gx = zeros(g[0].defined() ? g[0].shape() : g[1].shape());
+      if (g[0].defined()) gx = add(gx, mul(g[0], 2.f));
+      if (g[1].defined()) gx = add(gx, mul(g[1], 3.f));
+      return {gx};
+    });
+    return outs;
+  };
+  Tensor x = full({4}, 1.f).set_requires_grad(true);
+  std::vector<Tensor> o = split2(x);
+  CHECK(o[0].requires_grad());
+  CHECK(o[1].requires_grad());
+  // Both outputs used, the second twice: d/dx of sum(o0) + 2 sum(o1) = 2 + 6.
+  add(sum(o[0]), mul(sum(o[1]), 2.f)).backward();
+  CHECK(runs == 1);
+  for (float v : x.grad().to_vector<float>()) CHECK(v == 8.f);
+  // Only the second output used: the first arrives undefined.
+  x.zero_grad();
+  runs = 0;
+  o = split2(x);
+  sum(o[1]).backward();
+  CHECK(runs == 1);
+  for (float v : x.grad().to_vector<float>()) CHECK(v == 3.f);
+  // Under no-grad nothing is recorded.
+  NoGradGuard no_grad;
+  o = split2(x);
+  CHECK(!o[0].requires_grad());
+}

@@ -4,6 +4,9 @@
 // the op table (op_table.h, test_op_table.cpp).
 #include <doctest/doctest.h>
 
+#include <optional>
+#include <algorithm>
+#include <string_view>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -11,6 +14,7 @@
 
 #include "engine/autograd.h"
 #include "engine/conv_plan.h"
+#include "engine/device_counters.h"
 #include "engine/kernel_math.h"
 #include "engine/nn_conv.h"
 #include "engine/ops.h"
@@ -105,6 +109,17 @@ ConvOptions opts(int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int
   o.output_padding = {oph, opw};
   o.groups = groups;
   return o;
+}
+
+// The plan of a 3x4 kernel over [2, 3, 9, width] images with o's geometry.
+ConvPlan plan_3x4(const ConvOptions& o, int64_t width) {
+  ConvPlan p;
+  p.n = 2, p.c = 3, p.h = 9, p.w = width, p.kh = 3, p.kw = 4;
+  p.sh = o.stride[0], p.sw = o.stride[1], p.ph = o.padding[0], p.pw = o.padding[1];
+  p.dh = o.dilation[0], p.dw = o.dilation[1];
+  p.oh = conv_output_size(p.h, p.kh, p.sh, p.ph, p.dh);
+  p.ow = conv_output_size(p.w, p.kw, p.sw, p.pw, p.dw);
+  return p;
 }
 
 Conv1dOptions opts1(int64_t stride, int64_t pad, int64_t dil, int64_t groups, int64_t out_pad = 0) {
@@ -273,12 +288,7 @@ TEST_CASE("col2im: the CPU's row loop gives the bits of the per-element formula 
                               opts(1, 5, 0, 3, 1, 1, 1)};
   for (const ConvOptions& o : geos) {
     Shape image{2, 3, 9, 13};
-    ConvPlan p;
-    p.n = 2, p.c = 3, p.h = 9, p.w = 13, p.kh = 3, p.kw = 4;
-    p.sh = o.stride[0], p.sw = o.stride[1], p.ph = o.padding[0], p.pw = o.padding[1];
-    p.dh = o.dilation[0], p.dw = o.dilation[1];
-    p.oh = conv_output_size(p.h, p.kh, p.sh, p.ph, p.dh);
-    p.ow = conv_output_size(p.w, p.kw, p.sw, p.pw, p.dw);
+    ConvPlan p = plan_3x4(o, 13);
     Tensor cols = randn(Shape{p.rows(), p.col_width()}, 40);
     Tensor rows = fold(cols, image, 3, 4, o);  // the CPU kernel: col2im_row
     std::vector<float> each(static_cast<size_t>(shape_numel(image)));
@@ -296,12 +306,7 @@ TEST_CASE("im2col: the CPU's row loop gives the entries of the per-tap formula t
     Shape image{2, 3, 9, 23};
     Tensor x = randn(image, 41);
     Tensor cols = unfold(x, 3, 4, o);  // the CPU kernel
-    ConvPlan p;
-    p.n = 2, p.c = 3, p.h = 9, p.w = 23, p.kh = 3, p.kw = 4;
-    p.sh = o.stride[0], p.sw = o.stride[1], p.ph = o.padding[0], p.pw = o.padding[1];
-    p.dh = o.dilation[0], p.dw = o.dilation[1];
-    p.oh = conv_output_size(p.h, p.kh, p.sh, p.ph, p.dh);
-    p.ow = conv_output_size(p.w, p.kw, p.sw, p.pw, p.dw);
+    ConvPlan p = plan_3x4(o, 23);
     std::vector<float> each(static_cast<size_t>(p.rows() * p.col_width()));
     for (int64_t r = 0; r < p.rows(); ++r)
       for (int64_t ch = 0; ch < p.c; ++ch) im2col_taps(x.data<float>(), p, r, ch, each.data());
@@ -323,12 +328,7 @@ TEST_CASE("conv_fixed and its gradients: the CPU's column path gives the bits of
   int seed = 50;
   for (const ConvOptions& o : geos)
     for (bool with_bias : {true, false}) {
-      ConvPlan p;
-      p.n = 2, p.c = 3, p.h = 9, p.w = 13, p.kh = 3, p.kw = 4;
-      p.sh = o.stride[0], p.sw = o.stride[1], p.ph = o.padding[0], p.pw = o.padding[1];
-      p.dh = o.dilation[0], p.dw = o.dilation[1];
-      p.oh = conv_output_size(p.h, p.kh, p.sh, p.ph, p.dh);
-      p.ow = conv_output_size(p.w, p.kw, p.sw, p.pw, p.dw);
+      ConvPlan p = plan_3x4(o, 13);
       const int64_t cout = 5, pos = p.oh * p.ow;
       Tensor x = randn(Shape{p.n, p.c, p.h, p.w}, seed++), w = randn(Shape{cout, p.col_width()}, seed++);
       Tensor g = randn(Shape{p.n, cout, pos}, seed++), bias = randn(Shape{cout}, seed++);
@@ -360,4 +360,53 @@ TEST_CASE("conv_fixed and its gradients: the CPU's column path gives the bits of
           }
         }
     }
+}
+
+TEST_CASE("weight_norm_all and WeightNormBatch: every layer's weight and gradients with weight_norm's bits, in one "
+          "launch each way") {
+  // A stack of weight-normalized convolutions, forward and backward with
+  // each layer's own weight_norm and then inside a WeightNormBatch: the
+  // same output and the same gradients bit for bit, and on sim one
+  // weight-norm launch each way for the whole stack.
+  for (Device dev : {Device::cpu(), Device::sim()}) {
+    CAPTURE(dev.str());
+    Generator gen(5, 0);
+    Sequential net;
+    net.add(std::make_shared<Conv1d>(3, 8, 3, gen, opts1(1, 1, 1, 1), ConvLayerOptions{true, true}))
+        .add(std::make_shared<Conv1d>(8, 8, 4, gen, opts1(2, 1, 1, 1), ConvLayerOptions{true, true}))
+        .add(std::make_shared<Conv1d>(8, 5, 1, gen, opts1(1, 0, 1, 1), ConvLayerOptions{false, true}))
+        .add(std::make_shared<ConvTranspose1d>(5, 2, 4, gen, opts1(2, 1, 1, 1), ConvLayerOptions{true, false}));
+    net.to(dev);
+    Tensor x = randn({2, 3, 16}, 70).to(dev);
+    auto run = [&](bool batched) {
+      net.zero_grad();
+      std::optional<WeightNormBatch> weights;
+      if (batched) weights.emplace(net);
+      Tensor y = net.forward(x);
+      sum(mul(y, y)).backward();
+      std::vector<Tensor> out{y.to(Device::cpu())};
+      for (auto& [name, p] : net.named_parameters()) out.push_back(p.grad().to(Device::cpu()));
+      return out;
+    };
+    auto launches_of = [](const LaunchRecording& r, std::string_view kernel) {
+      return std::count_if(r.launches.begin(), r.launches.end(),
+                           [&](const LaunchRecord& l) { return std::string_view(l.kernel) == kernel; });
+    };
+    std::vector<Tensor> each, once;
+    {
+      LaunchRecording r;
+      each = run(false);
+      if (dev == Device::sim()) CHECK(launches_of(r, "weight_norm") == 3);  // one per normalized layer
+    }
+    {
+      LaunchRecording r;
+      once = run(true);
+      if (dev == Device::sim()) {
+        CHECK(launches_of(r, "weight_norm") == 1);
+        CHECK(launches_of(r, "weight_norm_backward") == 1);
+      }
+    }
+    REQUIRE(each.size() == once.size());
+    for (size_t i = 0; i < each.size(); ++i) CHECK(same_bits(each[i], once[i]));
+  }
 }
