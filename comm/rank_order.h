@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "engine/unit_sum.h"  // ordered_unit_sum: the reduce_units arithmetic
 
 namespace vqddp {
 
@@ -89,29 +90,6 @@ void rank_ordered_reduce(const std::vector<const T*>& in_rank_order, const std::
       return detail::reduce_blocks(in, out, begin, end, [](T a, T b) { return std::max(a, b); }, false);
     case ReduceOp::min:
       return detail::reduce_blocks(in, out, begin, end, [](T a, T b) { return std::min(a, b); }, false);
-  }
-}
-
-// The sum of exact data parallelism (Communicator::reduce_units): columns
-// [begin, end) of the units' rows, rank r's `counts[r]` rows of `n` floats at
-// in[r], added in global unit order (rank 0's rows first) in double from 0
-// and rounded to float once, into every buffer of `out` ([n] each). The
-// engine's CPU sum along dimension 0 does the same arithmetic.
-inline void ordered_unit_sum(const std::vector<const float*>& in, const std::vector<int64_t>& counts, int64_t n,
-                             const std::vector<float*>& out, int64_t begin, int64_t end) {
-  constexpr int64_t kBlock = 2048;
-  double acc[kBlock];
-  float rounded[kBlock];
-  for (int64_t b = begin; b < end; b += kBlock) {
-    int64_t len = std::min(kBlock, end - b);
-    std::fill_n(acc, len, 0.0);
-    for (size_t r = 0; r < in.size(); ++r)
-      for (int64_t u = 0; u < counts[r]; ++u) {
-        const float* row = in[r] + u * n + b;
-        for (int64_t i = 0; i < len; ++i) acc[i] += row[i];
-      }
-    for (int64_t i = 0; i < len; ++i) rounded[i] = static_cast<float>(acc[i]);
-    for (float* o : out) std::memcpy(o + b, rounded, len * sizeof(float));
   }
 }
 

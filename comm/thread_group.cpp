@@ -71,25 +71,11 @@ class ThreadCommunicator final : public Communicator {
     out.bump_version();
   }
 
-  // Each rank adds its share of the columns over every rank's units, read
-  // in place, and writes them into every rank's output: the units' rows
-  // are read once, never gathered. One collective of its own (fingerprint
-  // "reduce_units"), counted here as the partials' bytes.
-  void do_reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out,
-                       const Fingerprint& fp) override {
-    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_reduce_units(i, counts, h, fp); })) return;
-    int64_t n = in.size(1);
-    run(fp, in.raw_data(), out.raw_data(), [&] {
-      auto [begin, end] = rank_share(n, rank_, world_size());
-      ordered_unit_sum(inputs<float>(), counts, n, outputs<float>(), begin, end);
-    });
-    out.bump_version();
-    count(in.nbytes());
-  }
-
-  // The same on column blocks, read in place: each rank publishes its
-  // blocks' addresses and adds its share of the concatenation's columns
-  // block by block. Device blocks are staged to the host one by one
+  // reduce_units (one block or several), read in place: each rank
+  // publishes its blocks' addresses and adds its share of the
+  // concatenation's columns block by block; the units' rows are read once,
+  // never gathered. One collective of its own (fingerprint "reduce_units"),
+  // counted here as the partials' bytes. Device blocks are staged to the host one by one
   // (transfers, not a packing copy).
   void do_reduce_unit_blocks(const std::vector<Tensor>& blocks, const std::vector<int64_t>& counts, Tensor& out,
                              const Fingerprint& fp) override {

@@ -69,7 +69,7 @@ Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs
 namespace {
 
 std::shared_ptr<Node> make_node(const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& saved,
-                                MultiBackwardFn backward, int outputs) {
+                                int outputs) {
   auto node = std::make_shared<Node>();
   node->name = name;
   node->batch_free = true;
@@ -80,7 +80,6 @@ std::shared_ptr<Node> make_node(const char* name, const std::vector<Tensor>& inp
     node->input_shapes.push_back(t.defined() ? t.shape() : Shape{});
   }
   for (const Tensor& t : saved) node->saved.emplace_back(t.impl()->storage, t.version());
-  node->backward = std::move(backward);
   return node;
 }
 
@@ -100,10 +99,9 @@ Tensor record_op(const char* name, Tensor out, const std::vector<Tensor>& inputs
   // charged as part of that formula.
   if (op_profile_enabled()) op_profile_mark(t_backward_of ? fmt::format("{} backward: {}", t_backward_of, name) : name);
   if (!any_requires_grad(inputs)) return out;
-  attach(out,
-         make_node(name, inputs, saved,
-                   [f = std::move(backward)](const std::vector<Tensor>& grads) { return f(grads[0]); }, 1),
-         0);
+  std::shared_ptr<Node> node = make_node(name, inputs, saved, 1);
+  node->backward = std::move(backward);
+  attach(out, node, 0);
   return out;
 }
 
@@ -111,7 +109,8 @@ void record_multi_op(const char* name, std::vector<Tensor>& outs, const std::vec
                      const std::vector<Tensor>& saved, MultiBackwardFn backward) {
   if (op_profile_enabled()) op_profile_mark(t_backward_of ? fmt::format("{} backward: {}", t_backward_of, name) : name);
   if (!any_requires_grad(inputs)) return;
-  std::shared_ptr<Node> node = make_node(name, inputs, saved, std::move(backward), static_cast<int>(outs.size()));
+  std::shared_ptr<Node> node = make_node(name, inputs, saved, static_cast<int>(outs.size()));
+  node->multi_backward = std::move(backward);
   for (size_t i = 0; i < outs.size(); ++i) attach(outs[i], node, static_cast<int>(i));
 }
 
@@ -202,7 +201,7 @@ void run_node(Node* node, Pending& pending, std::vector<Boundary>* units) {
   try {
     op_profile_mark("(autograd between backward formulas)");
     t_backward_of = node->name;
-    grads = node->backward(grad_out);
+    grads = node->multi_backward ? node->multi_backward(grad_out) : node->backward(grad_out[0]);
     grad_out.clear();  // a view of it in grads is then the gradient's only holder (accumulate_owned)
     t_backward_of = nullptr;
     if (op_profile_enabled()) op_profile_mark(std::string(node->name) + " backward");

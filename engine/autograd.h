@@ -50,7 +50,8 @@ struct Node {
   // codebook update, a collective) would otherwise give a silently wrong
   // gradient.
   std::vector<std::pair<std::shared_ptr<Storage>, uint64_t>> saved;
-  MultiBackwardFn backward;  // a one-output op's BackwardFn, on grads_out[0]
+  BackwardFn backward;              // a one-output op's formula
+  MultiBackwardFn multi_backward;  // or one of several outputs' (record_multi_op)
   int outputs = 1;
   bool batch_free = false;  // every input batch-free: the output is too
 

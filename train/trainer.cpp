@@ -365,9 +365,7 @@ class RankRun {
   // The last step of each variant (LaunchRecording::variant), for
   // check_capturable: which step it was, and what it launched.
   std::map<std::string, std::pair<int64_t, std::vector<LaunchRecord>>> previous_launches_;
-  // On sim, except where quantize dropout draws each step's number of
-  // layers on the host (those layers' kernels are launched or not: a step
-  // that is not capturable yet, said at the start).
+  // On sim, for every run (check_capturable).
   bool capture_check_ = false;
 
   struct StepResult {

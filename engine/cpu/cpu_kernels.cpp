@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "engine/blas.h"
@@ -20,6 +21,7 @@
 #include "engine/fixed_gemm.h"
 #include "engine/kernel_math.h"
 #include "engine/parallel.h"
+#include "engine/unit_sum.h"
 
 namespace vqddp {
 
@@ -415,10 +417,7 @@ void CpuKernels::unit_sums(const UnitSumBlock* blocks, int64_t count) {
   for (int64_t b = 0; b < count; ++b) {
     const UnitSumBlock& u = blocks[b];
     parallel_for_ranges(u.n, u.units, [&](int64_t begin, int64_t end) {
-      std::vector<double> acc(static_cast<size_t>(end - begin), 0.0);  // row by row: each unit's row read once
-      for (int64_t r = 0; r < u.units; ++r)
-        for (int64_t j = begin; j < end; ++j) acc[j - begin] += u.in[r * u.n + j];
-      for (int64_t j = begin; j < end; ++j) u.out[j] = static_cast<float>(acc[j - begin]);
+      ordered_unit_sum({u.in}, {u.units}, u.n, {u.out}, begin, end);  // one rank's units: the transports' sum
     });
   }
 }
@@ -492,6 +491,9 @@ void add_channel_bias(float* y, const float* bias, int64_t n, int64_t channels, 
   });
 }
 
+// Columns the kernel writes in full before it reads them: not zeroed.
+std::unique_ptr<float[]> scratch(int64_t n) { return std::unique_ptr<float[]>(new float[static_cast<size_t>(n)]); }
+
 }  // namespace
 
 // The three convolution kernels on the CPU: the column path itself, the
@@ -500,27 +502,27 @@ void add_channel_bias(float* y, const float* bias, int64_t n, int64_t channels, 
 void CpuKernels::conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y,
                             const ConvPlan& p) {
   const int64_t pos = p.oh * p.ow, ck = p.col_width();
-  std::vector<float> cols(static_cast<size_t>(p.rows() * ck));
-  im2col(x, cols.data(), p);
-  gemm_fixed(false, true, cout, pos, ck, w, ck, cols.data(), ck, y, pos, {p.n, 0, pos * ck, cout * pos});
+  std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
+  im2col(x, cols.get(), p);
+  gemm_fixed(false, true, cout, pos, ck, w, ck, cols.get(), ck, y, pos, {p.n, 0, pos * ck, cout * pos});
   if (bias) add_channel_bias(y, bias, p.n, cout, pos);
 }
 
 void CpuKernels::conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
                                  const ConvPlan& p) {
   const int64_t pos = p.oh * p.ow, ck = p.col_width(), image = p.h * p.w;
-  std::vector<float> cols(static_cast<size_t>(p.rows() * ck));
-  gemm_fixed(true, false, pos, ck, cout, g, pos, w, ck, cols.data(), ck, {p.n, cout * pos, 0, pos * ck});
-  col2im(cols.data(), dx, p);
+  std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
+  gemm_fixed(true, false, pos, ck, cout, g, pos, w, ck, cols.get(), ck, {p.n, cout * pos, 0, pos * ck});
+  col2im(cols.get(), dx, p);
   if (bias) add_channel_bias(dx, bias, p.n, p.c, image);
 }
 
 void CpuKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials,
                                    float* bias_partials, const ConvPlan& p) {
   const int64_t pos = p.oh * p.ow, ck = p.col_width();
-  std::vector<float> cols(static_cast<size_t>(p.rows() * ck));
-  im2col(x, cols.data(), p);
-  gemm_fixed(false, false, cout, ck, pos, g, pos, cols.data(), ck, partials, ck,
+  std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
+  im2col(x, cols.get(), p);
+  gemm_fixed(false, false, cout, ck, pos, g, pos, cols.get(), ck, partials, ck,
              {p.n, cout * pos, pos * ck, cout * ck});
   if (bias_partials)
     parallel_for_ranges(p.n * cout, pos, [&](int64_t begin, int64_t end) {
