@@ -44,6 +44,7 @@
 #include "engine/safetensors.h"
 #include "engine/streams.h"
 #include "engine/tensor.h"
+#include "engine/unit_sum.h"
 
 // comm/
 #include "comm/batch_reduce.h"
