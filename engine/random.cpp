@@ -77,4 +77,34 @@ std::vector<int64_t> random_permutation(int64_t n, Generator& gen) {
   return p;
 }
 
+IndexPermutation::IndexPermutation(uint64_t n, uint64_t seed, uint64_t stream, uint32_t tweak)
+    : n_(n), seed_(seed), stream_(static_cast<uint32_t>(stream)), tweak_(tweak) {
+  VQDDP_CHECK(n <= (uint64_t{1} << 62), "IndexPermutation of {} elements: at most 2^62", n);
+  VQDDP_CHECK(stream < (uint64_t{1} << 32), "shared stream id {} must be below 2^32", stream);
+  while (half_bits_ < 31 && (uint64_t{1} << (2 * half_bits_)) < n) ++half_bits_;
+}
+
+uint64_t IndexPermutation::once(uint64_t x) const {
+  const uint64_t mask = (uint64_t{1} << half_bits_) - 1;
+  uint64_t left = x >> half_bits_, right = x & mask;
+  for (uint32_t round = 0; round < 6; ++round) {
+    // High counter word 0xFFFFFFF0 + round: a Generator's stream would need
+    // a rank near 2^32 to reach it (Generator::rank_stream).
+    const std::array<uint32_t, 4> f =
+        philox4x32_10({static_cast<uint32_t>(right), tweak_, stream_, 0xFFFFFFF0u + round},
+                      {static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32)});
+    const uint64_t next = left ^ ((uint64_t{f[0]} | uint64_t{f[1]} << 32) & mask);
+    left = right;
+    right = next;
+  }
+  return left << half_bits_ | right;
+}
+
+uint64_t IndexPermutation::operator()(uint64_t i) const {
+  VQDDP_CHECK(i < n_, "IndexPermutation: position {} of {}", i, n_);
+  uint64_t x = once(i);
+  while (x >= n_) x = once(x);
+  return x;
+}
+
 }  // namespace vqddp

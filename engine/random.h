@@ -58,4 +58,30 @@ class Generator {
 // A uniformly random permutation of 0..n-1 (Fisher-Yates).
 std::vector<int64_t> random_permutation(int64_t n, Generator& gen);
 
+// A keyed permutation of 0..n-1 evaluated one position at a time, in O(1)
+// memory: where random_permutation needs n words (a sampler's epoch of a
+// corpus larger than memory would not fit), this is a pure function of
+// (seed, stream, tweak, i). A balanced Feistel network of 6 rounds over the
+// smallest even number of bits that holds n (each round's function one
+// Philox block keyed by the seed), then cycle-walking: a result >= n is
+// permuted again until it falls below n, which ends because a permutation's
+// cycle through i returns to i < n; the domain is under 4n, so it takes
+// under 4 rounds of the network on average. Its counters never coincide
+// with a Generator's (their high word is reserved), so a permutation and a
+// Generator on the same seed and stream draw unrelated bits.
+class IndexPermutation {
+ public:
+  // n in [0, 2^62]; `stream` a shared stream id (below 2^32, engine/streams.h);
+  // `tweak` tells apart permutations of one stream.
+  IndexPermutation(uint64_t n, uint64_t seed, uint64_t stream, uint32_t tweak = 0);
+  uint64_t operator()(uint64_t i) const;  // i < n
+  uint64_t size() const { return n_; }
+
+ private:
+  uint64_t once(uint64_t x) const;  // the network over 2 * half_bits_ bits
+  uint64_t n_, seed_;
+  uint32_t stream_, tweak_;
+  int half_bits_ = 1;
+};
+
 }  // namespace vqddp

@@ -139,33 +139,35 @@ ShardedSampler::ShardedSampler(Schedule schedule, std::vector<int64_t> sizes, ui
     shards_.push_back(examples);
   }
   begin_ = shard_begin(shards_, rank);
-}
-
-const std::vector<std::pair<int, int64_t>>& ShardedSampler::epoch_list(int64_t epoch) {
-  if (epoch == cached_epoch_) return list_;
-  Generator gen(seed_, streams::kSampler + static_cast<uint64_t>(epoch));
-  list_.clear();
+  VQDDP_CHECK(sizes_.size() == schedule_.per_source.size() && sizes_.size() <= 4096,
+              "sampler: {} source sizes for {} sources (at most 4096)", sizes_.size(), schedule_.per_source.size());
+  int64_t end = 0;
   for (size_t i = 0; i < sizes_.size(); ++i) {
-    int64_t n = schedule_.per_source[i];
-    if (n <= sizes_[i]) {
-      std::vector<int64_t> perm = random_permutation(sizes_[i], gen);
-      for (int64_t j = 0; j < n; ++j) list_.emplace_back(static_cast<int>(i), perm[j]);
-    } else {
-      for (int64_t j = 0; j < n; ++j)
-        list_.emplace_back(static_cast<int>(i), static_cast<int64_t>(gen.uniform_int(static_cast<uint64_t>(sizes_[i]))));
-    }
+    VQDDP_CHECK(sizes_[i] > 0 || schedule_.per_source[i] == 0, "sampler: source {} has no rows", i);
+    source_end_.push_back(end += schedule_.per_source[i]);
   }
-  for (int64_t i = static_cast<int64_t>(list_.size()) - 1; i > 0; --i)
-    std::swap(list_[i], list_[gen.uniform_int(static_cast<uint64_t>(i) + 1)]);
-  cached_epoch_ = epoch;
-  return list_;
 }
 
-std::vector<std::pair<int, int64_t>> ShardedSampler::rank_batch(int64_t step) {
-  const auto& list = epoch_list(step / schedule_.steps_per_epoch);
-  int64_t pos = step % schedule_.steps_per_epoch, n = static_cast<int64_t>(list.size());
+std::pair<int, int64_t> ShardedSampler::example_at(int64_t epoch, int64_t position) const {
+  VQDDP_CHECK(epoch >= 0 && epoch < (int64_t{1} << 24), "sampler: epoch {} (at most 2^24 epochs)", epoch);
+  const IndexPermutation slots(static_cast<uint64_t>(schedule_.epoch_examples), seed_,
+                               streams::kSampler + static_cast<uint64_t>(epoch));
+  const auto slot = static_cast<int64_t>(slots(static_cast<uint64_t>(position)));
+  const auto source = static_cast<int>(std::upper_bound(source_end_.begin(), source_end_.end(), slot) - source_end_.begin());
+  const int64_t within = slot - (source == 0 ? 0 : source_end_[source - 1]);
+  const int64_t size = sizes_[source], pass = within / size;
+  // Tweak: the source in the high 12 bits, the pass in the low 20 (a pass
+  // beyond 2^20, a source drawn a million times over, reuses a permutation).
+  const IndexPermutation rows(static_cast<uint64_t>(size), seed_, streams::kSamplerRows + static_cast<uint64_t>(epoch),
+                              static_cast<uint32_t>(source) << 20 | static_cast<uint32_t>(pass & 0xFFFFF));
+  return {source, static_cast<int64_t>(rows(static_cast<uint64_t>(within % size)))};
+}
+
+std::vector<std::pair<int, int64_t>> ShardedSampler::rank_batch(int64_t step) const {
+  const int64_t epoch = step / schedule_.steps_per_epoch, pos = step % schedule_.steps_per_epoch;
   std::vector<std::pair<int, int64_t>> out;
-  for (int64_t j = begin_; j < begin_ + shards_[rank_]; ++j) out.push_back(list[(pos * schedule_.batch_size + j) % n]);
+  for (int64_t j = begin_; j < begin_ + shards_[rank_]; ++j)
+    out.push_back(example_at(epoch, (pos * schedule_.batch_size + j) % schedule_.epoch_examples));
   return out;
 }
 

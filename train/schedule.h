@@ -8,10 +8,14 @@
 // once gave one rank an extra step and deadlocked validation
 // (deepmd-kit #5570; docs/design.md invariant 7).
 //
-// Each epoch draws per_source[i] examples from source i (without
-// replacement while the source has enough rows) and shuffles them, all from
-// a shared stream keyed by (seed, epoch): every rank builds the same list
-// and takes its contiguous share of each global batch. A share is whole
+// Each epoch draws per_source[i] examples from source i (every row once
+// before any row twice) in a shuffled order. The order is a pure function
+// of (seed, epoch, position), evaluated per example by keyed permutations
+// (engine/random.h IndexPermutation) in O(1) memory: no epoch list is ever
+// built, so a corpus of any size costs the sampler nothing, every rank
+// computes exactly its own rows without talking, and a run resumed at any
+// step, mid-epoch, continues the order with no saved loader state. Every
+// rank takes its contiguous share of each global batch. A share is whole
 // UNITS (engine/exact_batch.h): a global batch is cut into runs of
 // ceil(batch_size / 32) consecutive examples (the last may be shorter),
 // fixed by position alone, so every sum over the batch has the same bits on
@@ -90,7 +94,14 @@ class ShardedSampler {
                  std::vector<int64_t> rank_units = {});
 
   // (source, row) of this rank's share of global step `step` (0-based).
-  std::vector<std::pair<int, int64_t>> rank_batch(int64_t step);
+  std::vector<std::pair<int, int64_t>> rank_batch(int64_t step) const;
+  // (source, row) at `position` of epoch `epoch`'s order (position <
+  // epoch_examples): a position p of source i's share of the epoch (its
+  // p-th slot, in source order) takes row sigma(p mod size_i) of a keyed
+  // permutation sigma of the source's rows, a new one per epoch, source and
+  // pass p / size_i over the rows; a keyed permutation of the epoch's slots
+  // then shuffles the sources together.
+  std::pair<int, int64_t> example_at(int64_t epoch, int64_t position) const;
   // Rows each rank gets in every global batch.
   const std::vector<int64_t>& shard_sizes() const { return shards_; }
   // Units of each rank, and the examples of each of this rank's units.
@@ -98,8 +109,6 @@ class ShardedSampler {
   const std::vector<int64_t>& unit_examples() const { return unit_examples_; }
 
  private:
-  const std::vector<std::pair<int, int64_t>>& epoch_list(int64_t epoch);
-
   Schedule schedule_;
   std::vector<int64_t> sizes_;
   uint64_t seed_;
@@ -107,8 +116,7 @@ class ShardedSampler {
   std::vector<int64_t> rank_units_, unit_examples_;
   std::vector<int64_t> shards_;
   int64_t begin_;  // shard_begin(shards_, rank_)
-  int64_t cached_epoch_ = -1;
-  std::vector<std::pair<int, int64_t>> list_;
+  std::vector<int64_t> source_end_;  // per_source's running sums: source i's slots end at source_end_[i]
 };
 
 }  // namespace vqddp

@@ -83,3 +83,41 @@ TEST_CASE("random_permutation is a permutation and depends only on the generator
   CHECK(p != sorted);
   CHECK(random_permutation(0, a).empty());
 }
+
+TEST_CASE("IndexPermutation is a permutation, a pure function of (seed, stream, tweak), and looks shuffled") {
+  for (uint64_t n : {1ull, 2ull, 3ull, 5ull, 16ull, 17ull, 1000ull, 4097ull, 65536ull}) {
+    CAPTURE(n);
+    IndexPermutation p(n, 7, 12, 3);
+    std::vector<char> seen(n, 0);
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t x = p(i);
+      REQUIRE(x < n);
+      CHECK(!seen[x]);
+      seen[x] = 1;
+    }
+    if (n < 1000) continue;
+    // Another seed, stream or tweak gives another order; the same gives the same.
+    IndexPermutation same(n, 7, 12, 3), seed(n, 8, 12, 3), stream(n, 7, 13, 3), tweak(n, 7, 12, 4);
+    int fixed = 0, differ_seed = 0, differ_stream = 0, differ_tweak = 0, ascending = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      CHECK(same(i) == p(i));
+      fixed += p(i) == i;
+      differ_seed += seed(i) != p(i);
+      differ_stream += stream(i) != p(i);
+      differ_tweak += tweak(i) != p(i);
+      if (i > 0) ascending += p(i) > p(i - 1);
+    }
+    // A uniform permutation fixes about 1 point and ascends about half the time.
+    CHECK(fixed < 10);
+    CHECK(differ_seed > static_cast<int>(n) * 9 / 10);
+    CHECK(differ_stream > static_cast<int>(n) * 9 / 10);
+    CHECK(differ_tweak > static_cast<int>(n) * 9 / 10);
+    CHECK(std::abs(ascending - static_cast<int>(n) / 2) < static_cast<int>(n) / 20);
+  }
+  // Large domains cost O(1) memory: positions far apart, no table.
+  IndexPermutation big(uint64_t{1} << 40, 1, 2);
+  CHECK(big(0) != big(1));
+  CHECK(big((uint64_t{1} << 40) - 1) < (uint64_t{1} << 40));
+  CHECK_THROWS_AS(big(uint64_t{1} << 40), Error);
+  CHECK_THROWS_AS(IndexPermutation(1, 0, uint64_t{1} << 32), Error);
+}
