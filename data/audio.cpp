@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <numeric>
 #include <optional>
 #include <string>
 
@@ -84,9 +85,40 @@ std::optional<int64_t> wav_promised_frames(const std::string& path) {
   return promised;
 }
 
+// A WAV whose header promises more frames than the file holds is refused
+// (libsndfile would open it as a shorter clip).
+void refuse_truncated_wav(const std::string& path, const SF_INFO& info) {
+  if ((info.format & SF_FORMAT_TYPEMASK) != SF_FORMAT_WAV) return;
+  const std::optional<int64_t> promised = wav_promised_frames(path);
+  VQDDP_CHECK(!promised || *promised <= info.frames, "{}: truncated: its header promises {} frames ({:.2f} s) "
+              "but the file holds {} ({:.2f} s)", path, *promised, static_cast<double>(*promised) / info.samplerate,
+              info.frames, static_cast<double>(info.frames) / info.samplerate);
+}
+
 bool is_float_format(int format) {
   const int sub = format & SF_FORMAT_SUBMASK;
   return sub == SF_FORMAT_FLOAT || sub == SF_FORMAT_DOUBLE;
+}
+
+// `frames` interleaved frames of `info`'s file, decoded from file frame
+// `at`, into mono: a float file's samples are checked finite, and several
+// channels become their mean (the rule in audio.h, written once here).
+void to_mono(const std::string& path, const SF_INFO& info, int64_t at, const float* block, size_t frames, float* mono) {
+  const int64_t channels = info.channels;
+  if (is_float_format(info.format))
+    for (size_t i = 0; i < frames * channels; ++i)
+      VQDDP_CHECK(std::isfinite(block[i]), "{}: sample {} of channel {} is {} (a float file must hold finite "
+                  "samples)", path, at + static_cast<int64_t>(i / channels), i % channels, block[i]);
+  if (channels == 1) {
+    std::copy(block, block + frames, mono);
+    return;
+  }
+  const float inv = 1.f / static_cast<float>(channels);
+  for (size_t t = 0; t < frames; ++t) {
+    float sum = 0.f;
+    for (int64_t c = 0; c < channels; ++c) sum += block[t * channels + c];
+    mono[t] = sum * inv;
+  }
 }
 
 }  // namespace
@@ -106,12 +138,7 @@ AudioReader::AudioReader(const std::string& path, int rate) : path_(path), s_(st
   VQDDP_CHECK(rate >= 0, "{}: target sample rate {} Hz is negative", path, rate);
   s_->file = open_audio(path, s_->info);
   VQDDP_CHECK(s_->info.frames > 0, "{}: no samples (empty file)", path);
-  if ((s_->info.format & SF_FORMAT_TYPEMASK) == SF_FORMAT_WAV) {
-    const std::optional<int64_t> promised = wav_promised_frames(path);
-    VQDDP_CHECK(!promised || *promised <= s_->info.frames, "{}: truncated: its header promises {} frames ({:.2f} s) "
-                "but the file holds {} ({:.2f} s)", path, *promised, static_cast<double>(*promised) / s_->info.samplerate,
-                s_->info.frames, static_cast<double>(s_->info.frames) / s_->info.samplerate);
-  }
+  refuse_truncated_wav(path, s_->info);
   rate_ = rate == 0 ? s_->info.samplerate : rate;
   if (rate_ != s_->info.samplerate) {
     const soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
@@ -137,7 +164,6 @@ bool AudioReader::decode_block() {
   pending_at_ = 0;
   size_t got = 0;
   if (!s.file_done) {
-    const int64_t channels = s.info.channels;
     const sf_count_t n = sf_readf_float(s.file.get(), s.block.data(), kBlockFrames);
     VQDDP_CHECK(n > 0 || s.frames_read > 0, "{}: no samples could be decoded ({})", path_, sf_strerror(s.file.get()));
     s.file_done = n < kBlockFrames;
@@ -153,20 +179,7 @@ bool AudioReader::decode_block() {
     VQDDP_CHECK(!s.file_done || decoded == s.info.frames || (s.info.format & SF_FORMAT_TYPEMASK) == SF_FORMAT_MPEG,
                 "{}: {} frames could be decoded of the {} its header promises: the file is truncated, or changed while "
                 "it was read", path_, decoded, s.info.frames);
-    if (is_float_format(s.info.format))
-      for (size_t i = 0; i < got * channels; ++i)
-        VQDDP_CHECK(std::isfinite(s.block[i]), "{}: sample {} of channel {} is {} (a float file must hold finite "
-                    "samples)", path_, s.frames_read + static_cast<int64_t>(i / channels), i % channels, s.block[i]);
-    if (channels == 1) {
-      std::copy(s.block.begin(), s.block.begin() + got, s.mono.begin());
-    } else {
-      const float inv = 1.f / static_cast<float>(channels);
-      for (size_t t = 0; t < got; ++t) {
-        float sum = 0.f;
-        for (int64_t c = 0; c < channels; ++c) sum += s.block[t * channels + c];
-        s.mono[t] = sum * inv;
-      }
-    }
+    to_mono(path_, s.info, s.frames_read, s.block.data(), got, s.mono.data());
     s.frames_read += static_cast<int64_t>(got);
   } else if (!s.soxr || s.flushed) {
     return false;
@@ -216,6 +229,56 @@ size_t AudioReader::read(size_t n, std::vector<float>& out) {
   return done;
 }
 
+void read_audio_window(const std::string& path, int rate, int64_t first, int64_t count, float* out) {
+  VQDDP_CHECK(rate >= 0 && first >= 0 && count > 0, "{}: window [{}, {}) at {} Hz", path, first, first + count, rate);
+  SF_INFO info;
+  Sndfile f = open_audio(path, info);
+  const int64_t in_rate = info.samplerate, out_rate = rate == 0 ? in_rate : rate;
+  // File frames [from, from + n) as mono; all of them must come.
+  std::vector<float> block, mono;
+  auto decode = [&](int64_t from, int64_t n) {
+    VQDDP_CHECK(from + n <= info.frames, "{}: samples up to {} at {} Hz are asked of a file of {} frames at {} Hz: "
+                "it is shorter than when it was indexed, or cut short", path, first + count, out_rate, info.frames,
+                in_rate);
+    VQDDP_CHECK(sf_seek(f.get(), from, SEEK_SET) == from, "{}: cannot seek to frame {} ({})", path, from,
+                sf_strerror(f.get()));
+    block.resize(static_cast<size_t>(n * info.channels));
+    mono.resize(static_cast<size_t>(n));
+    const sf_count_t got = sf_readf_float(f.get(), block.data(), n);
+    VQDDP_CHECK(got == n, "{}: {} frames could be decoded from frame {} of the {} asked for: the file is truncated, or "
+                "changed since it was indexed ({})", path, std::max<sf_count_t>(got, 0), from, n, sf_strerror(f.get()));
+    to_mono(path, info, from, block.data(), static_cast<size_t>(n), mono.data());
+  };
+  if (out_rate == in_rate) {
+    decode(first, count);
+    std::copy(mono.begin(), mono.end(), out);
+    return;
+  }
+  // The grids meet every in/g file frames and out/g output samples (g their
+  // gcd): start there, at or before the context, so the window's samples
+  // sit at the same phase of the filter whatever window is read.
+  const int64_t g = std::gcd(in_rate, out_rate), step_in = in_rate / g, step_out = out_rate / g;
+  const int64_t start_out = std::max<int64_t>(0, first - kWindowContext) / step_out * step_out;
+  const int64_t start_in = start_out / step_out * step_in;
+  const int64_t end_out = first + count + kWindowContext;
+  const int64_t end_in = std::min<int64_t>(info.frames, (end_out * in_rate + out_rate - 1) / out_rate);
+  VQDDP_CHECK(end_in > start_in, "{}: window [{}, {}) at {} Hz starts past the file's {} frames at {} Hz", path, first,
+              first + count, out_rate, info.frames, in_rate);
+  decode(start_in, end_in - start_in);
+  std::vector<float> resampled(static_cast<size_t>((end_in - start_in) * out_rate / in_rate + 64));
+  const soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
+  const soxr_quality_spec_t quality = soxr_quality_spec(SOXR_HQ, 0);
+  size_t used = 0, made = 0;
+  soxr_error_t err = soxr_oneshot(static_cast<double>(in_rate), static_cast<double>(out_rate), 1, mono.data(),
+                                  mono.size(), &used, resampled.data(), resampled.size(), &made, &io, &quality, nullptr);
+  VQDDP_CHECK(err == nullptr, "{}: resampling from {} Hz to {} Hz failed ({})", path, in_rate, out_rate, err);
+  const int64_t skip = first - start_out;
+  VQDDP_CHECK(skip + count <= static_cast<int64_t>(made), "{}: samples up to {} at {} Hz are asked of a file of {} "
+              "frames at {} Hz (about {} samples): it is shorter than when it was indexed, or cut short", path,
+              first + count, out_rate, info.frames, in_rate, start_out + static_cast<int64_t>(made));
+  std::copy(resampled.begin() + skip, resampled.begin() + skip + count, out);
+}
+
 const std::vector<std::string>& audio_extensions() {
   static const std::vector<std::string> ext{".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3",
                                             ".aif", ".aiff", ".au", ".caf", ".w64"};
@@ -225,6 +288,7 @@ const std::vector<std::string>& audio_extensions() {
 AudioFileInfo audio_file_info(const std::string& path) {
   SF_INFO info;
   Sndfile f = open_audio(path, info);
+  refuse_truncated_wav(path, info);
   return {info.samplerate, info.channels, static_cast<int64_t>(info.frames)};
 }
 

@@ -75,7 +75,8 @@ class AudioReader {
 // The whole file (an AudioReader read to its end).
 Audio read_audio(const std::string& path, int rate = 0);
 
-// What a file's header says, read from it alone (no sample is decoded).
+// What a file's header says, read from it alone (no sample is decoded); a
+// truncated WAV (the rule above) is refused here already.
 struct AudioFileInfo {
   int rate = 0;         // Hz, as stored
   int channels = 0;
@@ -84,6 +85,22 @@ struct AudioFileInfo {
   int64_t samples_at(int target) const;
 };
 AudioFileInfo audio_file_info(const std::string& path);
+
+// Samples [first, first + count) of a file's mono signal at `rate` (0: its
+// own), decoded from the file alone by seeking to the window, so reading a
+// window costs the window, not the file before it:
+// - at the file's own rate, the samples AudioReader gives at those positions;
+// - resampled, the window with a context of kWindowContext samples each side
+//   (cut at the file's ends) is resampled by one soxr_oneshot (SOXR_HQ,
+//   float32) from a file frame where both rates' sample grids meet, so a
+//   window's samples are a function of (file, rate, first, count) alone: the
+//   same on every rank and in every run. They match the whole file's
+//   resampling to within the filter's rounding, not bit for bit.
+// Refused with an Error naming the file: a window that runs past the file's
+// end (a file shorter than when it was indexed, or cut short), a decoding
+// error, a non-finite sample in a float file.
+constexpr int64_t kWindowContext = 1024;
+void read_audio_window(const std::string& path, int rate, int64_t first, int64_t count, float* out);
 
 // The extensions a data directory's audio files may have (lower case, with
 // the dot): what the file name must end with to be read as a clip.

@@ -15,23 +15,11 @@
 #include "engine/ops.h"
 #include "data/idx.h"
 #include "data/audio.h"
+#include "data/audio_windows.h"
 
 namespace vqddp {
 
 namespace {
-
-// Non-overlapping frames of `frame` samples, appended to `out`.
-void append_frames(const std::vector<float>& samples, int64_t frame, std::vector<float>& out) {
-  int64_t frames = static_cast<int64_t>(samples.size()) / frame;
-  out.insert(out.end(), samples.begin(), samples.begin() + frames * frame);
-}
-
-Tensor rows_of(std::vector<float>& values, int64_t dim, int64_t limit) {
-  int64_t rows = static_cast<int64_t>(values.size()) / dim;
-  if (limit > 0) rows = std::min(rows, limit);
-  values.resize(rows * dim);
-  return from_vector(values, {rows, dim});
-}
 
 // The audio files of a source directory (data/audio.h's extensions),
 // sorted. The extension is matched in any case (recorders write .WAV); an
@@ -57,26 +45,6 @@ std::vector<std::string> audio_files_in(const std::string& dir) {
   return files;
 }
 
-// Refuses, before any sample is decoded, a data set that cannot fit: at
-// the peak each sample is held three times (its clip, the source's frames,
-// and the frames' tensor), 4 bytes each. Names the largest file.
-void require_memory_for(const std::vector<std::vector<std::string>>& lists, int rate) {
-  int64_t samples = 0, largest = -1;
-  std::string largest_file;
-  for (const std::vector<std::string>& files : lists)
-    for (const std::string& f : files) {
-      const int64_t n = audio_file_info(f).samples_at(rate);
-      samples += n;
-      if (n > largest) {
-        largest = n;
-        largest_file = f;
-      }
-    }
-  require_memory(samples * 3 * int64_t{sizeof(float)}, fmt::format("data: {} samples in all, {} of them in {}",
-                 samples, largest, largest_file), "training on them (each sample is held 3 times as 4 bytes while the "
-                 "data is loaded)");
-}
-
 Dataset load_wav_frames(const DataConfig& c) {
   Dataset d;
   d.example_dim = c.frame;
@@ -97,16 +65,12 @@ Dataset load_wav_frames(const DataConfig& c) {
                 fmt::join(audio_extensions(), ", "));
     lists.push_back(std::move(files));
   }
-  // data.sample_rate, or the first clip's: then every clip must have it.
-  const int rate = c.sample_rate > 0 ? static_cast<int>(c.sample_rate) : audio_file_info(lists[0][0]).rate;
-  require_memory_for(lists, c.sample_rate > 0 ? rate : 0);
-  std::vector<float> validation;
-  int64_t clips = 0, held = 0, resampled = 0;
+  // Headers only, in parallel (opening a file is the cost); in file order
+  // afterwards, so the first bad file named is the first in order.
+  std::vector<std::vector<AudioClip>> clips(lists.size());
   for (size_t s = 0; s < lists.size(); ++s) {
     const std::vector<std::string>& files = lists[s];
-    // Decoding is the load's cost: the clips of a source in parallel, in
-    // file order afterwards (the frames do not depend on the thread count).
-    std::vector<Audio> audio(files.size());
+    clips[s].resize(files.size());
     std::vector<std::string> errors(files.size());
     const size_t workers = std::max<size_t>(1, std::min<size_t>(files.size(), std::thread::hardware_concurrency()));
     std::vector<std::thread> pool;
@@ -115,37 +79,41 @@ Dataset load_wav_frames(const DataConfig& c) {
       pool.emplace_back([&] {
         for (size_t i = next++; i < files.size(); i = next++) {
           try {
-            audio[i] = read_audio(files[i], c.sample_rate > 0 ? rate : 0);
-          } catch (const std::bad_alloc&) {
-            errors[i] = fmt::format("{}: out of memory decoding it", files[i]);
+            clips[s][i] = audio_clip(files[i]);
           } catch (const std::exception& e) {
             errors[i] = e.what();
           }
         }
       });
     for (std::thread& t : pool) t.join();
-    std::vector<float> train;
-    for (size_t i = 0; i < files.size(); ++i) {
-      VQDDP_CHECK(errors[i].empty(), "{}", errors[i]);  // the first bad file in order, whatever thread met it
-      VQDDP_CHECK(audio[i].sample_rate == rate, "{}: sample rate {} Hz differs from the {} Hz of {} (set "
-                  "data.sample_rate to resample every clip to one rate)", files[i], audio[i].sample_rate, rate,
-                  lists[0][0]);
-      resampled += audio[i].file_rate != rate;
-      bool holdout = static_cast<int64_t>(i) % c.holdout_every == c.holdout_every - 1;
-      append_frames(audio[i].samples, c.frame, holdout ? validation : train);
-      std::vector<float>().swap(audio[i].samples);  // held once in the frames now
-      ++clips;
+    for (const std::string& e : errors) VQDDP_CHECK(e.empty(), "{}", e);
+  }
+  // data.sample_rate, or the first clip's: then every clip must have it.
+  const int rate = c.sample_rate > 0 ? static_cast<int>(c.sample_rate) : clips[0][0].file_rate;
+  std::vector<AudioClip> validation;
+  int64_t count = 0, held = 0, resampled = 0;
+  for (size_t s = 0; s < clips.size(); ++s) {
+    std::vector<AudioClip> train;
+    for (size_t i = 0; i < clips[s].size(); ++i) {
+      AudioClip& clip = clips[s][i];
+      VQDDP_CHECK(c.sample_rate > 0 || clip.file_rate == rate, "{}: sample rate {} Hz differs from the {} Hz of {} (set "
+                  "data.sample_rate to resample every clip to one rate)", clip.path, clip.file_rate, rate,
+                  clips[0][0].path);
+      resampled += clip.file_rate != rate;
+      const bool holdout = static_cast<int64_t>(i) % c.holdout_every == c.holdout_every - 1;
+      (holdout ? validation : train).push_back(std::move(clip));
+      ++count;
       held += holdout;
     }
-    d.sources.push_back(rows_of(train, c.frame, c.max_examples));
+    d.sources.emplace_back(std::make_shared<AudioWindows>(std::move(train), rate, c.frame, c.max_examples));
     d.weights.push_back(c.sources[s].weight);
-    VQDDP_CHECK(d.sources.back().size(0) > 0, "data source '{}' yields no training frames of {} samples",
+    VQDDP_CHECK(d.sources.back().rows() > 0, "data source '{}' yields no training frames of {} samples",
                 c.sources[s].path, c.frame);
   }
-  d.validation = rows_of(validation, c.frame, 0);
+  d.validation = DataRows(std::make_shared<AudioWindows>(std::move(validation), rate, c.frame));
   d.examples_per_second = static_cast<double>(rate) / c.frame;
   d.sample_rate = rate;
-  d.description = fmt::format("{} audio clips at {} Hz ({} resampled, {} held out), frames of {} samples", clips, rate,
+  d.description = fmt::format("{} audio clips at {} Hz ({} resampled, {} held out), frames of {} samples", count, rate,
                               resampled, held, c.frame);
   return d;
 }
@@ -167,17 +135,17 @@ Dataset load_fashion_mnist(const DataConfig& c) {
     d.sources.push_back(images_of(src.path, c.max_examples));
     d.weights.push_back(src.weight);
   }
-  d.example_dim = d.sources[0].size(1);
-  for (const Tensor& s : d.sources)
-    VQDDP_CHECK(s.size(1) == d.example_dim, "data sources have different image sizes ({} vs {} pixels)", s.size(1),
+  d.example_dim = d.sources[0].dim();
+  for (const DataRows& s : d.sources)
+    VQDDP_CHECK(s.dim() == d.example_dim, "data sources have different image sizes ({} vs {} pixels)", s.dim(),
                 d.example_dim);
   VQDDP_CHECK(!c.validation_path.empty(), "data.validation_path is required for fashion_mnist");
   d.validation = images_of(c.validation_path, 0);
-  VQDDP_CHECK(d.validation.size(1) == d.example_dim, "{}: validation images have {} pixels, training images {}",
-              c.validation_path, d.validation.size(1), d.example_dim);
+  VQDDP_CHECK(d.validation.dim() == d.example_dim, "{}: validation images have {} pixels, training images {}",
+              c.validation_path, d.validation.dim(), d.example_dim);
   int64_t total = 0;
-  for (const Tensor& s : d.sources) total += s.size(0);
-  d.description = fmt::format("{} training and {} validation images of {} pixels", total, d.validation.size(0),
+  for (const DataRows& s : d.sources) total += s.rows();
+  d.description = fmt::format("{} training and {} validation images of {} pixels", total, d.validation.rows(),
                               d.example_dim);
   return d;
 }
@@ -187,34 +155,19 @@ Dataset load_fashion_mnist(const DataConfig& c) {
 Dataset load_dataset(const DataConfig& c) {
   const auto start = std::chrono::steady_clock::now();
   Dataset d = c.type == "wav_frames" ? load_wav_frames(c) : load_fashion_mnist(c);
-  VQDDP_CHECK(d.validation.size(0) > 0, "data: the validation set is empty ({}); for wav_frames, holdout_every={} "
+  VQDDP_CHECK(d.validation.rows() > 0, "data: the validation set is empty ({}); for wav_frames, holdout_every={} "
               "needs at least that many clips per source", d.description, c.holdout_every);
   // Printed only (the ranks' data fingerprints do not read it).
-  d.description += fmt::format(", read in {:.2f} s",
+  d.description += fmt::format(", {} in {:.2f} s", c.type == "wav_frames" ? "indexed" : "read",
                                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return d;
 }
 
-namespace {
-
-// Shape and bytes of one tensor into the running CRC (engine/file_io.h's
-// crc32c, the checkpoints' checksum): enough to tell data sets apart.
-uint32_t add_tensor(uint32_t crc, const Tensor& t) {
-  if (!t.defined()) return crc32c("-", 1, crc);
-  Tensor c = t.to(Device::cpu());  // tensors are dense: no strides to walk
-  std::vector<int64_t> shape{c.dim()};
-  shape.insert(shape.end(), c.shape().begin(), c.shape().end());
-  crc = crc32c(shape.data(), shape.size() * sizeof(int64_t), crc);
-  return crc32c(c.raw_ptr(), c.nbytes(), crc);
-}
-
-}  // namespace
-
 uint32_t data_fingerprint(const Dataset& data) {
   const uint64_t sources = data.sources.size();
   uint32_t crc = crc32c(&sources, sizeof sources);
-  for (const Tensor& s : data.sources) crc = add_tensor(crc, s);
-  return add_tensor(crc, data.validation);
+  for (const DataRows& s : data.sources) crc = s.fingerprint(crc);
+  return data.validation.fingerprint(crc);
 }
 
 }  // namespace vqddp

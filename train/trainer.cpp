@@ -31,6 +31,7 @@
 #include "train/metrics_log.h"
 #include "train/run_dir.h"
 #include "train/run_identity.h"
+#include "train/batch_prefetch.h"
 #include "train/schedule.h"
 #include "train/spectral.h"
 #include "vq/code_stats.h"
@@ -46,17 +47,6 @@ using Clock = std::chrono::steady_clock;
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& o, std::vector<Tensor> params) {
   if (o.type == "sgd") return std::make_unique<Sgd>(std::move(params), SgdOptions{o.lr, o.momentum, o.weight_decay, false});
   return std::make_unique<AdamW>(std::move(params), AdamWOptions{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay});
-}
-
-Tensor gather_rows(const Dataset& data, const std::vector<std::pair<int, int64_t>>& rows) {
-  int64_t f = data.example_dim;
-  Tensor x = empty({static_cast<int64_t>(rows.size()), f});  // (n_r, F)
-  float* p = x.data<float>();
-  for (const auto& [src, row] : rows) {
-    std::memcpy(p, data.sources[src].data<float>() + row * f, f * sizeof(float));
-    p += f;
-  }
-  return x;
 }
 
 // Per-layer code histograms of indices (M, Q) on any device, appended to
@@ -198,11 +188,11 @@ struct Validation {
 // windows, over its frames laid end to end) depend on its examples alone,
 // and the chunks' sums are added in chunk order, so every number is the
 // same on any number of ranks.
-Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, Device device) {
+Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, Device device, int64_t done) {
   NoGradGuard no_grad;
   model.eval();
   constexpr int64_t kChunk = 4096;
-  const int64_t rows = data.validation.size(0), chunks = (rows + kChunk - 1) / kChunk;
+  const int64_t rows = data.validation.rows(), chunks = (rows + kChunk - 1) / kChunk;
   std::vector<int64_t> rank_chunks = even_shards(chunks, comm.world_size());
   int64_t first = shard_begin(rank_chunks, comm.rank());
   std::vector<int64_t> sizes = model.layer_sizes();
@@ -223,7 +213,13 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
   // fails every rank here, not in reduce_units at their timeout.
   agree_on(comm, true, [&] {
     for (int64_t c = first; c < first + rank_chunks[comm.rank()]; ++c) {
-      Tensor x = data.validation.slice_rows(c * kChunk, std::min(rows, (c + 1) * kChunk));  // (n, F)
+      Tensor x;  // (n, F)
+      try {
+        x = data.validation.read_range(c * kChunk, std::min(rows, (c + 1) * kChunk));
+      } catch (const Error& e) {
+        VQDDP_THROW("validation at step {}: reading held-out rows {} to {}: {}", done, c * kChunk, std::min(rows, (c + 1) * kChunk),
+                   e.what());
+      }
       ModelOutput out = model.forward(x.to(device), comm);
       Tensor y = out.reconstruction.to(Device::cpu());  // (n, F)
       SumCount mel_l1;
@@ -323,6 +319,7 @@ class RankRun {
   void run(TrainResult& result, std::mutex& result_mu) {
     DistributedDataParallel ddp(model_, comm_);
     ShardedSampler sampler(schedule_, sizes_, cfg_.run.seed, comm_.rank(), comm_.world_size(), opt_.rank_units);
+    BatchPrefetcher batches(data_, sampler, step_, last_);
     print_start();
     loop_start_ = Clock::now();
     first_ = step_;
@@ -332,7 +329,7 @@ class RankRun {
     for (; step_ < last_ && !stopped_by_; ++step_) {
       std::optional<LaunchRecording> recording;
       if (capture_check_) recording.emplace();
-      StepResult r = train_step(sampler);
+      StepResult r = train_step(sampler, batches);
       const int64_t done = step_ + 1;
       if (recording) {
         check_capturable(std::move(recording->launches), recording->variant, done);
@@ -432,11 +429,14 @@ class RankRun {
     previous_launches_[variant] = {done, std::move(launches)};
   }
 
-  StepResult train_step(ShardedSampler& sampler) {
+  StepResult train_step(ShardedSampler& sampler, BatchPrefetcher& batches) {
     std::optional<OpProfileScope> profile;
     if (opt_.profile && lead_) profile.emplace(device_);
     StepResult r;
-    r.host_x = gather_rows(data_, sampler.rank_batch(step_));  // (n_r, F)
+    // A rank that cannot read its rows (a file gone, changed or cut since
+    // the start) stops every rank here, naming the file and the step, not
+    // the others at their next collective's timeout: one all_reduce a step.
+    agree_on(comm_, true, [&] { r.host_x = batches.take(step_); });  // (n_r, F)
     Tensor x = r.host_x.to(device_);
     op_profile_mark("step: the batch");
     {
@@ -509,7 +509,7 @@ class RankRun {
   }
 
   void validate_and_log(int64_t done) {
-    val_ = validate(model_, data_, comm_, device_);
+    val_ = validate(model_, data_, comm_, device_, done);
     if (!lead_ || !opt_.print) return;
     fmt::print("validation at step {}: mse {:.6f}  snr {:.2f} dB{}\n", done, val_.mse, val_.snr_db,
                val_.log_mel >= 0 ? fmt::format("  log-mel L1 {:.3f}", val_.log_mel) : "");
@@ -555,13 +555,13 @@ class RankRun {
   // in eval mode: no collective.
   void write_clips() {
     constexpr int64_t kClips = 4;
-    const int64_t rows = data_.validation.size(0), f = data_.example_dim;
+    const int64_t rows = data_.validation.rows(), f = data_.example_dim;
     const int64_t frames = std::min<int64_t>(rows / kClips, (2 * data_.sample_rate + f - 1) / f);
     if (frames == 0) return;
     std::filesystem::create_directories(dir_ / "clips");
     model_.eval();
     for (int64_t k = 0; k < kClips; ++k) {
-      Tensor x = data_.validation.slice_rows(k * (rows / kClips), k * (rows / kClips) + frames);  // (frames, F)
+      Tensor x = data_.validation.read_range(k * (rows / kClips), k * (rows / kClips) + frames);  // (frames, F)
       Tensor y = model_.decode(model_.encode(x.to(device_))).to(Device::cpu());
       const std::string stem = (dir_ / "clips" / fmt::format("clip_{}_", k)).string();
       write_audio(stem + "original.wav", x.to_vector<float>(), static_cast<int>(data_.sample_rate), AudioEncoding::wav16);
@@ -626,7 +626,7 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
   auto start = Clock::now();
   if (cfg.run.device == "cuda") check_device(Device::cuda(0));
   std::vector<int64_t> sizes;
-  for (const Tensor& s : data.sources) sizes.push_back(s.size(0));
+  for (const DataRows& s : data.sources) sizes.push_back(s.rows());
   const uint32_t fingerprint = data_fingerprint(data);  // once, shared by the rank threads
   LaunchOptions launch{cfg.distributed.backend, cfg.distributed.world_size,
                        std::chrono::milliseconds(static_cast<int64_t>(cfg.distributed.timeout_s * 1000)),

@@ -116,6 +116,7 @@
 #include "train/networks.h"
 #include "train/run_dir.h"
 #include "train/run_identity.h"
+#include "train/batch_prefetch.h"
 #include "train/schedule.h"
 #include "train/spectral.h"
 #include "train/stop_signal.h"
@@ -126,3 +127,5 @@
 #include "data/dataset.h"
 #include "data/idx.h"
 #include "data/audio.h"
+#include "data/audio_windows.h"
+#include "data/example_source.h"

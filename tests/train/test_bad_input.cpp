@@ -343,7 +343,9 @@ TEST_CASE("a non-finite value in training names step and rank, and whether the d
   o.after_step = nullptr;
   // A NaN in the data is called what it is.
   Dataset data = synthetic_data();
-  data.sources[0].fill_(std::nanf(""));
+  Tensor poisoned_rows = data.sources[0].read_range(0, data.sources[0].rows());
+  poisoned_rows.fill_(std::nanf(""));
+  data.sources[0] = poisoned_rows;
   cfg = small_config(dir.file("nan"));
   cfg.distributed.world_size = 1;
   m = nonfinite_message([&] { train(cfg, data, o); });

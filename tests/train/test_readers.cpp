@@ -7,6 +7,7 @@
 #include <sndfile.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include "data/idx.h"
 #include "data/dataset.h"
 #include "data/audio.h"
+#include "data/audio_windows.h"
 
 using namespace vqddp;
 using vqddp::test::TempDir;
@@ -214,7 +216,7 @@ TEST_CASE("a data directory: audio files of any extension in any case count; mix
   c.sources = {{dir.file("clips"), 1.0, ""}};
   c.holdout_every = 2;
   Dataset d = load_dataset(c);
-  CHECK(d.sources[0].size(0) + d.validation.size(0) == 2 * 800 / c.frame);
+  CHECK(d.sources[0].rows() + d.validation.rows() == 2 * 800 / c.frame);
   write_audio(dir.file("clips/c.ogg"), SF_FORMAT_OGG | SF_FORMAT_VORBIS, 16000, 2, std::vector<float>(3200, 0.1f));
   CHECK_THROWS_WITH_AS(load_dataset(c), doctest::Contains((dir.file("clips/c.ogg") + ": sample rate 16000 Hz differs "
                                                            "from the 8000 Hz of").c_str()), Error);
@@ -381,7 +383,7 @@ TEST_CASE("audio that gives no sample at the asked rate is refused, and so is wr
   CHECK(std::distance(std::filesystem::directory_iterator(dir.path()), {}) == 1);
 }
 
-TEST_CASE("a data set that cannot fit in memory is refused before decoding, naming the largest file and the figure") {
+TEST_CASE("a data set larger than the memory available is planned from its headers and read window by window") {
   TempDir dir;
   std::filesystem::create_directories(dir.file("clips"));
   for (int i = 0; i < 3; ++i)
@@ -391,15 +393,63 @@ TEST_CASE("a data set that cannot fit in memory is refused before decoding, nami
   c.frame = 100;
   c.holdout_every = 3;
   c.sources = {{dir.file("clips"), 1.0, ""}};
-  // 6000 samples, 3 copies of 4 bytes: 72000 bytes.
-  ::setenv("VQDDP_MEMORY_AVAILABLE", "71999", 1);
-  CHECK_THROWS_WITH_AS(load_dataset(c), doctest::Contains(fmt::format("data: 6000 samples in all, 3000 of them in {}: "
-                       "needs about", dir.file("clips/2.wav")).c_str()), Error);
-  ::setenv("VQDDP_MEMORY_AVAILABLE", "72000", 1);
-  CHECK(load_dataset(c).sources[0].size(0) == 30);
+  // 6000 samples would need 24000 bytes in memory; 1000 are available,
+  // and nothing is decoded to plan the run.
+  ::setenv("VQDDP_MEMORY_AVAILABLE", "1000", 1);
+  Dataset d = load_dataset(c);
   ::unsetenv("VQDDP_MEMORY_AVAILABLE");
+  CHECK(d.sources[0].rows() == 30);  // clips 0 and 1; clip 2 held out
+  CHECK(d.validation.rows() == 30);
+  std::vector<float> row(100);
+  d.validation.read(29, row.data());
+  CHECK(row[99] == 7.f / 32768);
   // A missing directory says how to make one, or the config's own way.
   c.sources = {{dir.file("absent"), 1.0, "vqddp convert a.wav --out absent"}};
   CHECK_THROWS_WITH_AS(load_dataset(c), doctest::Contains("this config's data is made first, by `vqddp convert a.wav "
                        "--out absent`"), Error);
+}
+
+TEST_CASE("a window read alone is the whole file's samples at its rate, a pure function of (file, window) when "
+          "resampled, and a file cut after indexing is refused naming it") {
+  TempDir dir;
+  std::vector<float> stereo(2 * 9000);
+  for (size_t i = 0; i < stereo.size(); ++i) stereo[i] = 0.5f * std::sin(0.001f * float(i * i % 7919)) + 0.01f * float(i % 3);
+  const std::vector<std::pair<std::string, int>> files{{"a.wav", SF_FORMAT_WAV | SF_FORMAT_PCM_16},
+                                                       {"b.flac", SF_FORMAT_FLAC | SF_FORMAT_PCM_16},
+                                                       {"c.wav", SF_FORMAT_WAV | SF_FORMAT_FLOAT}};
+  for (const auto& [name, format] : files) {
+    CAPTURE(name);
+    const std::string p = dir.file(name);
+    write_audio(p, format, 16000, 2, stereo);
+    const std::vector<float> whole = read_audio(p).samples;
+    REQUIRE(whole.size() == 9000);
+    std::vector<float> w(700);
+    for (int64_t first : {0, 1, 4093, 8300}) {
+      read_audio_window(p, 0, first, 700, w.data());
+      CHECK(std::equal(w.begin(), w.end(), whole.begin() + first));
+    }
+    // Resampled to 6 kHz (grids meet every 8 file frames, 3 samples): each
+    // window the same however it is reached, and close to the whole file's.
+    const std::vector<float> low = read_audio(p, 6000).samples;
+    std::vector<float> again(700);
+    double worst = 0;
+    for (int64_t first : {0, 1, 1700, 2674}) {
+      read_audio_window(p, 6000, first, 700, w.data());
+      read_audio_window(p, 6000, first, 700, again.data());
+      CHECK(w == again);
+      for (int i = 0; i < 700; ++i) worst = std::max(worst, double(std::abs(w[i] - low[first + i])));
+    }
+    CHECK(worst < 1e-4);
+    CHECK_THROWS_WITH_AS(read_audio_window(p, 0, 8500, 700, w.data()),
+                         doctest::Contains((p + ": samples up to 9200 at 16000 Hz are asked of a file of 9000 frames").c_str()),
+                         Error);
+  }
+  // A source built, then its file cut: the row is refused naming the file.
+  const std::string p = dir.file("a.wav");
+  AudioWindows windows({audio_clip(p)}, 16000, 1000);
+  REQUIRE(windows.rows() == 9);
+  std::filesystem::resize_file(p, 44 + 4 * 5000);  // 5000 frames of 2 x 16 bit
+  std::vector<float> row(1000);
+  windows.read(4, row.data());
+  CHECK_THROWS_WITH_AS(windows.read(6, row.data()), doctest::Contains(p.c_str()), Error);
 }

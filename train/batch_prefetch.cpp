@@ -1,0 +1,81 @@
+#include "train/batch_prefetch.h"
+
+#include <fmt/format.h>
+
+#include "engine/error.h"
+#include "engine/ops.h"
+
+namespace vqddp {
+
+Tensor read_rank_batch(const Dataset& data, const ShardedSampler& sampler, int64_t step) {
+  const std::vector<std::pair<int, int64_t>> rows = sampler.rank_batch(step);
+  const int64_t f = data.example_dim;
+  Tensor x = empty({static_cast<int64_t>(rows.size()), f});
+  float* p = x.data<float>();
+  for (const auto& [src, row] : rows) {
+    data.sources[src].read(row, p);
+    p += f;
+  }
+  return x;
+}
+
+BatchPrefetcher::BatchPrefetcher(const Dataset& data, const ShardedSampler& sampler, int64_t first, int64_t last,
+                                 int depth)
+    : data_(data), sampler_(sampler), last_(last), depth_(depth), next_(first), taken_(first - 1) {
+  if (depth_ > 0 && first < last) worker_ = std::thread([this] { work(); });
+}
+
+BatchPrefetcher::~BatchPrefetcher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void BatchPrefetcher::work() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_ && next_ < last_) {
+    if (next_ > taken_ + depth_) {
+      cv_.wait(lock);
+      continue;
+    }
+    const int64_t step = next_++;
+    lock.unlock();
+    Batch b;
+    try {
+      b.rows = read_rank_batch(data_, sampler_, step);
+    } catch (const std::exception& e) {
+      b.error = e.what();
+    }
+    lock.lock();
+    ready_[step] = std::move(b);
+    cv_.notify_all();
+  }
+}
+
+Tensor BatchPrefetcher::take(int64_t step) {
+  VQDDP_CHECK(step == taken_ + 1 && step < last_, "prefetch: step {} asked for, step {} due (of {})", step + 1,
+              taken_ + 2, last_);
+  Batch b;
+  if (depth_ == 0) {
+    taken_ = step;
+    try {
+      b.rows = read_rank_batch(data_, sampler_, step);
+    } catch (const std::exception& e) {
+      b.error = e.what();
+    }
+  } else {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return ready_.count(step) > 0; });
+    b = std::move(ready_[step]);
+    ready_.erase(step);
+    taken_ = step;
+    cv_.notify_all();
+  }
+  VQDDP_CHECK(b.error.empty(), "step {}: reading this rank's batch: {}", step + 1, b.error);
+  return b.rows;
+}
+
+}  // namespace vqddp

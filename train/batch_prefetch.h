@@ -1,0 +1,61 @@
+// This rank's batches of the next few steps, read in the background while
+// the current step trains. The rows of a step are the sampler's (a pure
+// function of (seed, step), train/schedule.h), so a reader needs no state
+// from the trainer: a worker reads steps first, first + 1, ... up to
+// `depth` ahead of the step last taken, and the trainer takes them in
+// order. What a batch holds does not depend on the readers (each row goes
+// to its own place), so prefetching changes no bit of a run. Memory: at
+// most depth + 1 batches.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "data/dataset.h"
+#include "train/schedule.h"
+
+namespace vqddp {
+
+// (n_r, F) host rows of this rank's share of step `step`: the sampler's
+// (source, row) pairs read from the data set's sources in order.
+Tensor read_rank_batch(const Dataset& data, const ShardedSampler& sampler, int64_t step);
+
+class BatchPrefetcher {
+ public:
+  // Steps [first, last); `depth` batches ahead (0: no worker, each batch
+  // read when taken).
+  BatchPrefetcher(const Dataset& data, const ShardedSampler& sampler, int64_t first, int64_t last, int depth = 4);
+  ~BatchPrefetcher();  // stops the worker (a batch being read is finished first)
+  BatchPrefetcher(const BatchPrefetcher&) = delete;
+  BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
+
+  // Step `step`'s batch, steps taken one after another from `first`. An Error reading
+  // it is thrown here, on this rank, naming the step (the caller makes it
+  // every rank's: comm/agree.h).
+  Tensor take(int64_t step);
+
+ private:
+  void work();
+
+  const Dataset& data_;
+  const ShardedSampler& sampler_;
+  const int64_t last_;
+  const int depth_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  struct Batch {
+    Tensor rows;
+    std::string error;
+  };
+  std::map<int64_t, Batch> ready_;
+  int64_t next_;           // the next step the worker reads
+  int64_t taken_;          // the last step taken (first - 1 before any)
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace vqddp
