@@ -1,7 +1,10 @@
 #include "data/audio_windows.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <tuple>
 
 #include "data/audio.h"
 #include "engine/error.h"
@@ -30,6 +33,16 @@ uint32_t ends_crc(const std::string& path, int64_t bytes) {
 
 }  // namespace
 
+std::pair<int64_t, int64_t> file_size_and_time(const std::string& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  VQDDP_CHECK(!ec, "{}: {}", path, ec.message());
+  const auto time = std::filesystem::last_write_time(path, ec);
+  VQDDP_CHECK(!ec, "{}: {}", path, ec.message());
+  return {static_cast<int64_t>(size),
+          std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count()};
+}
+
 AudioClip audio_clip(const std::string& path) {
   AudioClip c;
   c.path = path;
@@ -38,9 +51,7 @@ AudioClip audio_clip(const std::string& path) {
   c.channels = info.channels;
   c.frames = info.frames;
   VQDDP_CHECK(c.frames > 0, "{}: no samples (empty file)", path);
-  std::error_code ec;
-  c.bytes = static_cast<int64_t>(std::filesystem::file_size(path, ec));
-  VQDDP_CHECK(!ec, "{}: cannot read its size: {}", path, ec.message());
+  std::tie(c.bytes, c.mtime_ns) = file_size_and_time(path);
   c.ends = ends_crc(path, c.bytes);
   return c;
 }
@@ -50,11 +61,17 @@ AudioWindows::AudioWindows(std::vector<AudioClip> clips, int rate, int64_t frame
   VQDDP_CHECK(rate > 0 && frame > 0, "audio windows of {} samples at {} Hz", frame, rate);
   for (AudioClip& c : clips_) {
     // Whole output samples the file spans at `rate`, rounded down, so every
-    // window lies inside what its file gives.
+    // window lies inside what its file gives; then the clip's segment.
     const int64_t samples = c.file_rate == rate ? c.frames : c.frames * rate / c.file_rate;
-    c.windows = samples / frame;
-    if (limit > 0) c.windows = std::clamp<int64_t>(limit - rows_, 0, c.windows);
-    rows_ += c.windows;
+    c.first = std::llround(c.offset * rate);
+    VQDDP_CHECK(c.first < samples, "{}: offset {} s is at or past its end ({:.3f} s)", c.path, c.offset,
+                static_cast<double>(samples) / rate);
+    const int64_t span = c.duration < 0 ? samples - c.first
+                                        : std::min(samples - c.first, static_cast<int64_t>(std::llround(c.duration * rate)));
+    c.windows = span / frame;
+    c.rows = c.weight == 1 ? c.windows : static_cast<int64_t>(std::llround(c.weight * static_cast<double>(c.windows)));
+    if (limit > 0) c.rows = std::clamp<int64_t>(limit - rows_, 0, c.rows);
+    rows_ += c.rows;
     ends_.push_back(rows_);
   }
 }
@@ -62,16 +79,24 @@ AudioWindows::AudioWindows(std::vector<AudioClip> clips, int rate, int64_t frame
 void AudioWindows::read(int64_t row, float* out) const {
   VQDDP_CHECK(row >= 0 && row < rows_, "audio window {} of {}", row, rows_);
   const size_t clip = static_cast<size_t>(std::upper_bound(ends_.begin(), ends_.end(), row) - ends_.begin());
-  const int64_t window = row - (clip == 0 ? 0 : ends_[clip - 1]);
+  const int64_t k = row - (clip == 0 ? 0 : ends_[clip - 1]);
   const AudioClip& c = clips_[clip];
-  read_audio_window(c.path, c.file_rate == rate_ ? 0 : rate_, window * frame_, frame_, out);
+  const int64_t window = c.rows >= c.windows ? k % c.windows : k * c.windows / c.rows;
+  const auto [bytes, mtime] = file_size_and_time(c.path);
+  VQDDP_CHECK(bytes == c.bytes && mtime == c.mtime_ns, "{}: changed since it was indexed ({} bytes then, {} now{})",
+              c.path, c.bytes, bytes, mtime == c.mtime_ns ? "" : "; modified since");
+  read_audio_window(c.path, c.file_rate == rate_ ? 0 : rate_, c.first + window * frame_, frame_, out);
+}
+
+int64_t AudioWindows::next_origin(int64_t row) const {
+  return *std::upper_bound(ends_.begin(), ends_.end(), row);
 }
 
 uint32_t AudioWindows::fingerprint(uint32_t crc) const {
   const int64_t head[3] = {rate_, frame_, rows_};
   crc = crc32c(head, sizeof head, crc);
   for (const AudioClip& c : clips_) {
-    const int64_t facts[6] = {c.file_rate, c.channels, c.frames, c.bytes, c.ends, c.windows};
+    const int64_t facts[8] = {c.file_rate, c.channels, c.frames, c.bytes, c.ends, c.first, c.windows, c.rows};
     crc = crc32c(facts, sizeof facts, crc);
   }
   return crc;

@@ -10,7 +10,7 @@
 namespace vqddp {
 
 struct DataSourceConfig {
-  std::string path;  // a directory of audio files (data/audio.h), or an IDX file
+  std::string path;  // audio (data/audio_index.h): a directory, a list or a JSONL manifest; or an IDX file
   double weight = 1;
   // wav_frames: the command that makes the directory (a shipped example's
   // `vqddp convert ...`), shown when the directory does not exist yet.
@@ -27,6 +27,8 @@ struct DataConfig {
   int64_t holdout_every = 10;    // wav_frames: every k-th clip is held out for validation
   std::string validation_path;   // fashion_mnist: IDX images for validation
   int64_t max_examples = 0;      // per source, 0 = all
+  std::string index_dir;         // wav_frames: where the header index is cached ("" default, "off": nowhere)
+  std::string bad_files = "error";  // wav_frames: a row that cannot be read stops the run, or is skipped ("skip")
   bool operator==(const DataConfig&) const = default;
 };
 

@@ -15,78 +15,36 @@
 #include "engine/ops.h"
 #include "data/idx.h"
 #include "data/audio.h"
+#include "data/audio_index.h"
 #include "data/audio_windows.h"
 
 namespace vqddp {
 
 namespace {
 
-// The audio files of a source directory (data/audio.h's extensions),
-// sorted. The extension is matched in any case (recorders write .WAV); an
-// entry named like an audio file that is not one (a dangling symbolic link,
-// a directory) is an error rather than a clip silently missing from the data.
-std::vector<std::string> audio_files_in(const std::string& dir) {
-  std::vector<std::string> files;
-  const std::vector<std::string>& known = audio_extensions();
-  std::error_code ec;
-  std::filesystem::directory_iterator it(dir, ec);
-  VQDDP_CHECK(!ec, "data source '{}': cannot list the directory: {}", dir, ec.message());
-  for (const auto& e : it) {
-    std::string ext = e.path().extension().string();
-    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-    if (std::find(known.begin(), known.end(), ext) == known.end()) continue;
-    std::error_code ec;
-    VQDDP_CHECK(e.is_regular_file(ec), "data source '{}': {} is {}", dir, e.path().filename().string(),
-                e.is_symlink() && !std::filesystem::exists(e.path(), ec) ? "a symbolic link to a missing file"
-                                                                         : "not a regular file");
-    files.push_back(e.path().string());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
 Dataset load_wav_frames(const DataConfig& c) {
   Dataset d;
   d.example_dim = c.frame;
-  // Every source's file list first: the rate rule needs the first clip.
-  std::vector<std::vector<std::string>> lists;
+  // Every source's clips first (data/audio_index.h): the rate rule needs the
+  // first clip.
+  std::vector<std::vector<AudioClip>> clips;
+  IndexCounts counts;
   for (const DataSourceConfig& src : c.sources) {
     std::error_code ec;
     VQDDP_CHECK(std::filesystem::exists(src.path, ec), "data source '{}' does not exist: it must be a directory of "
-                "audio files ({}); {}", src.path, fmt::join(audio_extensions(), ", "),
+                "audio files ({}), a list of them (.txt, .list, .lst) or a JSONL manifest (.jsonl); {}", src.path,
+                fmt::join(audio_extensions(), ", "),
                 src.made_by.empty() ? fmt::format("`vqddp convert AUDIO... --out {}` makes one from audio files of any "
                                                   "format", src.path)
                                     : fmt::format("this config's data is made first, by `{}`", src.made_by));
-    VQDDP_CHECK(std::filesystem::is_directory(src.path, ec), "data source '{}' is not a directory of audio files",
-                src.path);
-    std::vector<std::string> files = audio_files_in(src.path);
-    if (c.max_files > 0 && static_cast<int64_t>(files.size()) > c.max_files) files.resize(c.max_files);
-    VQDDP_CHECK(!files.empty(), "data source '{}' holds no audio files ({})", src.path,
+    std::vector<AudioEntry> entries = list_audio_source(src.path);
+    if (c.max_files > 0 && static_cast<int64_t>(entries.size()) > c.max_files) entries.resize(c.max_files);
+    VQDDP_CHECK(!entries.empty(), "data source '{}' holds no audio files ({})", src.path,
                 fmt::join(audio_extensions(), ", "));
-    lists.push_back(std::move(files));
-  }
-  // Headers only, in parallel (opening a file is the cost); in file order
-  // afterwards, so the first bad file named is the first in order.
-  std::vector<std::vector<AudioClip>> clips(lists.size());
-  for (size_t s = 0; s < lists.size(); ++s) {
-    const std::vector<std::string>& files = lists[s];
-    clips[s].resize(files.size());
-    std::vector<std::string> errors(files.size());
-    const size_t workers = std::max<size_t>(1, std::min<size_t>(files.size(), std::thread::hardware_concurrency()));
-    std::vector<std::thread> pool;
-    std::atomic<size_t> next{0};
-    for (size_t w = 0; w < workers; ++w)
-      pool.emplace_back([&] {
-        for (size_t i = next++; i < files.size(); i = next++) {
-          try {
-            clips[s][i] = audio_clip(files[i]);
-          } catch (const std::exception& e) {
-            errors[i] = e.what();
-          }
-        }
-      });
-    for (std::thread& t : pool) t.join();
-    for (const std::string& e : errors) VQDDP_CHECK(e.empty(), "{}", e);
+    IndexCounts source_counts;
+    clips.push_back(index_audio(entries, audio_index_cache(c.index_dir, src.path), &source_counts));
+    counts.files += source_counts.files;
+    counts.reused += source_counts.reused;
   }
   // data.sample_rate, or the first clip's: then every clip must have it.
   const int rate = c.sample_rate > 0 ? static_cast<int>(c.sample_rate) : clips[0][0].file_rate;
@@ -113,8 +71,9 @@ Dataset load_wav_frames(const DataConfig& c) {
   d.validation = DataRows(std::make_shared<AudioWindows>(std::move(validation), rate, c.frame));
   d.examples_per_second = static_cast<double>(rate) / c.frame;
   d.sample_rate = rate;
-  d.description = fmt::format("{} audio clips at {} Hz ({} resampled, {} held out), frames of {} samples", count, rate,
-                              resampled, held, c.frame);
+  d.description = fmt::format("{} audio clips at {} Hz ({} resampled, {} held out), frames of {} samples, {} of {} "
+                              "headers from the index cache", count, rate, resampled, held, c.frame, counts.reused,
+                              counts.files);
   return d;
 }
 
@@ -155,6 +114,7 @@ Dataset load_fashion_mnist(const DataConfig& c) {
 Dataset load_dataset(const DataConfig& c) {
   const auto start = std::chrono::steady_clock::now();
   Dataset d = c.type == "wav_frames" ? load_wav_frames(c) : load_fashion_mnist(c);
+  d.skip_bad_rows = c.bad_files == "skip";
   VQDDP_CHECK(d.validation.rows() > 0, "data: the validation set is empty ({}); for wav_frames, holdout_every={} "
               "needs at least that many clips per source", d.description, c.holdout_every);
   // Printed only (the ranks' data fingerprints do not read it).

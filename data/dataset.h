@@ -31,6 +31,10 @@ struct Dataset {
   double examples_per_second = 0;  // audio frames per second (0 for images)
   int64_t sample_rate = 0;         // Hz of every clip (0 for images)
   std::string description;
+  // data.bad_files "skip": a row that cannot be read (its file gone,
+  // changed or cut short) is replaced by the next row of its source that
+  // can be (train/batch_prefetch.h), instead of stopping the run.
+  bool skip_bad_rows = false;
 };
 
 Dataset load_dataset(const DataConfig& config);

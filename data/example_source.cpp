@@ -40,11 +40,34 @@ DataRows::DataRows(Tensor rows) {
   if (rows.defined()) source_ = std::make_shared<TableSource>(std::move(rows));
 }
 
-Tensor DataRows::read_range(int64_t begin, int64_t end) const {
+bool DataRows::read_or_next(int64_t row, float* out, bool skip) const {
+  int64_t at = row;
+  bool wrapped = false;
+  for (;;) {
+    try {
+      read(at, out);
+      return at != row;
+    } catch (const Error& e) {
+      if (!skip) throw;
+      at = source_->next_origin(at);
+      if (at >= rows()) {
+        at = 0;
+        wrapped = true;
+      }
+      VQDDP_CHECK(!(wrapped && at >= row), "no row of {} can be read (data.bad_files \"skip\"); the last error: {}",
+                  rows(), e.what());
+    }
+  }
+}
+
+Tensor DataRows::read_range(int64_t begin, int64_t end, bool skip, int64_t* skipped) const {
   VQDDP_CHECK(0 <= begin && begin <= end && end <= rows(), "rows [{}, {}) of {}", begin, end, rows());
   Tensor t = empty({end - begin, dim()});
   float* p = t.data<float>();
-  for (int64_t r = begin; r < end; ++r, p += dim()) read(r, p);
+  for (int64_t r = begin; r < end; ++r, p += dim()) {
+    const bool replaced = read_or_next(r, p, skip);
+    if (skipped) *skipped += replaced;
+  }
   return t;
 }
 

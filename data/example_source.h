@@ -30,6 +30,9 @@ class ExampleSource {
   // audio source's files' headers, sizes and first and last bytes), never a
   // path, so nodes that mount one corpus at other paths agree.
   virtual uint32_t fingerprint(uint32_t crc) const = 0;
+  // The next row that may be readable after `row` failed (rows() when
+  // none is left): row + 1, or past every row of the same file.
+  virtual int64_t next_origin(int64_t row) const { return row + 1; }
 };
 
 // A source's rows, shared: held by value in a Dataset. From a host float
@@ -44,8 +47,15 @@ class DataRows {
   int64_t rows() const { return source_ ? source_->rows() : 0; }
   int64_t dim() const { return source_ ? source_->dim() : 0; }
   void read(int64_t row, float* out) const { source_->read(row, out); }
-  // Rows [begin, end) as a host tensor (end - begin, dim()).
-  Tensor read_range(int64_t begin, int64_t end) const;
+  // Row `row`, or where it cannot be read (an Error) and `skip` is set, the
+  // next row that can, in row order from the next file on (next_origin),
+  // wrapping around; an Error when none can. Returns whether `row` was
+  // replaced. A replacement depends on the files alone, so every rank (and
+  // a 1-rank run) replaces a row alike.
+  bool read_or_next(int64_t row, float* out, bool skip) const;
+  // Rows [begin, end) as a host tensor (end - begin, dim()), each by
+  // read_or_next; `skipped` (if given) counts the rows replaced.
+  Tensor read_range(int64_t begin, int64_t end, bool skip = false, int64_t* skipped = nullptr) const;
   uint32_t fingerprint(uint32_t crc) const;
   const ExampleSource* source() const { return source_.get(); }
 

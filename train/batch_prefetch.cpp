@@ -7,13 +7,14 @@
 
 namespace vqddp {
 
-Tensor read_rank_batch(const Dataset& data, const ShardedSampler& sampler, int64_t step) {
+Tensor read_rank_batch(const Dataset& data, const ShardedSampler& sampler, int64_t step, int64_t* skipped) {
   const std::vector<std::pair<int, int64_t>> rows = sampler.rank_batch(step);
   const int64_t f = data.example_dim;
   Tensor x = empty({static_cast<int64_t>(rows.size()), f});
   float* p = x.data<float>();
   for (const auto& [src, row] : rows) {
-    data.sources[src].read(row, p);
+    const bool replaced = data.sources[src].read_or_next(row, p, data.skip_bad_rows);
+    if (skipped) *skipped += replaced;
     p += f;
   }
   return x;
@@ -45,7 +46,7 @@ void BatchPrefetcher::work() {
     lock.unlock();
     Batch b;
     try {
-      b.rows = read_rank_batch(data_, sampler_, step);
+      b.rows = read_rank_batch(data_, sampler_, step, &b.skipped);
     } catch (const std::exception& e) {
       b.error = e.what();
     }
@@ -55,14 +56,14 @@ void BatchPrefetcher::work() {
   }
 }
 
-Tensor BatchPrefetcher::take(int64_t step) {
+Tensor BatchPrefetcher::take(int64_t step, int64_t& skipped) {
   VQDDP_CHECK(step == taken_ + 1 && step < last_, "prefetch: step {} asked for, step {} due (of {})", step + 1,
               taken_ + 2, last_);
   Batch b;
   if (depth_ == 0) {
     taken_ = step;
     try {
-      b.rows = read_rank_batch(data_, sampler_, step);
+      b.rows = read_rank_batch(data_, sampler_, step, &b.skipped);
     } catch (const std::exception& e) {
       b.error = e.what();
     }
@@ -75,6 +76,7 @@ Tensor BatchPrefetcher::take(int64_t step) {
     cv_.notify_all();
   }
   VQDDP_CHECK(b.error.empty(), "step {}: reading this rank's batch: {}", step + 1, b.error);
+  skipped += b.skipped;
   return b.rows;
 }
 

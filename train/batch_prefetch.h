@@ -21,8 +21,12 @@
 namespace vqddp {
 
 // (n_r, F) host rows of this rank's share of step `step`: the sampler's
-// (source, row) pairs read from the data set's sources in order.
-Tensor read_rank_batch(const Dataset& data, const ShardedSampler& sampler, int64_t step);
+// (source, row) pairs read from the data set's sources in order. With
+// data.skip_bad_rows, a row that cannot be read is replaced by the next one
+// of its source that can (DataRows::read_or_next), and `skipped` counts the
+// rows replaced: every rank and a 1-rank run replace a row alike, so the
+// global batch stays the 1-rank run's.
+Tensor read_rank_batch(const Dataset& data, const ShardedSampler& sampler, int64_t step, int64_t* skipped = nullptr);
 
 class BatchPrefetcher {
  public:
@@ -33,10 +37,11 @@ class BatchPrefetcher {
   BatchPrefetcher(const BatchPrefetcher&) = delete;
   BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
 
-  // Step `step`'s batch, steps taken one after another from `first`. An Error reading
-  // it is thrown here, on this rank, naming the step (the caller makes it
-  // every rank's: comm/agree.h).
-  Tensor take(int64_t step);
+  // Step `step`'s batch, steps taken one after another from `first`. An
+  // Error reading it is thrown here, on this rank, naming the step (the
+  // caller makes it every rank's: comm/agree.h). Adds the rows skipped
+  // (read_rank_batch) to `skipped`.
+  Tensor take(int64_t step, int64_t& skipped);
 
  private:
   void work();
@@ -50,6 +55,7 @@ class BatchPrefetcher {
   struct Batch {
     Tensor rows;
     std::string error;
+    int64_t skipped = 0;
   };
   std::map<int64_t, Batch> ready_;
   int64_t next_;           // the next step the worker reads

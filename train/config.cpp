@@ -65,6 +65,8 @@ void read_data(ConfigSection s, DataConfig& d) {
   d.holdout_every = s.integer("holdout_every", d.holdout_every, limits::holdout_every);
   d.validation_path = s.string("validation_path", d.validation_path);
   d.max_examples = s.integer("max_examples", d.max_examples, limits::optional_count);
+  d.index_dir = s.string("index_dir", d.index_dir);
+  d.bad_files = s.choice("bad_files", d.bad_files, {"error", "skip"});
   s.finish();
 }
 

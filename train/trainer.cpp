@@ -177,21 +177,25 @@ std::string duration(double s) {
 struct Validation {
   double mse = 0, snr_db = 0;
   double log_mel = -1;  // log-mel L1 distance (audio; -1 for images)
+  int64_t skipped = 0;  // held-out rows passed over (data.bad_files "skip"), all ranks
   std::vector<LayerUsage> usage;
   std::vector<float> histogram;  // every layer's code counts, layer after layer
 };
 
 // Eval mode, no grad: no module issues a collective; one all_reduce agrees
 // that every rank's chunks went well (comm/agree.h), one reduce_units sums
-// them. The validation set is cut into chunks of kChunk examples fixed by
-// position, each rank taking whole chunks; a chunk's sums (and its log-mel
+// them. The validation set is cut into chunks of about kChunkValues input
+// floats (kChunkValues / F examples) fixed by position, each rank taking
+// whole chunks: a rank's memory is bounded by a chunk's, whatever the
+// held-out set's size. A chunk's sums (and its log-mel
 // windows, over its frames laid end to end) depend on its examples alone,
 // and the chunks' sums are added in chunk order, so every number is the
 // same on any number of ranks.
 Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, Device device, int64_t done) {
   NoGradGuard no_grad;
   model.eval();
-  constexpr int64_t kChunk = 4096;
+  constexpr int64_t kChunkValues = int64_t{1} << 18;
+  const int64_t kChunk = std::max<int64_t>(1, kChunkValues / data.example_dim);
   const int64_t rows = data.validation.rows(), chunks = (rows + kChunk - 1) / kChunk;
   std::vector<int64_t> rank_chunks = even_shards(chunks, comm.world_size());
   int64_t first = shard_begin(rank_chunks, comm.rank());
@@ -205,17 +209,20 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
   const double rate = data.examples_per_second * static_cast<double>(data.example_dim);
   std::optional<LogMel> mel;
   if (audio) mel.emplace(rate, 256, 64, 40);
-  // Per chunk: sum x^2, sum err^2, elements, log-mel sum and count, then the
-  // code histogram of every layer.
-  const int64_t width = 5 + codes;
+  // Per chunk: sum x^2, sum err^2, elements, log-mel sum and count, rows
+  // skipped (data.bad_files "skip"), then the code histogram of every layer.
+  constexpr int64_t kFixed = 6;
+  const int64_t width = kFixed + codes;
   std::vector<float> packed;
+  Validation v;
   // A chunk that fails on one rank (a non-finite reconstruction, say)
   // fails every rank here, not in reduce_units at their timeout.
   agree_on(comm, true, [&] {
     for (int64_t c = first; c < first + rank_chunks[comm.rank()]; ++c) {
       Tensor x;  // (n, F)
+      int64_t skipped = 0;
       try {
-        x = data.validation.read_range(c * kChunk, std::min(rows, (c + 1) * kChunk));
+        x = data.validation.read_range(c * kChunk, std::min(rows, (c + 1) * kChunk), data.skip_bad_rows, &skipped);
       } catch (const Error& e) {
         VQDDP_THROW("validation at step {}: reading held-out rows {} to {}: {}", done, c * kChunk, std::min(rows, (c + 1) * kChunk),
                    e.what());
@@ -231,7 +238,8 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
         error += (double(px[i]) - py[i]) * (double(px[i]) - py[i]);
       }
       std::vector<float> row{static_cast<float>(signal), static_cast<float>(error), static_cast<float>(x.numel()),
-                             static_cast<float>(mel_l1.sum), static_cast<float>(mel_l1.count)};
+                             static_cast<float>(mel_l1.sum), static_cast<float>(mel_l1.count),
+                             static_cast<float>(skipped)};
       append_histograms(out.indices, sizes, row);
       packed.insert(packed.end(), row.begin(), row.end());
     }
@@ -240,12 +248,12 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
   Tensor t = empty({width});
   comm.reduce_units(mine, rank_chunks, t);
   const float* p = t.data<float>();
-  Validation v;
   v.mse = p[2] > 0 ? p[1] / p[2] : 0;
   v.snr_db = p[1] > 0 ? 10 * std::log10(double(p[0]) / p[1]) : 0;
   if (audio) v.log_mel = p[4] > 0 ? p[3] / p[4] : 0;
-  v.usage = usage_of(p + 5, sizes);
-  v.histogram.assign(p + 5, p + width);
+  v.skipped = static_cast<int64_t>(p[5]);
+  v.usage = usage_of(p + kFixed, sizes);
+  v.histogram.assign(p + kFixed, p + width);
   model.train();
   return v;
 }
@@ -364,6 +372,8 @@ class RankRun {
   std::map<std::string, std::pair<int64_t, std::vector<LaunchRecord>>> previous_launches_;
   // On sim, for every run (check_capturable).
   bool capture_check_ = false;
+  // Rows this rank's batches passed over (data.bad_files "skip"), since the run started.
+  int64_t skipped_rows_ = 0;
 
   struct StepResult {
     Tensor host_x;  // this rank's examples, on the host (for error messages)
@@ -436,7 +446,7 @@ class RankRun {
     // A rank that cannot read its rows (a file gone, changed or cut since
     // the start) stops every rank here, naming the file and the step, not
     // the others at their next collective's timeout: one all_reduce a step.
-    agree_on(comm_, true, [&] { r.host_x = batches.take(step_); });  // (n_r, F)
+    agree_on(comm_, true, [&] { r.host_x = batches.take(step_, skipped_rows_); });  // (n_r, F)
     Tensor x = r.host_x.to(device_);
     op_profile_mark("step: the batch");
     {
@@ -490,6 +500,11 @@ class RankRun {
       rethrow_nonfinite(e, fmt::format("step {} (logged), rank {}: {}; {}", done, comm_.rank(), e.what(),
                                        nonfinite_origin(r.host_x, model_)));
     }
+    // Rows skipped so far over all ranks (one all_reduce at a log step): the
+    // 1-rank run's count, since every rank skips a row alike.
+    Tensor skipped = from_vector(std::vector<int64_t>{skipped_rows_}, {1});
+    comm_.all_reduce(skipped, ReduceOp::sum);
+    const int64_t skipped_total = skipped.data<int64_t>()[0];
     if (!lead_ || !opt_.print) return;
     double secs = std::chrono::duration<double>(Clock::now() - loop_start_).count();
     double rate = (done - first_) / std::max(secs, 1e-9);
@@ -498,23 +513,27 @@ class RankRun {
       ppl += fmt::format("{}{:.0f}", ppl.empty() ? "" : "/", u.perplexity);
       used += fmt::format("{}{}", used.empty() ? "" : "/", u.codes_used);
     }
-    fmt::print("step {:>6}/{}  loss {:.5f}  recon {:.5f}  ppl {}  used {}  revived {}  {:.1f} steps/s  ETA {}\n", done,
-               schedule_.total_steps, log.loss, log.recon, ppl, used, log.revived, rate,
+    fmt::print("step {:>6}/{}  loss {:.5f}  recon {:.5f}  ppl {}  used {}  revived {}{}  {:.1f} steps/s  ETA {}\n", done,
+               schedule_.total_steps, log.loss, log.recon, ppl, used, log.revived,
+               skipped_total > 0 ? fmt::format("  skipped {}", skipped_total) : "", rate,
                duration((last_ - done) / std::max(rate, 1e-9)));
     nlohmann::json line{{"step", done},          {"loss", log.loss},   {"recon", log.recon},
                         {"revived", log.revived}, {"lr", optim_->lr}, {"steps_per_s", rate}};
     for (const LayerUsage& u : log.usage)
       line["layers"].push_back({{"perplexity", u.perplexity}, {"codes_used", u.codes_used}});
+    if (skipped_total > 0) line["skipped_rows"] = skipped_total;
     metrics_->write(line);
   }
 
   void validate_and_log(int64_t done) {
     val_ = validate(model_, data_, comm_, device_, done);
     if (!lead_ || !opt_.print) return;
-    fmt::print("validation at step {}: mse {:.6f}  snr {:.2f} dB{}\n", done, val_.mse, val_.snr_db,
-               val_.log_mel >= 0 ? fmt::format("  log-mel L1 {:.3f}", val_.log_mel) : "");
+    fmt::print("validation at step {}: mse {:.6f}  snr {:.2f} dB{}{}\n", done, val_.mse, val_.snr_db,
+               val_.log_mel >= 0 ? fmt::format("  log-mel L1 {:.3f}", val_.log_mel) : "",
+               val_.skipped > 0 ? fmt::format("  skipped {}", val_.skipped) : "");
     nlohmann::json line{{"step", done}, {"validation_mse", val_.mse}, {"validation_snr_db", val_.snr_db}};
     if (val_.log_mel >= 0) line["validation_log_mel_l1"] = val_.log_mel;
+    if (val_.skipped > 0) line["validation_skipped_rows"] = val_.skipped;
     for (const LayerUsage& u : val_.usage)
       line["validation_layers"].push_back({{"perplexity", u.perplexity}, {"codes_used", u.codes_used}});
     metrics_->write(line);
@@ -561,7 +580,8 @@ class RankRun {
     std::filesystem::create_directories(dir_ / "clips");
     model_.eval();
     for (int64_t k = 0; k < kClips; ++k) {
-      Tensor x = data_.validation.read_range(k * (rows / kClips), k * (rows / kClips) + frames);  // (frames, F)
+      Tensor x = data_.validation.read_range(k * (rows / kClips), k * (rows / kClips) + frames,
+                                             data_.skip_bad_rows);  // (frames, F)
       Tensor y = model_.decode(model_.encode(x.to(device_))).to(Device::cpu());
       const std::string stem = (dir_ / "clips" / fmt::format("clip_{}_", k)).string();
       write_audio(stem + "original.wav", x.to_vector<float>(), static_cast<int>(data_.sample_rate), AudioEncoding::wav16);

@@ -127,5 +127,6 @@
 #include "data/dataset.h"
 #include "data/idx.h"
 #include "data/audio.h"
+#include "data/audio_index.h"
 #include "data/audio_windows.h"
 #include "data/example_source.h"

@@ -1,0 +1,65 @@
+// A data set's audio clips: what each source lists, and the header facts of
+// every file, read in one pass over the headers and cached.
+//
+// Sources (data.sources[i].path):
+//   a directory  its audio files (data/audio.h's extensions, any case),
+//                sorted by name, not recursive;
+//   FILE.txt, FILE.list, FILE.lst
+//                one path per line (blank lines and lines starting with #
+//                skipped), relative paths from the list's directory;
+//   FILE.jsonl   one JSON object per line: "path" (relative as above), and
+//                optionally "offset" and "duration" in seconds (a segment of
+//                the file; the rest of the file from the offset without a
+//                duration) and "weight" (> 0, 1 by default: the entry's
+//                windows count that many times over in its source's share,
+//                see AudioWindows).
+//
+// The index: for each file its size, modification time, rate, channels,
+// frames and a CRC32C of its first and last 4 KiB (data/audio_windows.h
+// AudioClip). It is cached in data.index_dir (by default
+// $XDG_CACHE_HOME/vqddp or ~/.cache/vqddp; "off": none), one file per source
+// path, and at each start every file is checked with one stat: an entry
+// whose size and modification time still match is reused, any other file's
+// header is read again, and the cache is rewritten when something changed.
+// A cache that cannot be read or parsed is ignored (and rewritten): it is
+// a cache, never an input. Ranks and runs that read the same sources share
+// it; nodes that mount the corpus at other paths index it each on their own
+// and still agree (the data fingerprint leaves paths out).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/audio_windows.h"
+#include "data/data_config.h"
+
+namespace vqddp {
+
+// One entry of a source, in order: a file, or a segment of one.
+struct AudioEntry {
+  std::string path;
+  double offset = 0;     // seconds
+  double duration = -1;  // seconds; < 0: to the end of the file
+  double weight = 1;
+};
+
+// What a source's path lists (the forms above). Errors name the source and,
+// for a list or manifest, the line.
+std::vector<AudioEntry> list_audio_source(const std::string& path);
+
+struct IndexCounts {
+  int64_t files = 0, reused = 0;  // files indexed, and of them taken from the cache
+};
+
+// The clips of `entries` (their header facts from the cache where still
+// valid, else read, several files at a time), in order, with each entry's
+// segment and weight. `cache` is the cache file ("" for none).
+std::vector<AudioClip> index_audio(const std::vector<AudioEntry>& entries, const std::string& cache,
+                                   IndexCounts* counts = nullptr);
+
+// The cache file for a source path under `index_dir` ("" for the default
+// directory, "off" for none: returns "").
+std::string audio_index_cache(const std::string& index_dir, const std::string& source_path);
+
+}  // namespace vqddp
