@@ -64,6 +64,7 @@ std::pair<double, double> train_child(const std::string& corpus, const std::stri
     try {
       nlohmann::json j = load_config_json("examples/speech_codec.json");
       j["data"]["sources"] = {{{"path", corpus}}};
+      j["data"]["index_dir"] = run_dir + "-index";
       j["schedule"]["steps"] = steps;
       j["schedule"]["validate_every"] = 0;
       j["run"]["dir"] = run_dir;

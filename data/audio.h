@@ -88,7 +88,8 @@ AudioFileInfo audio_file_info(const std::string& path);
 
 // Samples [first, first + count) of a file's mono signal at `rate` (0: its
 // own), decoded from the file alone by seeking to the window, so reading a
-// window costs the window, not the file before it:
+// window costs the window, not the file before it (MP3 excepted: its seek
+// in libsndfile is not sample-exact, so an MP3 is decoded from its start):
 // - at the file's own rate, the samples AudioReader gives at those positions;
 // - resampled, the window with a context of kWindowContext samples each side
 //   (cut at the file's ends) is resampled by one soxr_oneshot (SOXR_HQ,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
@@ -103,15 +104,19 @@ std::vector<AudioEntry> listed_entries(const std::string& path, bool jsonl) {
   return entries;
 }
 
-// The cache's entries by path; empty when it is missing or unusable.
+// The cache's entries by path; empty when it is missing or unusable. A
+// JSONL file (a version line, then one object per file) read a line at a
+// time, so indexing a large corpus never holds the whole cache as a JSON tree.
 std::map<std::string, AudioClip> read_cache(const std::string& cache) {
   std::map<std::string, AudioClip> by_path;
   std::error_code ec;
   if (cache.empty() || !fs::exists(cache, ec)) return by_path;
   try {
-    const nlohmann::json j = parse_json_strict(read_file(cache, int64_t{1} << 32, "an index cache"), cache);
-    if (j.at("version").get<int>() != 1) return by_path;
-    for (const nlohmann::json& f : j.at("files")) {
+    std::istringstream in(read_file(cache, int64_t{1} << 32, "an index cache"));
+    std::string line;
+    if (!std::getline(in, line) || parse_json_strict(line, cache).at("vqddp_audio_index").get<int>() != 1) return by_path;
+    while (std::getline(in, line)) {
+      const nlohmann::json f = parse_json_strict(line, cache);
       AudioClip c;
       c.path = f.at("path").get<std::string>();
       c.bytes = f.at("bytes").get<int64_t>();
@@ -129,19 +134,33 @@ std::map<std::string, AudioClip> read_cache(const std::string& cache) {
 }
 
 void write_cache(const std::string& cache, const std::vector<AudioClip>& clips) {
-  nlohmann::json files = nlohmann::json::array();
+  std::string text = nlohmann::json{{"vqddp_audio_index", 1}}.dump() + "\n";
   std::map<std::string, bool> seen;
   for (const AudioClip& c : clips) {
     if (seen[c.path]) continue;
     seen[c.path] = true;
-    files.push_back({{"path", c.path}, {"bytes", c.bytes}, {"mtime_ns", c.mtime_ns}, {"rate", c.file_rate},
-                     {"channels", c.channels}, {"frames", c.frames}, {"ends", c.ends}});
+    text += nlohmann::json{{"path", c.path},         {"bytes", c.bytes},       {"mtime_ns", c.mtime_ns},
+                           {"rate", c.file_rate},   {"channels", c.channels}, {"frames", c.frames},
+                           {"ends", c.ends}}.dump() + "\n";
   }
   std::error_code ec;
-  fs::create_directories(fs::path(cache).parent_path(), ec);
+  const fs::path dir = fs::path(cache).parent_path();
+  fs::create_directories(dir, ec);
+  // The cache stays bounded: other sources' index files not rewritten for
+  // kStaleDays go (a source still in use costs one header pass to index again).
+  constexpr int kStaleDays = 30;
+  const auto now = fs::file_time_type::clock::now();
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code time_ec;
+    const auto written = fs::last_write_time(it->path(), time_ec);
+    if (name.rfind("index-", 0) == 0 && it->path() != fs::path(cache) && !time_ec &&
+        now - written > std::chrono::hours(24 * kStaleDays))
+      fs::remove(it->path(), time_ec);
+  }
   // A cache that cannot be written costs the next start a header pass, no more.
   try {
-    write_file_atomic(cache, nlohmann::json{{"version", 1}, {"files", files}}.dump() + "\n");
+    write_file_atomic(cache, text);
   } catch (const Error&) {
   }
 }
@@ -171,7 +190,7 @@ std::string audio_index_cache(const std::string& index_dir, const std::string& s
   std::error_code ec;
   const std::string absolute = fs::absolute(source_path, ec).lexically_normal().string();
   const uint32_t key = crc32c(absolute.data(), absolute.size());
-  return fmt::format("{}/index-{:08x}-{}.json", dir, key, fs::path(absolute).filename().string());
+  return fmt::format("{}/index-{:08x}-{}.jsonl", dir, key, fs::path(absolute).filename().string());
 }
 
 std::vector<AudioClip> index_audio(const std::vector<AudioEntry>& entries, const std::string& cache,

@@ -22,7 +22,8 @@
 // whose size and modification time still match is reused, any other file's
 // header is read again, and the cache is rewritten when something changed.
 // A cache that cannot be read or parsed is ignored (and rewritten): it is
-// a cache, never an input. Ranks and runs that read the same sources share
+// a cache, never an input. Writing one removes the directory's other index
+// files not rewritten for 30 days, so the cache stays bounded. Ranks and runs that read the same sources share
 // it; nodes that mount the corpus at other paths index it each on their own
 // and still agree (the data fingerprint leaves paths out).
 #pragma once

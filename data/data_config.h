@@ -28,6 +28,8 @@ struct DataConfig {
   std::string validation_path;   // fashion_mnist: IDX images for validation
   int64_t max_examples = 0;      // per source, 0 = all
   std::string index_dir;         // wav_frames: where the header index is cached ("" default, "off": nowhere)
+  int64_t readers = 1;           // reader threads per rank (train/batch_prefetch.h)
+  int64_t prefetch = 4;          // steps each rank reads ahead (0: each batch read when its step starts)
   std::string bad_files = "error";  // wav_frames: a row that cannot be read stops the run, or is skipped ("skip")
   bool operator==(const DataConfig&) const = default;
 };

@@ -115,6 +115,8 @@ Dataset load_dataset(const DataConfig& c) {
   const auto start = std::chrono::steady_clock::now();
   Dataset d = c.type == "wav_frames" ? load_wav_frames(c) : load_fashion_mnist(c);
   d.skip_bad_rows = c.bad_files == "skip";
+  d.readers = static_cast<int>(c.readers);
+  d.prefetch = static_cast<int>(c.prefetch);
   VQDDP_CHECK(d.validation.rows() > 0, "data: the validation set is empty ({}); for wav_frames, holdout_every={} "
               "needs at least that many clips per source", d.description, c.holdout_every);
   // Printed only (the ranks' data fingerprints do not read it).

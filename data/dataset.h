@@ -35,6 +35,8 @@ struct Dataset {
   // changed or cut short) is replaced by the next row of its source that
   // can be (train/batch_prefetch.h), instead of stopping the run.
   bool skip_bad_rows = false;
+  // data.readers and data.prefetch: how each rank reads ahead.
+  int readers = 1, prefetch = 4;
 };
 
 Dataset load_dataset(const DataConfig& config);

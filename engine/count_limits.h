@@ -48,6 +48,8 @@ inline constexpr CountRange fsq_level{2, 65536};
 inline constexpr CountRange kmeans_iters{1, 10000};
 inline constexpr CountRange frame{1, int64_t{1} << 24};
 inline constexpr CountRange holdout_every{2, kNoLimit};
+inline constexpr CountRange readers{1, 64};                  // data.readers (threads per rank)
+inline constexpr CountRange prefetch{0, 1024};               // data.prefetch (steps read ahead)
 inline constexpr CountRange optional_count{0, kNoLimit};    // max_files, max_examples (0: all)
 inline constexpr CountRange check_steps{1, 100000};         // check-ddp --steps
 inline constexpr CountRange demo_steps{1, 100000000};

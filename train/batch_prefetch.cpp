@@ -21,9 +21,11 @@ Tensor read_rank_batch(const Dataset& data, const ShardedSampler& sampler, int64
 }
 
 BatchPrefetcher::BatchPrefetcher(const Dataset& data, const ShardedSampler& sampler, int64_t first, int64_t last,
-                                 int depth)
+                                 int depth, int readers)
     : data_(data), sampler_(sampler), last_(last), depth_(depth), next_(first), taken_(first - 1) {
-  if (depth_ > 0 && first < last) worker_ = std::thread([this] { work(); });
+  VQDDP_CHECK(depth >= 0 && readers >= 1, "prefetch: depth {} and {} readers", depth, readers);
+  if (depth_ > 0 && first < last)
+    for (int r = 0; r < std::min(readers, depth_); ++r) readers_.emplace_back([this] { work(); });
 }
 
 BatchPrefetcher::~BatchPrefetcher() {
@@ -32,7 +34,7 @@ BatchPrefetcher::~BatchPrefetcher() {
     stop_ = true;
   }
   cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  for (std::thread& t : readers_) t.join();
 }
 
 void BatchPrefetcher::work() {

@@ -1,11 +1,12 @@
 // This rank's batches of the next few steps, read in the background while
 // the current step trains. The rows of a step are the sampler's (a pure
 // function of (seed, step), train/schedule.h), so a reader needs no state
-// from the trainer: a worker reads steps first, first + 1, ... up to
-// `depth` ahead of the step last taken, and the trainer takes them in
-// order. What a batch holds does not depend on the readers (each row goes
-// to its own place), so prefetching changes no bit of a run. Memory: at
-// most depth + 1 batches.
+// from the trainer: a pool of `readers` threads reads steps first,
+// first + 1, ... (each thread a whole step at a time) up to `depth` ahead
+// of the step last taken, and the trainer takes them in order. What a
+// batch holds does not depend on the readers (each row goes to its own
+// place), so prefetching changes no bit of a run. Memory: at most
+// depth + 1 batches.
 #pragma once
 
 #include <condition_variable>
@@ -14,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "data/dataset.h"
 #include "train/schedule.h"
@@ -30,10 +32,11 @@ Tensor read_rank_batch(const Dataset& data, const ShardedSampler& sampler, int64
 
 class BatchPrefetcher {
  public:
-  // Steps [first, last); `depth` batches ahead (0: no worker, each batch
-  // read when taken).
-  BatchPrefetcher(const Dataset& data, const ShardedSampler& sampler, int64_t first, int64_t last, int depth = 4);
-  ~BatchPrefetcher();  // stops the worker (a batch being read is finished first)
+  // Steps [first, last); `depth` batches ahead by `readers` threads (depth
+  // 0: none, each batch read when taken).
+  BatchPrefetcher(const Dataset& data, const ShardedSampler& sampler, int64_t first, int64_t last, int depth = 4,
+                  int readers = 1);
+  ~BatchPrefetcher();  // stops the readers (a batch being read is finished first)
   BatchPrefetcher(const BatchPrefetcher&) = delete;
   BatchPrefetcher& operator=(const BatchPrefetcher&) = delete;
 
@@ -58,10 +61,10 @@ class BatchPrefetcher {
     int64_t skipped = 0;
   };
   std::map<int64_t, Batch> ready_;
-  int64_t next_;           // the next step the worker reads
-  int64_t taken_;          // the last step taken (first - 1 before any)
+  int64_t next_;   // the next step a reader starts on
+  int64_t taken_;  // the last step taken (first - 1 before any)
   bool stop_ = false;
-  std::thread worker_;
+  std::vector<std::thread> readers_;
 };
 
 }  // namespace vqddp

@@ -67,6 +67,8 @@ void read_data(ConfigSection s, DataConfig& d) {
   d.max_examples = s.integer("max_examples", d.max_examples, limits::optional_count);
   d.index_dir = s.string("index_dir", d.index_dir);
   d.bad_files = s.choice("bad_files", d.bad_files, {"error", "skip"});
+  d.readers = s.integer("readers", d.readers, limits::readers);
+  d.prefetch = s.integer("prefetch", d.prefetch, limits::prefetch);
   s.finish();
 }
 

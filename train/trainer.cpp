@@ -327,7 +327,7 @@ class RankRun {
   void run(TrainResult& result, std::mutex& result_mu) {
     DistributedDataParallel ddp(model_, comm_);
     ShardedSampler sampler(schedule_, sizes_, cfg_.run.seed, comm_.rank(), comm_.world_size(), opt_.rank_units);
-    BatchPrefetcher batches(data_, sampler, step_, last_);
+    BatchPrefetcher batches(data_, sampler, step_, last_, data_.prefetch, data_.readers);
     print_start();
     loop_start_ = Clock::now();
     first_ = step_;

@@ -416,7 +416,9 @@ TEST_CASE("a window read alone is the whole file's samples at its rate, a pure f
   for (size_t i = 0; i < stereo.size(); ++i) stereo[i] = 0.5f * std::sin(0.001f * float(i * i % 7919)) + 0.01f * float(i % 3);
   const std::vector<std::pair<std::string, int>> files{{"a.wav", SF_FORMAT_WAV | SF_FORMAT_PCM_16},
                                                        {"b.flac", SF_FORMAT_FLAC | SF_FORMAT_PCM_16},
-                                                       {"c.wav", SF_FORMAT_WAV | SF_FORMAT_FLOAT}};
+                                                       {"c.wav", SF_FORMAT_WAV | SF_FORMAT_FLOAT},
+                                                       {"d.ogg", SF_FORMAT_OGG | SF_FORMAT_VORBIS},
+                                                       {"e.mp3", SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III}};
   for (const auto& [name, format] : files) {
     CAPTURE(name);
     const std::string p = dir.file(name);

@@ -61,9 +61,10 @@ TEST_CASE("streamed audio: the prefetched batches are the sampler's rows, read i
   std::vector<int64_t> sizes{data.sources[0].rows()};
   Schedule s = plan_schedule(sizes, data.weights, cfg.schedule);
   ShardedSampler sampler(s, sizes, 7, 1, 3);
-  for (int depth : {0, 1, 3}) {
+  for (auto [depth, readers] : std::vector<std::pair<int, int>>{{0, 1}, {1, 1}, {3, 1}, {4, 3}}) {
     CAPTURE(depth);
-    BatchPrefetcher batches(data, sampler, 2, s.total_steps, depth);
+    CAPTURE(readers);
+    BatchPrefetcher batches(data, sampler, 2, s.total_steps, depth, readers);
     int64_t skipped = 0;
     for (int64_t step = 2; step < s.total_steps; ++step) {
       Tensor a = batches.take(step, skipped), b = read_rank_batch(data, sampler, step);
@@ -179,11 +180,24 @@ TEST_CASE("the header index is cached, reused while files keep their size and ti
   Dataset second = load_dataset(c);
   CHECK(second.description.find("6 of 6 headers from the index cache") != std::string::npos);
   CHECK(data_fingerprint(first) == data_fingerprint(second));
+  // Another source's index untouched for 40 days goes when this one is
+  // rewritten; one of 20 days, and other files, stay.
+  const auto now = std::filesystem::file_time_type::clock::now();
+  for (const auto& [name, days] : std::vector<std::pair<std::string, int>>{
+           {"index-00000000-old.jsonl", 40}, {"index-00000001-recent.jsonl", 20}, {"notes.txt", 400}}) {
+    write_bytes(dir.file("index/" + name), "{}");
+    std::filesystem::last_write_time(dir.file("index/" + name), now - std::chrono::hours(24 * days));
+  }
   // A file rewritten (another length): its header is read again, the others reused.
   std::vector<float> longer(3000, 0.25f);
   write_audio(dir.file("corpus/01.wav"), longer, 16000, AudioEncoding::wav16);
   Dataset third = load_dataset(c);
   CHECK(third.description.find("5 of 6 headers from the index cache") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir.file("index/index-00000000-old.jsonl")));
+  CHECK(std::filesystem::exists(dir.file("index/index-00000001-recent.jsonl")));
+  CHECK(std::filesystem::exists(dir.file("index/notes.txt")));
+  std::filesystem::remove(dir.file("index/index-00000001-recent.jsonl"));
+  std::filesystem::remove(dir.file("index/notes.txt"));
   CHECK(data_fingerprint(third) != data_fingerprint(first));
   // A cache that is not JSON is a cache, never an input: rebuilt.
   for (const auto& e : std::filesystem::directory_iterator(dir.file("index"))) write_bytes(e.path().string(), "{oops");
