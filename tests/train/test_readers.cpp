@@ -418,6 +418,7 @@ TEST_CASE("a window read alone is the whole file's samples at its rate, a pure f
                                                        {"b.flac", SF_FORMAT_FLAC | SF_FORMAT_PCM_16},
                                                        {"c.wav", SF_FORMAT_WAV | SF_FORMAT_FLOAT},
                                                        {"d.ogg", SF_FORMAT_OGG | SF_FORMAT_VORBIS},
+                                                       {"f.opus", SF_FORMAT_OGG | SF_FORMAT_OPUS},
                                                        {"e.mp3", SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III}};
   for (const auto& [name, format] : files) {
     CAPTURE(name);
