@@ -240,11 +240,11 @@ void read_audio_window(const std::string& path, int rate, int64_t first, int64_t
     VQDDP_CHECK(from + n <= info.frames, "{}: samples up to {} at {} Hz are asked of a file of {} frames at {} Hz: "
                 "it is shorter than when it was indexed, or cut short", path, first + count, out_rate, info.frames,
                 in_rate);
-    block.resize(static_cast<size_t>(std::max<int64_t>(n, std::min<int64_t>(from, kBlockFrames)) * info.channels));
     if ((info.format & SF_FORMAT_TYPEMASK) == SF_FORMAT_MPEG) {
       // libsndfile's MP3 seek lands elsewhere than its sequential decode
       // (measured: a window at frame 4093 matched frame 2346 of the whole
       // file); decoding from the start is slower and right.
+      block.resize(static_cast<size_t>(std::min<int64_t>(from, kBlockFrames) * info.channels));
       for (int64_t done = 0; done < from;) {
         const sf_count_t want = std::min<int64_t>(from - done, static_cast<int64_t>(block.size()) / info.channels);
         const sf_count_t got = sf_readf_float(f.get(), block.data(), want);

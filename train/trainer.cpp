@@ -349,6 +349,10 @@ class RankRun {
       const bool validates = opt_.validate && schedule_.validate_after(done) && !stopped_by_;
       const bool saves = opt_.checkpoints && (schedule_.checkpoint_after(done) || done == last_ || stopped_by_);
       if (logs || validates || saves) {
+        // A read that failed since the last check (train_step): every rank
+        // stops here with the error, naming the file and the step.
+        agree_outcome(comm_, read_failure_.empty() ? "" : read_failure_ + fmt::format("; nothing after step {} is "
+                      "written", checked_));
         check_health(health_, comm_, checked_, done, r.host_x, model_);
         checked_ = done;
       }
@@ -374,6 +378,8 @@ class RankRun {
   bool capture_check_ = false;
   // Rows this rank's batches passed over (data.bad_files "skip"), since the run started.
   int64_t skipped_rows_ = 0;
+  // The first error reading this rank's rows since the run started (train_step).
+  std::string read_failure_;
 
   struct StepResult {
     Tensor host_x;  // this rank's examples, on the host (for error messages)
@@ -444,9 +450,15 @@ class RankRun {
     if (opt_.profile && lead_) profile.emplace(device_);
     StepResult r;
     // A rank that cannot read its rows (a file gone, changed or cut since
-    // the start) stops every rank here, naming the file and the step, not
-    // the others at their next collective's timeout: one all_reduce a step.
-    agree_on(comm_, true, [&] { r.host_x = batches.take(step_, skipped_rows_); });  // (n_r, F)
+    // the start) trains this step on zeros and keeps the error, which every
+    // rank raises at the next log, validation or checkpoint, before anything
+    // is written (run()): no collective a step, so no wait for a GPU.
+    try {
+      r.host_x = batches.take(step_, skipped_rows_);  // (n_r, F)
+    } catch (const Error& e) {
+      if (read_failure_.empty()) read_failure_ = e.what();
+      r.host_x = zeros({sampler.shard_sizes()[comm_.rank()], data_.example_dim});
+    }
     Tensor x = r.host_x.to(device_);
     op_profile_mark("step: the batch");
     {

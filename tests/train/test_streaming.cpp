@@ -12,6 +12,7 @@
 #include <fstream>
 #include <mutex>
 
+#include "comm/errors.h"
 #include "data/audio.h"
 #include "data/audio_index.h"
 #include "data/audio_windows.h"
@@ -113,15 +114,19 @@ TEST_CASE("streamed audio: a file cut during the run stops every rank, naming th
       });
   };
   std::string message;
+  bool agreed = false;
   try {
     train(cfg, data, o);
   } catch (const Error& e) {
     message = e.what();
+    agreed = raised_by_every_rank(e);
   }
+  CHECK(agreed);  // every rank stops with it, none at a collective's timeout
   CAPTURE(message);
   CHECK(message.find("reading this rank's batch") != std::string::npos);
   CHECK(message.find(dir.file("corpus/")) != std::string::npos);
   CHECK(message.find(": changed since it was indexed") != std::string::npos);
+  CHECK(message.find("nothing after step") != std::string::npos);  // raised before anything is written
 }
 
 TEST_CASE("audio sources: a list and a JSONL manifest with segments and weights; bad lines are refused by line") {
