@@ -18,6 +18,7 @@
 #include "comm/single.h"
 #include "engine/autograd.h"
 #include "engine/ops.h"
+#include "vq/quantizer_kind.h"
 #include "vq/quantizer_options.h"
 
 using namespace vqddp;
@@ -29,40 +30,32 @@ int main(int argc, char** argv) {
   Tensor x = rand_normal({n, dim}, data);
   double vq_ms = 0;
   // Every type, then vq with each option that changes a step's work.
-  std::vector<std::pair<std::string, QuantizerOptions>> runs;
-  for (const std::string& type : quantizer_types()) {
-    QuantizerOptions q;
-    q.type = type;
-    runs.emplace_back(type, q);
-  }
-  auto vq_with = [&](const std::string& name, auto set) {
-    QuantizerOptions q;
-    q.type = "vq";
-    set(q);
-    runs.emplace_back("vq " + name, q);
+  // Each type's test keys at the sizes of a real step: 1024 codes, 4
+  // layers, 2 groups, levels 8 8 8 2, and no k-means (the steady-state step,
+  // not the one-off init), revival or dropout.
+  auto sized = [](const std::string& type, const nlohmann::json& more) {
+    nlohmann::json j = quantizer_kind(type).test_keys;
+    for (const char* key : {"threshold_ema_dead_code", "quantize_dropout", "kmeans_iters"}) j.erase(key);
+    if (j.contains("codebook_size")) j["codebook_size"] = 1024;
+    if (j.contains("num_quantizers")) j["num_quantizers"] = 4;
+    if (j.contains("levels")) j["levels"] = {8, 8, 8, 2};
+    if (j.contains("kmeans_init")) j["kmeans_init"] = false;
+    j["type"] = type;
+    for (const auto& [key, value] : more.items()) j[key] = value;
+    return parse_quantizer_options(j);
   };
-  vq_with("stochastic_sample_codes", [](QuantizerOptions& q) { q.codebook.stochastic_sample = true; });
-  vq_with("commitment_use_ce", [](QuantizerOptions& q) { q.commitment_use_cross_entropy_loss = true; });
-  vq_with("learnable", [](QuantizerOptions& q) { q.codebook.learnable = true; });
-  vq_with("learnable+orthogonal_reg", [](QuantizerOptions& q) {
-    q.codebook.learnable = true;
-    q.orthogonal_reg_weight = 1.f;
-    q.orthogonal_reg_active_codes_only = true;
-    q.orthogonal_reg_max_codes = 256;
-  });
-  {
-    QuantizerOptions q;
-    q.type = "residual_vq";
-    q.beam_size = 2;
-    runs.emplace_back("residual_vq beam_size 2", q);
-  }
-  for (auto [name, q] : runs) {
-    const std::string type = q.type;
-    q.codebook_size = 1024;
-    q.num_quantizers = 4;
-    q.groups = 2;
-    q.codebook.kmeans_init = false;  // the steady-state step, not the one-off init
-    if (type.ends_with("fsq") || type == "fsp" || type == "latent_quantize") q.levels = {8, 8, 8, 2};
+  std::vector<std::pair<std::string, QuantizerOptions>> runs;
+  for (const std::string& type : quantizer_types()) runs.emplace_back(type, sized(type, nlohmann::json::object()));
+  runs.emplace_back("vq stochastic_sample_codes", sized("vq", {{"stochastic_sample_codes", true}}));
+  runs.emplace_back("vq commitment_use_ce", sized("vq", {{"commitment_use_cross_entropy_loss", true}}));
+  runs.emplace_back("vq learnable", sized("vq", {{"learnable_codebook", true}}));
+  runs.emplace_back("vq learnable+orthogonal_reg",
+                    sized("vq", {{"learnable_codebook", true},
+                                 {"orthogonal_reg_weight", 1.0},
+                                 {"orthogonal_reg_active_codes_only", true},
+                                 {"orthogonal_reg_max_codes", 256}}));
+  runs.emplace_back("residual_vq beam_size 2", sized("residual_vq", {{"beam_size", 2}}));
+  for (const auto& [name, q] : runs) {
     Generator init(0, 0);
     std::shared_ptr<Quantizer> m = make_quantizer(q, dim, 1, init);
     m->train();

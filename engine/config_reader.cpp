@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/count_limits.h"
 #include "engine/error.h"
 
 namespace vqddp {
@@ -28,6 +29,14 @@ ConfigSection::ConfigSection(const nlohmann::json& obj, std::string path, std::s
 }
 
 std::string ConfigSection::key_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+void ConfigSection::check_elements(const std::string& key, const std::string& formula,
+                                   const std::vector<int64_t>& factors) const {
+  std::optional<int64_t> n = limits::product(factors);
+  if (!n || *n > limits::kMaxTensorElements)
+    fail(key, fmt::format("gives {} = {} elements, more than the {} one tensor may hold", formula,
+                          n ? fmt::format("{}", *n) : std::string("more than 2^63"), limits::kMaxTensorElements));
+}
 
 void ConfigSection::fail(const std::string& key, const std::string& what) const {
   VQDDP_THROW("{}: '{}' {}", file_, key_path(key), what);

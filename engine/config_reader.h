@@ -42,6 +42,12 @@ class ConfigSection {
   // ("for type \"fsq\"") says why the keys known here are the ones they are.
   void finish(const std::string& context = "") const;
 
+  // Refuses `key` when the product of `factors` (what `formula` names, e.g.
+  // "codebook_size x codebook_dim") overflows or exceeds the elements one
+  // tensor may hold: sizes are refused by key before anything is allocated,
+  // where the allocator would say only std::bad_alloc.
+  void check_elements(const std::string& key, const std::string& formula, const std::vector<int64_t>& factors) const;
+
   std::string key_path(const std::string& key) const;
   [[noreturn]] void fail(const std::string& key, const std::string& what) const;
 

@@ -238,8 +238,10 @@ VQDDP_HD float sigmoid_rn(float v) { return div_rn(1.f, add_rn(1.f, exp_rn(-v)))
 
 // A unary op and its derivative. `low`/`high` are clamp's bounds.
 struct UnaryFn {
-  enum class Op : unsigned char { neg, square, sqrt, exp, log, relu, gelu, tanh, sigmoid, clamp, round, elu, leaky_relu, silu, abs, floor, positive, erf, sign, atan, tan };
-  static constexpr int kOps = static_cast<int>(Op::tan) + 1;
+  // `count` is not an op: it stays last, so an op added anywhere before it
+  // grows every table sized by kOps (the CPU's per-op loop tables).
+  enum class Op : unsigned char { neg, square, sqrt, exp, log, relu, gelu, tanh, sigmoid, clamp, round, elu, leaky_relu, silu, abs, floor, positive, erf, sign, atan, tan, count };
+  static constexpr int kOps = static_cast<int>(Op::count);
   Op op;
   // clamp's bounds; `low` is also elu's alpha and leaky_relu's negative slope.
   float low = 0.f, high = 0.f;
@@ -275,6 +277,7 @@ struct UnaryFn {
       case Op::sign: return v > 0.f ? 1.f : v < 0.f ? -1.f : v;  // 0 stays 0 (and -0), NaN stays NaN
       case Op::atan: return static_cast<float>(::atan(double(v)));
       case Op::tan: return static_cast<float>(::tan(double(v)));
+      case Op::count: break;
     }
     return 0.f;
   }
@@ -314,6 +317,7 @@ struct UnaryFn {
       case Op::sign: return 0.f;
       case Op::atan: return static_cast<float>(1.0 / (1.0 + double(v) * v));
       case Op::tan: return static_cast<float>(1.0 + double(y) * y);
+      case Op::count: break;
     }
     return 0.f;
   }

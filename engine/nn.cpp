@@ -147,18 +147,19 @@ Linear::Linear(int64_t in, int64_t out, Generator& gen, bool with_bias) {
   if (with_bias) bias = register_parameter("bias", rand_uniform({out}, gen, -bound, bound));
 }
 
-LayerNorm::LayerNorm(int64_t dim, float eps) : eps_(eps) {
+LayerNorm::LayerNorm(int64_t dim, float eps, bool affine) : dim_(dim), eps_(eps) {
   VQDDP_CHECK(dim > 0, "LayerNorm({}): the size must be positive", dim);
+  if (!affine) return;
   weight = register_parameter("weight", full({dim}, 1.0));
   bias = register_parameter("bias", full({dim}, 0.0));
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
-  VQDDP_CHECK(x.dim() == 2 && x.size(1) == weight.size(0), "LayerNorm({}) expects [N, {}], got {}", weight.size(0),
-              weight.size(0), x.desc());
+  VQDDP_CHECK(x.dim() == 2 && x.size(1) == dim_, "LayerNorm({}) expects [N, {}], got {}", dim_, dim_, x.desc());
   Tensor centred = sub(x, mean(x, 1, /*keepdim=*/true));
   Tensor var = mean(square(centred), 1, /*keepdim=*/true);
-  return add(mul(div(centred, vqddp::sqrt(add(var, eps_))), weight), bias);
+  Tensor normed = div(centred, vqddp::sqrt(add(var, eps_)));
+  return weight.defined() ? add(mul(normed, weight), bias) : normed;
 }
 
 Residual::Residual(std::shared_ptr<Layer> inner) : inner_(register_module("block", std::move(inner))) {}

@@ -130,13 +130,15 @@ class Linear : public Layer {
 // independent (batch-invariant).
 class LayerNorm : public Layer {
  public:
-  explicit LayerNorm(int64_t dim, float eps = 1e-5f);
+  // affine false: no weight and bias (torch's elementwise_affine=False).
+  explicit LayerNorm(int64_t dim, float eps = 1e-5f, bool affine = true);
   Tensor forward(const Tensor& x) override;
 
-  Tensor weight;  // (D)
-  Tensor bias;    // (D)
+  Tensor weight;  // (D); undefined without affine
+  Tensor bias;    // (D); undefined without affine
 
  private:
+  int64_t dim_;
   float eps_;
 };
 

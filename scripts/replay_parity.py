@@ -80,6 +80,9 @@ CASES = {
                                     need_inv_act=True)),
     "fsp_cauchy": ("FSP", dict(dim=D, levels=[8, 5, 5, 5], quantize_rate=1.0, act_name="cauchy")),
     "latent_quantize": ("LatentQuantize", dict(dim=D, levels=[5, 5, 5])),
+    "random_projection": ("RandomProjectionQuantizer", dict(dim=D, codebook_size=64, codebook_dim=8)),
+    "random_projection_codebooks": ("RandomProjectionQuantizer", dict(dim=D, codebook_size=64, codebook_dim=8,
+                                                                      num_codebooks=2)),
 }
 
 # Where we differ from the reference on purpose (README's parity table says why).
@@ -87,6 +90,10 @@ KNOWN = {
     "vq_diversity": "the reference averages the code distribution per sequence position, not over the batch",
     "vq_commit_ce": "the reference's backward reads the codes its EMA update rewrote in place (vq_commit_ce_ema_off "
                     "holds the formula)",
+    "rvq_beam": "the reference's beam path EMA-updates layer 0 only (residual_vq.py indexes all_residuals[..., 0, :] "
+                "on its layer axis); vqddp updates every layer from the chosen path",
+    "rvq_beam_shared": "the reference's beam path takes one shared-codebook EMA step from layer 0's rows only (the same "
+                       "indexing); vqddp one step per layer",
 }
 
 
@@ -130,11 +137,14 @@ def run_case(name, cls, kw, exe, world, tol, work):
         x = xs[i].clone().requires_grad_()
         channel_first = cls == "LatentQuantize"  # it takes [b, d, n]
         ret = ref(x.t()[None] if channel_first else x[None])
-        q, idx = (ret[0].transpose(1, 2) if channel_first else ret[0]), ret[1]
-        losses = [t for t in ret[2:] if isinstance(t, torch.Tensor)]
-        total = sum((l.sum() for l in losses), torch.zeros(()))
-        ((q[0] * gs[i]).sum() + total).backward()
-        row = {"quantized": maxdiff(q[0], out[f"quantized.{i}"])}
+        if isinstance(ret, torch.Tensor):  # RandomProjectionQuantizer: the indices (targets) alone
+            idx, total, row = ret, torch.zeros(()), {}
+        else:
+            q, idx = (ret[0].transpose(1, 2) if channel_first else ret[0]), ret[1]
+            losses = [t for t in ret[2:] if isinstance(t, torch.Tensor)]
+            total = sum((l.sum() for l in losses), torch.zeros(()))
+            ((q[0] * gs[i]).sum() + total).backward()
+            row = {"quantized": maxdiff(q[0], out[f"quantized.{i}"])}
         ours_idx = out[f"indices.{i}"]
         theirs_idx = indices_of(cls, idx.detach(), N)
         if theirs_idx.shape == ours_idx.shape:

@@ -24,9 +24,10 @@ std::string inspect_checkpoint(const std::string& path) {
   for (const auto& [name, t] : f.tensors)
     if (name.rfind("param.", 0) == 0) params += t.numel();
   out += fmt::format("{}: step {}, {} parameters, quantizer {}, {}\n", path, checkpoint_step(f), params,
-                     cfg.quantizer.type, f.checksummed ? "checksums verified" : "no checksums (written before vqddp kept them)");
+                     cfg.quantizer.type(), f.checksummed ? "checksums verified" : "no checksums (written before vqddp kept them)");
   out += fmt::format("config: {}\n", source.dump());
-  float threshold = cfg.quantizer.codebook.threshold_ema_dead_code;
+  const CodebookOptions* codebook = cfg.quantizer.codebook();
+  float threshold = codebook ? codebook->threshold_ema_dead_code : 0.f;
   bool any = false;
   for (const auto& [name, t] : f.tensors) {
     const std::string suffix = ".cluster_size";
@@ -42,7 +43,7 @@ std::string inspect_checkpoint(const std::string& path) {
     out += fmt::format("  {:<32} K={:<6} used {:<6} dead {:<6} (threshold {}) perplexity {:.1f}\n", layer, k, used, dead,
                threshold, perplexity(cs, k));
   }
-  if (!any) out += fmt::format("  no EMA codebooks (quantizer {} keeps no code statistics)\n", cfg.quantizer.type);
+  if (!any) out += fmt::format("  no EMA codebooks (quantizer {} keeps no code statistics)\n", cfg.quantizer.type());
   // One line per tensor with its CRC-32C: two runs that should agree bit for
   // bit (a thread and an MPI run, a resumed and a straight one) are compared
   // with diff, whatever their metadata (step, config, backend) says.

@@ -14,106 +14,14 @@ namespace vqddp {
 
 namespace {
 
-struct ClassType {
-  const char* class_name;
-  const char* type;
-};
-
-// The reference's classes and our types for them.
-constexpr ClassType kClasses[] = {
-    {"VectorQuantize", "vq"},
-    {"ResidualVQ", "residual_vq"},
-    {"GroupedResidualVQ", "grouped_residual_vq"},
-    {"FSQ", "fsq"},
-    {"ResidualFSQ", "residual_fsq"},
-    {"GroupedResidualFSQ", "grouped_residual_fsq"},
-    {"LFQ", "lfq"},
-    {"ResidualLFQ", "residual_lfq"},
-    {"GroupedResidualLFQ", "grouped_residual_lfq"},
-    {"SimVQ", "sim_vq"},
-    {"ResidualSimVQ", "residual_sim_vq"},
-    {"FSP", "fsp"},
-    {"LatentQuantize", "latent_quantize"},
-};
-
-std::string without_group(const std::string& type) {
-  return type.starts_with("grouped_") ? type.substr(std::string("grouped_").size()) : type;
-}
-
-// The reference's constructor defaults where ours differ (VectorQuantize's
-// signature, which ResidualVQ and GroupedResidualVQ pass on to their
-// layers; LFQ's commitment weight): a key the metadata leaves out means
-// what it means there. FSQ and SimVQ already take the reference's defaults
-// (quantizer_options.h).
-void set_reference_defaults(QuantizerOptions& q, int64_t dim) {
-  const std::string base = without_group(q.type);
-  if (base == "lfq" || base == "residual_lfq") q.commitment_loss_weight = 0.f;
-  if (base != "vq" && base != "residual_vq") return;
-  // There each head is codebook_dim wide, dim by default (projected from
-  // dim to heads x codebook_dim); ours defaults to dim / heads.
-  if (base == "vq") q.codebook_dim = dim;
-  q.codebook.decay = 0.8f;
-  q.codebook.kmeans_init = false;
-  q.codebook.kmeans_iters = 10;
-  q.codebook.threshold_ema_dead_code = 0.f;
-  q.codebook.cluster_size_init_ones = true;
-  q.commitment_weight = 1.f;
-  q.rotation_trick = dim > 1;  // the reference: on unless the feature dimension is 1
-}
-
-bool is_codebook_leaf(const std::string& leaf) {
-  return leaf == "embed" || leaf == "embed_avg" || leaf == "cluster_size" || leaf == "initted";
-}
-
-// The slots of one tensor of a quantizer of type `base` (no group prefix).
-std::vector<ReferenceSlot> slots_of(const std::string& base, const QuantizerOptions& q, const std::string& ours) {
-  using L = ReferenceSlot::Layout;
-  const size_t dot = ours.rfind('.');
-  const std::string leaf = dot == std::string::npos ? ours : ours.substr(dot + 1);
-  const std::string owner = dot == std::string::npos ? "" : ours.substr(0, dot);
-  if (leaf == "draws" || leaf == "dropout_step" || leaf == "perturb_step") return {{ours, "vqddp." + ours, L::ours_only}};
-  if (owner == "project_in_norm") return {{ours, "project_in.1." + leaf}};
-  if (owner == "project_in" && q.layernorm_after_project_in) return {{ours, "project_in.0." + leaf}};
-  // A codebook's tensors (its own, or its affine statistics'), under each
-  // place the reference holds that codebook.
-  const bool affine = owner.ends_with(".affine");
-  const std::string book = affine ? owner.substr(0, owner.size() - std::string(".affine").size()) : owner;
-  if (!affine && !is_codebook_leaf(leaf)) return {{ours, ours}};
-  struct Place {
-    std::string prefix;
-    int64_t head = 0, heads = 1;  // heads > 1: separate codebooks, stacked there
-  };
-  std::vector<Place> places;
-  if (base == "vq") {
-    if (book == "codebook") places.push_back({"_codebook."});
-    else places.push_back({"_codebook.", std::stoll(book.substr(std::string("codebook").size())), q.heads});  // codebook<h>
-  } else if (base == "residual_vq") {
-    if (book == "codebook") {  // shared: the reference holds it under every layer
-      for (int l = 0; l < q.num_quantizers; ++l) places.push_back({fmt::format("layers.{}._codebook.", l)});
-    } else {
-      places.push_back({fmt::format("layers.{}._codebook.", book.substr(std::string("layer").size()))});  // layer<l>
-    }
-  } else {
-    return {{ours, ours}};
-  }
-  std::vector<ReferenceSlot> out;
-  for (const Place& p : places) {
-    if (leaf == "initted") {
-      out.push_back({ours, p.prefix + leaf, L::flag});
-    } else if (!affine) {
-      out.push_back({ours, p.prefix + leaf, p.heads > 1 ? L::head : L::leading_one, p.head, p.heads});
-    } else if (leaf == "batch_needs_init") {
-      out.push_back({ours, "vqddp." + ours, L::ours_only});  // the reference tells by the statistics' absence
-    } else if (leaf == "codebook_needs_init") {  // one flag for the reference's two
-      out.push_back({ours, p.prefix + "codebook_mean_needs_init", L::flag});
-      out.push_back({ours, p.prefix + "codebook_variance_needs_init", L::flag});
-    } else {
-      ReferenceSlot s{ours, p.prefix + leaf, L::head_row, p.head, p.heads};
-      s.optional = leaf == "batch_mean" || leaf == "batch_variance";  // None there until the first forward
-      out.push_back(s);
-    }
-  }
-  return out;
+// The slots of one tensor of ours: what every type shares (our own draws
+// and step counters, kept as "vqddp.<name>"), then the type's mapping.
+std::vector<ReferenceSlot> slots_of(const QuantizerOptions& q, const std::string& ours) {
+  const std::string leaf = ours.substr(ours.rfind('.') + 1);
+  if (leaf == "draws" || leaf == "dropout_step" || leaf == "perturb_step")
+    return {{ours, "vqddp." + ours, ReferenceSlot::Layout::ours_only}};
+  const QuantizerKind& kind = q.kind();
+  return kind.reference_slots ? kind.reference_slots(q, ours) : std::vector<ReferenceSlot>{{ours, ours}};
 }
 
 Shape reference_shape(const ReferenceSlot& s, const Shape& ours) {
@@ -153,7 +61,8 @@ NamedTensors state_of(const Module& m) {
 const std::vector<std::string>& reference_classes() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
-    for (const ClassType& c : kClasses) n.push_back(c.class_name);
+    for (const QuantizerKind* k : quantizer_kinds())
+      if (!k->reference_class.empty()) n.push_back(k->reference_class);
     return n;
   }();
   return names;
@@ -168,50 +77,33 @@ ReferenceQuantizer reference_quantizer(const std::map<std::string, std::string>&
   ConfigSection s(j, "", file + " metadata");
   ReferenceQuantizer r;
   r.class_name = s.choice("class", "", reference_classes());
-  for (const ClassType& c : kClasses)
-    if (r.class_name == c.class_name) r.options.type = c.type;
-  j["type"] = r.options.type;  // our reader's key for the class (it finishes the section)
-  const std::string base = without_group(r.options.type);
-  // FSQ and LFQ may leave dim out: the reference then takes the code width.
-  const bool dim_optional = base == "fsq" || base == "lfq" || base == "fsp";
-  if (!j.contains("dim") && !dim_optional) s.fail("dim", "is required for class " + r.class_name);
+  const QuantizerKind* kind = nullptr;
+  for (const QuantizerKind* k : quantizer_kinds())
+    if (k->reference_class == r.class_name) kind = k;
+  j["type"] = kind->type;  // our reader's key for the class (it finishes the section)
+  // Some classes may leave dim out: the reference then takes the code width.
+  if (!j.contains("dim") && !kind->reference_dim) s.fail("dim", "is required for class " + r.class_name);
   r.dim = s.integer("dim", 0, limits::width);
   r.seed = s.unsigned_integer("seed", 0);
-  set_reference_defaults(r.options, r.dim);
-  read_quantizer_options(s, r.options);
-  if (r.dim == 0) {
-    if (base == "fsq") r.dim = static_cast<int64_t>(r.options.levels.size()) * r.options.num_codebooks;
-    else if (base == "fsp") r.dim = static_cast<int64_t>(r.options.levels.size());
-    else r.dim = static_cast<int64_t>(std::llround(std::log2(static_cast<double>(r.options.codebook_size))));
-  }
-  if (r.options.codebook.learnable)
+  r.options = kind->defaults();
+  if (kind->reference_defaults) kind->reference_defaults(r.options, r.dim);
+  read_quantizer_options(s, r.options, r.dim);
+  if (r.dim == 0) r.dim = kind->reference_dim(r.options);
+  if (r.options.codebook() && r.options.codebook()->learnable)
     s.fail("learnable_codebook", "must be false: replay steps no optimizer, so a learnable codebook would not train");
   return r;
 }
 
 std::vector<ReferenceSlot> reference_slots(const QuantizerOptions& q, const Module& m) {
   std::vector<ReferenceSlot> slots;
-  const std::string base = without_group(q.type);
-  for (const auto& [name, t] : state_of(m)) {
-    std::string prefix, rest = name;
-    if (q.type.starts_with("grouped_")) {  // rvqs.<g>.<the residual quantizer's name>
-      size_t second = name.find('.', std::string("rvqs.").size());
-      prefix = name.substr(0, second + 1);
-      rest = name.substr(second + 1);
-    }
-    for (ReferenceSlot s : slots_of(base, q, rest)) {
-      s.ours = prefix + s.ours;
-      s.theirs = s.layout == ReferenceSlot::Layout::ours_only ? "vqddp." + prefix + rest : prefix + s.theirs;
-      slots.push_back(s);
-    }
-  }
+  for (const auto& [name, t] : state_of(m))
+    for (const ReferenceSlot& s : slots_of(q, name)) slots.push_back(s);
   return slots;
 }
 
 bool is_reference_constant(const QuantizerOptions& q, const std::string& name) {
-  // LFQ registers its bit weights 2^(d-1) .. 1 as a persistent buffer.
-  const std::string base = without_group(q.type);
-  return (base == "lfq" || base == "residual_lfq") && (name == "mask" || name.ends_with(".mask"));
+  const QuantizerKind& kind = q.kind();
+  return kind.reference_constant && kind.reference_constant(name);
 }
 
 std::vector<std::string> load_reference_state(Module& m, const std::vector<ReferenceSlot>& slots,

@@ -10,13 +10,15 @@
 
 #include "engine/nn.h"
 #include "engine/safetensors.h"
+#include "vq/quantizer_kind.h"
 #include "vq/quantizer_options.h"
 
 namespace vqddp {
 
 // A quantizer described by the reference's keys: the metadata's "class"
-// (VectorQuantize, ResidualVQ, FSQ, ...), "dim" and the constructor's other
-// keyword arguments, each a string holding a JSON value.
+// (VectorQuantize, ResidualVQ, FSQ, ...: each kind's reference_class), "dim"
+// and the constructor's other keyword arguments, each a string holding a
+// JSON value.
 struct ReferenceQuantizer {
   std::string class_name;
   QuantizerOptions options;  // our type; keys absent from the metadata at the REFERENCE's defaults
@@ -24,28 +26,12 @@ struct ReferenceQuantizer {
   uint64_t seed = 0;         // ours ("seed"): keys k-means, revival and dropout draws
 };
 
-// The class names `replay` knows, in the order docs/vq.md lists them.
+// The class names `replay` knows, in the registry's order.
 const std::vector<std::string>& reference_classes();
 
 // Reads the metadata: the class and its keys, checked by the reader of a
 // config's quantizer section (unknown keys are errors naming `file`).
 ReferenceQuantizer reference_quantizer(const std::map<std::string, std::string>& metadata, const std::string& file);
-
-// One tensor of our state as the reference names and lays it out.
-struct ReferenceSlot {
-  enum class Layout {
-    same,         // the same shape
-    leading_one,  // a leading axis of 1 (the reference's num_codebooks axis)
-    head,         // row `head` of a stack over `heads` (separate_codebook_per_head)
-    head_row,     // the same with an axis of 1 after it (the affine statistics' [heads, 1, D])
-    flag,         // our int64 [1] as a scalar (the reference's bool `initted`, written as int64)
-    ours_only,    // no counterpart there (revival draws, the dropout step): kept as "vqddp.<ours>"
-  };
-  std::string ours, theirs;
-  Layout layout = Layout::same;
-  int64_t head = 0, heads = 1;
-  bool optional = false;  // may be absent there (then ours keeps its initial value)
-};
 
 // The slots of every state tensor of `m` (made from `q`), in state order;
 // a shared codebook gives one slot per layer the reference names it under.

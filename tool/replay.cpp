@@ -172,14 +172,17 @@ int replay_quantizer(const ReplayOptions& opt, const SafetensorsFile& f) {
       QuantizerOutput out;
       try {
         out = m->quantize(x, comm);
-        if (backward) add(sum(mul(out.quantized, b.g[s].slice_rows(begin, begin + n))), out.loss).backward();
+        if (backward) {
+          Tensor objective = add(sum(mul(out.quantized, b.g[s].slice_rows(begin, begin + n))), out.loss);
+          if (objective.requires_grad()) objective.backward();  // targets only (random_projection): no gradient
+        }
       } catch (const NonFiniteError& e) {
         rethrow_nonfinite(e, fmt::format("{}: batch x.{} (rows {} to {} on rank {}): {}", opt.input, s, begin,
                                          begin + n, r, e.what()));
       }
       quantized[s][r] = out.quantized.detach().clone();
       indices[s][r] = out.indices.clone();
-      if (backward) grads[s][r] = x.grad().clone();
+      if (backward) grads[s][r] = x.grad().defined() ? x.grad().clone() : zeros(x.shape());
       if (r == 0) {
         // Every rank holds these alike: the global batch's losses, the
         // global gradient of the parameters, the state after the step.

@@ -15,6 +15,7 @@
 #include "train/codes_file.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "vq/quantizer_kind.h"
 
 namespace vqddp {
 
@@ -62,7 +63,7 @@ Codec::Codec(const std::string& checkpoint) : path_(checkpoint) {
   step_ = load_model_weights(f, *model_);
   model_->eval();
   sizes_ = model_->layer_sizes();
-  residual_ = cfg.quantizer.type.starts_with("residual_");
+  residual_ = cfg.quantizer.kind().residual;
   fingerprint_ = weights_fingerprint(*model_);
 }
 

@@ -11,6 +11,7 @@
 #include "comm/backends.h"
 #include "train/networks.h"
 #include "engine/count_limits.h"
+#include "vq/quantizer_kind.h"
 
 namespace vqddp {
 
@@ -119,41 +120,14 @@ void read_run(ConfigSection s, RunConfig& r) {
   s.finish();
 }
 
-std::string shown(std::optional<int64_t> n) { return n ? fmt::format("{}", *n) : std::string("more than 2^63"); }
-
 // Sizes whose product a tensor must hold are refused by key before anything
-// is allocated: the allocator would otherwise say only std::bad_alloc.
-void check_elements(const ConfigSection& root, const std::string& key, const std::string& formula,
-                    const std::vector<int64_t>& factors) {
-  std::optional<int64_t> n = limits::product(factors);
-  if (!n || *n > limits::kMaxTensorElements)
-    root.fail(key, fmt::format("gives {} = {} elements, more than the {} one tensor may hold", formula, shown(n),
-                               limits::kMaxTensorElements));
-}
-
+// is allocated (ConfigSection::check_elements); the quantizer's are its reader's.
 void check_sizes(const ConfigSection& root, const Config& c) {
   const ModelConfig& m = c.model;
-  const QuantizerConfig& q = c.quantizer;
   if (m.type == "mlp") {
-    check_elements(root, "model.hidden", "hidden x hidden", {m.hidden, m.hidden});
-    check_elements(root, "model.latent_dim", "hidden x latent_dim x tokens", {m.hidden, m.latent_dim, m.tokens});
-    if (c.data.type == "wav_frames") check_elements(root, "data.frame", "frame x model.hidden", {c.data.frame, m.hidden});
-  }
-
-  if (q.type.starts_with("grouped_") && m.latent_dim % q.groups != 0)
-    root.fail("quantizer.groups", fmt::format("must divide model.latent_dim ({}), got {}", m.latent_dim, q.groups));
-  if (!q.levels.empty()) {
-    std::optional<int64_t> n = limits::product(std::vector<int64_t>(q.levels.begin(), q.levels.end()));
-    if (!n || *n > limits::codebook_size.hi)
-      root.fail("quantizer.levels", fmt::format("give an implicit codebook of {} codes (their product), more than the "
-                                                "{} codebook_size allows", shown(n), limits::codebook_size.hi));
-  } else {
-    if (q.type == "vq" && q.codebook_dim == 0 && m.latent_dim % q.heads != 0)
-      root.fail("quantizer.heads", fmt::format("must divide model.latent_dim ({}) unless quantizer.codebook_dim is set, "
-                                               "got {}", m.latent_dim, q.heads));
-    int64_t dim = q.codebook_dim > 0 ? q.codebook_dim : m.latent_dim;
-    check_elements(root, "quantizer.codebook_size", "codebook_size x codebook_dim x num_quantizers",
-                   {q.codebook_size, dim, q.shared_codebook ? 1 : int64_t{q.num_quantizers}});
+    root.check_elements("model.hidden", "hidden x hidden", {m.hidden, m.hidden});
+    root.check_elements("model.latent_dim", "hidden x latent_dim x tokens", {m.hidden, m.latent_dim, m.tokens});
+    if (c.data.type == "wav_frames") root.check_elements("data.frame", "frame x model.hidden", {c.data.frame, m.hidden});
   }
 }
 
@@ -163,7 +137,12 @@ Config parse_config(const nlohmann::json& j, const std::string& file) {
   Config c;
   ConfigSection root(j, "", file);
   read_model(root.section("model"), c.model);
-  read_quantizer_options(root.section("quantizer"), c.quantizer);
+  // With the model's latent width, so sizes that depend on it are refused by key.
+  read_quantizer_options(root.section("quantizer"), c.quantizer, c.model.latent_dim);
+  if (!c.quantizer.kind().trains_encoder)
+    root.fail("quantizer.type", fmt::format("\"{}\" makes prediction targets (no gradient reaches the encoder), not a "
+                                            "model's quantizer; use it from the library (vq/quantizer_options.h)",
+                                            c.quantizer.type()));
   read_data(root.section("data"), c.data);
   read_optimizer(root.section("optimizer"), c.optimizer);
   read_schedule(root.section("schedule"), c.schedule);

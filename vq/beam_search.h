@@ -2,8 +2,10 @@
 // pytorch's ResidualVQ beam_size): instead of each layer's nearest code,
 // keep per row the `beam` paths of lowest score, where a path's score is
 // the sum over its layers of w_l * mean_d (code - residual)^2 (the
-// reference's per-row commitment loss without commitment_weight, which
-// scales every candidate alike), extend each path by its `beam` nearest
+// reference's per-row commitment loss without commitment_weight: a positive
+// weight scales every candidate alike; at 0 the reference's scores all tie
+// and its topk keeps whatever it returns first, while here the distances
+// still rank), extend each path by its `beam` nearest
 // codes in the next layer, and end with the best path.
 //
 // Row-local: a row's path depends on its own input and the codebooks only,

@@ -12,6 +12,7 @@
 #include "vq/fsq.h"
 #include "vq/kernels/vq_kernels.h"
 #include "vq/losses.h"
+#include "vq/quantizer_kind.h"
 
 namespace vqddp {
 
@@ -226,6 +227,32 @@ Tensor FSP::decode(const Tensor& indices) const {
                             constants_.on(basis_, dev), digits);
   Tensor q = div(add(digits, 1.5f), constants_.on(levels_f_, dev));  // (l + 0.5) / L
   return projection_.out(output_of(q, Tensor()));
+}
+
+// ---- the "fsp" kind (vq/quantizer_kind.h) ----------------------------------------
+
+namespace {
+
+void read_fsp(ConfigSection& s, FSPOptions& o, int64_t) {
+  read_levels(s, o.levels, "fsp");
+  o.act_name = s.choice("act_name", o.act_name, fsp_activations());
+  o.quantize_rate = static_cast<float>(s.number("quantize_rate", o.quantize_rate));
+  if (!(o.quantize_rate >= 0 && o.quantize_rate <= 1)) s.fail("quantize_rate", "must be in [0, 1]");
+  o.need_inv_act = s.boolean("need_inv_act", o.need_inv_act);
+  o.vector_norm = s.choice("vector_norm", o.vector_norm, fsp_vector_norms());
+}
+
+}  // namespace
+
+const QuantizerKind& fsp_kind() {
+  static const QuantizerKind kind = [] {
+    QuantizerKind k = make_kind<FSP, FSPOptions>("fsp", {}, read_fsp);
+    k.test_keys = {{"levels", {5, 4, 3}}};
+    k.reference_class = "FSP";
+    k.reference_dim = [](const QuantizerOptions& q) { return static_cast<int64_t>(q.as<FSPOptions>().levels.size()); };
+    return k;
+  }();
+  return kind;
 }
 
 }  // namespace vqddp

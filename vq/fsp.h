@@ -42,6 +42,7 @@ struct FSPOptions {
   bool need_inv_act = false;
   std::string vector_norm = "var_tanh";  // none | var | kurt | var_tanh | var_sigmoid | var_laplace
   uint64_t seed = 0;                 // keys the perturbation stream
+  bool operator==(const FSPOptions&) const = default;
 };
 
 // The activations and presets FSP knows (the reference's names).

@@ -3,10 +3,12 @@
 #include <cmath>
 
 #include "engine/autograd.h"
+#include "engine/count_limits.h"
 #include "engine/ops.h"
 #include "vq/finite_rows.h"
 #include "vq/losses.h"
 #include "vq/kernels/vq_kernels.h"
+#include "vq/quantizer_kind.h"
 
 namespace vqddp {
 
@@ -138,6 +140,36 @@ QuantizerOutput FSQ::quantize(const Tensor& x, Communicator& comm, const Tensor&
   Tensor idx = codes_to_indices(zhat);                // (N*C)
   Tensor y = reshape(zhat, {n, c * d});
   return without_loss(projection_.out(y), reshape(idx, {n, c}), opt_.num_codebooks);
+}
+
+// ---- the "fsq" kind (vq/quantizer_kind.h) ----------------------------------------
+
+namespace {
+
+void read_fsq(ConfigSection& s, FSQOptions& o, int64_t) {
+  read_levels(s, o.levels, "fsq");
+  o.num_codebooks = static_cast<int>(s.integer("num_codebooks", o.num_codebooks, limits::heads));
+  // The reference's: one index column per codebook, which is our only layout.
+  if (!s.boolean("keep_num_codebooks_dim", true) && o.num_codebooks > 1)
+    s.fail("keep_num_codebooks_dim", "must be true with num_codebooks > 1");
+  o.preserve_symmetry = s.boolean("preserve_symmetry", o.preserve_symmetry);
+  o.bound_hard_clamp = s.boolean("bound_hard_clamp", o.bound_hard_clamp);
+}
+
+}  // namespace
+
+const QuantizerKind& fsq_kind() {
+  static const QuantizerKind kind = [] {
+    QuantizerKind k = make_kind<FSQ, FSQOptions>("fsq", {}, read_fsq);
+    k.test_keys = {{"levels", {5, 4, 3}}};
+    k.reference_class = "FSQ";
+    k.reference_dim = [](const QuantizerOptions& q) {
+      const auto& o = q.as<FSQOptions>();
+      return static_cast<int64_t>(o.levels.size()) * o.num_codebooks;
+    };
+    return k;
+  }();
+  return kind;
 }
 
 }  // namespace vqddp

@@ -34,6 +34,7 @@ struct FSQOptions {
   int num_codebooks = 1;
   bool preserve_symmetry = false;
   bool bound_hard_clamp = false;
+  bool operator==(const FSQOptions&) const = default;
 };
 
 class FSQ : public Quantizer {

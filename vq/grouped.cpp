@@ -1,8 +1,12 @@
 #include "vq/grouped.h"
 
+#include <fmt/format.h>
+
+#include "engine/count_limits.h"
 #include "engine/error.h"
 #include "engine/ops.h"
 #include "vq/index_columns.h"
+#include "vq/quantizer_registry.h"
 
 namespace vqddp {
 
@@ -73,6 +77,72 @@ std::vector<int64_t> GroupedQuantizer::layer_sizes() const {
     sizes.insert(sizes.end(), s.begin(), s.end());
   }
   return sizes;
+}
+
+// ---- the grouped kinds (vq/quantizer_kind.h) --------------------------------------
+
+namespace {
+
+// "grouped_" + `inner`'s type: the inner type's keys and `groups`; each
+// group its own codebook streams, one dropout stream for all.
+QuantizerKind grouped_kind(const QuantizerKind& inner) {
+  QuantizerKind k;
+  k.type = "grouped_" + inner.type;
+  k.defaults = [&inner, type = k.type] { return QuantizerOptions(type, GroupedOptions{1, inner.defaults()}); };
+  k.read = [&inner](ConfigSection& s, QuantizerOptions& q, int64_t dim) {
+    auto& o = q.as<GroupedOptions>();
+    o.groups = static_cast<int>(s.integer("groups", o.groups, limits::heads));
+    if (dim > 0 && dim % o.groups != 0)
+      s.fail("groups", fmt::format("must divide the input width ({}; model.latent_dim in a config), got {}", dim, o.groups));
+    inner.read(s, o.inner, dim > 0 ? dim / o.groups : 0);
+  };
+  k.make = [&inner](const QuantizerOptions& q, const QuantizerBuild& b) -> std::shared_ptr<Quantizer> {
+    const auto& o = q.as<GroupedOptions>();
+    VQDDP_CHECK(o.groups >= 1 && b.dim % o.groups == 0, "make_quantizer: groups {} must divide the input width {}",
+                o.groups, b.dim);
+    std::vector<std::shared_ptr<Quantizer>> groups;
+    for (int g = 0; g < o.groups; ++g)
+      groups.push_back(inner.make(o.inner, QuantizerBuild{b.dim / o.groups, codebook_seed(b.seed, g), b.seed, b.gen}));
+    return std::make_shared<GroupedQuantizer>(std::move(groups));
+  };
+  k.test_keys = inner.test_keys;
+  k.test_keys["groups"] = 2;
+  k.reference_class = "Grouped" + inner.reference_class;
+  if (inner.reference_defaults)
+    k.reference_defaults = [&inner](QuantizerOptions& q, int64_t dim) {
+      inner.reference_defaults(q.as<GroupedOptions>().inner, dim);
+    };
+  // rvqs.<g>.<the group's name>
+  k.reference_slots = [&inner](const QuantizerOptions& q, const std::string& ours) {
+    const size_t second = ours.find('.', std::string("rvqs.").size());
+    const std::string prefix = ours.substr(0, second + 1), rest = ours.substr(second + 1);
+    std::vector<ReferenceSlot> slots = inner.reference_slots ? inner.reference_slots(q.as<GroupedOptions>().inner, rest)
+                                                             : std::vector<ReferenceSlot>{{rest, rest}};
+    for (ReferenceSlot& s : slots) {
+      s.ours = prefix + s.ours;
+      s.theirs = s.layout == ReferenceSlot::Layout::ours_only ? "vqddp." + ours : prefix + s.theirs;
+    }
+    return slots;
+  };
+  k.reference_constant = inner.reference_constant;
+  return k;
+}
+
+}  // namespace
+
+const QuantizerKind& grouped_residual_vq_kind() {
+  static const QuantizerKind kind = grouped_kind(residual_vq_kind());
+  return kind;
+}
+
+const QuantizerKind& grouped_residual_fsq_kind() {
+  static const QuantizerKind kind = grouped_kind(residual_fsq_kind());
+  return kind;
+}
+
+const QuantizerKind& grouped_residual_lfq_kind() {
+  static const QuantizerKind kind = grouped_kind(residual_lfq_kind());
+  return kind;
 }
 
 }  // namespace vqddp

@@ -20,8 +20,17 @@
 #include <vector>
 
 #include "vq/quantizer.h"
+#include "vq/quantizer_options.h"
 
 namespace vqddp {
+
+// The options of a grouped type ("grouped_" + a residual type): the group
+// count and the options every group's quantizer takes (width dim / groups).
+struct GroupedOptions {
+  int groups = 1;
+  QuantizerOptions inner;
+  bool operator==(const GroupedOptions&) const = default;
+};
 
 class GroupedQuantizer : public Quantizer {
  public:

@@ -4,6 +4,8 @@
 #include "vq/fsq.h"
 #include "vq/kernels/vq_kernels.h"
 #include "vq/losses.h"
+#include "engine/count_limits.h"
+#include "vq/quantizer_kind.h"
 
 namespace vqddp {
 
@@ -102,6 +104,32 @@ Tensor LatentQuantize::decode(const Tensor& indices) const {
   const Tensor& hw = constants_.on(half_width_, dev);
   Tensor codes = div(div(sub(add(digits, 1.f), hw), hw), 2.f);  // (d - L//2) / (L//2) / 2
   return projection_.out(reshape(codes, {rows / nc, c * nc}));
+}
+
+// ---- the "latent_quantize" kind (vq/quantizer_kind.h) ----------------------------
+
+namespace {
+
+void read_latent_quantize(ConfigSection& s, LatentQuantizeOptions& o, int64_t) {
+  read_levels(s, o.levels, "latent_quantize");
+  o.num_codebooks = static_cast<int>(s.integer("num_codebooks", o.num_codebooks, limits::heads));
+  o.commitment_loss_weight = static_cast<float>(s.number("commitment_loss_weight", o.commitment_loss_weight));
+  o.quantization_loss_weight = static_cast<float>(s.number("quantization_loss_weight", o.quantization_loss_weight));
+  if (!(o.commitment_loss_weight >= 0)) s.fail("commitment_loss_weight", "must not be negative");
+  if (!(o.quantization_loss_weight >= 0)) s.fail("quantization_loss_weight", "must not be negative");
+}
+
+}  // namespace
+
+const QuantizerKind& latent_quantize_kind() {
+  static const QuantizerKind kind = [] {
+    QuantizerKind k =
+        make_kind<LatentQuantize, LatentQuantizeOptions>("latent_quantize", {}, read_latent_quantize);
+    k.test_keys = {{"levels", {5, 4, 3}}};
+    k.reference_class = "LatentQuantize";
+    return k;
+  }();
+  return kind;
 }
 
 }  // namespace vqddp

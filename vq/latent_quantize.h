@@ -33,6 +33,7 @@ struct LatentQuantizeOptions {
   int num_codebooks = 1;
   float commitment_loss_weight = 0.1f;
   float quantization_loss_weight = 0.1f;
+  bool operator==(const LatentQuantizeOptions&) const = default;
 };
 
 class LatentQuantize : public Quantizer {

@@ -2,11 +2,15 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "comm/batch_reduce.h"
 #include "engine/autograd.h"
 #include "engine/ops.h"
 #include "vq/losses.h"
 #include "vq/kernels/vq_kernels.h"
+#include "engine/count_limits.h"
+#include "vq/quantizer_kind.h"
 
 namespace vqddp {
 
@@ -67,6 +71,53 @@ Tensor LFQ::decode(const Tensor& indices) const {
   check_index_range(indices.reshape({-1}), opt_.codebook_size, "LFQ");
   Tensor q = codes_of(indices.reshape({-1}));
   return projection_.out(q);
+}
+
+// ---- the "lfq" kind (vq/quantizer_kind.h) ----------------------------------------
+
+void read_lfq_keys(ConfigSection& s, LFQOptions& o, const std::string& type) {
+  o.entropy_loss_weight = static_cast<float>(s.number("entropy_loss_weight", o.entropy_loss_weight));
+  o.commitment_weight = static_cast<float>(s.number("commitment_loss_weight", o.commitment_weight));
+  o.diversity_gamma = static_cast<float>(s.number("diversity_gamma", o.diversity_gamma));
+  o.inv_temperature = static_cast<float>(s.number("inv_temperature", o.inv_temperature));
+  o.codebook_scale = static_cast<float>(s.number("codebook_scale", o.codebook_scale));
+  if (!(o.entropy_loss_weight >= 0)) s.fail("entropy_loss_weight", "must not be negative");
+  if (!(o.commitment_weight >= 0)) s.fail("commitment_loss_weight", "must not be negative");
+  if (!(o.inv_temperature > 0)) s.fail("inv_temperature", "must be positive");
+  if (!(o.codebook_scale > 0)) s.fail("codebook_scale", "must be positive");
+  if (!lfq_codebook_size_ok(o.codebook_size))
+    s.fail("codebook_size", fmt::format("must be a power of two in [2, 65536] for type \"{}\", got {}", type,
+                                        o.codebook_size));
+}
+
+void lfq_reference_defaults(LFQOptions& o) { o.commitment_weight = 0.f; }
+
+bool is_lfq_constant(const std::string& name) { return name == "mask" || name.ends_with(".mask"); }
+
+namespace {
+
+void read_lfq(ConfigSection& s, LFQOptions& o, int64_t) {
+  o.codebook_size = s.integer("codebook_size", o.codebook_size, limits::codebook_size);
+  read_lfq_keys(s, o, "lfq");
+}
+
+}  // namespace
+
+const QuantizerKind& lfq_kind() {
+  static const QuantizerKind kind = [] {
+    LFQOptions defaults;
+    defaults.codebook_size = 256;
+    QuantizerKind k = make_kind<LFQ, LFQOptions>("lfq", defaults, read_lfq);
+    k.test_keys = {{"codebook_size", 16}};
+    k.reference_class = "LFQ";
+    k.reference_defaults = [](QuantizerOptions& q, int64_t) { lfq_reference_defaults(q.as<LFQOptions>()); };
+    k.reference_dim = [](const QuantizerOptions& q) {
+      return static_cast<int64_t>(std::llround(std::log2(static_cast<double>(q.as<LFQOptions>().codebook_size))));
+    };
+    k.reference_constant = is_lfq_constant;
+    return k;
+  }();
+  return kind;
 }
 
 }  // namespace vqddp

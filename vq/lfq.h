@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "comm/communicator.h"
+#include "engine/config_reader.h"
 #include "engine/nn.h"
 #include "vq/device_constants.h"
 #include "vq/quantizer.h"
@@ -35,6 +36,7 @@ struct LFQOptions {
   float diversity_gamma = 1.f;
   float inv_temperature = 100.f;
   float codebook_scale = 1.f;
+  bool operator==(const LFQOptions&) const = default;
 };
 
 class LFQ : public Quantizer {
@@ -53,7 +55,8 @@ class LFQ : public Quantizer {
   std::vector<int64_t> layer_sizes() const override { return {opt_.codebook_size}; }
   int64_t dim() const override { return opt_.dim; }
 
-  int64_t bits() const { return bits_; }
+  // Bits per code (log2 of the codebook size): the width of each code vector.
+  int64_t code_bits() const { return bits_; }
 
  private:
   Tensor codes_of(const Tensor& indices) const;  // (N) -> (N, B) of +-scale
@@ -64,5 +67,15 @@ class LFQ : public Quantizer {
   DeviceConstants codebook_;
   Projection projection_;
 };
+
+// The LFQ keys lfq and residual_lfq share (entropy_loss_weight,
+// commitment_loss_weight, diversity_gamma, inv_temperature, codebook_scale),
+// checked with o.codebook_size (which the caller read); `type` names the type in errors.
+void read_lfq_keys(ConfigSection& s, LFQOptions& o, const std::string& type);
+// The reference's LFQ defaults where ours differ: commitment_loss_weight 0
+// there, 0.25 here as in MAGVIT-v2.
+void lfq_reference_defaults(LFQOptions& o);
+// The reference's constant buffer (its bit weights 2^(d-1) .. 1, `mask`).
+bool is_lfq_constant(const std::string& name);
 
 }  // namespace vqddp

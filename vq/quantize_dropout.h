@@ -26,6 +26,7 @@ struct QuantizeDropoutOptions {
   // quantizers give every group one key, so all groups drop the same layers
   // in a step (as vector-quantize-pytorch's grouped forms share one seed).
   std::optional<uint64_t> seed;
+  bool operator==(const QuantizeDropoutOptions&) const = default;
 };
 
 // The last active layer for this step, drawn from the shared stream

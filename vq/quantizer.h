@@ -1,8 +1,8 @@
 // The Quantizer contract: the one shape every quantizer has, so a model, the
 // trainer, `replay` and embedding users hold "a quantizer" and never
-// dispatch on its kind (VectorQuantize, ResidualVQ, FSQ, ResidualFSQ, LFQ,
-// ResidualLFQ; make_quantizer in vq/quantizer_options.h makes one from
-// options).
+// dispatch on its kind. The kinds are listed in vq/quantizer_registry.h
+// (each type's class, options, reader and factory in its own files);
+// make_quantizer in vq/quantizer_options.h makes one from options.
 //
 //   quantize(x (N, dim), comm, mask) -> QuantizerOutput
 //     quantized (N, dim)   straight-through, the input's rows in order

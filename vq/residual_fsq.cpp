@@ -6,6 +6,8 @@
 #include "engine/ops.h"
 #include "vq/finite_rows.h"
 #include "vq/index_columns.h"
+#include "engine/count_limits.h"
+#include "vq/quantizer_kind.h"
 
 namespace vqddp {
 
@@ -73,6 +75,29 @@ QuantizerOutput ResidualFSQ::quantize(const Tensor& x, Communicator& comm, const
     idx_columns[l] = layer_idx;
   }
   return without_loss(projection_.out(sum), stack_columns(idx_columns), last + 1);
+}
+
+// ---- the "residual_fsq" kind (vq/quantizer_kind.h) -------------------------------
+
+namespace {
+
+void read_residual_fsq(ConfigSection& s, ResidualFSQOptions& o, int64_t) {
+  o.num_quantizers = static_cast<int>(s.integer("num_quantizers", o.num_quantizers, limits::layers));
+  read_quantize_dropout(s, o.quantize_dropout, o.num_quantizers);
+  read_levels(s, o.levels, "residual_fsq");
+}
+
+}  // namespace
+
+const QuantizerKind& residual_fsq_kind() {
+  static const QuantizerKind kind = [] {
+    QuantizerKind k = make_kind<ResidualFSQ, ResidualFSQOptions>("residual_fsq", {}, read_residual_fsq);
+    k.residual = true;
+    k.test_keys = {{"levels", {5, 4, 3}}, {"num_quantizers", 3}, {"quantize_dropout", true}};
+    k.reference_class = "ResidualFSQ";
+    return k;
+  }();
+  return kind;
 }
 
 }  // namespace vqddp

@@ -26,6 +26,7 @@ struct ResidualFSQOptions {
   int64_t dim = 0;  // 0: levels.size() (no projection)
   QuantizeDropoutOptions quantize_dropout;
   uint64_t seed = 0;
+  bool operator==(const ResidualFSQOptions&) const = default;
 };
 
 class ResidualFSQ : public Quantizer {

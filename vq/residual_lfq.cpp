@@ -5,6 +5,8 @@
 #include "engine/ops.h"
 #include "vq/index_columns.h"
 #include "vq/residual_layers.h"
+#include "engine/count_limits.h"
+#include "vq/quantizer_kind.h"
 
 namespace vqddp {
 
@@ -17,7 +19,7 @@ ResidualLFQ::ResidualLFQ(const ResidualLFQOptions& o, Generator& init_gen) : opt
     l.codebook_scale = static_cast<float>(std::ldexp(static_cast<double>(o.lfq.codebook_scale), -i));
     layers_.push_back(std::make_shared<LFQ>(l, init_gen));  // LFQ checks codebook_size
   }
-  bits_ = layers_[0]->bits();
+  bits_ = layers_[0]->code_bits();
   if (opt_.dim == 0) opt_.dim = bits_;
   projection_ = make_projection(opt_.dim, bits_, init_gen);
   // Registered after the projection: layers hold no tensors, only their
@@ -47,6 +49,35 @@ Tensor ResidualLFQ::decode(const Tensor& indices) const {
   for (int l = 0; l < q; ++l)
     sum = add(sum, codes_or_zero(columns[l], bits_, [&](const Tensor& i) { return layers_[l]->decode(i); }));
   return projection_.out(sum);
+}
+
+// ---- the "residual_lfq" kind (vq/quantizer_kind.h) -------------------------------
+
+namespace {
+
+void read_residual_lfq(ConfigSection& s, ResidualLFQOptions& o, int64_t) {
+  o.codebook_size = s.integer("codebook_size", o.codebook_size, limits::codebook_size);
+  o.num_quantizers = static_cast<int>(s.integer("num_quantizers", o.num_quantizers, limits::layers));
+  read_quantize_dropout(s, o.quantize_dropout, o.num_quantizers);
+  o.lfq.codebook_size = o.codebook_size;
+  read_lfq_keys(s, o.lfq, "residual_lfq");
+}
+
+}  // namespace
+
+const QuantizerKind& residual_lfq_kind() {
+  static const QuantizerKind kind = [] {
+    ResidualLFQOptions defaults;
+    defaults.codebook_size = defaults.lfq.codebook_size = 256;
+    QuantizerKind k = make_kind<ResidualLFQ, ResidualLFQOptions>("residual_lfq", defaults, read_residual_lfq);
+    k.residual = true;
+    k.test_keys = {{"codebook_size", 16}, {"num_quantizers", 3}, {"quantize_dropout", true}};
+    k.reference_class = "ResidualLFQ";
+    k.reference_defaults = [](QuantizerOptions& q, int64_t) { lfq_reference_defaults(q.as<ResidualLFQOptions>().lfq); };
+    k.reference_constant = is_lfq_constant;
+    return k;
+  }();
+  return kind;
 }
 
 }  // namespace vqddp

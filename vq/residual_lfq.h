@@ -32,6 +32,7 @@ struct ResidualLFQOptions {
   LFQOptions lfq;
   QuantizeDropoutOptions quantize_dropout;
   uint64_t seed = 0;
+  bool operator==(const ResidualLFQOptions&) const = default;
 };
 
 class ResidualLFQ : public Quantizer {

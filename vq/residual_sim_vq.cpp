@@ -3,6 +3,8 @@
 #include "engine/ops.h"
 #include "vq/index_columns.h"
 #include "vq/residual_layers.h"
+#include "engine/count_limits.h"
+#include "vq/quantizer_kind.h"
 
 namespace vqddp {
 
@@ -31,6 +33,32 @@ Tensor ResidualSimVQ::decode(const Tensor& indices) const {
   for (int l = 0; l < q; ++l)
     sum = add(sum, codes_or_zero(columns[l], dim(), [&](const Tensor& i) { return layers_[l]->decode(i); }));
   return sum;
+}
+
+// ---- the "residual_sim_vq" kind (vq/quantizer_kind.h) ----------------------------
+
+namespace {
+
+void read_residual_sim_vq(ConfigSection& s, ResidualSimVQOptions& o, int64_t) {
+  o.num_quantizers = static_cast<int>(s.integer("num_quantizers", o.num_quantizers, limits::layers));
+  read_quantize_dropout(s, o.quantize_dropout, o.num_quantizers);
+  read_sim_vq_keys(s, o.layer);
+}
+
+}  // namespace
+
+const QuantizerKind& residual_sim_vq_kind() {
+  static const QuantizerKind kind = [] {
+    ResidualSimVQOptions defaults;
+    defaults.layer.codebook_size = 256;
+    QuantizerKind k =
+        make_kind<ResidualSimVQ, ResidualSimVQOptions>("residual_sim_vq", defaults, read_residual_sim_vq);
+    k.residual = true;
+    k.test_keys = {{"codebook_size", 16}, {"num_quantizers", 3}, {"quantize_dropout", true}};
+    k.reference_class = "ResidualSimVQ";
+    return k;
+  }();
+  return kind;
 }
 
 }  // namespace vqddp

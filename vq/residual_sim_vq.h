@@ -26,6 +26,7 @@ struct ResidualSimVQOptions {
   int num_quantizers = 4;
   QuantizeDropoutOptions quantize_dropout;
   uint64_t seed = 0;  // keys the dropout stream
+  bool operator==(const ResidualSimVQOptions&) const = default;
 };
 
 class ResidualSimVQ : public Quantizer {

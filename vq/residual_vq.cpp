@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
+#include "engine/count_limits.h"
 #include "engine/ops.h"
 #include "vq/masked_rows.h"
 #include "vq/beam_search.h"
@@ -12,6 +15,7 @@
 #include "vq/in_place_codebook_step.h"
 #include "vq/index_columns.h"
 #include "vq/losses.h"
+#include "vq/quantizer_kind.h"
 #include "vq/rotation_trick.h"
 
 namespace vqddp {
@@ -239,6 +243,75 @@ std::vector<int64_t> ResidualVQ::layer_sizes() const {
   std::vector<int64_t> sizes;
   for (int l = 0; l < opt_.num_quantizers; ++l) sizes.push_back(codebook(l).options().codebook_size);
   return sizes;
+}
+
+// ---- the "residual_vq" kind (vq/quantizer_kind.h) --------------------------------
+
+namespace {
+
+void read_residual_vq(ConfigSection& s, ResidualVQOptions& o, int64_t dim) {
+  o.codebook_size = s.integer("codebook_size", o.codebook_size, limits::codebook_size);
+  o.num_quantizers = static_cast<int>(s.integer("num_quantizers", o.num_quantizers, limits::layers));
+  o.codebook_dim = s.integer("codebook_dim", o.codebook_dim, limits::codebook_dim);
+  read_codebook_loss_keys(s, o, o.codebook);
+  read_in_place_optimizer(s, o.in_place_codebook_lr, o.codebook);
+  o.shared_codebook = s.boolean("shared_codebook", o.shared_codebook);
+  o.quant_grad_frac = static_cast<float>(s.number("quant_grad_frac", o.quant_grad_frac));
+  if (!(o.quant_grad_frac >= 0 && o.quant_grad_frac <= 1)) s.fail("quant_grad_frac", "must be in [0, 1]");
+  o.diveq = s.boolean("diveq", o.diveq);
+  if (o.diveq && (!o.codebook.learnable || o.codebook.cosine))
+    s.fail("diveq", "needs \"learnable_codebook\": true and a Euclidean codebook (the codes learn through the output)");
+  o.beam_size = static_cast<int>(s.integer("beam_size", o.beam_size, limits::beam));
+  o.eval_beam_size = static_cast<int>(s.integer("eval_beam_size", o.eval_beam_size, {1, limits::beam.hi}));
+  std::vector<double> w(o.beam_score_quantizer_weights.begin(), o.beam_score_quantizer_weights.end());
+  w = s.numbers("beam_score_quantizer_weights", w);
+  if (!w.empty() && static_cast<int64_t>(w.size()) != o.num_quantizers)
+    s.fail("beam_score_quantizer_weights",
+           fmt::format("must hold one weight per quantizer ({}), got {}", o.num_quantizers, w.size()));
+  o.beam_score_quantizer_weights.assign(w.begin(), w.end());
+  if ((o.beam_size > 1 || o.eval_beam_size > 1) && (o.codebook.stochastic_sample || o.codebook.affine_param ||
+                                                     o.commitment_use_cross_entropy_loss || o.in_place_codebook_lr > 0))
+    s.fail("beam_size", "does not go with stochastic_sample_codes, affine_param, commitment_use_cross_entropy_loss or "
+                        "in_place_codebook_optimizer");
+  read_quantize_dropout(s, o.quantize_dropout, o.num_quantizers);
+  if (dim > 0)
+    s.check_elements("codebook_size", "codebook_size x codebook_dim x num_quantizers",
+                     {o.codebook_size, o.codebook_dim > 0 ? o.codebook_dim : dim,
+                      o.shared_codebook ? 1 : int64_t{o.num_quantizers}});
+}
+
+}  // namespace
+
+const QuantizerKind& residual_vq_kind() {
+  static const QuantizerKind kind = [] {
+    ResidualVQOptions defaults;
+    defaults.codebook_size = 256;
+    defaults.num_quantizers = 4;
+    QuantizerKind k = make_kind<ResidualVQ, ResidualVQOptions>("residual_vq", defaults, read_residual_vq);
+    k.residual = true;
+    k.test_keys = {{"codebook_size", 16},           {"num_quantizers", 3},     {"kmeans_init", true},
+                   {"kmeans_iters", 3},             {"threshold_ema_dead_code", 1.5}, {"quantize_dropout", true}};
+    k.reference_class = "ResidualVQ";
+    k.reference_defaults = [](QuantizerOptions& q, int64_t dim) {
+      auto& o = q.as<ResidualVQOptions>();
+      reference_codebook_defaults(o, o.codebook, dim);
+    };
+    k.reference_slots = [](const QuantizerOptions& q, const std::string& ours) {
+      const std::string book = codebook_of(ours);
+      std::vector<std::string> places;
+      if (book == "codebook") {  // shared: the reference holds it under every layer
+        for (int l = 0; l < q.as<ResidualVQOptions>().num_quantizers; ++l)
+          places.push_back(fmt::format("layers.{}._codebook.", l));
+      } else if (book.starts_with("layer")) {  // layer<l>
+        places.push_back(fmt::format("layers.{}._codebook.", book.substr(std::string("layer").size())));
+      }
+      std::optional<std::vector<ReferenceSlot>> slots;
+      if (!places.empty()) slots = codebook_slots(ours, places);
+      return slots ? *slots : std::vector<ReferenceSlot>{{ours, ours}};
+    };
+    return k;
+  }();
+  return kind;
 }
 
 }  // namespace vqddp

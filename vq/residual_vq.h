@@ -64,6 +64,7 @@ struct ResidualVQOptions : CodebookLossOptions {
   std::vector<float> beam_score_quantizer_weights;
   CodebookOptions codebook;  // hyper-parameters; size, dim and seed are set per layer
   uint64_t seed = 0;
+  bool operator==(const ResidualVQOptions&) const = default;
 };
 
 class ResidualVQ : public Quantizer {

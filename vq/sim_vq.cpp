@@ -8,6 +8,8 @@
 #include "vq/assign.h"
 #include "vq/losses.h"
 #include "vq/rotation_trick.h"
+#include "engine/count_limits.h"
+#include "vq/quantizer_kind.h"
 
 namespace vqddp {
 
@@ -57,6 +59,37 @@ Tensor SimVQ::decode(const Tensor& indices) const {
   Tensor flat = indices.reshape({-1});
   check_index_range(flat, opt_.codebook_size, "SimVQ");
   return index_select(codes().detach(), flat.to(transform_->weight.device()), Indices::trusted);
+}
+
+// ---- the "sim_vq" kind (vq/quantizer_kind.h) -------------------------------------
+
+void read_sim_vq_keys(ConfigSection& s, SimVQOptions& o) {
+  o.codebook_size = s.integer("codebook_size", o.codebook_size, limits::codebook_size);
+  o.frozen_codebook_dim = s.integer("frozen_codebook_dim", o.frozen_codebook_dim, limits::codebook_dim);
+  o.rotation_trick = s.boolean("rotation_trick", o.rotation_trick);
+  o.commitment_weight = static_cast<float>(s.number("commitment_weight", o.commitment_weight));
+  o.input_to_quantize_commit_loss_weight =
+      static_cast<float>(s.number("input_to_quantize_commit_loss_weight", o.input_to_quantize_commit_loss_weight));
+  if (!(o.commitment_weight >= 0)) s.fail("commitment_weight", "must not be negative");
+  if (!(o.input_to_quantize_commit_loss_weight >= 0)) s.fail("input_to_quantize_commit_loss_weight", "must not be negative");
+}
+
+namespace {
+
+void read_sim_vq(ConfigSection& s, SimVQOptions& o, int64_t) { read_sim_vq_keys(s, o); }
+
+}  // namespace
+
+const QuantizerKind& sim_vq_kind() {
+  static const QuantizerKind kind = [] {
+    SimVQOptions defaults;
+    defaults.codebook_size = 256;
+    QuantizerKind k = make_kind<SimVQ, SimVQOptions>("sim_vq", defaults, read_sim_vq);
+    k.test_keys = {{"codebook_size", 16}};
+    k.reference_class = "SimVQ";
+    return k;
+  }();
+  return kind;
 }
 
 }  // namespace vqddp

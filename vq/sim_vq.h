@@ -24,6 +24,7 @@
 
 #include <memory>
 
+#include "engine/config_reader.h"
 #include "engine/nn.h"
 #include "vq/quantizer.h"
 
@@ -36,6 +37,7 @@ struct SimVQOptions {
   bool rotation_trick = true;
   float input_to_quantize_commit_loss_weight = 0.25f;
   float commitment_weight = 1.f;
+  bool operator==(const SimVQOptions&) const = default;
 };
 
 class SimVQ : public Quantizer {
@@ -59,5 +61,10 @@ class SimVQ : public Quantizer {
   Tensor frozen_;  // (K, F)
   std::shared_ptr<Linear> transform_;
 };
+
+// SimVQ's keys (codebook_size, frozen_codebook_dim, rotation_trick,
+// commitment_weight, input_to_quantize_commit_loss_weight), which
+// residual_sim_vq's layers share.
+void read_sim_vq_keys(ConfigSection& s, SimVQOptions& o);
 
 }  // namespace vqddp

@@ -1,5 +1,8 @@
 #include "vq/vector_quantize.h"
 
+#include <fmt/format.h>
+
+#include "engine/count_limits.h"
 #include "engine/ops.h"
 #include "vq/code_logits.h"
 #include "vq/codebook_diversity.h"
@@ -9,6 +12,7 @@
 #include "vq/losses.h"
 #include "vq/masked_rows.h"
 #include "vq/orthogonal_reg.h"
+#include "vq/quantizer_kind.h"
 #include "vq/rotation_trick.h"
 
 namespace vqddp {
@@ -173,5 +177,71 @@ Tensor VectorQuantize::decode(const Tensor& indices) const {
 }
 
 std::vector<int64_t> VectorQuantize::layer_sizes() const { return std::vector<int64_t>(opt_.heads, opt_.codebook_size); }
+
+// ---- the "vq" kind (vq/quantizer_kind.h) -----------------------------------------
+
+namespace {
+
+void read_vq(ConfigSection& s, VectorQuantizeOptions& o, int64_t dim) {
+  o.codebook_size = s.integer("codebook_size", o.codebook_size, limits::codebook_size);
+  o.codebook_dim = s.integer("codebook_dim", o.codebook_dim, limits::codebook_dim);
+  const bool straight_through = read_codebook_loss_keys(s, o, o.codebook);
+  o.heads = static_cast<int>(s.integer("heads", o.heads, limits::heads));
+  o.separate_codebook_per_head = s.boolean("separate_codebook_per_head", o.separate_codebook_per_head);
+  o.layernorm_after_project_in = s.boolean("layernorm_after_project_in", o.layernorm_after_project_in);
+  o.directional_reparam = s.boolean("directional_reparam", o.directional_reparam);
+  o.directional_reparam_variance =
+      static_cast<float>(s.number("directional_reparam_variance", o.directional_reparam_variance));
+  if (!(o.directional_reparam_variance >= 0)) s.fail("directional_reparam_variance", "must not be negative");
+  if (o.directional_reparam && !o.codebook.learnable)
+    s.fail("directional_reparam", "needs \"learnable_codebook\": true (the codes learn through the output)");
+  if (o.directional_reparam && o.codebook.cosine)
+    s.fail("directional_reparam", "needs a Euclidean codebook (use_cosine_sim false)");
+  if (o.directional_reparam && !(o.codebook.threshold_ema_dead_code > 0))
+    s.fail("directional_reparam", "needs \"threshold_ema_dead_code\" > 0 (dead codes replaced, as the reference asserts)");
+  if (o.directional_reparam && (o.rotation_trick || straight_through))
+    s.fail("directional_reparam", "needs \"rotation_trick\": false (at most one of them, as the reference asserts)");
+  read_in_place_optimizer(s, o.in_place_codebook_lr, o.codebook);
+  if (dim > 0) {
+    if (o.codebook_dim == 0 && dim % o.heads != 0)
+      s.fail("heads", fmt::format("must divide the input width ({}; model.latent_dim in a config) unless codebook_dim is "
+                                  "set, got {}", dim, o.heads));
+    s.check_elements("codebook_size", "codebook_size x codebook_dim x heads",
+                     {o.codebook_size, o.codebook_dim > 0 ? o.codebook_dim : dim, o.separate_codebook_per_head ? o.heads : 1});
+  }
+}
+
+}  // namespace
+
+const QuantizerKind& vector_quantize_kind() {
+  static const QuantizerKind kind = [] {
+    VectorQuantizeOptions defaults;
+    defaults.codebook_size = 256;
+    QuantizerKind k = make_kind<VectorQuantize, VectorQuantizeOptions>("vq", defaults, read_vq);
+    k.test_keys = {{"codebook_size", 16}, {"kmeans_init", true}, {"kmeans_iters", 3}, {"threshold_ema_dead_code", 1.5}};
+    k.reference_class = "VectorQuantize";
+    k.reference_defaults = [](QuantizerOptions& q, int64_t dim) {
+      auto& o = q.as<VectorQuantizeOptions>();
+      reference_codebook_defaults(o, o.codebook, dim);
+      o.codebook_dim = dim;  // there each head is codebook_dim wide, dim by default; ours: dim / heads
+    };
+    k.reference_slots = [](const QuantizerOptions& q, const std::string& ours) {
+      const std::string book = codebook_of(ours), leaf = ours.substr(ours.rfind('.') + 1);
+      // layernorm_after_project_in: there project_in is Sequential(Linear, LayerNorm).
+      if (book == "project_in_norm") return std::vector<ReferenceSlot>{{ours, "project_in.1." + leaf}};
+      if (book == "project_in" && q.as<VectorQuantizeOptions>().layernorm_after_project_in)
+        return std::vector<ReferenceSlot>{{ours, "project_in.0." + leaf}};
+      std::optional<std::vector<ReferenceSlot>> slots;
+      if (book == "codebook")
+        slots = codebook_slots(ours, {"_codebook."});
+      else if (book.starts_with("codebook"))  // codebook<h>: separate codebooks, stacked there
+        slots = codebook_slots(ours, {"_codebook."}, std::stoll(book.substr(std::string("codebook").size())),
+                               q.as<VectorQuantizeOptions>().heads);
+      return slots ? *slots : std::vector<ReferenceSlot>{{ours, ours}};
+    };
+    return k;
+  }();
+  return kind;
+}
 
 }  // namespace vqddp

@@ -50,6 +50,7 @@ struct VectorQuantizeOptions : CodebookLossOptions {
   // fields above (each separate codebook gets its own seed).
   CodebookOptions codebook;
   uint64_t seed = 0;
+  bool operator==(const VectorQuantizeOptions&) const = default;
 };
 
 class VectorQuantize : public Quantizer {

@@ -34,6 +34,16 @@ inline Config small_config(const std::string& dir, const std::string& quantizer_
   return parse_config(j, "test");
 }
 
+// cfg's quantizer section with `keys` set (a new type starts from that
+// type's defaults), read as parse_config reads it; cfg.source follows.
+inline void set_quantizer_keys(Config& cfg, const nlohmann::json& keys) {
+  nlohmann::json q = cfg.source.is_object() ? cfg.source.value("quantizer", nlohmann::json::object())
+                                            : nlohmann::json::object();
+  for (const auto& [key, value] : keys.items()) q[key] = value;
+  cfg.quantizer = parse_quantizer_options(q, cfg.model.latent_dim, "test quantizer");
+  cfg.source["quantizer"] = q;
+}
+
 // Two weighted sources of 70 and 35 frames of 16 samples, 20 for validation.
 inline Dataset synthetic_data(int64_t f = 16) {
   Generator g(3, 0);

@@ -4,6 +4,8 @@
 // metrics writes that fail, non-finite values traced to their origin, and a
 // graceful stop on SIGTERM that resumes bit for bit.
 #include <doctest/doctest.h>
+
+#include "vq/fsq.h"
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -128,7 +130,7 @@ TEST_CASE("sizes whose product no tensor can hold are refused by key before anyt
   j["quantizer"]["levels"] = {4096, 4097};
   config_fails(j, "implicit codebook of 16781312 codes");
   j["quantizer"]["levels"] = {4096, 4096};
-  CHECK(parse_config(j, "run.json").quantizer.levels.size() == 2);
+  CHECK(parse_config(j, "run.json").quantizer.as<FSQOptions>().levels.size() == 2);
 }
 
 TEST_CASE("a key given twice in one JSON object is an error naming the key and its line") {

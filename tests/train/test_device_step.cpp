@@ -12,6 +12,7 @@
 #include "engine/device_counters.h"
 #include "tests/engine/tmpdir.h"
 #include "tests/train/small_run.h"
+#include "vq/residual_vq.h"
 
 using namespace vqddp;
 using namespace vqddp::test;
@@ -52,12 +53,12 @@ TEST_CASE("trainer on sim: zero reads and waits on steps that do not log; 2 + on
         Config cfg = small_config(dir.path().string(), type);
         cfg.run.device = "sim";
         cfg.distributed.world_size = w;
-        cfg.quantizer.quantize_dropout = dropout;
+        if (type == "residual_vq") test::set_quantizer_keys(cfg, {{"quantize_dropout", dropout}});
         cfg.schedule.log_every = 3;
         cfg.schedule.steps = 9;
         std::map<int, std::vector<DeviceCounters>> counts = counts_per_step(cfg, data);
         REQUIRE(counts.size() == static_cast<size_t>(w));
-        const int64_t layers = type == "fsq" ? 1 : cfg.quantizer.num_quantizers;
+        const int64_t layers = type == "fsq" ? 1 : cfg.quantizer.as<ResidualVQOptions>().num_quantizers;
         for (const auto& [rank, steps] : counts) {
           REQUIRE(steps.size() >= 7);
           // Interval 0 holds the set-up and k-means init (one documented read).
@@ -142,7 +143,7 @@ TEST_CASE("trainer on sim: the capture check passes every step that launches its
     Config cfg = small_config(dir.path().string(), type);
     cfg.run.device = "sim";
     cfg.distributed.world_size = 2;
-    cfg.quantizer.quantize_dropout = false;
+    if (cfg.quantizer.type() == "residual_vq") test::set_quantizer_keys(cfg, {{"quantize_dropout", false}});
     cfg.schedule.log_every = 3;
     cfg.schedule.steps = 8;
     TrainOptions o = quiet();

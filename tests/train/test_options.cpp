@@ -13,7 +13,10 @@
 #include "tool/replay.h"
 #include "train/config.h"
 #include "train/schedule.h"
+#include "vq/quantizer_kind.h"
 #include "vq/quantizer_options.h"
+#include "vq/residual_lfq.h"
+#include "vq/residual_vq.h"
 #include "vq/vector_quantize.h"
 
 using namespace vqddp;
@@ -49,7 +52,7 @@ TEST_CASE("every shipped config round-trips through the one reader: the JSON it 
     Config a = load_config(f);
     Config b = parse_config_text(a.source.dump(2), "round trip");
     CHECK(a == b);
-    types.insert(a.quantizer.type);
+    types.insert(a.quantizer.type());
     // An override reads as if the file held it; nothing else changes.
     Config c = parse_config(load_config_json(f), f, {{"--steps", "schedule.steps", 7}, {"--device", "run.device", "sim"}});
     Config want = a;
@@ -57,9 +60,10 @@ TEST_CASE("every shipped config round-trips through the one reader: the JSON it 
     want.run.device = "sim";
     CHECK(c == want);  // the source stays the file's: checkpoints store no command line
   }
-  for (const std::string& t : quantizer_types()) {
-    CAPTURE(t);
-    CHECK(types.count(t) == 1);  // every type has a shipped example
+  for (const QuantizerKind* k : quantizer_kinds()) {
+    CAPTURE(k->type);
+    // Every type a model can train has a shipped example.
+    CHECK(types.count(k->type) == (k->trains_encoder ? 1u : 0u));
   }
 }
 
@@ -94,7 +98,7 @@ TEST_CASE("replay and train accept the same codebook keys and read them to the s
   float weight = 0;
   CodebookOptions r = replay_codebook_options(f, in, weight);
   CHECK(weight == 0.25f);
-  CHECK(r == c.quantizer.codebook);
+  CHECK(r == *c.quantizer.codebook());
   CHECK(r.decay == 0.5f);  // away from the default: the keys were read, not defaulted
   CHECK(r.cosine);
   CHECK_FALSE(r.cluster_size_init_ones);
@@ -114,9 +118,10 @@ TEST_CASE("LFQ types: their keys are read for lfq and residual_lfq only, codeboo
   cfg["quantizer"] = {{"type", "residual_lfq"}, {"codebook_size", 64}, {"num_quantizers", 2},
                       {"entropy_loss_weight", 0.2}, {"diversity_gamma", 0.5}, {"commitment_loss_weight", 0.1}};
   Config c = parse_config(cfg, "config");
-  CHECK(c.quantizer.entropy_loss_weight == 0.2f);
-  CHECK(c.quantizer.diversity_gamma == 0.5f);
-  CHECK(c.quantizer.commitment_loss_weight == 0.1f);
+  const LFQOptions& lfq = c.quantizer.as<ResidualLFQOptions>().lfq;
+  CHECK(lfq.entropy_loss_weight == 0.2f);
+  CHECK(lfq.diversity_gamma == 0.5f);
+  CHECK(lfq.commitment_weight == 0.1f);
   cfg["quantizer"]["codebook_size"] = 48;
   CHECK_THROWS_WITH_AS(parse_config(cfg, "config"),
                        doctest::Contains("config: 'quantizer.codebook_size' must be a power of two in [2, 65536] for "
@@ -193,13 +198,14 @@ TEST_CASE("quantizer.heads, separate_codebook_per_head and rotation_trick reach 
   const int64_t latent = cfg["model"]["latent_dim"].get<int64_t>();
   cfg["quantizer"] = {{"type", "vq"}, {"heads", latent + 1}};
   CHECK_THROWS_WITH_AS(parse_config(cfg, "config"),
-                       doctest::Contains(fmt::format("'quantizer.heads' must divide model.latent_dim ({})", latent).c_str()),
+                       doctest::Contains(fmt::format("'quantizer.heads' must divide the input width ({}; model.latent_dim in a "
+                                                     "config)", latent).c_str()),
                        Error);
   cfg["quantizer"]["codebook_dim"] = 3;
   CHECK_NOTHROW(parse_config(cfg, "config"));
   // The defaults are vector-quantize-pytorch's.
   cfg["quantizer"] = {{"type", "residual_vq"}};
-  CHECK(parse_config(cfg, "config").quantizer.rotation_trick);
+  CHECK(parse_config(cfg, "config").quantizer.as<ResidualVQOptions>().rotation_trick);
 }
 
 TEST_CASE("optimizer.lr_schedule: constant keeps lr; cosine runs from lr at the first step to final_lr_fraction lr at the last") {

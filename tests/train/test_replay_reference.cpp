@@ -94,6 +94,12 @@ TEST_CASE("replay of the reference's classes: its state names and layouts, and W
        {{"frozen_codebook", {16, 8}}, {"code_transform.weight", {8, 8}}}},
       {{{"class", "ResidualSimVQ"}, {"dim", "8"}, {"codebook_size", "16"}, {"num_quantizers", "2"}},
        {{"layers.1.frozen_codebook", {16, 8}}}},
+      // As the reference builds it: each head's cosine codebook codebook_dim x num_codebooks = 6 wide, behind a
+      // project_in from 6 to 2 x 6.
+      {{{"class", "RandomProjectionQuantizer"}, {"dim", "8"}, {"codebook_size", "16"}, {"codebook_dim", "3"},
+        {"num_codebooks", "2"}},
+       {{"rand_projs", {2, 8, 3}}, {"vq._codebook.embed", {2, 16, 6}}, {"vq.project_in.weight", {12, 6}},
+        {"vq._codebook.initted", {}}}},
   };
   for (const Case& c : cases) {
     CAPTURE(c.meta.at("class"));

@@ -216,8 +216,7 @@ TEST_CASE("global-batch gradient: W ranks with uneven shards equal 1 rank on the
   CAPTURE(type);
   bool learnable = type == "learnable";
   Config cfg = small_config("unused", learnable ? "residual_vq" : type);
-  cfg.quantizer.codebook.learnable = learnable;
-  cfg.quantizer.quantize_dropout = false;
+  if (type != "fsq") test::set_quantizer_keys(cfg, {{"learnable_codebook", learnable}, {"quantize_dropout", false}});
   Dataset data = synthetic_data();
   Tensor x = data.sources[0].read_range(0, 23);  // 23 rows: shards 8, 8, 7
   std::vector<NamedTensors> grads(3);
@@ -425,7 +424,7 @@ TEST_CASE("check-ddp passes a whole run of every shipped example bit for bit, on
   }
   // EMA statistics not reduced across ranks: each rank's codebook drifts.
   Config broken = load_config(root + "/examples/fashion_vq.json");
-  broken.quantizer.codebook.sync_stats = false;
+  test::set_quantizer_keys(broken, {{"sync_codebook", false}});
   broken.data.max_examples = 2000;
   Dataset data = load_dataset(broken.data);
   // Zero or negative steps would compare nothing and print PASSED.
@@ -436,7 +435,7 @@ TEST_CASE("check-ddp passes a whole run of every shipped example bit for bit, on
   // sizes (which codes expired is known on the device only), so diverged
   // sizes can no longer make ranks call different collectives.
   for (int threshold : {2, 0}) {
-    broken.quantizer.codebook.threshold_ema_dead_code = threshold;
+    test::set_quantizer_keys(broken, {{"threshold_ema_dead_code", threshold}});
     for (auto mode : {CheckDdpOptions::Mode::whole_run, CheckDdpOptions::Mode::per_step}) {
       CheckDdpResult r = check_ddp(broken, data, {.mode = mode, .world = 4, .steps = 2, .print = false});
       CHECK_FALSE(r.passed);
@@ -478,18 +477,20 @@ TEST_CASE("check-ddp per step, bitwise, with the quantizer options that add a co
       CAPTURE(type);
       CAPTURE(freeze);
       Config cfg = base;
-      cfg.quantizer.type = type;
-      cfg.quantizer.num_quantizers = std::string(type) == "vq" ? 1 : 2;
-      cfg.quantizer.rotation_trick = true;
-      cfg.quantizer.codebook_diversity_loss_weight = 0.1f;  // a collective inside autograd
-      cfg.quantizer.freeze_codebook = freeze;
-      // Release builds: on vq with frozen codebooks, on residual_vq with updating ones.
-      cfg.quantizer.commitment_use_cross_entropy_loss = (std::string(type) == "residual_vq") != freeze;
+      nlohmann::json keys = {{"type", type},
+                             {"rotation_trick", true},
+                             {"codebook_diversity_loss_weight", 0.1},  // a collective inside autograd
+                             {"freeze_codebook", freeze},
+                             // Release builds: on vq with frozen codebooks, on residual_vq with updating ones.
+                             {"commitment_use_cross_entropy_loss", (std::string(type) == "residual_vq") != freeze}};
       if (std::string(type) == "vq") {
-        cfg.quantizer.heads = 2;
-        cfg.quantizer.codebook_dim = 3;  // a projection to 2 x 3, then the LayerNorm
-        cfg.quantizer.layernorm_after_project_in = true;
+        keys["heads"] = 2;
+        keys["codebook_dim"] = 3;  // a projection to 2 x 3, then the LayerNorm
+        keys["layernorm_after_project_in"] = true;
+      } else {
+        keys["num_quantizers"] = 2;
       }
+      test::set_quantizer_keys(cfg, keys);
       CheckDdpResult r = check_ddp(cfg, data,
                                    {.mode = CheckDdpOptions::Mode::per_step, .world = 3, .steps = 2, .rtol = 0,
                                     .atol = 0, .print = false});
@@ -510,16 +511,20 @@ TEST_CASE("check-ddp per step, bitwise, with the orthogonal regulariser of a lea
   for (const char* type : {"vq", "residual_vq", "residual_vq shared"}) {
     CAPTURE(type);
     const bool shared = std::string(type) == "residual_vq shared";
-    cfg.quantizer.type = shared ? "residual_vq" : type;
-    cfg.quantizer.shared_codebook = shared;
-    cfg.quantizer.num_quantizers = std::string(type) == "vq" ? 1 : 2;
-    cfg.quantizer.codebook.learnable = true;
-    cfg.quantizer.orthogonal_reg_weight = 10.f;
-    cfg.quantizer.orthogonal_reg_active_codes_only = true;
-    cfg.quantizer.orthogonal_reg_max_codes = 8;
-    cfg.quantizer.in_place_codebook_lr = 0.5f;
+    Config run = cfg;
+    nlohmann::json keys = {{"type", shared ? "residual_vq" : type},
+                           {"learnable_codebook", true},
+                           {"orthogonal_reg_weight", 10.0},
+                           {"orthogonal_reg_active_codes_only", true},
+                           {"orthogonal_reg_max_codes", 8},
+                           {"in_place_codebook_optimizer", {{"type", "sgd"}, {"lr", 0.5}}}};
+    if (std::string(type) != "vq") {
+      keys["shared_codebook"] = shared;
+      keys["num_quantizers"] = 2;
+    }
+    test::set_quantizer_keys(run, keys);
     CheckDdpResult r = check_ddp(
-        cfg, data, {.mode = CheckDdpOptions::Mode::per_step, .world = 3, .steps = 2, .rtol = 0, .atol = 0, .print = false});
+        run, data, {.mode = CheckDdpOptions::Mode::per_step, .world = 3, .steps = 2, .rtol = 0, .atol = 0, .print = false});
     CHECK_MESSAGE(r.passed, r.first_failure);
     CHECK(r.state_bitwise);
     CHECK(r.worst_grad_abs == 0);
@@ -533,17 +538,20 @@ TEST_CASE("check-ddp per step, bitwise, with directional_reparam (DiVeQ) on vq a
   Config cfg = load_config(std::string(src ? src : ".") + "/examples/fashion_vq.json");
   cfg.data.max_examples = 2000;
   Dataset data = load_dataset(cfg.data);
-  cfg.quantizer.codebook.learnable = true;
-  cfg.quantizer.codebook.threshold_ema_dead_code = 2.f;
   for (const char* type : {"vq", "residual_vq"}) {
     CAPTURE(type);
-    cfg.quantizer.type = type;
-    cfg.quantizer.num_quantizers = std::string(type) == "vq" ? 1 : 2;
-    cfg.quantizer.rotation_trick = false;
-    cfg.quantizer.directional_reparam = std::string(type) == "vq";
-    cfg.quantizer.diveq = std::string(type) == "residual_vq";
+    Config run = cfg;
+    nlohmann::json keys = {
+        {"type", type}, {"learnable_codebook", true}, {"threshold_ema_dead_code", 2.0}, {"rotation_trick", false}};
+    if (std::string(type) == "vq") {
+      keys["directional_reparam"] = true;
+    } else {
+      keys["num_quantizers"] = 2;
+      keys["diveq"] = true;
+    }
+    test::set_quantizer_keys(run, keys);
     CheckDdpResult r = check_ddp(
-        cfg, data, {.mode = CheckDdpOptions::Mode::per_step, .world = 3, .steps = 3, .rtol = 0, .atol = 0, .print = false});
+        run, data, {.mode = CheckDdpOptions::Mode::per_step, .world = 3, .steps = 3, .rtol = 0, .atol = 0, .print = false});
     CHECK_MESSAGE(r.passed, r.first_failure);
     CHECK(r.state_bitwise);
     CHECK(r.worst_grad_abs == 0);
@@ -567,7 +575,9 @@ TEST_CASE("config errors name the key path and the expected type") {
   j = base;
   j["quantizer"] = {{"type", "pq"}};
   fails(j, "'quantizer.type' must be one of \"vq\", \"residual_vq\", \"fsq\", \"residual_fsq\", \"lfq\", \"residual_lfq\", \"sim_vq\", \"residual_sim_vq\", \"grouped_residual_vq\", "
-           "\"grouped_residual_fsq\", \"grouped_residual_lfq\", \"fsp\", \"latent_quantize\", got \"pq\"");
+           "\"grouped_residual_fsq\", \"grouped_residual_lfq\", \"fsp\", \"latent_quantize\", \"random_projection\", got \"pq\"");
+  j["quantizer"] = {{"type", "random_projection"}, {"codebook_dim", 4}};
+  fails(j, "'quantizer.type' \"random_projection\" makes prediction targets (no gradient reaches the encoder)");
   j = base;
   j["quantizer"] = {{"type", "fsq"}};
   fails(j, "'quantizer.levels' is required for type \"fsq\"");

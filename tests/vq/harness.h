@@ -113,6 +113,14 @@ auto per_rank(int w, F f) {
   return got;
 }
 
+// The tensor called `name` (a parameter or a buffer of a module).
+inline Tensor named(const NamedTensors& tensors, const std::string& name) {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return t;
+  FAIL("no tensor named " << name);
+  return Tensor();
+}
+
 inline Tensor shard(const Tensor& x, const std::vector<int64_t>& sizes, int rank) {
   int64_t begin = std::accumulate(sizes.begin(), sizes.begin() + rank, int64_t{0});
   return x.slice_rows(begin, begin + sizes[rank]);

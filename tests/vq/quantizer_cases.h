@@ -44,7 +44,8 @@ inline std::vector<Case> quantizer_cases() {
   auto add = [&](std::string name, std::function<std::shared_ptr<Module>(Generator&)> make) {
     out.push_back({std::move(name), std::move(make), [](Module& m, const Tensor& x, Communicator& comm) {
                      QuantizerOutput o = static_cast<Quantizer&>(m).quantize(x, comm);
-                     step_loss(o.quantized, o.loss).backward();
+                     Tensor loss = step_loss(o.quantized, o.loss);
+                     if (loss.requires_grad()) loss.backward();  // targets only (random_projection): no gradient
                      return std::vector<Tensor>{o.quantized.detach(), o.indices};
                    }});
   };

@@ -146,7 +146,10 @@ TEST_CASE("FSQ and ResidualFSQ: a non-finite row on one rank stops every rank al
       if (comm.rank() == 1) x.data<float>()[2 * 4 + 1] = std::nanf("");
       try {
         if (residual) {
-          ResidualFSQ q({{8, 5, 5, 5}, 2}, init);
+          ResidualFSQOptions o;
+          o.levels = {8, 5, 5, 5};
+          o.num_quantizers = 2;
+          ResidualFSQ q(o, init);
           q.quantize(x, comm, Tensor());
         } else {
           FSQ q({{8, 5, 5, 5}}, init);

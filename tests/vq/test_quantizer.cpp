@@ -15,6 +15,7 @@
 #include "tests/vq/harness.h"
 #include "tests/vq/quantizer_trace.h"
 #include "vq/quantizer_options.h"
+#include "vq/residual_vq.h"
 
 namespace vqddp {
 namespace {
@@ -24,7 +25,6 @@ using test::per_rank;
 using test::kDim;
 using test::kRows;
 using test::kSteps;
-using test::kLayers;
 using test::options_for;
 using test::make;
 using test::Trace;
@@ -85,8 +85,10 @@ TEST_CASE("the Quantizer contract: indices (N, Q) within the layer sizes, a scal
       QuantizerOutput out = m->quantize(x, comm);
       CHECK(comm.counters().collectives == before);
       std::vector<int64_t> sizes = m->layer_sizes();
-      const bool grouped = type.starts_with("grouped_"), residual = grouped || type.starts_with("residual_");
-      CHECK(sizes.size() == static_cast<size_t>((residual ? kLayers : 1) * (grouped ? 2 : 1)));
+      // The layers options_for asks for: quantizers, groups, codebooks.
+      const nlohmann::json& keys = quantizer_kind(type).test_keys;
+      CHECK(sizes.size() == static_cast<size_t>(keys.value("num_quantizers", 1) * keys.value("groups", 1) *
+                                                keys.value("num_codebooks", 1)));
       CHECK(m->dim() == kDim);
       CHECK(out.quantized.shape() == Shape{kRows, kDim});
       REQUIRE(out.indices.shape() == Shape{kRows, static_cast<int64_t>(sizes.size())});
@@ -116,39 +118,27 @@ namespace {
 std::vector<std::pair<std::string, QuantizerOptions>> option_variants() {
   std::vector<std::pair<std::string, QuantizerOptions>> out;
   for (const char* type : {"vq", "residual_vq"}) {
-    QuantizerOptions q = options_for(type);
-    q.codebook.stochastic_sample = true;  // a Gumbel draw per row and code, from one shared stream per step
-    q.codebook.sample_temperature = 0.5f;
-    out.emplace_back(std::string(type) + ", stochastic_sample_codes", q);
-    QuantizerOptions frozen_codes = options_for(type);
-    frozen_codes.codebook.ema_update = false;  // statistics and revival only
-    out.emplace_back(std::string(type) + ", ema_update false", frozen_codes);
-    QuantizerOptions affine = options_for(type);
-    affine.codebook.affine_param = true;  // moments of the global batch, every step
-    out.emplace_back(std::string(type) + ", affine_param", affine);
+    // a Gumbel draw per row and code, from one shared stream per step
+    out.emplace_back(std::string(type) + ", stochastic_sample_codes",
+                     options_for(type, {{"stochastic_sample_codes", true}, {"sample_codebook_temp", 0.5}}));
+    // statistics and revival only
+    out.emplace_back(std::string(type) + ", ema_update false", options_for(type, {{"ema_update", false}}));
+    // moments of the global batch, every step
+    out.emplace_back(std::string(type) + ", affine_param", options_for(type, {{"affine_param", true}}));
   }
   // The options that draw noise (by global row), step codebooks inside the
   // forward or search per row.
-  QuantizerOptions diveq = options_for("vq");
-  diveq.codebook.learnable = true;
-  diveq.rotation_trick = false;
-  diveq.directional_reparam = true;
-  out.emplace_back("vq, directional_reparam", diveq);
-  QuantizerOptions rdiveq = options_for("residual_vq");
-  rdiveq.codebook.learnable = true;
-  rdiveq.diveq = true;
-  out.emplace_back("residual_vq, diveq", rdiveq);
-  for (const char* type : {"vq", "residual_vq", "residual_vq shared"}) {
-    QuantizerOptions inplace = options_for(std::string(type).substr(0, std::string(type).find(' ')).c_str());
-    inplace.codebook.learnable = true;
-    inplace.in_place_codebook_lr = 0.1f;
-    inplace.shared_codebook = std::string(type) == "residual_vq shared";
-    out.emplace_back(std::string(type) + ", in_place_codebook_optimizer", inplace);
-  }
-  QuantizerOptions beam = options_for("residual_vq");
-  beam.beam_size = 2;
-  beam.eval_beam_size = 3;
-  out.emplace_back("residual_vq, beam_size, eval_beam_size", beam);
+  out.emplace_back("vq, directional_reparam",
+                   options_for("vq", {{"learnable_codebook", true}, {"rotation_trick", false}, {"directional_reparam", true}}));
+  out.emplace_back("residual_vq, diveq", options_for("residual_vq", {{"learnable_codebook", true}, {"diveq", true}}));
+  const nlohmann::json inplace = {{"learnable_codebook", true}, {"in_place_codebook_optimizer", {{"type", "sgd"}, {"lr", 0.1}}}};
+  out.emplace_back("vq, in_place_codebook_optimizer", options_for("vq", inplace));
+  out.emplace_back("residual_vq, in_place_codebook_optimizer", options_for("residual_vq", inplace));
+  nlohmann::json shared = inplace;
+  shared["shared_codebook"] = true;
+  out.emplace_back("residual_vq shared, in_place_codebook_optimizer", options_for("residual_vq", shared));
+  out.emplace_back("residual_vq, beam_size, eval_beam_size",
+                   options_for("residual_vq", {{"beam_size", 2}, {"eval_beam_size", 3}}));
   return out;
 }
 
@@ -166,12 +156,11 @@ TEST_CASE("VectorQuantize options that draw or reduce over the batch (stochastic
 TEST_CASE("stochastic_sample_codes draws codes in training steps only: some rows leave their nearest code at "
           "temperature 1, none at temperature 0 or in eval") {
   auto chosen = [](float temperature, bool training) {
-    QuantizerOptions q = options_for("vq");
-    q.codebook.kmeans_init = false;
-    q.codebook.threshold_ema_dead_code = 0;
-    q.rotation_trick = false;
-    q.codebook.stochastic_sample = true;
-    q.codebook.sample_temperature = temperature;
+    QuantizerOptions q = options_for("vq", {{"kmeans_init", false},
+                                            {"threshold_ema_dead_code", 0},
+                                            {"rotation_trick", false},
+                                            {"stochastic_sample_codes", true},
+                                            {"sample_codebook_temp", temperature}});
     std::shared_ptr<Quantizer> m = make(q);
     m->train(training);
     Generator data(3);
@@ -199,23 +188,17 @@ TEST_CASE("invariant 4 for every VectorQuantize option: after a training step, i
           "training mode) issues no collective and changes no state") {
   std::vector<std::pair<std::string, QuantizerOptions>> all = option_variants();
   for (const char* type : {"vq", "residual_vq"}) {
-    auto with = [&](const std::string& name, auto set) {
-      QuantizerOptions q = options_for(type);
-      set(q);
-      all.emplace_back(std::string(type) + ", " + name, q);
+    auto with = [&](const std::string& name, const nlohmann::json& keys) {
+      all.emplace_back(std::string(type) + ", " + name, options_for(type, keys));
     };
-    with("commitment_use_cross_entropy_loss", [](QuantizerOptions& q) { q.commitment_use_cross_entropy_loss = true; });
-    with("orthogonal_reg, learnable", [](QuantizerOptions& q) {
-      q.codebook.learnable = true;
-      q.orthogonal_reg_weight = 1.f;
-      q.orthogonal_reg_active_codes_only = true;
-      q.orthogonal_reg_max_codes = 4;
-    });
-    with("sync_update_v, quant_grad_frac", [](QuantizerOptions& q) {
-      q.codebook.learnable = true;
-      q.sync_update_v = 0.5f;
-      q.quant_grad_frac = std::string(q.type) == "residual_vq" ? 0.5f : 0.f;
-    });
+    with("commitment_use_cross_entropy_loss", {{"commitment_use_cross_entropy_loss", true}});
+    with("orthogonal_reg, learnable", {{"learnable_codebook", true},
+                                       {"orthogonal_reg_weight", 1.0},
+                                       {"orthogonal_reg_active_codes_only", true},
+                                       {"orthogonal_reg_max_codes", 4}});
+    nlohmann::json sync = {{"learnable_codebook", true}, {"sync_update_v", 0.5}};
+    if (std::string(type) == "residual_vq") sync["quant_grad_frac"] = 0.5;
+    with(std::string("sync_update_v") + (sync.contains("quant_grad_frac") ? ", quant_grad_frac" : ""), sync);
   }
   for (const auto& [name, q] : all) {
     CAPTURE(name);
@@ -247,7 +230,7 @@ TEST_CASE("straight_through follows the reference's rule: refused with the rotat
   };
   CHECK_THROWS_WITH_AS(read({{"type", "vq"}, {"straight_through", true}}),
                        doctest::Contains("'quantizer.straight_through' needs \"rotation_trick\": false"), Error);
-  CHECK(read({{"type", "vq"}, {"straight_through", true}, {"rotation_trick", false}}).straight_through);
+  CHECK_NOTHROW(read({{"type", "vq"}, {"straight_through", true}, {"rotation_trick", false}}));
 }
 
 TEST_CASE("beam search keys: one weight per quantizer, a beam of 1..64, refused beside what it cannot score") {
@@ -258,8 +241,8 @@ TEST_CASE("beam search keys: one weight per quantizer, a beam of 1..64, refused 
   };
   QuantizerOptions q = read({{"type", "residual_vq"}, {"num_quantizers", 3}, {"beam_size", 4},
                              {"beam_score_quantizer_weights", {1.0, 0.5, 0.25}}});
-  CHECK(q.beam_size == 4);
-  CHECK(q.beam_score_quantizer_weights == std::vector<float>{1.f, 0.5f, 0.25f});
+  CHECK(q.as<ResidualVQOptions>().beam_size == 4);
+  CHECK(q.as<ResidualVQOptions>().beam_score_quantizer_weights == std::vector<float>{1.f, 0.5f, 0.25f});
   CHECK_THROWS_WITH_AS(read({{"type", "residual_vq"}, {"num_quantizers", 3}, {"beam_score_quantizer_weights", {1.0}}}),
                        doctest::Contains("'quantizer.beam_score_quantizer_weights' must hold one weight per quantizer (3), got 1"),
                        Error);

@@ -30,14 +30,6 @@ SimVQOptions small(bool rotation) {
   return o;
 }
 
-// The tensor called `name` (a parameter or a buffer of the module).
-Tensor named(const NamedTensors& tensors, const std::string& name) {
-  for (const auto& [n, t] : tensors)
-    if (n == name) return t;
-  FAIL("no tensor named " << name);
-  return Tensor();
-}
-
 }  // namespace
 
 TEST_CASE("SimVQ: codes are C W^T; each row takes its nearest code; the loss is the two-sided commitment") {

@@ -208,8 +208,7 @@ TEST_CASE("orthogonal regulariser: sum of squared cosines over n^2 minus 1/n; 0 
   CHECK(out.extra("orthogonal_reg_loss").item<float>() == reg);
   out.loss.backward();
   CHECK(vq.codebooks()[0]->embed.grad().defined());
-  QuantizerOptions bad;
-  bad.type = "vq";
+  QuantizerOptions bad = QuantizerOptions::of("vq");
   nlohmann::json j = {{"type", "vq"}, {"orthogonal_reg_weight", 1.0}};
   CHECK_THROWS_WITH_AS(read_quantizer_options(ConfigSection(j, "quantizer", "run.json"), bad),
                        doctest::Contains("'quantizer.orthogonal_reg_weight' needs \"learnable_codebook\": true"), Error);
@@ -326,14 +325,12 @@ TEST_CASE("codebook diversity loss: the average is the global batch's, so W rank
   Tensor x = rand_normal({13, 4}, data);
   for (const char* type : {"vq", "residual_vq"}) {
     CAPTURE(type);
-    QuantizerOptions q;
-    q.type = type;
-    q.codebook_size = 8;
-    q.num_quantizers = 2;
-    q.codebook.kmeans_init = false;
-    q.commitment_weight = 0.f;  // the diversity loss alone
-    q.codebook_diversity_loss_weight = 1.f;
-    q.codebook_diversity_temperature = 2.f;  // soft enough for a gradient everywhere
+    nlohmann::json j = {{"type", type}, {"codebook_size", 8}, {"kmeans_init", false},
+                        {"commitment_weight", 0.0},  // the diversity loss alone
+                        {"codebook_diversity_loss_weight", 1.0},
+                        {"codebook_diversity_temperature", 2.0}};  // soft enough for a gradient everywhere
+    if (std::string(type) == "residual_vq") j["num_quantizers"] = 2;
+    const QuantizerOptions q = parse_quantizer_options(j);
     auto run = [&](int w, const std::vector<int64_t>& sizes, std::vector<Tensor>& grads, std::vector<float>& losses) {
       grads.assign(w, Tensor());
       losses.assign(w, 0.f);
