@@ -50,8 +50,8 @@ Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // exact form: x * Phi(x), Phi the normal CDF
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
-// The codec activations: x for x > 0, else alpha (e^x - 1) / slope * x;
-// silu = x sigmoid(x) (swish).
+// The codec activations: elu(x) = x for x > 0, else alpha (e^x - 1);
+// leaky_relu(x) = x for x > 0, else slope x; silu(x) = x sigmoid(x) (swish).
 Tensor elu(const Tensor& x, float alpha = 1.f);
 Tensor leaky_relu(const Tensor& x, float slope = 0.01f);
 Tensor silu(const Tensor& x);
@@ -102,8 +102,10 @@ Tensor l2_normalize_rows(const Tensor& x);
 // ---- linear algebra ------------------------------------------------------------
 // op(a) @ op(b) for 2-D a, b, where op transposes when the flag is set.
 // Forward: batch-invariant, the same bits for a row whatever the batch, the
-// split or the device (fixed_gemm.h); backward: OpenBLAS / cuBLAS. No
-// transposed copy is ever made.
+// split or the device (fixed_gemm.h). Backward: in an exact step
+// (exact_batch.h) the same fixed-order GEMM, as unit partials where the
+// step asks for them, so gradients do not depend on the split; outside one,
+// the device's BLAS (OpenBLAS, cuBLAS). No transposed copy is ever made.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
 // ---- convolution ---------------------------------------------------------------
@@ -112,10 +114,11 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 // [C, C_out / groups, (KH,) K]; bias [C_out] or undefined (none). The
 // output length is (L + 2 pad - dil (K - 1) - 1) / stride + 1, and for the
 // transposed (L - 1) stride - 2 pad + dil (K - 1) + output_padding + 1.
-// Built from unfold/fold (im2col/col2im) and matmul: the forward pass is
-// batch-invariant (a sample's output never depends on the rest of the
-// batch) and the same bits on every device; the weight and input gradients
-// use BLAS / cuBLAS like matmul's backward.
+// The forward pass is batch-invariant (a sample's output never depends on
+// the rest of the batch) and the same bits on every device (one
+// fixed-order kernel per convolution, or im2col around matmul,
+// engine/ops_conv.cpp); the weight and input gradients are matmul's: the
+// fixed-order products in an exact step, the device's BLAS outside one.
 struct ConvOptions {  // per dimension (h, w) for 2-D
   std::array<int64_t, 2> stride{1, 1}, padding{0, 0}, dilation{1, 1}, output_padding{0, 0};
   int64_t groups = 1;

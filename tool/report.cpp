@@ -27,6 +27,7 @@
 #include "engine/error.h"
 #include "engine/file_io.h"
 #include "engine/output_file.h"
+#include "train/run_record.h"
 
 namespace vqddp {
 
@@ -75,23 +76,6 @@ std::string base64(std::string_view bytes) {
     for (size_t k = 0; k < 4; ++k) out += k <= n ? kDigits[(v >> (18 - 6 * k)) & 63] : '=';
   }
   return out;
-}
-
-// j[key] when j is an object holding a number there; the trainer writes a
-// NaN as null, which reads as absent here and so is never plotted.
-std::optional<double> number(const json& j, const char* key) {
-  if (!j.is_object()) return std::nullopt;
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number()) return std::nullopt;
-  return it->get<double>();
-}
-
-// j[list][layer][key], for the per-layer statistics of a metrics line.
-std::optional<double> layer_number(const json& j, const char* list, size_t layer, const char* key) {
-  if (!j.is_object()) return std::nullopt;
-  auto it = j.find(list);
-  if (it == j.end() || !it->is_array() || layer >= it->size()) return std::nullopt;
-  return number((*it)[layer], key);
 }
 
 // ---- plots ----------------------------------------------------------------
@@ -327,11 +311,12 @@ json read_json_object(const std::string& path, const char* what) {
   return j;
 }
 
-// The lines of metrics.jsonl, split into training and validation lines,
-// each kind in step order.
+// The lines of metrics.jsonl (train/run_record.h), split into training and
+// validation lines, each kind in step order.
 struct Metrics {
-  std::vector<json> train, validation;
-  double last_step = 0;
+  std::vector<TrainLine> train;
+  std::vector<ValidationLine> validation;
+  int64_t last_step = 0;
 };
 
 Metrics read_metrics(const std::string& path) {
@@ -341,43 +326,50 @@ Metrics read_metrics(const std::string& path) {
     size_t end = std::min(text.find('\n', pos), text.size());
     json line = json::parse(std::string_view(text).substr(pos, end - pos), nullptr, false);
     pos = end + 1;
-    std::optional<double> step = number(line, "step");
-    if (!step) continue;  // cut off by a kill, or not a metrics line at all
-    bool validation = false;
-    for (auto it = line.begin(); it != line.end(); ++it) validation |= it.key().rfind("validation_", 0) == 0;
-    (validation ? m.validation : m.train).push_back(std::move(line));
-    m.last_step = std::max(m.last_step, *step);
+    // A line without a step (cut off by a kill, or not a metrics line) is neither.
+    if (auto v = validation_line_from_json(line)) {
+      m.last_step = std::max(m.last_step, v->step);
+      m.validation.push_back(std::move(*v));
+    } else if (auto t = train_line_from_json(line)) {
+      m.last_step = std::max(m.last_step, t->step);
+      m.train.push_back(std::move(*t));
+    }
   }
   VQDDP_CHECK(!m.train.empty() || !m.validation.empty(),
               "{}: no usable line (each is a JSON object with a \"step\"): has the run logged its first step?", path);
-  auto by_step = [](const json& a, const json& b) { return *number(a, "step") < *number(b, "step"); };
+  auto by_step = [](const auto& a, const auto& b) { return a.step < b.step; };
   std::stable_sort(m.train.begin(), m.train.end(), by_step);
   std::stable_sort(m.validation.begin(), m.validation.end(), by_step);
   return m;
 }
 
 // A series of `get(line)` against step over `lines`, skipping lines without it.
-template <class Get>
-Series collect(const std::vector<json>& lines, std::string name, Get get, bool dashed = false, int color = -1) {
+template <class Line, class Get>
+Series collect(const std::vector<Line>& lines, std::string name, Get get, bool dashed = false, int color = -1) {
   Series s{std::move(name), {}, {}, dashed, color};
-  for (const json& line : lines) {
+  for (const Line& line : lines) {
     if (std::optional<double> v = get(line)) {
-      s.xs.push_back(*number(line, "step"));
+      s.xs.push_back(static_cast<double>(line.step));
       s.ys.push_back(*v);
     }
   }
   return s;
 }
 
-auto key(const char* k) {
-  return [k](const json& line) { return number(line, k); };
+// Layer i's statistic `stat` of a line, when the line has that layer.
+template <class Line>
+std::optional<double> layer_stat(const Line& line, size_t i, bool perplexity) {
+  if (i >= line.layers.size()) return std::nullopt;
+  const LayerUse& u = line.layers[i];
+  if (perplexity) return u.perplexity;
+  if (u.codes_used) return static_cast<double>(*u.codes_used);
+  return std::nullopt;
 }
 
 size_t layer_count(const Metrics& m) {
   size_t n = 0;
-  for (const auto& [lines, list] : {std::pair{&m.train, "layers"}, std::pair{&m.validation, "validation_layers"}})
-    for (const json& line : *lines)
-      if (auto it = line.find(list); it != line.end() && it->is_array()) n = std::max(n, it->size());
+  for (const TrainLine& l : m.train) n = std::max(n, l.layers.size());
+  for (const ValidationLine& l : m.validation) n = std::max(n, l.layers.size());
   return n;
 }
 
@@ -397,81 +389,81 @@ svg.plot .grid{stroke:#ececec}svg.plot .frame{fill:none;stroke:#aaa}
 pre{background:#f6f8fa;padding:1em;overflow:auto;font-size:.85em;border-radius:4px}
 )";
 
-std::string facts_section(const fs::path& dir, const json& run, const Metrics& m) {
-  auto fact = [&](const char* k) { return number(run, k) ? num(*number(run, k)) : std::string("unknown"); };
+std::string facts_section(const fs::path& dir, const RunFacts& run, const Metrics& m) {
+  auto fact = [](const auto& v) { return v ? num(static_cast<double>(*v)) : std::string("unknown"); };
   auto row = [](const char* name, const std::string& value) { return fmt::format("<tr><th>{}</th><td>{}</td></tr>", name, value); };
-  auto text = [&](const char* k) { return run.contains(k) && run[k].is_string() ? run[k].get<std::string>() : "unknown"; };
+  auto text = [](const std::string& v) { return v.empty() ? std::string("unknown") : v; };
   std::string out = "<h1>vqddp run report</h1>" + fmt::format(R"(<p class="dir">{}</p><table class="facts">)", esc(dir.string()));
-  out += row("description", esc(text("description")));
-  out += row("ranks", fmt::format("{} ({} backend, {})", fact("world_size"), esc(text("backend")), esc(text("device"))));
-  out += row("steps done", fmt::format("{} of {}", num(m.last_step), fact("total_steps")));
-  out += row("bits per example", fact("bits_per_example"));
-  if (number(run, "sample_rate").value_or(0) > 0 && number(run, "bitrate"))
-    out += row("bitrate", fmt::format("{} kbit/s at {} Hz", num(*number(run, "bitrate") / 1000), fact("sample_rate")));
+  out += row("description", esc(text(run.description)));
+  out += row("ranks", fmt::format("{} ({} backend, {})", fact(run.world_size), esc(text(run.backend)), esc(text(run.device))));
+  out += row("steps done", fmt::format("{} of {}", num(static_cast<double>(m.last_step)), fact(run.total_steps)));
+  out += row("bits per example", fact(run.bits_per_example));
+  if (run.sample_rate.value_or(0) > 0 && run.bitrate)
+    out += row("bitrate", fmt::format("{} kbit/s at {} Hz", num(*run.bitrate / 1000), fact(run.sample_rate)));
   std::string sizes;
-  if (run.contains("layer_sizes") && run["layer_sizes"].is_array())
-    for (const json& k : run["layer_sizes"]) sizes += (sizes.empty() ? "" : ", ") + (k.is_number() ? num(k.get<double>()) : "?");
+  for (int64_t k : run.layer_sizes) sizes += (sizes.empty() ? "" : ", ") + (k > 0 ? num(static_cast<double>(k)) : "?");
   out += row("codebook sizes", sizes.empty() ? "unknown" : sizes);
   std::string final = "none yet";
   if (!m.validation.empty()) {
-    const json& v = m.validation.back();
-    final = fmt::format("step {}:", num(*number(v, "step")));
-    for (const auto& [k, name, unit] : {std::tuple{"validation_mse", "MSE", ""}, std::tuple{"validation_snr_db", "SNR", " dB"},
-                                        std::tuple{"validation_log_mel_l1", "log-mel L1", ""}})
-      if (auto x = number(v, k)) final += fmt::format(" {} {}{},", name, num(*x), unit);
+    const ValidationLine& v = m.validation.back();
+    final = fmt::format("step {}:", num(static_cast<double>(v.step)));
+    for (const auto& [x, name, unit] : {std::tuple{v.mse, "MSE", ""}, std::tuple{v.snr_db, "SNR", " dB"},
+                                        std::tuple{v.log_mel_l1, "log-mel L1", ""}})
+      if (x) final += fmt::format(" {} {}{},", name, num(*x), unit);
     final.pop_back();
   }
   return out + row("final validation", final) + "</table>";
 }
 
 std::string training_sections(const Metrics& m) {
-  auto quantizer = [](const json& l) -> std::optional<double> {
-    auto loss = number(l, "loss"), recon = number(l, "recon");
-    if (!loss || !recon) return std::nullopt;
-    return *loss - *recon;
+  auto quantizer = [](const TrainLine& l) -> std::optional<double> {
+    if (!l.loss || !l.recon) return std::nullopt;
+    return *l.loss - *l.recon;
   };
   std::string out = "<h2>Training loss</h2>";
   out += line_plot({.label = "training loss",
                     .x_title = "step",
                     .y_title = "loss",
-                    .series = {collect(m.train, "loss", key("loss")), collect(m.train, "recon", key("recon")),
+                    .series = {collect(m.train, "loss", [](const TrainLine& l) { return l.loss; }),
+                               collect(m.train, "recon", [](const TrainLine& l) { return l.recon; }),
                                collect(m.train, "quantizer (loss - recon)", quantizer)},
                     .log_y_if_wide = true});
   out += "<h2>Learning rate</h2>";
-  Series lr = collect(m.train, "learning rate", key("lr"));
+  Series lr = collect(m.train, "learning rate", [](const TrainLine& l) { return l.lr; });
   out += lr.xs.empty() ? R"(<p class="note">no "lr" in metrics.jsonl (the run predates its logging)</p>)"
                        : line_plot({.label = "learning rate", .x_title = "step", .y_title = "learning rate", .series = {lr}});
   out += "<h2>Validation</h2>";
   if (m.validation.empty()) return out + R"(<p class="note">no validation lines in metrics.jsonl yet</p>)";
   out += R"(<div class="row">)";
-  auto small = [&](const char* label, const char* k, const char* y_title, bool log_if_wide) {
+  using Field = std::optional<double> ValidationLine::*;
+  auto small = [&](const char* label, Field field, const char* y_title, bool log_if_wide) {
     return line_plot({.label = label,
                       .x_title = "step",
                       .y_title = y_title,
-                      .series = {collect(m.validation, y_title, key(k))},
+                      .series = {collect(m.validation, y_title, [field](const ValidationLine& l) { return l.*field; })},
                       .log_y_if_wide = log_if_wide,
                       .width = 320,
                       .height = 220});
   };
-  out += small("validation SNR", "validation_snr_db", "SNR (dB)", false);
-  if (std::any_of(m.validation.begin(), m.validation.end(), key("validation_log_mel_l1")))
-    out += small("validation log-mel L1", "validation_log_mel_l1", "log-mel L1", false);
-  return out + small("validation MSE", "validation_mse", "MSE", true) + "</div>";
+  out += small("validation SNR", &ValidationLine::snr_db, "SNR (dB)", false);
+  if (std::any_of(m.validation.begin(), m.validation.end(), [](const ValidationLine& l) { return l.log_mel_l1.has_value(); }))
+    out += small("validation log-mel L1", &ValidationLine::log_mel_l1, "log-mel L1", false);
+  return out + small("validation MSE", &ValidationLine::mse, "MSE", true) + "</div>";
 }
 
 // Per layer: training values solid, validation dashed in the layer's colour.
 std::string codebook_section(const Metrics& m) {
   std::string out = "<h2>Codebook use over time</h2>";
   size_t layers = layer_count(m);
-  for (const auto& [stat_key, y_title] : {std::pair{"perplexity", "perplexity"}, std::pair{"codes_used", "codes used"}}) {
-    const char* stat = stat_key;  // a plain variable for the lambdas below to capture
+  for (const auto& [is_perplexity, y_title] : {std::pair{true, "perplexity"}, std::pair{false, "codes used"}}) {
+    const bool perplexity = is_perplexity;  // a plain variable for the lambdas below to capture
     PlotSpec spec{.label = fmt::format("{} per layer", y_title), .x_title = "step", .y_title = y_title};
     for (size_t i = 0; i < layers; ++i) {
       int c = static_cast<int>(i);
       spec.series.push_back(collect(m.train, fmt::format("layer {}", i),
-                                    [&](const json& l) { return layer_number(l, "layers", i, stat); }, false, c));
+                                    [&](const TrainLine& l) { return layer_stat(l, i, perplexity); }, false, c));
       spec.series.push_back(collect(m.validation, fmt::format("layer {}, validation", i),
-                                    [&](const json& l) { return layer_number(l, "validation_layers", i, stat); }, true, c));
+                                    [&](const ValidationLine& l) { return layer_stat(l, i, perplexity); }, true, c));
     }
     out += line_plot(spec);
   }
@@ -486,15 +478,11 @@ std::string usage_section(const fs::path& dir) {
   std::optional<std::string> found = run_file(dir, "code_usage.json");
   if (!found) return out + R"(<p class="note">no code_usage.json (written at each validation)</p>)";
   const std::string& path = *found;
-  json usage = read_json_object(path, "a code usage file");
-  VQDDP_CHECK(usage.contains("layers") && usage["layers"].is_array(), "{}: malformed: no \"layers\" array", path);
-  if (auto step = number(usage, "step")) out += fmt::format("<p>At step {}.</p>", num(*step));
+  const CodeUsage usage = code_usage_from_json(read_json_object(path, "a code usage file"), path);
+  out += fmt::format("<p>At step {}.</p>", num(static_cast<double>(usage.step)));
   out += R"(<div class="row">)";
-  for (size_t i = 0; i < usage["layers"].size(); ++i) {
-    const json& layer = usage["layers"][i];
-    VQDDP_CHECK(layer.contains("counts") && layer["counts"].is_array(), "{}: malformed: layer {} has no \"counts\" array", path, i);
-    std::vector<double> counts;
-    for (const json& c : layer["counts"]) counts.push_back(c.is_number() ? c.get<double>() : 0);
+  for (size_t i = 0; i < usage.counts.size(); ++i) {
+    std::vector<double> counts(usage.counts[i].begin(), usage.counts[i].end());
     std::sort(counts.begin(), counts.end(), std::greater<>());
     double total = 0, entropy = 0;
     int used = 0;
@@ -519,7 +507,7 @@ std::string usage_section(const fs::path& dir) {
                                   .width = 480,
                                   .height = 220},
                                  heights, static_cast<double>(k)),
-                       i, used, num(number(layer, "codebook_size").value_or(static_cast<double>(k))),
+                       i, used, num(static_cast<double>(k)),
                        total > 0 ? num(std::exp(entropy)) : "undefined", total > 0 ? "" : " (no counts)");
   }
   return out + "</div>";
@@ -545,7 +533,8 @@ std::string clips_section(const fs::path& dir) {
 
 std::string render_report(const std::string& run_dir) {
   fs::path dir(run_dir);
-  json run = read_json_object(require_run_file(dir, "run.json", "when a run starts"), "a run description");
+  const std::string run_path = require_run_file(dir, "run.json", "when a run starts");
+  const RunFacts run = run_facts_from_json(read_json_object(run_path, "a run description"), run_path);
   Metrics m = read_metrics(require_run_file(dir, "metrics.jsonl", "as the run trains"));
   std::string out = fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>vqddp run report: {}</title>"
@@ -553,7 +542,7 @@ std::string render_report(const std::string& run_dir) {
       esc(dir.filename().empty() ? dir.parent_path().filename().string() : dir.filename().string()), kStyle);
   out += facts_section(dir, run, m) + "\n" + training_sections(m) + "\n" + codebook_section(m) + "\n";
   out += usage_section(dir) + "\n" + clips_section(dir) + "\n<h2>Config</h2>";
-  out += run.contains("config") ? "<pre>" + esc(run["config"].dump(2)) + "</pre>" : R"(<p class="note">no config in run.json</p>)";
+  out += !run.config.is_null() ? "<pre>" + esc(run.config.dump(2)) + "</pre>" : R"(<p class="note">no config in run.json</p>)";
   return out + "\n</body></html>\n";
 }
 

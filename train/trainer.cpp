@@ -32,6 +32,7 @@
 #include "train/run_dir.h"
 #include "train/run_identity.h"
 #include "train/batch_prefetch.h"
+#include "train/run_record.h"
 #include "train/schedule.h"
 #include "train/spectral.h"
 #include "vq/code_stats.h"
@@ -41,6 +42,13 @@
 namespace vqddp {
 
 namespace {
+
+// The run record's view of layer statistics (train/run_record.h).
+std::vector<LayerUse> layer_use(const std::vector<LayerUsage>& usage) {
+  std::vector<LayerUse> out;
+  for (const LayerUsage& u : usage) out.push_back({u.perplexity, u.codes_used});
+  return out;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -417,13 +425,19 @@ class RankRun {
                    : "");
     if (step_ > 0) fmt::print("train: resumed at step {} from {}\n", step_, opt_.resume);
     // What `vqddp report` says of the run beside its metrics.
-    nlohmann::json run{{"description", data_.description},     {"world_size", comm_.world_size()},
-                       {"backend", comm_.backend()},           {"device", device_.str()},
-                       {"total_steps", schedule_.total_steps}, {"bits_per_example", model_.bits_per_example()},
-                       {"bitrate", model_.bits_per_example() * data_.examples_per_second},
-                       {"sample_rate", data_.sample_rate},     {"example_dim", data_.example_dim},
-                       {"layer_sizes", layer_sizes_},          {"config", cfg_.source}};
-    report_artefact("run.json", [&] { write_file_atomic((dir_ / "run.json").string(), run.dump(2)); });
+    RunFacts run;
+    run.description = data_.description;
+    run.backend = comm_.backend();
+    run.device = device_.str();
+    run.world_size = comm_.world_size();
+    run.total_steps = schedule_.total_steps;
+    run.bits_per_example = model_.bits_per_example();
+    run.bitrate = model_.bits_per_example() * data_.examples_per_second;
+    run.sample_rate = data_.sample_rate;
+    run.example_dim = data_.example_dim;
+    run.layer_sizes = layer_sizes_;
+    run.config = cfg_.source;
+    report_artefact("run.json", [&] { write_file_atomic((dir_ / "run.json").string(), to_json(run).dump(2)); });
   }
 
   // Forward, backward, clipping and the optimizer step of step_ + 1.
@@ -529,12 +543,9 @@ class RankRun {
                schedule_.total_steps, log.loss, log.recon, ppl, used, log.revived,
                skipped_total > 0 ? fmt::format("  skipped {}", skipped_total) : "", rate,
                duration((last_ - done) / std::max(rate, 1e-9)));
-    nlohmann::json line{{"step", done},          {"loss", log.loss},   {"recon", log.recon},
-                        {"revived", log.revived}, {"lr", optim_->lr}, {"steps_per_s", rate}};
-    for (const LayerUsage& u : log.usage)
-      line["layers"].push_back({{"perplexity", u.perplexity}, {"codes_used", u.codes_used}});
-    if (skipped_total > 0) line["skipped_rows"] = skipped_total;
-    metrics_->write(line);
+    TrainLine line{.step = done, .loss = log.loss, .recon = log.recon, .lr = optim_->lr, .steps_per_s = rate,
+                   .revived = log.revived, .layers = layer_use(log.usage), .skipped_rows = skipped_total};
+    metrics_->write(to_json(line));
   }
 
   void validate_and_log(int64_t done) {
@@ -543,12 +554,13 @@ class RankRun {
     fmt::print("validation at step {}: mse {:.6f}  snr {:.2f} dB{}{}\n", done, val_.mse, val_.snr_db,
                val_.log_mel >= 0 ? fmt::format("  log-mel L1 {:.3f}", val_.log_mel) : "",
                val_.skipped > 0 ? fmt::format("  skipped {}", val_.skipped) : "");
-    nlohmann::json line{{"step", done}, {"validation_mse", val_.mse}, {"validation_snr_db", val_.snr_db}};
-    if (val_.log_mel >= 0) line["validation_log_mel_l1"] = val_.log_mel;
-    if (val_.skipped > 0) line["validation_skipped_rows"] = val_.skipped;
-    for (const LayerUsage& u : val_.usage)
-      line["validation_layers"].push_back({{"perplexity", u.perplexity}, {"codes_used", u.codes_used}});
-    metrics_->write(line);
+    const ValidationLine line{.step = done,
+                              .mse = val_.mse,
+                              .snr_db = val_.snr_db,
+                              .log_mel_l1 = val_.log_mel >= 0 ? std::optional<double>(val_.log_mel) : std::nullopt,
+                              .layers = layer_use(val_.usage),
+                              .skipped_rows = val_.skipped};
+    metrics_->write(to_json(line));
     report_artefact("code_usage.json", [&] { write_code_usage(done); });
     if (data_.sample_rate > 0) report_artefact("clips/", [&] { write_clips(); });
   }
@@ -571,13 +583,13 @@ class RankRun {
   // The code histogram of every layer at this validation, for `vqddp report`
   // (one file, replaced each time: only the last one is plotted).
   void write_code_usage(int64_t done) const {
-    nlohmann::json usage{{"step", done}, {"layers", nlohmann::json::array()}};
+    CodeUsage usage{.step = done, .counts = {}};
     const float* h = val_.histogram.data();
     for (int64_t k : layer_sizes_) {
-      usage["layers"].push_back({{"codebook_size", k}, {"counts", std::vector<int64_t>(h, h + k)}});
+      usage.counts.emplace_back(h, h + k);
       h += k;
     }
-    write_file_atomic((dir_ / "code_usage.json").string(), usage.dump());
+    write_file_atomic((dir_ / "code_usage.json").string(), to_json(usage).dump());
   }
 
   // Held-out audio to listen to: kClips stretches of about 2 s, evenly

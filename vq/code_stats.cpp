@@ -70,10 +70,4 @@ void check_nonfinite_flags(const Tensor& stats, const StatsLayout& layout) {
   if (!bad.empty()) VQDDP_THROW_NONFINITE_EVERY_RANK("{}", bad);
 }
 
-Tensor stats_counts(const Tensor& stats, int64_t k) { return stats.reshape({-1}).slice_rows(0, k); }
-
-Tensor stats_sums(const Tensor& stats, int64_t k, int64_t d) {
-  return stats.reshape({-1}).slice_rows(k, k + k * d).reshape({k, d});
-}
-
 }  // namespace vqddp

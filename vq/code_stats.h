@@ -60,10 +60,6 @@ Tensor grid_scale(const std::vector<Tensor>& xs, Communicator* comm);
 Tensor code_stats(const Tensor& x, const Tensor& indices, const StatsLayout& layout, int rank,
                   const Tensor& grid = Tensor());
 
-// Views into a stats buffer: counts (K) and sums (K, D).
-Tensor stats_counts(const Tensor& stats, int64_t codebook_size);
-Tensor stats_sums(const Tensor& stats, int64_t codebook_size, int64_t dim);
-
 // The error text for ranks' non-finite flags (`world` of them, 1 + flat
 // position or 0, in rows of `cols` columns), or "" when none is set.
 // `input` names what the rows are ("the codebook's input").

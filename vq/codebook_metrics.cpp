@@ -42,7 +42,11 @@ const CodebookMetrics::State& CodebookMetrics::host() const {
   // A step that did not update (eval, no-grad): all zero, perplexity 0 too.
   // (An update whose world batch had no rows reads perplexity 1 instead:
   // vq/perplexity.h on all-zero counts, or empty_world().)
-  static const State none{.read = true};
+  static const State none = [] {
+    State s;
+    s.read = true;
+    return s;
+  }();
   if (!state_) return none;
   State& s = *state_;
   if (!s.read) {

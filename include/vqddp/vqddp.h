@@ -119,6 +119,7 @@
 #include "train/networks.h"
 #include "train/run_dir.h"
 #include "train/run_identity.h"
+#include "train/run_record.h"
 #include "train/batch_prefetch.h"
 #include "train/schedule.h"
 #include "train/spectral.h"

@@ -47,7 +47,7 @@ struct OpCase {
 };
 
 inline Input in(Shape shape, float low = -1.f, float high = 1.f) { return {std::move(shape), low, high, true, Tensor()}; }
-inline Input positive(Shape shape) { return {std::move(shape), 0.5f, 2.f, true, Tensor()}; }
+inline Input positive_input(Shape shape) { return {std::move(shape), 0.5f, 2.f, true, Tensor()}; }
 inline Input fixed(Tensor t, bool requires_grad) { return {t.shape(), 0.f, 0.f, requires_grad, t}; }
 
 // Host tensors of a case's inputs: seeded by the case's name and the
@@ -102,26 +102,26 @@ inline std::vector<OpCase> op_table() {
   };
 
   // ---- binary, equal shapes, broadcasting (a row, a column, a scalar, both operands)
-  t.push_back({"add", {in({3, 4}), positive({3, 4})}, [](const V& v) { return add(v[0], v[1]); }});
-  t.push_back({"sub", {in({3, 4}), positive({3, 4})}, [](const V& v) { return sub(v[0], v[1]); }});
-  t.push_back({"mul", {in({3, 4}), positive({3, 4})}, [](const V& v) { return mul(v[0], v[1]); }});
-  t.push_back({"div", {in({3, 4}), positive({3, 4})}, [](const V& v) { return div(v[0], v[1]); }});
+  t.push_back({"add", {in({3, 4}), positive_input({3, 4})}, [](const V& v) { return add(v[0], v[1]); }});
+  t.push_back({"sub", {in({3, 4}), positive_input({3, 4})}, [](const V& v) { return sub(v[0], v[1]); }});
+  t.push_back({"mul", {in({3, 4}), positive_input({3, 4})}, [](const V& v) { return mul(v[0], v[1]); }});
+  t.push_back({"div", {in({3, 4}), positive_input({3, 4})}, [](const V& v) { return div(v[0], v[1]); }});
   for (const auto& [what, shape] : {std::pair<const char*, Shape>{"row", {4}}, {"col", {3, 1}}, {"scalar", {}}}) {
     std::string b = std::string(" bcast ") + what;
-    t.push_back({"add" + b, {in({3, 4}), positive(shape)}, [](const V& v) { return add(v[0], v[1]); }});
-    t.push_back({"sub" + b, {in({3, 4}), positive(shape)}, [](const V& v) { return sub(v[1], v[0]); }});
-    t.push_back({"mul" + b, {in({3, 4}), positive(shape)}, [](const V& v) { return mul(v[1], v[0]); }});
-    t.push_back({"div" + b, {in({3, 4}), positive(shape)}, [](const V& v) { return div(v[0], v[1]); }});
+    t.push_back({"add" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return add(v[0], v[1]); }});
+    t.push_back({"sub" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return sub(v[1], v[0]); }});
+    t.push_back({"mul" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return mul(v[1], v[0]); }});
+    t.push_back({"div" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return div(v[0], v[1]); }});
   }
-  t.push_back({"mul outer [3,1]x[4]", {positive({3, 1}), positive({4})}, [](const V& v) { return mul(v[0], v[1]); }});
+  t.push_back({"mul outer [3,1]x[4]", {positive_input({3, 1}), positive_input({4})}, [](const V& v) { return mul(v[0], v[1]); }});
   t.push_back({"scalar add, mul", {in({3, 4})}, [](const V& v) { return mul(add(v[0], 2.f), 0.5f); }});
 
   // ---- unary
   t.push_back({"neg", {in({2, 5})}, [](const V& v) { return neg(v[0]); }});
   t.push_back({"square", {in({2, 5})}, [](const V& v) { return square(v[0]); }});
-  t.push_back({"sqrt", {positive({2, 5})}, [](const V& v) { return vqddp::sqrt(v[0]); }});
+  t.push_back({"sqrt", {positive_input({2, 5})}, [](const V& v) { return vqddp::sqrt(v[0]); }});
   t.push_back({"exp", {in({2, 5})}, [](const V& v) { return vqddp::exp(v[0]); }});
-  t.push_back({"log", {positive({2, 5})}, [](const V& v) { return vqddp::log(v[0]); }});
+  t.push_back({"log", {positive_input({2, 5})}, [](const V& v) { return vqddp::log(v[0]); }});
   t.push_back({"gelu", {in({2, 5})}, [](const V& v) { return gelu(v[0]); }, false});
   t.push_back({"tanh", {in({2, 5})}, [](const V& v) { return vqddp::tanh(v[0]); }});
   t.push_back({"sigmoid", {in({2, 5})}, [](const V& v) { return sigmoid(v[0]); }});
