@@ -8,13 +8,13 @@
 // matmul's forward is batch-invariant (fixed_gemm.h) and unfold/fold are
 // per-sample gathers in a fixed order, so every forward here is too; the
 // backward passes are matmul's (the fixed-order GEMM in an exact step,
-// engine/exact_batch.h; BLAS otherwise) and each other. On the CPU a
-// stride-1 1-D conv without groups skips the im2col buffer (conv1d_direct
-// below) with the same bits.
+// engine/exact_batch.h; BLAS otherwise) and each other. A convolution of
+// one group runs in one kernel each way (conv_columnless below), on every
+// device by the same path: how a device computes it (the CPU's stride-1
+// 1-D kernels without an im2col buffer) is its kernel table's choice.
 #include "engine/autograd.h"
 #include "engine/device_plans.h"
 #include "engine/exact_batch.h"
-#include "engine/fixed_gemm.h"
 #include "engine/matmul_grads.h"
 #include "engine/ops.h"
 
@@ -250,68 +250,6 @@ Tensor fold(const Tensor& cols, const Shape& image, int64_t kh, int64_t kw, cons
 
 namespace {
 
-// A 1-D convolution with stride 1 and one group, on the CPU: computed by
-// fixed_conv1d straight from x into [N, C_out, 1, L_out], without the
-// im2col buffer and the transpose to the image layout. The forward chains
-// are the fixed_gemm chains of unfold(x) times W^T, so the same bits as
-// the general path. In an exact step both gradients come straight from x,
-// g and the weight with that path's chains and sums (fixed_gemm.h); out of
-// one, the backward rebuilds unfold(x) and hands matmul's own backward the
-// operands the general path's matmul had. Either way, the general path's
-// bits (tests/train/test_conv_models.cpp runs both to one checkpoint).
-bool direct_conv1d(const Tensor& x, const Tensor& weight, int64_t kh, const ConvOptions& o) {
-  return x.device().is_cpu() && weight.device().is_cpu() && o.groups == 1 && x.size(2) == 1 && kh == 1 &&
-         o.stride[1] == 1 && o.padding[0] == 0 && o.stride[0] == 1 && x.dtype() == DType::f32 &&
-         weight.dtype() == DType::f32;
-}
-
-Tensor conv1d_direct(const Tensor& x, const Tensor& weight, const ConvOptions& o) {
-  const int64_t n = x.size(0), c = x.size(1), l = x.size(3), cout = weight.size(0), k = weight.size(3);
-  ConvPlan p = plan_for(x.shape(), 1, k, o);
-  VQDDP_CHECK(p.ow >= 1, "conv2d: input {} is smaller than the 1x{} kernel (dilation {}, padding {})", x.desc(), k,
-              o.dilation[1], o.padding[1]);
-  Tensor y = empty({n, cout, 1, p.ow}, DType::f32, x.device());
-  fixed_conv1d(n, c, l, x.data<float>(), cout, k, o.padding[1], o.dilation[1], weight.data<float>(),
-               y.data<float>());
-  Tensor dx = x.detach(), dw = weight.detach();
-  const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
-  return record_op("conv1d", y, {x, weight}, {x, weight}, [=](const Tensor& g) -> std::vector<Tensor> {
-    // The weight's unit partials (an exact step) straight from x and g,
-    // with the unit GEMMs' chains (fixed_conv1d_weight_units).
-    Tensor gw;
-    const bool partials = need_w && wants_unit_partials(1);
-    if (partials) {
-      const std::vector<int64_t>& units = exact_batch()->unit_examples;
-      Shape shape = dw.shape();
-      shape.insert(shape.begin(), static_cast<int64_t>(units.size()));
-      gw = empty(shape, DType::f32, dx.device());
-      fixed_conv1d_weight_units(n, c, l, dx.data<float>(), cout, k, o.padding[1], o.dilation[1], g.data<float>(),
-                                units, gw.data<float>());
-    }
-    // The input gradient in an exact step (fixed-order products), likewise
-    // straight from g and the weight (fixed_conv1d_data).
-    Tensor gx;
-    const bool direct_x = need_x && exact_batch();
-    if (direct_x) {
-      gx = empty(dx.shape(), DType::f32, dx.device());
-      fixed_conv1d_data(n, c, l, cout, k, o.padding[1], o.dilation[1], g.data<float>(), dw.data<float>(),
-                        gx.data<float>());
-    }
-    // Otherwise the general path's operands: cols = unfold(x) [N L_out, C K]
-    // (for the weight only), the weight as [C_out, C K], and g as rows
-    // [N L_out, C_out].
-    const bool via_cols = need_w && !partials, via_rows = need_x && !direct_x;
-    if (!via_cols && !via_rows) return {gx, gw};
-    Tensor cols = via_cols ? unfold(dx, 1, k, o) : Tensor();
-    Tensor w2 = reshape(dw, {cout, c * k});
-    Tensor rows = reshape(transpose(reshape(g, {n, cout, p.ow}), 1, 2), {n * p.ow, cout});
-    std::vector<Tensor> grads = matmul_grads(cols, w2, rows, false, true, via_rows, via_cols, false, false);
-    if (via_rows) gx = fold(grads[0], dx.shape(), 1, k, o);
-    if (via_cols) gw = reshape(grads[1], dw.shape());
-    return {gx, gw};
-  });
-}
-
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvOptions& o) {
@@ -320,10 +258,6 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   VQDDP_CHECK(g >= 1 && cin % g == 0 && cout % g == 0 && weight.size(1) == cin / g,
               "conv2d: weight {} does not fit x {} with groups {} (needs [C_out, {}, KH, KW], C_out divisible by {})",
               weight.desc(), x.desc(), g, g >= 1 ? cin / g : 0, g);
-  if (direct_conv1d(x, weight, kh, o)) {
-    check_options("conv2d", kh, kw, o);
-    return add_bias(conv1d_direct(x, weight, o), bias, "conv2d");
-  }
   if (g == 1) {
     check_options("conv2d", kh, kw, o);
     ConvPlan p = plan_for(x.shape(), kh, kw, o);

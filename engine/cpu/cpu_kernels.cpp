@@ -496,11 +496,27 @@ std::unique_ptr<float[]> scratch(int64_t n) { return std::unique_ptr<float[]>(ne
 
 }  // namespace
 
+// A 1-D convolution with stride 1 (one row, a one-row kernel): the CPU
+// computes it straight from its input with fixed_gemm.h's fixed_conv1d
+// kernels, which give the column path's bits with no im2col buffer (every
+// convolution of the main job but the two downsampling ones). The choice is
+// the kernel table's, as a GPU's choice of its own kernels: the op takes
+// one path on every device.
+namespace {
+bool stride1_1d(const ConvPlan& p) { return p.h == 1 && p.kh == 1 && p.ph == 0 && p.sh == 1 && p.sw == 1; }
+}  // namespace
+
 // The three convolution kernels on the CPU: the column path itself, the
 // columns in a scratch buffer (im2col, the SIMD fixed_gemm, col2im), which
-// is what conv_plan.h's per-element formulas reproduce without them.
+// is what conv_plan.h's per-element formulas reproduce without them, or the
+// stride-1 kernels above.
 void CpuKernels::conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y,
                             const ConvPlan& p) {
+  if (stride1_1d(p)) {
+    fixed_conv1d(p.n, p.c, p.w, x, cout, p.kw, p.pw, p.dw, w, y);
+    if (bias) add_channel_bias(y, bias, p.n, cout, p.ow);
+    return;
+  }
   const int64_t pos = p.oh * p.ow, ck = p.col_width();
   std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
   im2col(x, cols.get(), p);
@@ -510,6 +526,11 @@ void CpuKernels::conv_fixed(const float* x, const float* w, const float* bias, i
 
 void CpuKernels::conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
                                  const ConvPlan& p) {
+  if (stride1_1d(p)) {
+    fixed_conv1d_data(p.n, p.c, p.w, cout, p.kw, p.pw, p.dw, g, w, dx);
+    if (bias) add_channel_bias(dx, bias, p.n, p.c, p.w);
+    return;
+  }
   const int64_t pos = p.oh * p.ow, ck = p.col_width(), image = p.h * p.w;
   std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
   gemm_fixed(true, false, pos, ck, cout, g, pos, w, ck, cols.get(), ck, {p.n, cout * pos, 0, pos * ck});
@@ -520,10 +541,14 @@ void CpuKernels::conv_fixed_data(const float* g, const float* w, const float* bi
 void CpuKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials,
                                    float* bias_partials, const ConvPlan& p) {
   const int64_t pos = p.oh * p.ow, ck = p.col_width();
-  std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
-  im2col(x, cols.get(), p);
-  gemm_fixed(false, false, cout, ck, pos, g, pos, cols.get(), ck, partials, ck,
-             {p.n, cout * pos, pos * ck, cout * ck});
+  if (stride1_1d(p)) {
+    fixed_conv1d_weight_units(p.n, p.c, p.w, x, cout, p.kw, p.pw, p.dw, g, std::vector<int64_t>(p.n, 1), partials);
+  } else {
+    std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
+    im2col(x, cols.get(), p);
+    gemm_fixed(false, false, cout, ck, pos, g, pos, cols.get(), ck, partials, ck,
+               {p.n, cout * pos, pos * ck, cout * ck});
+  }
   if (bias_partials)
     parallel_for_ranges(p.n * cout, pos, [&](int64_t begin, int64_t end) {
       for (int64_t e = begin; e < end; ++e) bias_partials[e] = conv_bias_value(g, p, e);

@@ -185,6 +185,12 @@ inline std::vector<OpCase> op_table() {
   // ---- convolutions (K = C_in / groups x kernel taps) and weight_norm
   t.push_back({"conv1d stride 2 padding 2 dilation 2 groups 2", {in({2, 4, 9}), in({4, 2, 3}), in({4})},
                [=](const V& v) { return conv1d(v[0], v[1], v[2], o1(2, 2, 2, 2)); }, true, 2 * 3});
+  // Stride 1, one group: the main job's convolutions, which the CPU runs
+  // without an im2col buffer (fixed_conv1d).
+  t.push_back({"conv1d stride 1 padding 3", {in({2, 3, 10}), in({4, 3, 7}), in({4})},
+               [=](const V& v) { return conv1d(v[0], v[1], v[2], o1(1, 3, 1, 1)); }, true, 3 * 7});
+  t.push_back({"conv1d stride 1 dilation 3 no bias", {in({2, 3, 12}), in({2, 3, 3})},
+               [=](const V& v) { return conv1d(v[0], v[1], Tensor(), o1(1, 3, 3, 1)); }, true, 3 * 3});
   t.push_back({"conv_transpose1d stride 2 padding 1 output_padding 1 groups 2", {in({2, 4, 4}), in({4, 3, 4}), in({6})},
                [=](const V& v) { return conv_transpose1d(v[0], v[1], v[2], o1(2, 1, 1, 2, 1)); }, true, 2 * 4});
   t.push_back({"conv2d stride (2, 1) padding 1 dilation (1, 2)", {in({2, 2, 5, 6}), in({3, 2, 3, 3}), in({3})},
