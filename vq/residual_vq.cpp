@@ -8,10 +8,8 @@
 #include "engine/ops.h"
 #include "vq/masked_rows.h"
 #include "vq/beam_search.h"
-#include "vq/code_logits.h"
-#include "vq/codebook_diversity.h"
+#include "vq/codebook_layer.h"
 #include "vq/directional_reparam.h"
-#include "vq/orthogonal_reg.h"
 #include "vq/in_place_codebook_step.h"
 #include "vq/index_columns.h"
 #include "vq/losses.h"
@@ -86,7 +84,6 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
   // A frozen codebook is assigned against (and k-means-initialised) but
   // never updated; its codes count as constants in the loss.
   const bool change = update && !opt_.freeze_codebook;
-  const bool diversity_on = opt_.codebook_diversity_loss_weight > 0 && update;
   Tensor diversity;   // the layers' sum, with the loss on
   Tensor orthogonal;  // the layers' orthogonal regularisers' sum, with it on
   // Dropout starts once every codebook is initialised: until then all layers
@@ -114,59 +111,45 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
       continue;
     }
     Codebook& book = *books_[opt_.shared_codebook ? 0 : l];
-    // Codebook::forward's first half, with the beam's codes when it searched.
-    std::optional<CodebookAssignment> a = book.nearest(residual, comm, paths.empty() ? Tensor() : paths[l]);
-    if (!a) {
+    // The layer's codebook step (vq/codebook_layer.h), with the beam's codes
+    // when it searched; a shared codebook steps and updates once, below.
+    std::optional<CodebookLayerStep> step =
+        codebook_layer_step(book, residual, comm, {opt_, opt_.in_place_codebook_lr, update, opt_.shared_codebook},
+                            paths.empty() ? Tensor() : paths[l]);
+    if (!step) {
       // No rank has rows: nothing to quantize on any rank.
       out.layer_losses.push_back(zero);
       out.metrics.push_back(CodebookMetrics::empty_world());
       continue;
     }
-    const bool in_place = opt_.in_place_codebook_lr > 0 && change;
-    if (in_place && opt_.shared_codebook) {
-      shared_in_place.push_back(*a);  // one step after the last layer
-    } else if (in_place) {
-      // The reference's order: the step, then the rows assigned again; the
-      // losses below come from the stepped codebook.
-      in_place_codebook_step(book, *a, opt_.in_place_codebook_lr, comm);
-      a = book.nearest(residual, comm);
-    }
-    const Tensor &prepared = a->prepared, &idx = a->indices;
+    const CodebookAssignment& a = step->assignment;
+    const Tensor &prepared = a.prepared, &idx = a.indices;
     const bool learnable = book.options().learnable && !opt_.freeze_codebook;
-    const Tensor code = learnable ? a->codes : a->codes.detach();  // (M, cd)
-    // Before the update below, which may write the codes in place.
-    Tensor layer_diversity = diversity_on ? codebook_diversity_loss(book, *a, opt_.codebook_diversity_temperature, comm)
-                                          : Tensor();
-    Tensor cross_entropy = opt_.commitment_use_cross_entropy_loss && update
-                               ? code_cross_entropy(prepared, assigned_codebook(book), book.options().cosine, idx, comm)
-                               : Tensor();
+    const Tensor code = learnable ? a.codes : a.codes.detach();  // (M, cd)
     if (opt_.shared_codebook) {
       shared_ran = true;
       if (change) {
+        if (opt_.in_place_codebook_lr > 0) shared_in_place.push_back(a);  // one step after the last layer
         shared_rows.push_back(prepared.detach());
         shared_idx.push_back(idx);
       }
-    } else if (change) {
-      out.metrics.push_back(book.update(prepared, idx, comm));
     } else {
-      out.metrics.push_back({});
+      out.metrics.push_back(step->metrics);
     }
     // diveq: no commitment term, as the reference's layers (commitment_weight 0).
     Tensor layer_loss = opt_.diveq ? zero
-                        : cross_entropy.defined()
-                            ? mul(cross_entropy, opt_.commitment_weight)
+                        : step->cross_entropy.defined()
+                            ? mul(step->cross_entropy, opt_.commitment_weight)
                             : quantization_loss(code, prepared, opt_.commitment_weight, learnable, comm);
-    if (layer_diversity.defined()) {
+    if (step->diversity.defined()) {
       // Each layer's loss holds its own weighted term, as each layer of the
       // reference is a VectorQuantize with the option.
-      layer_loss = add(layer_loss, mul(layer_diversity, opt_.codebook_diversity_loss_weight));
-      diversity = diversity.defined() ? add(diversity, layer_diversity) : layer_diversity;
+      layer_loss = add(layer_loss, mul(step->diversity, opt_.codebook_diversity_loss_weight));
+      diversity = diversity.defined() ? add(diversity, step->diversity) : step->diversity;
     }
-    if (opt_.orthogonal_reg_weight > 0 && update) {
-      Tensor o = orthogonal_regularizer(book, idx, opt_.orthogonal_reg_active_codes_only, opt_.orthogonal_reg_max_codes,
-                                        comm);
-      layer_loss = add(layer_loss, mul(o, opt_.orthogonal_reg_weight));
-      orthogonal = orthogonal.defined() ? add(orthogonal, o) : o;
+    if (step->orthogonal.defined()) {
+      layer_loss = add(layer_loss, mul(step->orthogonal, opt_.orthogonal_reg_weight));
+      orthogonal = orthogonal.defined() ? add(orthogonal, step->orthogonal) : step->orthogonal;
     }
     out.layer_losses.push_back(layer_loss);
     // `prepared` is the residual (cosine: normalised, as the reference's

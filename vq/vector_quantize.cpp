@@ -4,14 +4,11 @@
 
 #include "engine/count_limits.h"
 #include "engine/ops.h"
-#include "vq/code_logits.h"
-#include "vq/codebook_diversity.h"
+#include "vq/codebook_layer.h"
 #include "vq/directional_reparam.h"
-#include "vq/in_place_codebook_step.h"
 #include "vq/index_columns.h"
 #include "vq/losses.h"
 #include "vq/masked_rows.h"
-#include "vq/orthogonal_reg.h"
 #include "vq/quantizer_kind.h"
 #include "vq/rotation_trick.h"
 
@@ -42,27 +39,14 @@ VectorQuantize::VectorQuantize(const VectorQuantizeOptions& o, Generator& init_g
 
 CodebookOutput VectorQuantize::codebook_step(Codebook& book, const Tensor& rows, Communicator& comm,
                                              AssignmentLosses& losses) {
-  // Codebook::forward in its pieces (as ResidualVQ runs them): the
-  // diversity loss between assignment and update, no update when frozen.
-  std::optional<CodebookAssignment> a = book.nearest(rows, comm);
-  if (!a) return {zeros({0, codebook_dim_}, DType::f32, rows.device()), zeros({0}, DType::i64, rows.device()),
-                  CodebookMetrics::empty_world()};  // nobody had rows, on every rank
-  if (opt_.in_place_codebook_lr > 0 && updates_state() && !opt_.freeze_codebook) {
-    // The reference's order: the in-place step, then the rows assigned
-    // again; the losses below come from the stepped codebook.
-    in_place_codebook_step(book, *a, opt_.in_place_codebook_lr, comm);
-    a = book.nearest(rows, comm);
-  }
-  if (opt_.codebook_diversity_loss_weight > 0 && updates_state())
-    losses.diversity.push_back(codebook_diversity_loss(book, *a, opt_.codebook_diversity_temperature, comm));
-  if (opt_.orthogonal_reg_weight > 0 && updates_state())
-    losses.orthogonal.push_back(orthogonal_regularizer(book, a->indices, opt_.orthogonal_reg_active_codes_only,
-                                                       opt_.orthogonal_reg_max_codes, comm));
-  if (opt_.commitment_use_cross_entropy_loss && updates_state())
-    losses.cross_entropy.push_back(code_cross_entropy(a->prepared, assigned_codebook(book), book.options().cosine,
-                                                a->indices, comm));
-  CodebookMetrics m = updates_state() && !opt_.freeze_codebook ? book.update(a->prepared, a->indices, comm) : CodebookMetrics{};
-  return {a->codes, a->indices, m};
+  std::optional<CodebookLayerStep> step =
+      codebook_layer_step(book, rows, comm, {opt_, opt_.in_place_codebook_lr, updates_state(), false});
+  if (!step) return {zeros({0, codebook_dim_}, DType::f32, rows.device()), zeros({0}, DType::i64, rows.device()),
+                     CodebookMetrics::empty_world()};  // nobody had rows, on every rank
+  if (step->diversity.defined()) losses.diversity.push_back(step->diversity);
+  if (step->orthogonal.defined()) losses.orthogonal.push_back(step->orthogonal);
+  if (step->cross_entropy.defined()) losses.cross_entropy.push_back(step->cross_entropy);
+  return {step->assignment.codes, step->assignment.indices, step->metrics};
 }
 
 void VectorQuantize::quantize_heads(const Tensor& z, Communicator& comm, Tensor& q, Tensor& indices,

@@ -74,6 +74,7 @@
 #include "vq/codebook.h"
 #include "vq/codebook_affine.h"
 #include "vq/codebook_diversity.h"
+#include "vq/codebook_layer.h"
 #include "vq/codebook_loss_options.h"
 #include "vq/device_constants.h"
 #include "vq/finite_rows.h"
