@@ -6,6 +6,7 @@
 // ranks' copies) call the same code, so a run on N processes gives the bits
 // of N thread ranks. An element's result depends only on its W inputs, never
 // on how the elements were split among ranks or blocks.
+// Internal header: not installed with the library (the backends' rank-order rule).
 #pragma once
 
 #include <algorithm>

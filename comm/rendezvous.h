@@ -1,6 +1,7 @@
 // How the processes of a group find each other before any collective
 // exists: rank 0 makes a blob (NCCL's ncclUniqueId) and publishes it in a
 // key-value store; every other rank waits for it, with the store's deadline.
+// Internal header: not installed with the library (the launcher's rendezvous).
 #pragma once
 
 #include <chrono>

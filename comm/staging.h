@@ -4,6 +4,7 @@
 // staged through it). Either way the result lands in the caller's `out`
 // (in place, docs/design.md invariant 5) and the caller never sees the
 // copies.
+// Internal header: not installed with the library (the backends' device staging).
 #pragma once
 
 #include "engine/device_counters.h"

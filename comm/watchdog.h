@@ -12,6 +12,7 @@
 //
 // It knows nothing about CUDA or NCCL: completion, error state and abort
 // are callbacks, so its timing logic is tested on the CPU with fakes.
+// Internal header: not installed with the library (the backends' collective timeout).
 #pragma once
 
 #include <chrono>

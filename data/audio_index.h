@@ -26,6 +26,7 @@
 // files not rewritten for 30 days, so the cache stays bounded. Ranks and runs that read the same sources share
 // it; nodes that mount the corpus at other paths index it each on their own
 // and still agree (the data fingerprint leaves paths out).
+// Internal header: not installed with the library (the audio readers' header cache).
 #pragma once
 
 #include <cstdint>

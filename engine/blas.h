@@ -13,6 +13,7 @@
 //  - Its kernels are not batch-invariant (a row's bits depend on the call's
 //    shape), so only backward products use it; forward products go through
 //    engine/fixed_gemm.h.
+// Internal header: not installed with the library (the OpenBLAS calls behind the CPU kernels).
 #pragma once
 
 #include <string>

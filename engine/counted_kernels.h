@@ -12,6 +12,7 @@
 //                 (contiguous copies, slice backwards).
 // Work inside a CollectiveStagingScope (a communicator's own copies) counts
 // as staging, not as the step's.
+// Internal header: not installed with the library (the launch-counting wrapper of the kernel tables).
 #pragma once
 
 #include "engine/device.h"

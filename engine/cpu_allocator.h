@@ -7,6 +7,7 @@
 // or more are kept (by exact rounded size) and handed out again; the cache
 // holds at most VQDDP_CPU_CACHE_MB (default 2048) MiB and is shared by all
 // threads. Small blocks go to the system allocator.
+// Internal header: not installed with the library (the CPU kernels' allocator).
 #pragma once
 
 #include <cstddef>

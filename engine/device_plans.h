@@ -1,5 +1,6 @@
 // Internal to the engine's ops: picking the device of an op's operands and
 // describing shapes to the device kernels (engine/device.h).
+// Internal header: not installed with the library (the kernels' index plans, built by the ops).
 #pragma once
 
 #include <initializer_list>

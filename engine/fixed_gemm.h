@@ -17,6 +17,7 @@
 //
 // Backward passes outside an exact step may still use BLAS (ops_matmul.cpp);
 // an exact step's gradient sums are fixed-order (engine/exact_batch.h).
+// Internal header: not installed with the library (the CPU kernels' fixed-order GEMM and convolutions).
 #pragma once
 
 #include <cstdint>

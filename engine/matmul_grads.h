@@ -2,6 +2,7 @@
 // convolution computed without its im2col buffer, engine/ops_conv.cpp):
 // they hand it the operands the matmul would have had, so their gradients
 // are matmul's, bit for bit, in an exact step and out of one.
+// Internal header: not installed with the library (shared by the ops that are a matmul in disguise).
 #pragma once
 
 #include <vector>

@@ -1,5 +1,6 @@
 // Big allocations checked before they are made: the allocator alone says
 // only std::bad_alloc (or the kernel kills the process), naming nothing.
+// Internal header: not installed with the library (the trainer's memory check).
 #pragma once
 
 #include <cstdint>

@@ -9,6 +9,7 @@
 // optimizer and collectives). Only while an OpProfileScope lives on the
 // thread (the trainer opens one per training step, so validation and
 // logging are not in it); otherwise a mark costs one thread-local test.
+// Internal header: not installed with the library (the trainer's --profile table).
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 // it: the thread and MPI backends' transports and the CPU's unit_sums
 // kernel (a world of one). The CUDA kernel (kernels_elementwise.cu
 // unit_sums_kernel) runs the same per-column loop.
+// Internal header: not installed with the library (the host loops of the exact unit sum).
 #pragma once
 
 #include <algorithm>

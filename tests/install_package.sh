@@ -48,16 +48,29 @@ if [ "$(pkg-config --variable=cuda vqddp)" = true ]; then
     fail "the installed libvqddp.so has no run path to the CUDA toolkit: $(readelf -d "$libdir/libvqddp.so" | grep -i path)"
 fi
 
-# Every header of the library's folders is installed and in the umbrella
-# (the CUDA launch headers, *_launch.h, are CUDA-only internals).
+# Every header of the library's folders is installed and in the umbrella,
+# but those marked "Internal header" (and the CUDA launch headers,
+# *_launch.h), which are neither; and no installed header includes one that
+# is not installed (a public header may not lean on an internal one).
 for d in engine comm vq vq/kernels train data; do
   for h in "$src/$d"/*.h; do
     case "$h" in *_launch.h) continue ;; esac
     name=$d/$(basename "$h")
-    [ -f "$inc/$name" ] || fail "$name is not installed (add it to $d/meson.build's install_headers)"
-    grep -q "#include \"$name\"" "$inc/vqddp.h" || fail "$name is not included by vqddp/vqddp.h"
+    if grep -q '^// Internal header: not installed' "$h"; then
+      [ ! -f "$inc/$name" ] || fail "$name is marked internal but installed (remove it from $d/meson.build's install_headers)"
+      ! grep -q "#include \"$name\"" "$inc/vqddp.h" || fail "$name is marked internal but included by vqddp/vqddp.h"
+    else
+      [ -f "$inc/$name" ] || fail "$name is not installed (add it to $d/meson.build's install_headers, or mark it internal)"
+      grep -q "#include \"$name\"" "$inc/vqddp.h" || fail "$name is not included by vqddp/vqddp.h"
+    fi
   done
 done
+while IFS= read -r installed; do
+  rel=${installed#"$inc"/}
+  { grep -o '^#include "[^"]*"' "$installed" || true; } | sed 's/#include "\(.*\)"/\1/' | while IFS= read -r dep; do
+    [ -f "$inc/$dep" ] || fail "the installed $rel includes $dep, which is not installed"
+  done
+done < <(find "$inc" -name '*.h')
 
 # 1. The umbrella header alone, the shared library, pkg-config alone.
 mkdir "$tmp/umbrella"

@@ -7,6 +7,7 @@
 // batch holds does not depend on the readers (each row goes to its own
 // place), so prefetching changes no bit of a run. Memory: at most
 // depth + 1 batches.
+// Internal header: not installed with the library (the trainer's reader threads).
 #pragma once
 
 #include <condition_variable>

@@ -10,6 +10,7 @@
 // exclusive lock on <dir>/.lock (flock) for its whole life, so a second run
 // started into the same directory is refused, never interleaved; the lock
 // goes with the process, even a killed one.
+// Internal header: not installed with the library (the trainer's run directory).
 #pragma once
 
 #include <cstdint>

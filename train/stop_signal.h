@@ -5,6 +5,7 @@
 // a second or more after the first, stops the process at once with the
 // signal's default action (one sooner is the same request delivered twice,
 // as when a job scheduler signals every process and the launcher forwards).
+// Internal header: not installed with the library (the trainer's signal handling).
 #pragma once
 
 namespace vqddp {

@@ -10,6 +10,7 @@
 // device it is skipped (a read per call would make every step wait): the
 // NaN reaches the loss, which the trainer reads on every rank alike when it
 // logs.
+// Internal header: not installed with the library (the quantizers' input check).
 #pragma once
 
 #include <string>

@@ -1,6 +1,7 @@
 // Index matrices (N, Q) of multi-layer and multi-head quantizers as Q
 // columns (N), and codes for a column where -1 (a dropped layer, a masked
 // row) means "no code": the pieces every decode and forward shares.
+// Internal header: not installed with the library (the quantizers' index column helpers).
 #pragma once
 
 #include <functional>

@@ -1,6 +1,7 @@
 // Variable-length input: rows with mask 0 are taken out before quantizing
 // and put back afterwards, so they reach no statistic, no k-means and no
 // sampler, keep their input as output and get index -1.
+// Internal header: not installed with the library (the quantizers' mask handling).
 #pragma once
 
 #include "engine/tensor.h"

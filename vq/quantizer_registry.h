@@ -2,6 +2,7 @@
 // docs list them. Each names the function, defined in the type's own .cpp,
 // that returns its QuantizerKind (vq/quantizer_kind.h). Adding a quantizer
 // is its header, its .cpp (the class and its kind) and one line here.
+// Internal header: not installed with the library (the list of kinds (a new type is a line there, in the source)).
 #pragma once
 
 #include "vq/quantizer_kind.h"

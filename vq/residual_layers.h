@@ -10,6 +10,7 @@
 // projection), indices (N, Q), layer_losses (Q) and their sum,
 // active_layers = last + 1. Every layer's DDP rule holds unchanged: every
 // rank runs the same layers (the same `last`).
+// Internal header: not installed with the library (the residual quantizers' shared loop).
 #pragma once
 
 #include <memory>

@@ -13,6 +13,7 @@
 // the operands' device. What the host must know (metrics, a non-finite row)
 // it reads with a counted copy (engine/device_counters.h) when it needs it,
 // which on a training step that does not log is never.
+// Internal header: not installed with the library (the VQ kernels' table, behind the quantizers).
 #pragma once
 
 #include "engine/tensor.h"

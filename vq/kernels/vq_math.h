@@ -5,6 +5,7 @@
 // (VQDDP_HD, engine/kernel_math.h). The float arithmetic uses kernel_math.h's
 // *_rn helpers, so nvcc cannot contract it into FMAs: the GPU rounds after
 // every operation in the written order, as the CPU does.
+// Internal header: not installed with the library (the VQ kernels' formulas).
 #pragma once
 
 #include <stdint.h>
