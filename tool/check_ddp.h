@@ -41,10 +41,15 @@
 
 #include <string>
 
+#include "engine/count_limits.h"
 #include "train/config.h"
 #include "data/dataset.h"
 
 namespace vqddp {
+
+namespace limits {
+inline constexpr CountRange check_steps{1, 100000};         // check-ddp --steps
+}  // namespace limits
 
 struct CheckDdpOptions {
   enum class Mode { whole_run, per_step };

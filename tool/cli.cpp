@@ -24,6 +24,7 @@
 #include "tool/default_config.h"
 #include "tool/cli_args.h"
 #include "train/config.h"
+#include "vq/quantizer_kind.h"
 #include "data/dataset.h"
 #include "tool/demo_mlp.h"
 #include "tool/inspect.h"

@@ -7,9 +7,17 @@
 #include <string>
 #include <vector>
 
+#include "engine/count_limits.h"
 #include "engine/parse_number.h"
 
 namespace vqddp {
+
+// The ranges of the flags' own counts (engine/count_limits.h; flags that
+// set a config key take the key's range, train/config.h).
+namespace limits {
+inline constexpr CountRange demo_steps{1, 100000000};
+inline constexpr CountRange chunk_frames{1, int64_t{1} << 20};  // encode/decode --chunk (model frames)
+}  // namespace limits
 
 class CliArgs {
  public:

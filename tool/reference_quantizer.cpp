@@ -83,7 +83,7 @@ ReferenceQuantizer reference_quantizer(const std::map<std::string, std::string>&
   j["type"] = kind->type;  // our reader's key for the class (it finishes the section)
   // Some classes may leave dim out: the reference then takes the code width.
   if (!j.contains("dim") && !kind->reference_dim) s.fail("dim", "is required for class " + r.class_name);
-  r.dim = s.integer("dim", 0, limits::width);
+  r.dim = s.integer("dim", 0, limits::input_width);
   r.seed = s.unsigned_integer("seed", 0);
   r.options = kind->defaults();
   if (kind->reference_defaults) kind->reference_defaults(r.options, r.dim);

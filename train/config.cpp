@@ -30,7 +30,7 @@ void read_model(ConfigSection s, ModelConfig& m) {
   m.sigmoid_output = s.boolean("sigmoid_output", m.sigmoid_output);
   if (m.type == "mlp") {
     m.hidden = s.integer("hidden", m.hidden, limits::width);
-    m.hidden_layers = static_cast<int>(s.integer("hidden_layers", m.hidden_layers, limits::layers));
+    m.hidden_layers = static_cast<int>(s.integer("hidden_layers", m.hidden_layers, limits::hidden_layers));
     m.tokens = s.integer("tokens", m.tokens, limits::width);
   } else {
     m.weight_norm = s.boolean("weight_norm", m.weight_norm);

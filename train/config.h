@@ -16,9 +16,32 @@
 #include <vector>
 
 #include "data/data_config.h"
+#include "engine/count_limits.h"
 #include "vq/quantizer_options.h"
 
 namespace vqddp {
+
+// The ranges of a run's count keys (engine/count_limits.h); the flags that
+// override them (tool/cli_args.h) take the same.
+namespace limits {
+inline constexpr CountRange steps{1, int64_t{1} << 40};     // --steps (0 in a config means "use epochs")
+inline constexpr CountRange world{1, 1024};                 // thread ranks; --world, distributed.world_size
+inline constexpr CountRange config_steps{0, steps.hi};      // schedule.steps
+inline constexpr CountRange epochs{0, int64_t{1} << 30};
+inline constexpr CountRange every{0, steps.hi};             // validate_every, checkpoint_every
+inline constexpr CountRange log_every{1, steps.hi};
+inline constexpr CountRange batch_size{1, int64_t{1} << 24};
+inline constexpr CountRange width{1, 65536};                // hidden, latent_dim, codebook_dim, tokens
+inline constexpr CountRange sample_rate{0, 1'000'000};       // data.sample_rate (0: the first clip's)
+inline constexpr CountRange conv_stride{1, 64};            // model.strides
+inline constexpr CountRange residual_units{0, 16};         // model.residual_units
+inline constexpr CountRange frame{1, int64_t{1} << 24};
+inline constexpr CountRange holdout_every{2, kNoLimit};
+inline constexpr CountRange readers{1, 64};                  // data.readers (threads per rank)
+inline constexpr CountRange prefetch{0, 1024};               // data.prefetch (steps read ahead)
+inline constexpr CountRange optional_count{0, kNoLimit};    // max_files, max_examples (0: all)
+inline constexpr CountRange hidden_layers{1, 256};        // model.hidden_layers
+}  // namespace limits
 
 struct ModelConfig {
   // mlp: frame-level MLPs around the quantizer (small examples, tests);

@@ -11,11 +11,24 @@
 #include <string>
 #include <vector>
 
+#include "engine/count_limits.h"
 #include "vq/codebook_loss_options.h"
 #include "vq/quantize_dropout.h"
 #include "vq/quantizer_options.h"
 
 namespace vqddp {
+
+// The ranges of the quantizers' count keys (engine/count_limits.h).
+namespace limits {
+inline constexpr CountRange input_width{1, 65536};         // replay's dim
+inline constexpr CountRange codebook_dim{0, 65536};         // 0: the input width
+inline constexpr CountRange layers{1, 256};                 // num_quantizers
+inline constexpr CountRange beam{1, 64};                    // beam_size, eval_beam_size
+inline constexpr CountRange heads{1, 256};                  // quantizer.heads
+inline constexpr CountRange codebook_size{2, int64_t{1} << 24};
+inline constexpr CountRange fsq_level{2, 65536};
+inline constexpr CountRange kmeans_iters{1, 10000};
+}  // namespace limits
 
 // What make_quantizer knows besides the options.
 struct QuantizerBuild {
