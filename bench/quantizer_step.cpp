@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
       Tensor xr = x.clone();
       xr.set_requires_grad(true);
       QuantizerOutput out = m->quantize(xr, comm);
-      add(mean(square(out.quantized)), out.loss).backward();
+      Tensor loss = add(mean(square(out.quantized)), out.loss);
+      if (loss.requires_grad()) loss.backward();  // targets only (random_projection): no gradient
       m->zero_grad();
     };
     step();  // warm-up (and any first-step initialisation)

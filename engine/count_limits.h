@@ -2,8 +2,8 @@
 // command-line flag reads its integer as a 64-bit value checked against a
 // CountRange (engine/parse_number.h) before it is narrowed or used. The
 // ranges live beside the code that reads them (vq/quantizer_kind.h: the
-// quantizers' keys; train/config.h: the run's; tool/cli_args.h: the
-// flags'); this header holds what they share.
+// quantizers' keys; train/config.h: the run's; tool/cli_args.h and
+// tool/check_ddp.h: the flags'); this header holds what they share.
 //
 // Every upper limit is far above any real run and low enough that products
 // of them (codebook_size x codebook_dim x num_quantizers, hidden x hidden)

@@ -117,8 +117,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 // The forward pass is batch-invariant (a sample's output never depends on
 // the rest of the batch) and the same bits on every device (one
 // fixed-order kernel per convolution, or im2col around matmul,
-// engine/ops_conv.cpp); the weight and input gradients are matmul's: the
-// fixed-order products in an exact step, the device's BLAS outside one.
+// engine/ops_conv.cpp). A one-group convolution's input gradient is its
+// fixed-order kernel on every path; weight gradients (and a grouped
+// convolution's gradients) are matmul's: the fixed-order products in an
+// exact step, the device's BLAS outside one.
 struct ConvOptions {  // per dimension (h, w) for 2-D
   std::array<int64_t, 2> stride{1, 1}, padding{0, 0}, dilation{1, 1}, output_padding{0, 0};
   int64_t groups = 1;

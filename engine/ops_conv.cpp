@@ -248,10 +248,6 @@ Tensor fold(const Tensor& cols, const Shape& image, int64_t kh, int64_t kw, cons
   });
 }
 
-namespace {
-
-}  // namespace
-
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvOptions& o) {
   VQDDP_CHECK(x.dim() == 4 && weight.dim() == 4, "conv2d: x {} and weight {} must both be 4-D", x.desc(), weight.desc());
   int64_t g = o.groups, cin = x.size(1), cout = weight.size(0), kh = weight.size(2), kw = weight.size(3);

@@ -31,7 +31,7 @@ inline constexpr CountRange epochs{0, int64_t{1} << 30};
 inline constexpr CountRange every{0, steps.hi};             // validate_every, checkpoint_every
 inline constexpr CountRange log_every{1, steps.hi};
 inline constexpr CountRange batch_size{1, int64_t{1} << 24};
-inline constexpr CountRange width{1, 65536};                // hidden, latent_dim, codebook_dim, tokens
+inline constexpr CountRange width{1, 65536};                // hidden, latent_dim, tokens, channels
 inline constexpr CountRange sample_rate{0, 1'000'000};       // data.sample_rate (0: the first clip's)
 inline constexpr CountRange conv_stride{1, 64};            // model.strides
 inline constexpr CountRange residual_units{0, 16};         // model.residual_units

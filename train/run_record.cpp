@@ -18,7 +18,7 @@ std::optional<double> number(const json& j, const char* key) {
 
 std::optional<int64_t> integer(const json& j, const char* key) {
   std::optional<double> v = number(j, key);
-  if (!v) return std::nullopt;
+  if (!v || !(*v >= -0x1p63 && *v < 0x1p63)) return std::nullopt;  // beyond int64: not a count we wrote
   return static_cast<int64_t>(*v);
 }
 

@@ -86,8 +86,8 @@ void read_lfq_keys(ConfigSection& s, LFQOptions& o, const std::string& type) {
   if (!(o.inv_temperature > 0)) s.fail("inv_temperature", "must be positive");
   if (!(o.codebook_scale > 0)) s.fail("codebook_scale", "must be positive");
   if (!lfq_codebook_size_ok(o.codebook_size))
-    s.fail("codebook_size", fmt::format("must be a power of two in [2, 65536] for type \"{}\", got {}", type,
-                                        o.codebook_size));
+    s.fail("codebook_size", fmt::format("must be a power of two in [2, 65536] for type \"{}\", got {}",
+                                        section_type(s, type), o.codebook_size));
 }
 
 void lfq_reference_defaults(LFQOptions& o) { o.commitment_weight = 0.f; }

@@ -2,7 +2,7 @@
 // its name, its options struct with the config defaults, the reader of its
 // keys, its factory, and how vector-quantize-pytorch names it and its state
 // (for `vqddp replay`). A type defines its kind in its own .cpp with
-// make_kind<Options>(...) and adds one line to the registry's list; nothing
+// make_kind<Class, Options>(...) and adds one line to the registry's list; nothing
 // else in the library dispatches on a type name.
 #pragma once
 
@@ -129,6 +129,9 @@ bool read_codebook_loss_keys(ConfigSection& s, CodebookLossOptions& l, CodebookO
 void read_in_place_optimizer(ConfigSection& s, float& lr, const CodebookOptions& c);
 // quantize_dropout, its cutoff index and multiple into `d`, for `layers` layers.
 void read_quantize_dropout(ConfigSection& s, QuantizeDropoutOptions& d, int layers);
+// The section's "type" as the user wrote it (a grouped type's, not its
+// layers'), `type` when it has none: the type errors name.
+std::string section_type(ConfigSection& s, const std::string& type);
 // levels (each in limits::fsq_level, required), with a product (the
 // implicit codebook) no larger than a codebook may be.
 void read_levels(ConfigSection& s, std::vector<int>& levels, const std::string& type);

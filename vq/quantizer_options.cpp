@@ -123,10 +123,12 @@ void read_quantize_dropout(ConfigSection& s, QuantizeDropoutOptions& d, int laye
   d.multiple_of = static_cast<int>(s.integer("quantize_dropout_multiple_of", d.multiple_of, limits::layers));
 }
 
+std::string section_type(ConfigSection& s, const std::string& type) { return s.string("type", type); }
+
 void read_levels(ConfigSection& s, std::vector<int>& levels, const std::string& type) {
   std::vector<int64_t> read(levels.begin(), levels.end());
   read = s.integers("levels", read, limits::fsq_level);
-  if (read.empty()) s.fail("levels", "is required for type \"" + type + "\"");
+  if (read.empty()) s.fail("levels", "is required for type \"" + section_type(s, type) + "\"");
   std::optional<int64_t> n = limits::product(read);
   if (!n || *n > limits::codebook_size.hi)
     s.fail("levels", fmt::format("give an implicit codebook of {} codes (their product), more than the {} "

@@ -13,7 +13,7 @@
 //   read_quantizer_options(section, q, dim);  // or: parse_quantizer_options(json, dim)
 //   auto quantizer = make_quantizer(q, dim, seed, init_gen);
 //
-// The keys each type reads are listed in docs/quantizers.md; a key of
+// The keys each type reads are listed in docs/config.md; a key of
 // another type is an unknown key naming the type and the keys it knows,
 // never a setting silently ignored, and a bad value is refused naming the
 // key path and what is allowed, before anything is built or read.
@@ -47,14 +47,16 @@ class QuantizerOptions {
   QuantizerOptions(std::string type, Options options)
       : type_(std::move(type)), held_(std::make_unique<Held<Options>>(std::move(options))) {}
 
-  QuantizerOptions(const QuantizerOptions& o) : type_(o.type_), held_(o.held_->clone()) {}
+  QuantizerOptions(const QuantizerOptions& o) : type_(o.type_), held_(o.held_ ? o.held_->clone() : nullptr) {}
   QuantizerOptions(QuantizerOptions&&) noexcept = default;
   QuantizerOptions& operator=(const QuantizerOptions& o) {
     if (this != &o) *this = QuantizerOptions(o);
     return *this;
   }
   QuantizerOptions& operator=(QuantizerOptions&&) noexcept = default;
-  bool operator==(const QuantizerOptions& o) const { return type_ == o.type_ && held_->equals(*o.held_); }
+  bool operator==(const QuantizerOptions& o) const {
+    return type_ == o.type_ && (held_ && o.held_ ? held_->equals(*o.held_) : held_ == o.held_);
+  }
 
   const std::string& type() const { return type_; }
   const QuantizerKind& kind() const;

@@ -39,10 +39,10 @@ Tensor ResidualSimVQ::decode(const Tensor& indices) const {
 
 namespace {
 
-void read_residual_sim_vq(ConfigSection& s, ResidualSimVQOptions& o, int64_t) {
+void read_residual_sim_vq(ConfigSection& s, ResidualSimVQOptions& o, int64_t dim) {
   o.num_quantizers = static_cast<int>(s.integer("num_quantizers", o.num_quantizers, limits::layers));
   read_quantize_dropout(s, o.quantize_dropout, o.num_quantizers);
-  read_sim_vq_keys(s, o.layer);
+  read_sim_vq_keys(s, o.layer, dim, o.num_quantizers);
 }
 
 }  // namespace

@@ -63,7 +63,7 @@ Tensor SimVQ::decode(const Tensor& indices) const {
 
 // ---- the "sim_vq" kind (vq/quantizer_kind.h) -------------------------------------
 
-void read_sim_vq_keys(ConfigSection& s, SimVQOptions& o) {
+void read_sim_vq_keys(ConfigSection& s, SimVQOptions& o, int64_t dim, int64_t layers) {
   o.codebook_size = s.integer("codebook_size", o.codebook_size, limits::codebook_size);
   o.frozen_codebook_dim = s.integer("frozen_codebook_dim", o.frozen_codebook_dim, limits::codebook_dim);
   o.rotation_trick = s.boolean("rotation_trick", o.rotation_trick);
@@ -72,11 +72,14 @@ void read_sim_vq_keys(ConfigSection& s, SimVQOptions& o) {
       static_cast<float>(s.number("input_to_quantize_commit_loss_weight", o.input_to_quantize_commit_loss_weight));
   if (!(o.commitment_weight >= 0)) s.fail("commitment_weight", "must not be negative");
   if (!(o.input_to_quantize_commit_loss_weight >= 0)) s.fail("input_to_quantize_commit_loss_weight", "must not be negative");
+  if (dim > 0)  // each layer's frozen codebook
+    s.check_elements("codebook_size", "codebook_size x frozen_codebook_dim x layers",
+                     {o.codebook_size, o.frozen_codebook_dim > 0 ? o.frozen_codebook_dim : dim, layers});
 }
 
 namespace {
 
-void read_sim_vq(ConfigSection& s, SimVQOptions& o, int64_t) { read_sim_vq_keys(s, o); }
+void read_sim_vq(ConfigSection& s, SimVQOptions& o, int64_t dim) { read_sim_vq_keys(s, o, dim, 1); }
 
 }  // namespace
 

@@ -64,7 +64,8 @@ class SimVQ : public Quantizer {
 
 // SimVQ's keys (codebook_size, frozen_codebook_dim, rotation_trick,
 // commitment_weight, input_to_quantize_commit_loss_weight), which
-// residual_sim_vq's layers share.
-void read_sim_vq_keys(ConfigSection& s, SimVQOptions& o);
+// residual_sim_vq's layers share; with the input width `dim` (0: unknown)
+// the `layers` frozen codebooks' size is refused by key when too large.
+void read_sim_vq_keys(ConfigSection& s, SimVQOptions& o, int64_t dim, int64_t layers);
 
 }  // namespace vqddp

@@ -190,8 +190,10 @@ void read_vq(ConfigSection& s, VectorQuantizeOptions& o, int64_t dim) {
     if (o.codebook_dim == 0 && dim % o.heads != 0)
       s.fail("heads", fmt::format("must divide the input width ({}; model.latent_dim in a config) unless codebook_dim is "
                                   "set, got {}", dim, o.heads));
-    s.check_elements("codebook_size", "codebook_size x codebook_dim x heads",
-                     {o.codebook_size, o.codebook_dim > 0 ? o.codebook_dim : dim, o.separate_codebook_per_head ? o.heads : 1});
+    // Each codebook: codebook_dim wide (0: the width / heads), one per head when separate.
+    s.check_elements("codebook_size", "codebook_size x codebook_dim x codebooks",
+                     {o.codebook_size, o.codebook_dim > 0 ? o.codebook_dim : dim / o.heads,
+                      o.separate_codebook_per_head ? o.heads : 1});
   }
 }
 

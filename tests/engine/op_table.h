@@ -191,6 +191,8 @@ inline std::vector<OpCase> op_table() {
                [=](const V& v) { return conv1d(v[0], v[1], v[2], o1(1, 3, 1, 1)); }, true, 3 * 7});
   t.push_back({"conv1d stride 1 dilation 3 no bias", {in({2, 3, 12}), in({2, 3, 3})},
                [=](const V& v) { return conv1d(v[0], v[1], Tensor(), o1(1, 3, 3, 1)); }, true, 3 * 3});
+  t.push_back({"conv_transpose1d stride 1 padding 1", {in({2, 3, 8}), in({3, 2, 3}), in({2})},
+               [=](const V& v) { return conv_transpose1d(v[0], v[1], v[2], o1(1, 1, 1, 1)); }, true, 3 * 3});
   t.push_back({"conv_transpose1d stride 2 padding 1 output_padding 1 groups 2", {in({2, 4, 4}), in({4, 3, 4}), in({6})},
                [=](const V& v) { return conv_transpose1d(v[0], v[1], v[2], o1(2, 1, 1, 2, 1)); }, true, 2 * 4});
   t.push_back({"conv2d stride (2, 1) padding 1 dilation (1, 2)", {in({2, 2, 5, 6}), in({3, 2, 3, 3}), in({3})},

@@ -119,6 +119,15 @@ TEST_CASE("sizes whose product no tensor can hold are refused by key before anyt
   j["quantizer"] = {{"codebook_size", 16777216}, {"codebook_dim", 65536}};
   config_fails(j, "'quantizer.codebook_size' gives codebook_size x codebook_dim x num_quantizers = "
                   "4398046511104 elements, more than the 2147483648 one tensor may hold");
+  // Each type's reader checks its own tensors: SimVQ's frozen codebooks,
+  // VQ's codebooks (each head's width when separate).
+  j["quantizer"] = {{"type", "residual_sim_vq"}, {"codebook_size", 16777216}, {"frozen_codebook_dim", 64}};
+  config_fails(j, "'quantizer.codebook_size' gives codebook_size x frozen_codebook_dim x layers = 4294967296 elements");
+  j["quantizer"] = {{"type", "vq"}, {"codebook_size", 16777216}, {"codebook_dim", 256}};
+  config_fails(j, "'quantizer.codebook_size' gives codebook_size x codebook_dim x codebooks = 4294967296 elements");
+  j["quantizer"] = {{"type", "vq"}, {"codebook_size", 16777216}, {"codebook_dim", 64}, {"heads", 2},
+                    {"separate_codebook_per_head", true}};
+  CHECK_NOTHROW(parse_config(j, "run.json"));  // 2 codebooks of 2^24 x 64: 2^31 elements in all, 2^30 each
   j = base_config();
   j["model"] = {{"hidden", 65536}};
   config_fails(j, "'model.hidden' gives hidden x hidden = 4294967296 elements");
