@@ -116,13 +116,7 @@ QuantizerKind grouped_kind(const QuantizerKind& inner) {
   k.reference_slots = [&inner](const QuantizerOptions& q, const std::string& ours) {
     const size_t second = ours.find('.', std::string("rvqs.").size());
     const std::string prefix = ours.substr(0, second + 1), rest = ours.substr(second + 1);
-    std::vector<ReferenceSlot> slots = inner.reference_slots ? inner.reference_slots(q.as<GroupedOptions>().inner, rest)
-                                                             : std::vector<ReferenceSlot>{{rest, rest}};
-    for (ReferenceSlot& s : slots) {
-      s.ours = prefix + s.ours;
-      s.theirs = s.layout == ReferenceSlot::Layout::ours_only ? "vqddp." + ours : prefix + s.theirs;
-    }
-    return slots;
+    return nested_slots(inner, q.as<GroupedOptions>().inner, prefix, rest);
   };
   k.reference_constant = inner.reference_constant;
   return k;

@@ -139,6 +139,12 @@ void read_levels(ConfigSection& s, std::vector<int>& levels, const std::string& 
 // vector-quantize-pytorch's VectorQuantize defaults where ours differ
 // (ResidualVQ passes them on to its layers), for `replay`.
 void reference_codebook_defaults(CodebookLossOptions& l, CodebookOptions& c, int64_t dim);
+// The slots an inner quantizer's kind gives for its tensor `rest`, as the
+// slots of the wrapper's tensor `prefix` + rest: the same prefix on both
+// sides (the reference nests it alike), and ours-only slots kept as
+// "vqddp." + the wrapper's name. `kind` without slots: the same name.
+std::vector<ReferenceSlot> nested_slots(const QuantizerKind& kind, const QuantizerOptions& inner,
+                                        const std::string& prefix, const std::string& rest);
 // The codebook a state tensor's name belongs to: its owner ("codebook",
 // "codebook1", "layer2"), without ".affine" for the affine statistics.
 std::string codebook_of(const std::string& ours);

@@ -147,6 +147,17 @@ void reference_codebook_defaults(CodebookLossOptions& l, CodebookOptions& c, int
   l.rotation_trick = dim > 1;  // the reference: on unless the feature dimension is 1
 }
 
+std::vector<ReferenceSlot> nested_slots(const QuantizerKind& kind, const QuantizerOptions& inner,
+                                        const std::string& prefix, const std::string& rest) {
+  std::vector<ReferenceSlot> slots =
+      kind.reference_slots ? kind.reference_slots(inner, rest) : std::vector<ReferenceSlot>{{rest, rest}};
+  for (ReferenceSlot& s : slots) {
+    s.ours = prefix + s.ours;
+    s.theirs = s.layout == ReferenceSlot::Layout::ours_only ? "vqddp." + s.ours : prefix + s.theirs;
+  }
+  return slots;
+}
+
 std::string codebook_of(const std::string& ours) {
   const size_t dot = ours.rfind('.');
   const std::string owner = dot == std::string::npos ? "" : ours.substr(0, dot);

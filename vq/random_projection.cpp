@@ -96,12 +96,7 @@ const QuantizerKind& random_projection_kind() {
     k.reference_slots = [](const QuantizerOptions& q, const std::string& ours) {
       if (!ours.starts_with("vq.")) return std::vector<ReferenceSlot>{{ours, ours}};
       const QuantizerOptions inner("vq", RandomProjectionQuantizer::codebook_options(q.as<RandomProjectionOptions>()));
-      std::vector<ReferenceSlot> slots = vector_quantize_kind().reference_slots(inner, ours.substr(3));
-      for (ReferenceSlot& s : slots) {
-        s.ours = "vq." + s.ours;
-        if (s.layout != ReferenceSlot::Layout::ours_only) s.theirs = "vq." + s.theirs;
-      }
-      return slots;
+      return nested_slots(vector_quantize_kind(), inner, "vq.", ours.substr(3));
     };
     return k;
   }();
