@@ -3,7 +3,8 @@
 // richardson_check's finite differences, gradcheck.h; sim: the CPU's bits)
 // and tests/cuda/test_ops.cpp (cuda: the CPU's bits or within 1e-6, and
 // the gradients within the GPU suite's tolerances). A new op joins every
-// device's checks by one line in op_table().
+// device's checks by one line in op_table(); tests/comm/test_op_table_exact.cpp
+// runs every case inside an exact step too (InStep says how).
 //
 // Inputs keep away from kinks (relu at 0, clamp bounds, elu and
 // leaky_relu at 0: at least 0.05, more than the step h = 2^-7) and domain
@@ -30,6 +31,23 @@ struct Input {
   Tensor fixed;  // when defined: used as is (on the host), shape/low/high unused
 };
 
+// How a case runs inside an exact step (engine/exact_batch.h): the inputs
+// in `batched` carry the examples along dimension 0 (`rows_per_example`
+// rows each; the test tiles them to more examples), the others
+// are parameters, batch-free leaves whose gradient is a sum over the batch
+// taken by units. `per_example_output`: the output's dimension 0 runs over
+// the examples too, so each rank weights its own rows of it; otherwise each
+// rank's output is already a sum over its examples (sum, a product
+// contracting them). With no batched input (an op that mixes the rows
+// across examples: mean over them, slices, transposes), the case runs on
+// parameters alone and a batched column weights its output per example, so
+// its gradient still crosses the exact step's reduction.
+struct InStep {
+  std::vector<size_t> batched{0};
+  bool per_example_output = true;
+  int64_t rows_per_example = 1;
+};
+
 struct OpCase {
   std::string name;
   std::vector<Input> inputs;
@@ -44,6 +62,7 @@ struct OpCase {
   // none): raises the evaluation noise of richardson_check, and its
   // backward is BLAS (cuBLAS on the GPU: gradients within 1e-4 there).
   int64_t gemm_k = 0;
+  InStep step = {};
 };
 
 inline Input in(Shape shape, float low = -1.f, float high = 1.f) { return {std::move(shape), low, high, true, Tensor()}; }
@@ -97,21 +116,33 @@ inline std::vector<OpCase> op_table() {
     o.stride = {sh, sw}, o.padding = {ph, pw}, o.dilation = {dh, dw}, o.output_padding = {oph, opw}, o.groups = groups;
     return o;
   };
+  // Sets the last case's exact-step roles (InStep).
+  auto in_step = [&t](std::vector<size_t> batched, bool per_example_output = true) {
+    t.back().step = InStep{std::move(batched), per_example_output};
+  };
   auto o1 = [](int64_t stride, int64_t pad, int64_t dil, int64_t groups, int64_t out_pad = 0) {
     return Conv1dOptions{stride, pad, dil, out_pad, groups};
   };
 
   // ---- binary, equal shapes, broadcasting (a row, a column, a scalar, both operands)
   t.push_back({"add", {in({3, 4}), positive_input({3, 4})}, [](const V& v) { return add(v[0], v[1]); }});
+  in_step({0, 1});
   t.push_back({"sub", {in({3, 4}), positive_input({3, 4})}, [](const V& v) { return sub(v[0], v[1]); }});
+  in_step({0, 1});
   t.push_back({"mul", {in({3, 4}), positive_input({3, 4})}, [](const V& v) { return mul(v[0], v[1]); }});
+  in_step({0, 1});
   t.push_back({"div", {in({3, 4}), positive_input({3, 4})}, [](const V& v) { return div(v[0], v[1]); }});
+  in_step({0, 1});
   for (const auto& [what, shape] : {std::pair<const char*, Shape>{"row", {4}}, {"col", {3, 1}}, {"scalar", {}}}) {
     std::string b = std::string(" bcast ") + what;
     t.push_back({"add" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return add(v[0], v[1]); }});
     t.push_back({"sub" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return sub(v[1], v[0]); }});
     t.push_back({"mul" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return mul(v[1], v[0]); }});
     t.push_back({"div" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return div(v[0], v[1]); }});
+    // A column has a value per row: batched with them. A row or a scalar
+    // is a parameter broadcast over the batch.
+    if (shape.size() == 2)
+      for (size_t k = 0; k < 4; ++k) t[t.size() - 1 - k].step = InStep{{0, 1}, true};
   }
   t.push_back({"mul outer [3,1]x[4]", {positive_input({3, 1}), positive_input({4})}, [](const V& v) { return mul(v[0], v[1]); }});
   t.push_back({"scalar add, mul", {in({3, 4})}, [](const V& v) { return mul(add(v[0], 2.f), 0.5f); }});
@@ -144,14 +175,19 @@ inline std::vector<OpCase> op_table() {
 
   // ---- reductions: all, and along each dim with and without keepdim
   t.push_back({"sum", {in({2, 3, 4})}, [](const V& v) { return sum(v[0]); }, false});
+  in_step({0}, false);
   t.push_back({"mean", {in({2, 3, 4})}, [](const V& v) { return mean(v[0]); }, false});
+  in_step({});
   for (int64_t d : {0, 1, 2, -1})
     for (bool keep : {false, true}) {
       std::string at = " dim " + std::to_string(d) + (keep ? " keepdim" : "");
       t.push_back({"sum" + at, {in({2, 3, 4})}, [=](const V& v) { return sum(v[0], d, keep); }, false});
+      if (d == 0) in_step({0}, false);
       t.push_back({"mean" + at, {in({2, 3, 4})}, [=](const V& v) { return mean(v[0], d, keep); }, false});
+      if (d == 0) in_step({});
     }
   t.push_back({"mse_loss", {in({3, 4}), in({3, 4})}, [](const V& v) { return mse_loss(v[0], v[1]); }, false});
+  in_step({});
 
   // ---- row-wise compositions (max_last inside softmax_rows)
   t.push_back({"softmax_rows", {in({3, 5}, -2.f, 2.f)}, [](const V& v) { return softmax_rows(v[0]); }, false});
@@ -171,16 +207,29 @@ inline std::vector<OpCase> op_table() {
       t.push_back({std::string("matmul") + (ta ? " ta" : "") + (tb ? " tb" : ""),
                    {in(ta ? Shape{4, 3} : Shape{3, 4}), in(tb ? Shape{5, 4} : Shape{4, 5})},
                    [=](const V& v) { return matmul(v[0], v[1], ta, tb); }, true, 4});
+  // a^T b contracts the examples (both batched); a^T b^T would need b's
+  // columns split by example: parameters alone.
+  t[t.size() - 2].step = InStep{{0, 1}, false};
+  t[t.size() - 1].step = InStep{{}, true};
 
   // ---- shape ops (squared after, so the gradient is not all ones)
-  t.push_back({"reshape", {in({4, 3})}, [](const V& v) { return mul(reshape(v[0], {2, -1}), v[0].reshape({2, 6})); }});
+  // reshape: two rows of 3 to one of 6 (in an exact step, an example is two rows).
+  t.push_back({"reshape", {in({4, 3})}, [](const V& v) { return mul(reshape(v[0], {-1, 6}), v[0].reshape({-1, 6})); }});
+  t.back().step.rows_per_example = 2;
   t.push_back({"slice_rows", {in({4, 3})}, [](const V& v) { return square(slice_rows(v[0], 1, 3)); }});
+  in_step({});
   t.push_back({"transpose", {in({4, 3})}, [](const V& v) { return square(transpose(v[0])); }});
+  in_step({});
   t.push_back({"transpose 3d 0 2", {in({2, 3, 4})}, [](const V& v) { return square(transpose(v[0], 0, 2)); }});
+  in_step({});
   t.push_back({"concat rows", {in({4, 3}), in({2, 3})}, [](const V& v) { return square(concat({v[0], v[1]}, 0)); }});
+  in_step({});
   t.push_back({"concat cols", {in({4, 3}), in({4, 2})}, [](const V& v) { return square(concat({v[0], v[1]}, 1)); }});
+  in_step({0, 1});
+  // A table's rows picked by a batch's indices: the embedding lookup.
   t.push_back({"index_select", {in({4, 3}), fixed(idx, false)},
                [](const V& v) { return square(index_select(v[0], v[1])); }});
+  in_step({1});
 
   // ---- convolutions (K = C_in / groups x kernel taps) and weight_norm
   t.push_back({"conv1d stride 2 padding 2 dilation 2 groups 2", {in({2, 4, 9}), in({4, 2, 3}), in({4})},
@@ -205,8 +254,16 @@ inline std::vector<OpCase> op_table() {
   Shape image{2, 3, 5, 6};
   Shape cols = unfold(zeros(image), 3, 2, uo).shape();
   t.push_back({"unfold", {in(image)}, [=](const V& v) { return square(unfold(v[0], 3, 2, uo)); }});
-  t.push_back({"fold", {in(cols)}, [=](const V& v) { return square(fold(v[0], image, 3, 2, uo)); }});
+  // fold's image count follows its rows (an exact step's shard).
+  const int64_t positions = cols[0] / image[0];
+  t.push_back({"fold", {in(cols)}, [=](const V& v) {
+                 Shape im = image;
+                 im[0] = v[0].size(0) / positions;
+                 return square(fold(v[0], im, 3, 2, uo));
+               }});
+  t.back().step.rows_per_example = positions;
   t.push_back({"weight_norm", {in({3, 2, 4}), in({3})}, [](const V& v) { return weight_norm(v[0], v[1]); }});
+  in_step({});
   return t;
 }
 
