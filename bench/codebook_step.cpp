@@ -14,7 +14,7 @@
 #include "bench/timing.h"
 #include "comm/single.h"
 #include "engine/blas.h"
-#include "engine/fixed_gemm.h"
+#include "engine/cpu/fixed_gemm.h"
 #include "engine/parallel.h"
 #include "engine/ops.h"
 #include "vq/codebook.h"

@@ -19,10 +19,10 @@
 #include "bench/timing.h"
 #include "engine/autograd.h"
 #include "engine/blas.h"
-#include "engine/fixed_gemm.h"
+#include "engine/cpu/fixed_gemm.h"
 #include "engine/ops.h"
 #include "engine/parallel.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 
 using namespace vqddp;
 

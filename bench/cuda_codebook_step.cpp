@@ -15,7 +15,7 @@
 #include "engine/autograd.h"
 #include "engine/device.h"
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 #include "vq/codebook.h"
 
 using namespace vqddp;

@@ -13,7 +13,7 @@
 
 #include "data/audio.h"
 #include "data/audio_windows.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 #include "tests/engine/tmpdir.h"
 
 using namespace vqddp;

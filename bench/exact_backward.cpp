@@ -14,9 +14,9 @@
 
 #include "bench/timing.h"
 #include "engine/blas.h"
-#include "engine/fixed_gemm.h"
-#include "engine/random.h"
-#include "engine/tensor.h"
+#include "engine/cpu/fixed_gemm.h"
+#include "engine/core/random.h"
+#include "engine/core/tensor.h"
 
 using namespace vqddp;
 

@@ -1,4 +1,4 @@
-// Our batch-invariant GEMM (engine/fixed_gemm.h) against OpenBLAS sgemm of
+// Our batch-invariant GEMM (engine/cpu/fixed_gemm.h) against OpenBLAS sgemm of
 // the same shape, in the same process: the forward shapes of the default
 // speech codec (a rank's 128 rows and the whole 512-row batch through the
 // MLP encoder) and 16384x256 @ 256x1024, with 1 and 2 threads.
@@ -9,10 +9,10 @@
 
 #include "bench/timing.h"
 #include "engine/blas.h"
-#include "engine/fixed_gemm.h"
+#include "engine/cpu/fixed_gemm.h"
 #include "engine/parallel.h"
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 
 using namespace vqddp;
 

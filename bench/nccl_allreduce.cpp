@@ -20,7 +20,7 @@
 #include "comm/nccl_communicator.h"
 #include "comm/rendezvous.h"
 #include "engine/device.h"
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 using namespace vqddp;
 using Clock = std::chrono::steady_clock;

@@ -11,7 +11,7 @@
 
 #include "comm/communicator.h"
 #include "comm/errors.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace vqddp {
 

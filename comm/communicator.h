@@ -14,7 +14,7 @@
 
 #include "comm/errors.h"
 #include "comm/fingerprint.h"
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace vqddp {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/dtype.h"
+#include "engine/core/dtype.h"
 
 namespace vqddp {
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "comm/dist_env.h"
-#include "engine/error.h"
-#include "engine/parse_number.h"
+#include "engine/core/error.h"
+#include "engine/core/parse_number.h"
 
 namespace vqddp {
 

@@ -8,7 +8,7 @@
 #pragma once
 
 #include "engine/device_counters.h"
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 

@@ -16,8 +16,8 @@
 #include <string_view>
 
 #include "comm/errors.h"
-#include "engine/file_io.h"
-#include "engine/output_file.h"
+#include "engine/core/file_io.h"
+#include "engine/core/output_file.h"
 
 namespace vqddp {
 

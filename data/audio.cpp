@@ -16,10 +16,10 @@
 
 #include <cstring>
 
-#include "engine/error.h"
-#include "engine/file_io.h"
-#include "engine/memory_budget.h"
-#include "engine/output_file.h"
+#include "engine/core/error.h"
+#include "engine/core/file_io.h"
+#include "engine/core/memory_budget.h"
+#include "engine/core/output_file.h"
 
 namespace vqddp {
 

@@ -15,7 +15,7 @@
 //   caller asks for at a time, so a file's samples are the same read whole
 //   or piecewise, and a long file needs memory for one block only.
 // - Refused, with an Error naming the file: what is not a regular file
-//   (engine/file_io.h), what libsndfile cannot open (its own reason is in
+//   (engine/core/file_io.h), what libsndfile cannot open (its own reason is in
 //   the message), an empty file, a file that gives fewer frames than its
 //   header promises (a WAV whose data chunk runs past the end of the file,
 //   any file that ends early or shrinks while it is read: the frames
@@ -109,7 +109,7 @@ const std::vector<std::string>& audio_extensions();
 
 enum class AudioEncoding { wav16, wav_float, flac16 };
 
-// Mono samples into a new file through engine/output_file.h (a temporary
+// Mono samples into a new file through engine/core/output_file.h (a temporary
 // created exclusively, renamed over `path` by close()): a writer destroyed
 // before close() (an error midway), a close that fails, or SIGINT/SIGTERM
 // removes its temporary, so `path` is either the old file or the whole new

@@ -14,10 +14,10 @@
 #include <thread>
 
 #include "data/audio.h"
-#include "engine/error.h"
-#include "engine/file_io.h"
-#include "engine/json_strict.h"
-#include "engine/output_file.h"
+#include "engine/core/error.h"
+#include "engine/core/file_io.h"
+#include "engine/core/json_strict.h"
+#include "engine/core/output_file.h"
 
 namespace vqddp {
 

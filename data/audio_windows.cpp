@@ -7,8 +7,8 @@
 #include <tuple>
 
 #include "data/audio.h"
-#include "engine/error.h"
-#include "engine/file_io.h"
+#include "engine/core/error.h"
+#include "engine/core/file_io.h"
 
 #include <fcntl.h>
 #include <unistd.h>

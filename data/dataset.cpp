@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <new>
 
-#include "engine/file_io.h"
-#include "engine/memory_budget.h"
+#include "engine/core/file_io.h"
+#include "engine/core/memory_budget.h"
 #include "engine/ops.h"
 #include "data/idx.h"
 #include "data/audio.h"

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "data/example_source.h"
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 #include "data/data_config.h"
 
 namespace vqddp {
@@ -41,7 +41,7 @@ struct Dataset {
 
 Dataset load_dataset(const DataConfig& config);
 
-// A CRC32C (engine/file_io.h) of what training reads: every source's
+// A CRC32C (engine/core/file_io.h) of what training reads: every source's
 // fingerprint (ExampleSource::fingerprint: rows, width, and the content or,
 // for audio, each clip's header facts, size and first and last bytes), in
 // order, and the validation set's. Ranks compare it before the first step

@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "engine/error.h"
-#include "engine/file_io.h"
+#include "engine/core/error.h"
+#include "engine/core/file_io.h"
 #include "engine/ops.h"
 
 namespace vqddp {

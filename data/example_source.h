@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 
@@ -25,7 +25,7 @@ class ExampleSource {
   // once (the prefetching readers call it side by side). Throws an Error
   // naming the file when the row's origin cannot give it.
   virtual void read(int64_t row, float* out) const = 0;
-  // `crc` (a CRC32C, engine/file_io.h) extended by what identifies the
+  // `crc` (a CRC32C, engine/core/file_io.h) extended by what identifies the
   // rows: their count and width, and their content or its stand-in (an
   // audio source's files' headers, sizes and first and last bytes), never a
   // path, so nodes that mount one corpus at other paths agree.

@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "engine/error.h"
-#include "engine/file_io.h"
+#include "engine/core/error.h"
+#include "engine/core/file_io.h"
 
 namespace vqddp {
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 // OpenBLAS extensions; declared in its cblas.h too, repeated here so the
 // file states exactly what it relies on.

@@ -12,7 +12,7 @@
 //    (with ours, engine/parallel.h's cpu_set_threads) and restores it.
 //  - Its kernels are not batch-invariant (a row's bits depend on the call's
 //    shape), so only backward products use it; forward products go through
-//    engine/fixed_gemm.h.
+//    engine/cpu/fixed_gemm.h.
 // Internal header: not installed with the library (the OpenBLAS calls behind the CPU kernels).
 #pragma once
 

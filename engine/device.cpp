@@ -2,7 +2,7 @@
 
 #include "engine/counted_kernels.h"
 #include "engine/cpu/cpu_kernels.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "engine/sim/sim_kernels.h"
 #include "vqddp_config.h"
 

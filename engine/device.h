@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/dtype.h"
+#include "engine/core/dtype.h"
 #include "engine/conv_plan.h"
 #include "engine/kernel_math.h"
 
@@ -181,7 +181,7 @@ class DeviceKernels {
   // Row-major C[m, n] = alpha op(A) op(B) + beta C, like blas_sgemm.
   virtual void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                     const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = 0;
-  // C[m, n] = op(A) op(B) with fixed_gemm's rule (fixed_gemm.h): each element
+  // C[m, n] = op(A) op(B) with fixed_gemm's rule (engine/cpu/fixed_gemm.h): each element
   // one fma chain over k ascending from +0, so the bits of the CPU's
   // fixed_gemm whatever the shape (fixed tiles, never split-K). k > 0.
   // `batch`: that many such products in one call (GemmBatch).

@@ -7,7 +7,7 @@
 #include <functional>
 #include <string_view>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace vqddp {
 

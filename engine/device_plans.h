@@ -6,7 +6,7 @@
 #include <initializer_list>
 
 #include "engine/device.h"
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 

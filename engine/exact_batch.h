@@ -9,7 +9,7 @@
 //      a unit holds); a rank's shard is always whole units, in global order.
 //   2. Every sum over the batch is first taken per unit, by a kernel whose
 //      result depends on the unit's rows only (the fixed-order GEMM chain of
-//      fixed_gemm.h, the ascending double sums of the reductions): a unit's
+//      engine/cpu/fixed_gemm.h, the ascending double sums of the reductions): a unit's
 //      partial has the same bits whichever rank holds it.
 //   3. The partials of all units are added in global unit order, in double,
 //      and rounded to float32 once (Communicator::reduce_units). The order
@@ -36,7 +36,7 @@
 #include <functional>
 #include <vector>
 
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 

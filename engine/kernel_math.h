@@ -375,7 +375,7 @@ VQDDP_HD void adamw_update(const AdamWStep& s, float& p, float g, float& m, floa
   p = sub_rn(p, div_rn(mul_rn(s.lr, div_rn(m, s.c1)), add_rn(div_rn(sqrt_rn(v), s.sqrt_c2), s.eps)));
 }
 
-// ---- the VQ assignment (vq/assign.h, engine/fixed_gemm.h) ------------------------
+// ---- the VQ assignment (vq/assign.h, engine/cpu/fixed_gemm.h) ------------------------
 //
 // A code's score for a row: bias - factor * dot (|e|^2 - 2 x.e for
 // Euclidean codebooks, 0 - x.e for cosine), a product then a difference.

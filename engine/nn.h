@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/random.h"
-#include "engine/tensor.h"
+#include "engine/core/random.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 

@@ -4,7 +4,7 @@
 
 #include "engine/autograd.h"
 #include "engine/device_plans.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace vqddp {
 

@@ -15,7 +15,7 @@
 #include <array>
 #include <vector>
 
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 
@@ -102,7 +102,7 @@ Tensor l2_normalize_rows(const Tensor& x);
 // ---- linear algebra ------------------------------------------------------------
 // op(a) @ op(b) for 2-D a, b, where op transposes when the flag is set.
 // Forward: batch-invariant, the same bits for a row whatever the batch, the
-// split or the device (fixed_gemm.h). Backward: in an exact step
+// split or the device (engine/cpu/fixed_gemm.h). Backward: in an exact step
 // (exact_batch.h) the same fixed-order GEMM, as unit partials where the
 // step asks for them, so gradients do not depend on the split; outside one,
 // the device's BLAS (OpenBLAS, cuBLAS). No transposed copy is ever made.

@@ -5,7 +5,7 @@
 //   transposed conv: cols = x^T W           [N*H*W, C_out*K]
 //                    y    = fold(cols)      [N, C_out, OH, OW]
 // Groups run one such product per group on a channel slice of x and of W.
-// matmul's forward is batch-invariant (fixed_gemm.h) and unfold/fold are
+// matmul's forward is batch-invariant (engine/cpu/fixed_gemm.h) and unfold/fold are
 // per-sample gathers in a fixed order, so every forward here is too; the
 // backward passes are matmul's (the fixed-order GEMM in an exact step,
 // engine/exact_batch.h; BLAS otherwise) and each other. A convolution of

@@ -1,6 +1,6 @@
 // matmul with transpose flags: the only GEMM entry point of the engine.
 //
-// The forward product is batch-invariant (fixed_gemm.h: one fma chain per
+// The forward product is batch-invariant (engine/cpu/fixed_gemm.h: one fma chain per
 // element, on the CPU and in the CUDA kernel alike). The backward products:
 // - in an exact step (exact_batch.h), the fixed-order GEMM as well: a
 //   batched operand's gradient row by row, and a batch-free operand's (a

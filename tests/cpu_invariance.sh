@@ -2,7 +2,7 @@
 # The batch-invariance checks under each of our instruction sets and every
 # OpenBLAS core this CPU can execute, with 1 and 2 threads, and check-ddp on
 # the shipped examples: none of these may change a forward bit
-# (engine/fixed_gemm.h), so every run must pass. OpenBLAS picks its core
+# (engine/cpu/fixed_gemm.h), so every run must pass. OpenBLAS picks its core
 # when it loads, so each setting is its own process. And the backward: a
 # short exact training run (engine/exact_batch.h) ends in the same
 # checkpoint tensors under every core and thread count (check-ddp proves
@@ -31,7 +31,7 @@ selected() { "$1" -tc="$2" --count | sed -n 's/.*passing the current filters: //
 [ "$(selected "$test_vq" "$vq_cases")" -ge 10 ] || { echo "FAILED: '$vq_cases' selects too few vq cases"; exit 1; }
 
 # Which setting can move which bits: VQDDP_CPU_ISA picks our own kernels
-# (fixed_gemm.h), the OpenBLAS core and thread count only OpenBLAS's
+# (engine/cpu/fixed_gemm.h), the OpenBLAS core and thread count only OpenBLAS's
 # (products outside an exact step). So the forward cases run under every
 # instruction set with 1 and 2 threads on the first core, and under every
 # other core once (the widest instruction set, 1 thread): a core that leaked

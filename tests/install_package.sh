@@ -52,7 +52,7 @@ fi
 # but those marked "Internal header" (and the CUDA launch headers,
 # *_launch.h), which are neither; and no installed header includes one that
 # is not installed (a public header may not lean on an internal one).
-for d in engine comm vq vq/kernels train data; do
+for d in engine engine/core comm vq vq/kernels train data; do
   for h in "$src/$d"/*.h; do
     case "$h" in *_launch.h) continue ;; esac
     name=$d/$(basename "$h")

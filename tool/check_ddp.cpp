@@ -12,7 +12,7 @@
 #include "comm/backends.h"
 #include "engine/ops.h"
 #include "train/checkpoint.h"
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "train/trainer.h"
 
 namespace vqddp {

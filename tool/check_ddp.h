@@ -41,7 +41,7 @@
 
 #include <string>
 
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "train/config.h"
 #include "data/dataset.h"
 

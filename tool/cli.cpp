@@ -17,9 +17,9 @@
 #include "comm/mpi_communicator.h"
 #include "data/audio.h"
 #include "engine/blas.h"
-#include "engine/error.h"
-#include "engine/json_strict.h"
-#include "engine/output_file.h"
+#include "engine/core/error.h"
+#include "engine/core/json_strict.h"
+#include "engine/core/output_file.h"
 #include "tool/check_ddp.h"
 #include "tool/default_config.h"
 #include "tool/cli_args.h"
@@ -28,7 +28,7 @@
 #include "data/dataset.h"
 #include "tool/demo_mlp.h"
 #include "tool/inspect.h"
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "tool/replay.h"
 #include "tool/report.h"
 #include "train/codec.h"
@@ -407,7 +407,7 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const Error& e) {
     // The message speaks for itself; the check's source position only on
-    // request (engine/error.h).
+    // request (engine/core/error.h).
     const char* pos = std::getenv("VQDDP_ERROR_POSITIONS");
     bool show = pos && std::string(pos) == "1" && !e.where().empty();
     fmt::print(stderr, "vqddp: error: {}{}\n", e.what(), show ? fmt::format(" [{}]", e.where()) : "");

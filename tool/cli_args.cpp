@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "engine/error.h"
-#include "engine/parse_number.h"
+#include "engine/core/error.h"
+#include "engine/core/parse_number.h"
 
 namespace vqddp {
 

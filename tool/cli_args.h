@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/count_limits.h"
-#include "engine/parse_number.h"
+#include "engine/core/count_limits.h"
+#include "engine/core/parse_number.h"
 
 namespace vqddp {
 
-// The ranges of the flags' own counts (engine/count_limits.h; flags that
+// The ranges of the flags' own counts (engine/core/count_limits.h; flags that
 // set a config key take the key's range, train/config.h).
 namespace limits {
 inline constexpr CountRange demo_steps{1, 100000000};
@@ -29,7 +29,7 @@ class CliArgs {
   const std::vector<std::string>& positional() const { return positional_; }
   bool has(const std::string& name) const { return values_.count(name) > 0; }
   std::string get(const std::string& name, const std::string& fallback) const;
-  // A 64-bit integer within `range` (engine/count_limits.h), else an error naming
+  // A 64-bit integer within `range` (engine/core/count_limits.h), else an error naming
   // the flag and the range.
   int64_t get_int(const std::string& name, int64_t fallback, CountRange range) const;
   double get_double(const std::string& name, double fallback) const;

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "engine/file_io.h"
-#include "engine/safetensors.h"
+#include "engine/core/file_io.h"
+#include "engine/core/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/codes_file.h"
 #include "train/config.h"

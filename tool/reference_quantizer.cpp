@@ -6,8 +6,8 @@
 #include <cstring>
 #include <set>
 
-#include "engine/count_limits.h"
-#include "engine/error.h"
+#include "engine/core/count_limits.h"
+#include "engine/core/error.h"
 #include "engine/ops.h"
 
 namespace vqddp {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/nn.h"
-#include "engine/safetensors.h"
+#include "engine/core/safetensors.h"
 #include "vq/quantizer_kind.h"
 #include "vq/quantizer_options.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/safetensors.h"
+#include "engine/core/safetensors.h"
 #include "vq/codebook.h"
 
 namespace vqddp {

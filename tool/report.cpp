@@ -24,9 +24,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/file_io.h"
-#include "engine/output_file.h"
+#include "engine/core/error.h"
+#include "engine/core/file_io.h"
+#include "engine/core/output_file.h"
 #include "train/run_record.h"
 
 namespace vqddp {

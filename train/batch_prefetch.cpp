@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "engine/ops.h"
 
 namespace vqddp {

@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "engine/json_strict.h"
+#include "engine/core/json_strict.h"
 
 namespace vqddp {
 

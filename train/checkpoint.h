@@ -6,7 +6,7 @@
 // Written atomically (temp file + rename) by rank 0; read by every rank.
 //
 // A checkpoint defends itself: format vqddp-checkpoint/2 carries a CRC32C
-// of every tensor (engine/safetensors.h) and a load refuses one without
+// of every tensor (engine/core/safetensors.h) and a load refuses one without
 // them; format 1, written before checksums existed, still loads, unverified,
 // so runs checkpointed then can resume. Every value is range-checked before
 // anything changes: the step against the schedule, parameters and float
@@ -20,7 +20,7 @@
 #include <string>
 
 #include "engine/optim.h"
-#include "engine/safetensors.h"
+#include "engine/core/safetensors.h"
 
 namespace vqddp {
 

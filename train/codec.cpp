@@ -7,11 +7,11 @@
 #include <filesystem>
 
 #include "data/audio.h"
-#include "engine/error.h"
-#include "engine/file_io.h"
-#include "engine/json_strict.h"
-#include "engine/output_file.h"
-#include "engine/safetensors.h"
+#include "engine/core/error.h"
+#include "engine/core/file_io.h"
+#include "engine/core/json_strict.h"
+#include "engine/core/output_file.h"
+#include "engine/core/safetensors.h"
 #include "train/codes_file.h"
 #include "train/checkpoint.h"
 #include "train/config.h"

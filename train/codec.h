@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 #include "train/model.h"
 
 namespace vqddp {

@@ -7,10 +7,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "engine/error.h"
-#include "engine/json_strict.h"
-#include "engine/parse_number.h"
-#include "engine/safetensors.h"
+#include "engine/core/error.h"
+#include "engine/core/json_strict.h"
+#include "engine/core/parse_number.h"
+#include "engine/core/safetensors.h"
 
 namespace vqddp {
 

@@ -1,5 +1,5 @@
 // Codes files: what `vqddp encode` writes and `vqddp decode` and `vqddp
-// inspect` read. A safetensors file (engine/safetensors.h), so any
+// inspect` read. A safetensors file (engine/core/safetensors.h), so any
 // safetensors reader opens it:
 //
 //   tensor "codes"  U8 [bytes]: the codes bit-packed, row after row (token t
@@ -49,7 +49,7 @@ struct CodesFile {
 // Bits a code of a codebook of `size` takes when packed: ceil(log2 size).
 int code_bits(int64_t size);
 
-// Writes `c` as format 2 (engine/output_file.h). Checks that every code is
+// Writes `c` as format 2 (engine/core/output_file.h). Checks that every code is
 // inside its codebook and that rows match frames * tokens.
 void write_codes_file(const std::string& path, const CodesFile& c);
 

@@ -4,13 +4,13 @@
 
 #include <optional>
 
-#include "engine/error.h"
-#include "engine/file_io.h"
-#include "engine/json_strict.h"
-#include "engine/config_reader.h"
+#include "engine/core/error.h"
+#include "engine/core/file_io.h"
+#include "engine/core/json_strict.h"
+#include "engine/core/config_reader.h"
 #include "comm/backends.h"
 #include "train/networks.h"
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "vq/quantizer_kind.h"
 
 namespace vqddp {

@@ -7,7 +7,7 @@
 // num_quantizers, shared_codebook, quantize_dropout,
 // quantize_dropout_cutoff_index, quantize_dropout_multiple_of, levels,
 // codebook_dim, sync_codebook). Unknown keys and wrong types are errors that
-// name the key path (engine/config_reader.h).
+// name the key path (engine/core/config_reader.h).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "data/data_config.h"
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "vq/quantizer_options.h"
 
 namespace vqddp {
 
-// The ranges of a run's count keys (engine/count_limits.h); the flags that
+// The ranges of a run's count keys (engine/core/count_limits.h); the flags that
 // override them (tool/cli_args.h) take the same.
 namespace limits {
 inline constexpr CountRange steps{1, int64_t{1} << 40};     // --steps (0 in a config means "use epochs")

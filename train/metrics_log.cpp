@@ -10,9 +10,9 @@
 
 #include <fmt/format.h>
 
-#include "engine/error.h"
-#include "engine/file_io.h"
-#include "engine/output_file.h"
+#include "engine/core/error.h"
+#include "engine/core/file_io.h"
+#include "engine/core/output_file.h"
 
 namespace vqddp {
 
@@ -39,7 +39,7 @@ MetricsLog::MetricsLog(std::string path, int64_t resume_step) : path_(std::move(
     std::string kept = lines_up_to(text, resume_step);
     if (kept != text) write_file_atomic(path_, kept);
   }
-  // An append log, the one file not replaced whole (engine/output_file.h):
+  // An append log, the one file not replaced whole (engine/core/output_file.h):
   // O_NOFOLLOW, so a symbolic link planted under its name is refused rather
   // than followed to whatever it points at.
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);

@@ -4,7 +4,7 @@
 #include "engine/autograd.h"
 #include "engine/nn_conv.h"
 #include "engine/ops.h"
-#include "engine/streams.h"
+#include "engine/core/streams.h"
 #include "vq/losses.h"
 #include "vq/quantizer_options.h"
 

@@ -5,8 +5,8 @@
 #include <optional>
 #include <fmt/format.h>
 
-#include "engine/count_limits.h"
-#include "engine/error.h"
+#include "engine/core/count_limits.h"
+#include "engine/core/error.h"
 #include "engine/nn_conv.h"
 #include "engine/ops.h"
 

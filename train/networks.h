@@ -16,7 +16,7 @@
 #include <utility>
 
 #include "engine/nn.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 #include "train/config.h"
 
 namespace vqddp {

@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 
 #include "comm/agree.h"
-#include "engine/error.h"
-#include "engine/file_io.h"
+#include "engine/core/error.h"
+#include "engine/core/file_io.h"
 #include "train/checkpoint.h"
 
 namespace vqddp {

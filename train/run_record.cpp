@@ -1,6 +1,6 @@
 #include "train/run_record.h"
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace vqddp {
 

@@ -7,8 +7,8 @@
 #include <numeric>
 
 #include "comm/agree.h"
-#include "engine/random.h"
-#include "engine/streams.h"
+#include "engine/core/random.h"
+#include "engine/core/streams.h"
 
 namespace vqddp {
 

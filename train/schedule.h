@@ -11,7 +11,7 @@
 // Each epoch draws per_source[i] examples from source i (every row once
 // before any row twice) in a shuffled order. The order is a pure function
 // of (seed, epoch, position), evaluated per example by keyed permutations
-// (engine/random.h IndexPermutation) in O(1) memory: no epoch list is ever
+// (engine/core/random.h IndexPermutation) in O(1) memory: no epoch list is ever
 // built, so a corpus of any size costs the sampler nothing, every rank
 // computes exactly its own rows without talking, and a run resumed at any
 // step, mid-epoch, continues the order with no saved loader state. Every

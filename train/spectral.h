@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 

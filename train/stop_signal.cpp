@@ -7,8 +7,8 @@
 #include <cstring>
 #include <ctime>
 
-#include "engine/error.h"
-#include "engine/output_file.h"
+#include "engine/core/error.h"
+#include "engine/core/output_file.h"
 
 namespace vqddp {
 

@@ -21,8 +21,8 @@
 #include "engine/device.h"
 #include "engine/device_counters.h"
 #include "engine/exact_batch.h"
-#include "engine/file_io.h"
-#include "engine/output_file.h"
+#include "engine/core/file_io.h"
+#include "engine/core/output_file.h"
 #include "engine/op_profile.h"
 #include "engine/ops.h"
 #include "engine/optim.h"
@@ -408,7 +408,7 @@ class RankRun {
                        !opt_.resume.empty() ? RunStart::resume
                        : opt_.overwrite     ? RunStart::overwrite
                                             : RunStart::fresh);
-      // The first checkpoint save would sweep these too (engine/output_file.h);
+      // The first checkpoint save would sweep these too (engine/core/output_file.h);
       // at the start, a killed save's half checkpoint frees its disk before the run.
       if (opt_.checkpoints) remove_stale_temporaries((dir_ / "checkpoint.safetensors").string());
       if (opt_.print) metrics_.emplace((dir_ / "metrics.jsonl").string(), opt_.resume.empty() ? -1 : step_);

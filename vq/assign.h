@@ -5,7 +5,7 @@
 // comparison. For cosine codebooks (rows already l2-normalised) index_n =
 // argmax_k x_n.e_k. Ties go to the LOWEST k in both cases.
 //
-// Batch-invariant (fixed_gemm.h): x_n.e_k is the fixed fma chain over D, the
+// Batch-invariant (engine/cpu/fixed_gemm.h): x_n.e_k is the fixed fma chain over D, the
 // score bias_k - factor * dot is rounded as written, and the argmin is a
 // total order (score, then k), so a row's code never depends on the batch,
 // the split over ranks, the threads or the CPU; k-means and every quantizer
@@ -16,7 +16,7 @@
 // in code order (vq/kernels/vq_kernels.cu).
 #pragma once
 
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 

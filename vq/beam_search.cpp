@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "engine/ops.h"
 
 namespace vqddp {

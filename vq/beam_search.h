@@ -19,7 +19,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 

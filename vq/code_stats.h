@@ -26,7 +26,7 @@
 
 #include <string>
 
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 

@@ -5,7 +5,7 @@
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
-#include "engine/streams.h"
+#include "engine/core/streams.h"
 #include "vq/assign.h"
 #include "vq/code_stats.h"
 #include "vq/gumbel_sample.h"

@@ -14,7 +14,7 @@
 #pragma once
 
 #include "comm/communicator.h"
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 #include "vq/codebook.h"
 
 namespace vqddp {

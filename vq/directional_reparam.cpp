@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "engine/ops.h"
 
 namespace vqddp {

@@ -12,8 +12,8 @@
 // noise is drawn on the host (an upload on a device, no read-back).
 #pragma once
 
-#include "engine/random.h"
-#include "engine/tensor.h"
+#include "engine/core/random.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 

@@ -7,7 +7,7 @@
 #include "comm/batch_reduce.h"
 #include "engine/autograd.h"
 #include "engine/ops.h"
-#include "engine/streams.h"
+#include "engine/core/streams.h"
 #include "vq/finite_rows.h"
 #include "vq/fsq.h"
 #include "vq/kernels/vq_kernels.h"

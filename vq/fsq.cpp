@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "engine/autograd.h"
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "engine/ops.h"
 #include "vq/finite_rows.h"
 #include "vq/losses.h"

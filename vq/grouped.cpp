@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "engine/count_limits.h"
-#include "engine/error.h"
+#include "engine/core/count_limits.h"
+#include "engine/core/error.h"
 #include "engine/ops.h"
 #include "vq/index_columns.h"
 #include "vq/quantizer_registry.h"

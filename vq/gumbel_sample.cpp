@@ -4,8 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/fixed_gemm.h"
+#include "engine/core/error.h"
+#include "engine/cpu/fixed_gemm.h"
 
 namespace vqddp {
 

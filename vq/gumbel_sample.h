@@ -9,13 +9,13 @@
 // DDP: the uniform u of GLOBAL row g and code k is word g * K + k of one
 // shared stream per step, so a row draws the same code on any split over
 // any number of ranks; its logits depend on the row alone (the fixed-order
-// chains of engine/fixed_gemm.h). Ties go to the lowest k. Runs on the
+// chains of engine/cpu/fixed_gemm.h). Ties go to the lowest k. Runs on the
 // host, on every device (a copy there and back: the option's cost is one
 // N x K pass, measured in bench/quantizer_step.cpp).
 #pragma once
 
-#include "engine/random.h"
-#include "engine/tensor.h"
+#include "engine/core/random.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 #include "vq/codebook.h"
 
 namespace vqddp {

@@ -4,7 +4,7 @@
 #include "vq/fsq.h"
 #include "vq/kernels/vq_kernels.h"
 #include "vq/losses.h"
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "vq/quantizer_kind.h"
 
 namespace vqddp {

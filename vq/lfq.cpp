@@ -9,7 +9,7 @@
 #include "engine/ops.h"
 #include "vq/losses.h"
 #include "vq/kernels/vq_kernels.h"
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "vq/quantizer_kind.h"
 
 namespace vqddp {

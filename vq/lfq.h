@@ -16,7 +16,7 @@
 #include <memory>
 
 #include "comm/communicator.h"
-#include "engine/config_reader.h"
+#include "engine/core/config_reader.h"
 #include "engine/nn.h"
 #include "vq/device_constants.h"
 #include "vq/quantizer.h"

@@ -10,7 +10,7 @@
 #pragma once
 
 #include "comm/communicator.h"
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 

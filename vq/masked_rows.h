@@ -4,7 +4,7 @@
 // Internal header: not installed with the library (the quantizers' mask handling).
 #pragma once
 
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 

@@ -4,7 +4,7 @@
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 #include "vq/losses.h"
 
 namespace vqddp {

@@ -13,7 +13,7 @@
 #pragma once
 
 #include "comm/communicator.h"
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 #include "vq/codebook.h"
 
 namespace vqddp {

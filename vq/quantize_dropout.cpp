@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "engine/device_counters.h"
-#include "engine/streams.h"
+#include "engine/core/streams.h"
 
 namespace vqddp {
 

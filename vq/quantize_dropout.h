@@ -13,8 +13,8 @@
 
 #include <optional>
 
-#include "engine/random.h"
-#include "engine/tensor.h"
+#include "engine/core/random.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "engine/ops.h"
 
 namespace vqddp {

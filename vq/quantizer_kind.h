@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "vq/codebook_loss_options.h"
 #include "vq/quantize_dropout.h"
 #include "vq/quantizer_options.h"
 
 namespace vqddp {
 
-// The ranges of the quantizers' count keys (engine/count_limits.h).
+// The ranges of the quantizers' count keys (engine/core/count_limits.h).
 namespace limits {
 inline constexpr CountRange input_width{1, 65536};         // replay's dim
 inline constexpr CountRange codebook_dim{0, 65536};         // 0: the input width

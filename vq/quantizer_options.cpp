@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "vq/quantizer_kind.h"
 
 namespace vqddp {

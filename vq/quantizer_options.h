@@ -26,9 +26,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/config_reader.h"
-#include "engine/error.h"
-#include "engine/random.h"
+#include "engine/core/config_reader.h"
+#include "engine/core/error.h"
+#include "engine/core/random.h"
 #include "vq/codebook.h"
 #include "vq/quantizer.h"
 

@@ -6,7 +6,7 @@
 #include "engine/ops.h"
 #include "vq/finite_rows.h"
 #include "vq/index_columns.h"
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "vq/quantizer_kind.h"
 
 namespace vqddp {
@@ -28,7 +28,7 @@ ResidualFSQ::ResidualFSQ(const ResidualFSQOptions& o, Generator& init_gen) : opt
     for (int l : o.levels) s.push_back(static_cast<float>(std::pow(double(l), -double(i))));
     scales_.add(from_vector(s, {code_dim_}));
   }
-  // Offsets the dropout stream id (engine/streams.h): never negative.
+  // Offsets the dropout stream id (engine/core/streams.h): never negative.
   dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64), ValueRange::non_negative());
 }
 

@@ -5,7 +5,7 @@
 #include "engine/ops.h"
 #include "vq/index_columns.h"
 #include "vq/residual_layers.h"
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "vq/quantizer_kind.h"
 
 namespace vqddp {
@@ -25,7 +25,7 @@ ResidualLFQ::ResidualLFQ(const ResidualLFQOptions& o, Generator& init_gen) : opt
   // Registered after the projection: layers hold no tensors, only their
   // train/eval mode follows this module's.
   for (int i = 0; i < o.num_quantizers; ++i) register_module("layer" + std::to_string(i), layers_[i]);
-  // Offsets the dropout stream id (engine/streams.h): never negative.
+  // Offsets the dropout stream id (engine/core/streams.h): never negative.
   dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64), ValueRange::non_negative());
 }
 

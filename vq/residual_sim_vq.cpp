@@ -3,7 +3,7 @@
 #include "engine/ops.h"
 #include "vq/index_columns.h"
 #include "vq/residual_layers.h"
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "vq/quantizer_kind.h"
 
 namespace vqddp {
@@ -12,7 +12,7 @@ ResidualSimVQ::ResidualSimVQ(const ResidualSimVQOptions& o, Generator& init_gen)
   VQDDP_CHECK(o.num_quantizers >= 1, "ResidualSimVQ: num_quantizers {} must be positive", o.num_quantizers);
   auto list = register_module("layers", std::make_shared<ModuleList>());
   for (int i = 0; i < o.num_quantizers; ++i) layers_.push_back(list->append(std::make_shared<SimVQ>(o.layer, init_gen)));
-  // Offsets the dropout stream id (engine/streams.h): never negative.
+  // Offsets the dropout stream id (engine/core/streams.h): never negative.
   dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64), ValueRange::non_negative());
 }
 

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "engine/ops.h"
 #include "vq/masked_rows.h"
 #include "vq/beam_search.h"
@@ -36,7 +36,7 @@ ResidualVQ::ResidualVQ(const ResidualVQOptions& o, Generator& init_gen) : opt_(o
     books_.push_back(register_module(o.shared_codebook ? "codebook" : "layer" + std::to_string(l),
                                      std::make_shared<Codebook>(c, init_gen)));
   }
-  // Offsets the dropout stream id (engine/streams.h): never negative.
+  // Offsets the dropout stream id (engine/core/streams.h): never negative.
   dropout_step_ = register_buffer("dropout_step", zeros({1}, DType::i64), ValueRange::non_negative());
   VQDDP_CHECK(o.in_place_codebook_lr == 0 || o.codebook.learnable,
               "ResidualVQ: in_place_codebook_optimizer needs a learnable codebook");

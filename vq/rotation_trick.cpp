@@ -1,6 +1,6 @@
 #include "vq/rotation_trick.h"
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "engine/ops.h"
 #include "vq/losses.h"
 

@@ -13,7 +13,7 @@
 // same bits for a row on any split of the batch.
 #pragma once
 
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 

@@ -21,7 +21,7 @@
 #pragma once
 
 #include "comm/communicator.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 
 namespace vqddp {
 

@@ -4,11 +4,11 @@
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 #include "vq/assign.h"
 #include "vq/losses.h"
 #include "vq/rotation_trick.h"
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "vq/quantizer_kind.h"
 
 namespace vqddp {

@@ -24,7 +24,7 @@
 
 #include <memory>
 
-#include "engine/config_reader.h"
+#include "engine/core/config_reader.h"
 #include "engine/nn.h"
 #include "vq/quantizer.h"
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/count_limits.h"
+#include "engine/core/count_limits.h"
 #include "engine/ops.h"
 #include "vq/codebook_layer.h"
 #include "vq/directional_reparam.h"

@@ -17,8 +17,10 @@
 #include <vector>
 
 #include "engine/blas.h"
-#include "engine/cpu_allocator.h"
-#include "engine/fixed_gemm.h"
+#include "engine/core/cpu_allocator.h"
+#include "engine/cpu/fixed_gemm.h"
+#include "engine/cpu/fixed_conv1d.h"
+#include "engine/cpu/unary_loops.h"
 #include "engine/kernel_math.h"
 #include "engine/parallel.h"
 #include "engine/unit_sum.h"
@@ -497,7 +499,7 @@ std::unique_ptr<float[]> scratch(int64_t n) { return std::unique_ptr<float[]>(ne
 }  // namespace
 
 // A 1-D convolution with stride 1 (one row, a one-row kernel): the CPU
-// computes it straight from its input with fixed_gemm.h's fixed_conv1d
+// computes it straight from its input with fixed_conv1d.h's fixed_conv1d
 // kernels, which give the column path's bits with no im2col buffer (every
 // convolution of the main job but the two downsampling ones). The choice is
 // the kernel table's, as a GPU's choice of its own kernels: the op takes

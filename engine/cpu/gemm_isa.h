@@ -1,6 +1,6 @@
 // The instruction sets the fixed-order GEMM is compiled for, as a table of
 // entry points per set (engine/cpu/gemm_<isa>.cpp, each compiling
-// engine/cpu/gemm_kernel.h for its set). engine/fixed_gemm.cpp picks
+// engine/cpu/gemm_kernel.h for its set). engine/cpu/fixed_gemm.cpp picks
 // one at run time and spreads the work over threads.
 //
 // Every entry gives the same bits on every set; they differ in speed only:
@@ -120,5 +120,12 @@ struct GemmIsa {
 extern const GemmIsa gemm_isa_avx512;  // AVX-512F + FMA: 8 x 32 tile
 extern const GemmIsa gemm_isa_avx2;    // AVX2 + FMA: 6 x 16 tile
 extern const GemmIsa gemm_isa_scalar;  // std::fma: any CPU
+
+// The set in use (fixed_gemm.h fixed_gemm_isa names it), and the fastest
+// for a product of n columns: every set gives the same bits, and for 16 or
+// fewer columns AVX2's 16-wide tile wastes none of the work AVX-512's
+// 32-wide one would (fixed_gemm.cpp).
+const GemmIsa& active_isa();
+const GemmIsa& isa_for_columns(int64_t n);
 
 }  // namespace vqddp::cpu

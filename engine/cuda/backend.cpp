@@ -15,7 +15,7 @@
 #include "engine/cuda/launch.h"
 #include "engine/cuda/runtime.h"
 #include "engine/device.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace vqddp::cuda {
 

@@ -1,6 +1,6 @@
 #include "engine/cuda/cuda_check.h"
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace vqddp {
 

@@ -56,7 +56,7 @@ struct TileLoader {
 
 // C tile at (row0, col0) of op(A) op(B) into `acc`: thread (ty, tx) of the
 // 16 x 16 block owns rows tile_row(i) and columns tile_col(j). Every element
-// is one __fmaf_rn chain over k ascending from +0 (fixed_gemm.h's rule).
+// is one __fmaf_rn chain over k ascending from +0 (engine/cpu/fixed_gemm.h's rule).
 template <bool TA, bool TB>
 __device__ __forceinline__ void gemm_tile(int64_t m, int64_t n, int64_t k, const float* __restrict__ a, int64_t lda,
                                           const float* __restrict__ b, int64_t ldb, int64_t row0, int64_t col0,

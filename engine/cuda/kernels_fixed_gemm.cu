@@ -1,4 +1,4 @@
-// The batch-invariant GEMM on the GPU (fixed_gemm.h's rule): each element of
+// The batch-invariant GEMM on the GPU (engine/cpu/fixed_gemm.h's rule): each element of
 // C = op(A) op(B) is one fmaf chain over k ascending from +0, the chain the
 // CPU's fixed_gemm computes, so both give the same bits for every shape.
 // The block tile is fixed_gemm_tile.cuh's.

@@ -35,7 +35,7 @@ void sum_squares(const float* const* xs, const int64_t* ns, int64_t count, doubl
 // *out = the mean of (a[i] - b[i])^2, the difference and square in double.
 void mse(const float* a, const float* b, int64_t n, double* scratch, float* out, cudaStream_t s);
 
-// fixed_gemm.h's rule (DeviceKernels::gemm_fixed), in square tiles of
+// engine/cpu/fixed_gemm.h's rule (DeviceKernels::gemm_fixed), in square tiles of
 // kGemmFixedTile (fixed_gemm_tile.cuh). Throws first, queuing nothing, when
 // n exceeds check_gemm_fixed_columns' limit.
 void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,

@@ -1,7 +1,7 @@
 #include "engine/sim/sim_kernels.h"
 
 #include "engine/cpu/cpu_kernels.h"
-#include "engine/cpu_allocator.h"
+#include "engine/core/cpu_allocator.h"
 #include "engine/device_counters.h"
 
 namespace vqddp {

@@ -41,7 +41,7 @@ constexpr int kQuantizers = 3;
 constexpr int64_t kCodebookSize = 32;  // K, every layer
 constexpr float kLr = 3e-3f;
 // Data stream ids: a range of our own, below 2^32 like every shared stream
-// and apart from the library's ranges (engine/streams.h).
+// and apart from the library's ranges (engine/core/streams.h).
 constexpr uint64_t kDataStream = 0x70000000;
 
 constexpr const char* kUsage =

@@ -10,7 +10,7 @@
 #include "comm/single.h"
 #include "comm/thread_group.h"
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 
 using namespace vqddp;
 

@@ -9,7 +9,7 @@
 
 #include "engine/nn.h"
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 
 namespace vqddp::test {
 

@@ -25,7 +25,7 @@
 #include "engine/autograd.h"
 #include "engine/conv_plan.h"
 #include "engine/device.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 #include "tests/cuda/gpu.h"
 
 using namespace vqddp;
@@ -159,7 +159,7 @@ TEST_CASE("argmin and argmax match the CPU, ties to the lowest index, NaN never 
 
 TEST_CASE("forward matmul on the GPU has the CPU's bits, every transpose combination and edge shape") {
   // Both compute each element as one fma chain over k ascending
-  // (fixed_gemm.h), so equal bits are the contract, not a tolerance. Shapes
+  // (engine/cpu/fixed_gemm.h), so equal bits are the contract, not a tolerance. Shapes
   // cross the GPU's 128-wide tiles and 8-deep k steps and the CPU's blocks.
   for (auto [m, n, k] : {std::array<int64_t, 3>{45, 33, 70}, {1, 257, 13}, {300, 129, 301}, {129, 1, 7}})
     for (int ta = 0; ta < 2; ++ta)

@@ -9,7 +9,7 @@
 // less, so 0.05 dB passes rounding noise yet fails a GPU path that trains
 // differently. Two GPU runs must be bitwise equal.
 #include "comm/nccl_communicator.h"
-#include "engine/safetensors.h"
+#include "engine/core/safetensors.h"
 #include "tests/cuda/gpu.h"
 #include "tests/engine/tmpdir.h"
 #include "tests/train/small_run.h"

@@ -49,7 +49,7 @@
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 
 namespace vqddp::test {
 

@@ -17,7 +17,7 @@
 
 #include "engine/nn_conv.h"
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 #include "tests/engine/gradcheck.h"
 
 namespace vqddp::test {

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp::test {
 

@@ -7,10 +7,10 @@
 #include <thread>
 
 #include "engine/blas.h"
-#include "engine/fixed_gemm.h"
+#include "engine/cpu/fixed_gemm.h"
 #include "engine/parallel.h"
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 
 using namespace vqddp;
 

@@ -19,7 +19,7 @@
 #include "engine/kernel_math.h"
 #include "engine/nn_conv.h"
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 #include "tests/engine/same_bits.h"
 
 using namespace vqddp;
@@ -414,7 +414,7 @@ TEST_CASE("weight_norm_all and WeightNormBatch: every layer's weight and gradien
 
 TEST_CASE("the CPU's stride-1 1-D conv kernels give the column path's bits: forward, input gradient and per-example "
           "weight partials") {
-  // The CPU's kernel table takes fixed_gemm.h's stride-1 kernels for such a
+  // The CPU's kernel table takes engine/cpu/fixed_conv1d.h's stride-1 kernels for such a
   // plan; the column path (im2col, the fixed GEMM, col2im) is what every
   // other plan takes. Padding and dilation both on, several channels.
   DeviceKernels& k = device_kernels(Device::cpu());

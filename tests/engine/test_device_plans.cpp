@@ -7,7 +7,7 @@
 #include "engine/device.h"
 #include "engine/device_plans.h"
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 
 using namespace vqddp;
 

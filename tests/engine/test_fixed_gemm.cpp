@@ -1,4 +1,4 @@
-// The batch-invariant forward (engine/fixed_gemm.h): every element is the
+// The batch-invariant forward (engine/cpu/fixed_gemm.h): every element is the
 // one fma chain of the reference, so a row's bits never depend on the batch,
 // its position, the split over ranks, the threads or the instruction set.
 // tests/cpu_invariance.sh runs the same checks under every OpenBLAS core.
@@ -11,12 +11,15 @@
 #include <limits>
 
 #include "engine/conv_plan.h"
-#include "engine/fixed_gemm.h"
+#include "engine/cpu/fixed_gemm.h"
+#include "engine/cpu/fixed_conv1d.h"
+#include "engine/cpu/unary_loops.h"
+#include "engine/cpu/fixed_gemm_argmin.h"
 #include "engine/kernel_math.h"
 #include "engine/nn.h"
 #include "engine/ops.h"
 #include "engine/parallel.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 
 using namespace vqddp;
 

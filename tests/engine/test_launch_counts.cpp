@@ -6,7 +6,7 @@
 
 #include "engine/device_counters.h"
 #include "engine/ops.h"
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 using namespace vqddp;
 

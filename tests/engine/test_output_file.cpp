@@ -1,4 +1,4 @@
-// engine/output_file.h: the one way vqddp writes a file. A planted file or
+// engine/core/output_file.h: the one way vqddp writes a file. A planted file or
 // link is never followed, a failed or interrupted write leaves nothing,
 // and a killed writer's leftover is removed by the next write.
 #include <doctest/doctest.h>
@@ -11,9 +11,9 @@
 #include <fstream>
 #include <set>
 
-#include "engine/error.h"
-#include "engine/file_io.h"
-#include "engine/output_file.h"
+#include "engine/core/error.h"
+#include "engine/core/file_io.h"
+#include "engine/core/output_file.h"
 #include "tests/engine/tmpdir.h"
 
 using namespace vqddp;

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <set>
 
-#include "engine/error.h"
-#include "engine/random.h"
+#include "engine/core/error.h"
+#include "engine/core/random.h"
 
 using namespace vqddp;
 

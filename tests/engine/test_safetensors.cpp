@@ -10,9 +10,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "engine/file_io.h"
-#include "engine/output_file.h"
-#include "engine/safetensors.h"
+#include "engine/core/file_io.h"
+#include "engine/core/output_file.h"
+#include "engine/core/safetensors.h"
 #include "tests/engine/file_fixtures.h"
 #include "tests/engine/tmpdir.h"
 

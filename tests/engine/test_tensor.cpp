@@ -4,10 +4,10 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/cpu_allocator.h"
+#include "engine/core/cpu_allocator.h"
 #include "engine/ops.h"
-#include "engine/parse_number.h"
-#include "engine/random.h"
+#include "engine/core/parse_number.h"
+#include "engine/core/random.h"
 
 using namespace vqddp;
 

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "engine/ops.h"
-#include "engine/safetensors.h"
+#include "engine/core/safetensors.h"
 #include "tests/vq/harness.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 #include "train/config.h"
 #include "data/dataset.h"
 #include "train/trainer.h"

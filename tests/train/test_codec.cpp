@@ -11,8 +11,8 @@
 
 #include "data/audio.h"
 #include "data/dataset.h"
-#include "engine/error.h"
-#include "engine/safetensors.h"
+#include "engine/core/error.h"
+#include "engine/core/safetensors.h"
 #include "tests/engine/tmpdir.h"
 #include "tests/train/small_run.h"
 #include "tool/report.h"
@@ -21,7 +21,7 @@
 #include "train/checkpoint.h"
 #include "train/codec.h"
 #include "train/codes_file.h"
-#include "engine/output_file.h"
+#include "engine/core/output_file.h"
 #include "train/spectral.h"
 
 using namespace vqddp;

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <iterator>
 
-#include "engine/error.h"
-#include "engine/file_io.h"
-#include "engine/safetensors.h"
+#include "engine/core/error.h"
+#include "engine/core/file_io.h"
+#include "engine/core/safetensors.h"
 #include "tests/engine/tmpdir.h"
 #include "tool/inspect.h"
 #include "train/codes_file.h"

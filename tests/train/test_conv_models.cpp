@@ -195,7 +195,7 @@ TEST_CASE("check-ddp passes on both conv model types: every checkpoint tensor bi
 TEST_CASE("conv_codec: a whole run on the CPU ends in the bits of the same run on sim, on 1 rank and on 3") {
   // One op path on every device (conv_columnless's three kernels); the
   // CPU's kernel table computes stride-1 1-D plans without im2col
-  // (engine/fixed_gemm.h, each kernel tested against the column path's
+  // (engine/cpu/fixed_gemm.h, each kernel tested against the column path's
   // chains in test_fixed_gemm.cpp; the main job's checkpoint is pinned by
   // test_golden.cpp). The same checkpoint after a whole run, on 1 rank and
   // on 3 (where every rank's units are partials).

@@ -12,8 +12,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/file_io.h"
-#include "engine/safetensors.h"
+#include "engine/core/file_io.h"
+#include "engine/core/safetensors.h"
 #include "tests/engine/tmpdir.h"
 #include "tests/train/small_run.h"
 #include "train/checkpoint.h"

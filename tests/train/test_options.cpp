@@ -5,10 +5,10 @@
 
 #include <filesystem>
 
-#include "engine/error.h"
-#include "engine/json_strict.h"
-#include "engine/safetensors.h"
-#include "engine/tensor.h"
+#include "engine/core/error.h"
+#include "engine/core/json_strict.h"
+#include "engine/core/safetensors.h"
+#include "engine/core/tensor.h"
 #include "tests/engine/tmpdir.h"
 #include "tool/replay.h"
 #include "train/config.h"

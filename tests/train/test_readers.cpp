@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/file_io.h"
-#include "engine/error.h"
+#include "engine/core/file_io.h"
+#include "engine/core/error.h"
 #include "tests/engine/tmpdir.h"
 #include "data/idx.h"
 #include "data/dataset.h"

@@ -6,8 +6,8 @@
 
 #include <filesystem>
 
-#include "engine/file_io.h"
-#include "engine/safetensors.h"
+#include "engine/core/file_io.h"
+#include "engine/core/safetensors.h"
 #include "tests/engine/tmpdir.h"
 #include "tests/vq/harness.h"
 #include "tool/replay.h"

@@ -8,9 +8,9 @@
 #include <filesystem>
 
 #include "engine/ops.h"
-#include "engine/random.h"
-#include "engine/safetensors.h"
-#include "engine/streams.h"
+#include "engine/core/random.h"
+#include "engine/core/safetensors.h"
+#include "engine/core/streams.h"
 #include "tests/engine/tmpdir.h"
 #include "tool/reference_quantizer.h"
 #include "tool/replay.h"

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "train/run_record.h"
 
 using namespace vqddp;

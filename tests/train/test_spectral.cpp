@@ -9,9 +9,9 @@
 
 #include "comm/single.h"
 #include "engine/autograd.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 #include "tests/engine/gradcheck.h"
 #include "train/spectral.h"
 

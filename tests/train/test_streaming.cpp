@@ -16,7 +16,7 @@
 #include "data/audio.h"
 #include "data/audio_index.h"
 #include "data/audio_windows.h"
-#include "engine/file_io.h"
+#include "engine/core/file_io.h"
 #include "tests/engine/tmpdir.h"
 #include "tests/train/small_run.h"
 #include "train/batch_prefetch.h"

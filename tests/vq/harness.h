@@ -18,7 +18,7 @@
 #include "comm/thread_group.h"
 #include "engine/nn.h"
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 #include "vq/codebook.h"
 
 namespace vqddp::test {

@@ -11,7 +11,7 @@
 
 #include "engine/device_counters.h"
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 #include "tests/vq/harness.h"
 #include "tests/vq/factory_options.h"
 #include "vq/codebook.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/streams.h"
+#include "engine/core/streams.h"
 #include "tests/vq/factory_options.h"
 #include "tests/vq/harness.h"
 #include "vq/quantizer_options.h"

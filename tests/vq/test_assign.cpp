@@ -2,7 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 #include "tests/vq/harness.h"
 #include "vq/assign.h"
 
@@ -29,7 +29,7 @@ Tensor brute_force(const Tensor& x, const Tensor& e, bool cosine) {
 }  // namespace
 
 // 3 * 256 + 17 rows: three full 256-row tasks of the CPU's fixed_gemm_argmin
-// (engine/fixed_gemm.cpp) and a partial one.
+// (engine/cpu/fixed_gemm.cpp) and a partial one.
 TEST_CASE("assign_codes equals the brute-force argmin over several row tasks and a partial one") {
   Generator g(1, 0);
   for (bool cosine : {false, true}) {

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "comm/single.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "tests/vq/factory_options.h"
 #include "tests/vq/harness.h"
 #include "vq/random_projection.h"

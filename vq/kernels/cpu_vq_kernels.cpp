@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "engine/fixed_gemm.h"
+#include "engine/cpu/fixed_gemm_argmin.h"
 #include "vq/kernels/vq_kernels.h"
 #include "vq/kernels/vq_math.h"
 

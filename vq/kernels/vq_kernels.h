@@ -16,7 +16,7 @@
 // Internal header: not installed with the library (the VQ kernels' table, behind the quantizers).
 #pragma once
 
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 #include "vq/code_stats.h"
 
 namespace vqddp {

@@ -14,7 +14,7 @@ namespace vqddp::cuda {
 // bias[c] = |embed[c]|^2 (Euclidean) or 0 (cosine), summed in double.
 void code_bias(const float* embed, int64_t k, int64_t d, bool cosine, float* bias, cudaStream_t s);
 // out[r] = argmin_j bias[j] - factor * dot(x_r, e_j) for the rows of x (n, d)
-// and codes of embed (k, d), with the CPU's fixed-order dot (fixed_gemm.h),
+// and codes of embed (k, d), with the CPU's fixed-order dot (engine/cpu/fixed_gemm.h),
 // ties to the lowest j, NaN or +inf scores never chosen (no number: 0).
 // part_score / part_code: n * assign_code_tiles(k) entries of scratch.
 // k < 2^31. assign_code_tiles throws, before any work is queued, when k

@@ -1,4 +1,4 @@
-#include "engine/file_io.h"
+#include "engine/core/file_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,8 +14,8 @@
 #include <memory>
 #include <string_view>
 
-#include "engine/error.h"
-#include "engine/parse_number.h"
+#include "engine/core/error.h"
+#include "engine/core/parse_number.h"
 
 namespace vqddp {
 

@@ -1,4 +1,4 @@
-#include "engine/output_file.h"
+#include "engine/core/output_file.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -16,8 +16,8 @@
 #include <set>
 #include <string_view>
 
-#include "engine/error.h"
-#include "engine/parse_number.h"
+#include "engine/core/error.h"
+#include "engine/core/parse_number.h"
 
 namespace vqddp {
 

@@ -71,7 +71,7 @@ std::vector<int64_t> random_permutation(int64_t n, Generator& gen);
 // Generator on the same seed and stream draw unrelated bits.
 class IndexPermutation {
  public:
-  // n in [0, 2^62]; `stream` a shared stream id (below 2^32, engine/streams.h);
+  // n in [0, 2^62]; `stream` a shared stream id (below 2^32, engine/core/streams.h);
   // `tweak` tells apart permutations of one stream.
   IndexPermutation(uint64_t n, uint64_t seed, uint64_t stream, uint32_t tweak = 0);
   uint64_t operator()(uint64_t i) const;  // i < n

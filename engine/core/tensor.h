@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "engine/device.h"
-#include "engine/dtype.h"
-#include "engine/error.h"
+#include "engine/core/dtype.h"
+#include "engine/core/error.h"
 
 namespace vqddp {
 
@@ -152,7 +152,7 @@ Tensor from_vector(const std::vector<double>& values, const Shape& shape);
 Tensor from_vector(std::initializer_list<float> values, const Shape& shape);
 Tensor scalar(float value);  // shape [] (one element)
 // Uniform in [low, high) and normal(mean, std), drawn from `gen`, which
-// advances by exactly the number of values drawn (see engine/random.h).
+// advances by exactly the number of values drawn (see engine/core/random.h).
 Tensor rand_uniform(const Shape& shape, Generator& gen, float low = 0.f, float high = 1.f);
 Tensor rand_normal(const Shape& shape, Generator& gen, float mean = 0.f, float std = 1.f);
 

@@ -1,11 +1,11 @@
-#include "engine/memory_budget.h"
+#include "engine/core/memory_budget.h"
 
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
-#include "engine/error.h"
-#include "engine/parse_number.h"
+#include "engine/core/error.h"
+#include "engine/core/parse_number.h"
 
 namespace vqddp {
 

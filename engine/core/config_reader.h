@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/parse_number.h"
+#include "engine/core/parse_number.h"
 
 namespace vqddp {
 
@@ -22,7 +22,7 @@ class ConfigSection {
   ConfigSection(const nlohmann::json& obj, std::string path, std::string file);
 
   double number(const std::string& key, double fallback);
-  // An integer within `range` (engine/count_limits.h), else an error naming the key
+  // An integer within `range` (engine/core/count_limits.h), else an error naming the key
   // and the range; values beyond int64 (JSON allows them) are refused the
   // same way instead of wrapping around.
   int64_t integer(const std::string& key, int64_t fallback, CountRange range);

@@ -1,7 +1,7 @@
 // Whole-file reads, with errors that name the file: readers load a file
 // completely before parsing it, so a parse error never leaves a half-built
 // result. CRC32C lets a format detect bytes that changed on disk after they
-// were written. Writing is engine/output_file.h's.
+// were written. Writing is engine/core/output_file.h's.
 #pragma once
 
 #include <cstddef>

@@ -1,9 +1,9 @@
-#include "engine/random.h"
+#include "engine/core/random.h"
 
 #include <cmath>
 #include <numbers>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace vqddp {
 

@@ -1,4 +1,4 @@
-#include "engine/cpu_allocator.h"
+#include "engine/core/cpu_allocator.h"
 
 #include <cstdlib>
 #include <mutex>
@@ -7,8 +7,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/parse_number.h"
+#include "engine/core/error.h"
+#include "engine/core/parse_number.h"
 
 namespace vqddp {
 

@@ -1,8 +1,8 @@
-#include "engine/dtype.h"
+#include "engine/core/dtype.h"
 
 #include <fmt/format.h>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace vqddp {
 

@@ -1,8 +1,8 @@
-#include "engine/safetensors.h"
+#include "engine/core/safetensors.h"
 
-#include "engine/file_io.h"
-#include "engine/output_file.h"
-#include "engine/json_strict.h"
+#include "engine/core/file_io.h"
+#include "engine/core/output_file.h"
+#include "engine/core/json_strict.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,11 +1,11 @@
-#include "engine/parse_number.h"
+#include "engine/core/parse_number.h"
 
 #include <fmt/format.h>
 
 #include <charconv>
 #include <limits>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace vqddp {
 

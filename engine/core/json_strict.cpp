@@ -1,10 +1,10 @@
-#include "engine/json_strict.h"
+#include "engine/core/json_strict.h"
 
 #include <iterator>
 #include <set>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace vqddp {
 

@@ -1,7 +1,7 @@
 // Shared random stream ids, one disjoint range per purpose, so that two
 // purposes keyed by the same seed never draw the same bits (a model seeded
 // 0 and its first codebook seeded 0 must not see correlated numbers).
-// Every id stays below 2^32, the shared range (engine/random.h).
+// Every id stays below 2^32, the shared range (engine/core/random.h).
 #pragma once
 
 #include <cstdint>

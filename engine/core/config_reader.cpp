@@ -1,9 +1,9 @@
-#include "engine/config_reader.h"
+#include "engine/core/config_reader.h"
 
 #include <fmt/format.h>
 
-#include "engine/count_limits.h"
-#include "engine/error.h"
+#include "engine/core/count_limits.h"
+#include "engine/core/error.h"
 
 namespace vqddp {
 

@@ -1,6 +1,6 @@
 // How vqddp bounds the counts a user gives it: every config key and
 // command-line flag reads its integer as a 64-bit value checked against a
-// CountRange (engine/parse_number.h) before it is narrowed or used. The
+// CountRange (engine/core/parse_number.h) before it is narrowed or used. The
 // ranges live beside the code that reads them (vq/quantizer_kind.h: the
 // quantizers' keys; train/config.h: the run's; tool/cli_args.h and
 // tool/check_ddp.h: the flags'); this header holds what they share.
@@ -16,7 +16,7 @@
 #include <optional>
 #include <vector>
 
-#include "engine/parse_number.h"
+#include "engine/core/parse_number.h"
 
 namespace vqddp::limits {
 

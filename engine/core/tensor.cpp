@@ -1,4 +1,4 @@
-#include "engine/tensor.h"
+#include "engine/core/tensor.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -7,10 +7,10 @@
 #include <utility>
 
 #include "engine/autograd.h"
-#include "engine/cpu_allocator.h"
+#include "engine/core/cpu_allocator.h"
 #include "engine/device_plans.h"
 #include "engine/ops.h"
-#include "engine/random.h"
+#include "engine/core/random.h"
 
 namespace vqddp {
 
