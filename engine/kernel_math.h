@@ -375,20 +375,21 @@ VQDDP_HD void adamw_update(const AdamWStep& s, float& p, float g, float& m, floa
   p = sub_rn(p, div_rn(mul_rn(s.lr, div_rn(m, s.c1)), add_rn(div_rn(sqrt_rn(v), s.sqrt_c2), s.eps)));
 }
 
-// ---- the VQ assignment (vq/assign.h, engine/cpu/fixed_gemm.h) ------------------------
+// ---- the nearest-row search (engine/cpu/fixed_gemm_argmin.h) -------------------
 //
-// A code's score for a row: bias - factor * dot (|e|^2 - 2 x.e for
-// Euclidean codebooks, 0 - x.e for cosine), a product then a difference.
-VQDDP_HD float code_score(float bias, float factor, float dot) { return sub_rn(bias, mul_rn(factor, dot)); }
+// The score of table row j for a query row: bias_j - factor * dot, a
+// product then a difference. (Its caller, the VQ assignment, passes
+// |e_j|^2 and 2 for Euclidean codebooks, 0 and 1 for cosine ones.)
+VQDDP_HD float nearest_score(float bias, float factor, float dot) { return sub_rn(bias, mul_rn(factor, dot)); }
 
-// The assignment's candidate order: (score, code) beats the current best
-// (best, best_code) when it is a candidate at all (code >= 0) and the best
-// is none yet (best_code < 0), or its score is smaller, or equal with a
-// lower code. Candidates come from scans that keep a score only if it is
+// The search's candidate order: (score, row) beats the current best
+// (best, best_row) when it is a candidate at all (row >= 0) and the best
+// is none yet (best_row < 0), or its score is smaller, or equal with a
+// lower row. Candidates come from scans that keep a score only if it is
 // below +inf (strict <), so NaN and +inf are never chosen. A total order:
-// any merge of partial bests (lanes, threads, tiles) picks the same code.
-VQDDP_HD bool code_better(float score, long long code, float best, long long best_code) {
-  return code >= 0 && (best_code < 0 || score < best || (score == best && code < best_code));
+// any merge of partial bests (lanes, threads, tiles) picks the same row.
+VQDDP_HD bool nearest_better(float score, long long row, float best, long long best_row) {
+  return row >= 0 && (best_row < 0 || score < best || (score == best && row < best_row));
 }
 
 // The best index of a row of k values under arg_better's order, by a
@@ -409,10 +410,10 @@ VQDDP_HD float scale_f64(float x, double factor) { return static_cast<float>(x *
 // only where it is below 1.
 VQDDP_HD double clip_factor(double total_sq, float max_norm) { return max_norm / (::sqrt(total_sq) + 1e-6); }
 
-// ---- the exact-sum grid (vq/code_stats.h) --------------------------------------
+// ---- the exact-sum grid (DeviceKernels::index_add_rows) -------------------------
 //
-// Sums that cross ranks (the codebook's per-code sums, k-means', the affine
-// moments) must not depend on how the rows were split or in which order a
+// Sums that cross ranks (in vq/: a codebook's per-code sums, k-means', the
+// affine moments, vq/code_stats.h) must not depend on how the rows were split or in which order a
 // backend adds the ranks' partials (NCCL fixes none). Each value is first
 // rounded to a grid of spacing q, a power of two agreed by every rank from
 // the largest |value| of all ranks' rows: then every value, every partial

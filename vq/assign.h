@@ -13,7 +13,7 @@
 // on both devices, so the N x K scores are never stored: on the CPU
 // (fixed_gemm_argmin) per panel of codes; on a GPU per 128-row x 128-code
 // tile of the same fixed-order GEMM, each row's per-tile bests then merged
-// in code order (vq/kernels/vq_kernels.cu).
+// in code order (vq/kernels/cuda/vq_kernels.cu).
 #pragma once
 
 #include "engine/core/tensor.h"

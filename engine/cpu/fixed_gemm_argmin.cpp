@@ -19,12 +19,12 @@ constexpr int64_t kArgminRowsPerTask = 256;
 
 void fixed_gemm_argmin(int64_t n, int64_t d, int64_t k, const float* x, const float* embed, const float* bias,
                        float factor, int64_t* out) {
-  VQDDP_CHECK(k > 0 && k < (int64_t{1} << 31), "fixed_gemm_argmin: codebook size {} outside [1, 2^31)", k);
+  VQDDP_CHECK(k > 0 && k < (int64_t{1} << 31), "fixed_gemm_argmin: {} table rows outside [1, 2^31)", k);
   if (n <= 0) return;
   const cpu::GemmIsa& kernels = cpu::active_isa();
   int64_t panels = (k + kernels.nr - 1) / kernels.nr;
   int64_t columns = panels * kernels.nr;
-  // The codebook is packed once per call into the calling thread's
+  // The table is packed once per call into the calling thread's
   // grow-only buffers and shared by every task (read-only); the caller
   // waits for all of them. pack_codes writes every float, padding included.
   thread_local std::vector<float> packed_v, padded_v;

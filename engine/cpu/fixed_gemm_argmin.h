@@ -9,7 +9,7 @@
 namespace vqddp {
 
 // For each row x_i of x (n, d): out[i] = argmin_j bias[j] - factor * dot(x_i, e_j)
-// over the codes e_j of embed (k, d), with dot the fixed_gemm chain, the
+// over the rows e_j of the table embed (k, d), with dot the fixed_gemm chain, the
 // score rounded as written (a product, then a difference), ties to the
 // lowest j, scores that are NaN or +inf never chosen (no number: 0). The
 // n x k scores are never stored. k < 2^31.

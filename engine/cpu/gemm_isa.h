@@ -45,8 +45,8 @@ struct GemmArgs {
 
 // For rows x[r, :] (row-major, d floats each) of one task:
 //   out[r] = argmin_j bias[j] - factor * dot(x_r, e_j), ties to the lowest j,
-// over codes whose score is a number below +inf (none: 0). `packed` is the
-// codebook as pack_codes() laid it out; `bias` has panels * nr entries, the
+// over table rows whose score is a number below +inf (none: 0). `packed` is the
+// table as pack_codes() laid it out; `bias` has panels * nr entries, the
 // padding NaN so it is never chosen.
 struct ArgminArgs {
   int64_t rows = 0, d = 0, panels = 0;
@@ -100,8 +100,8 @@ struct GemmIsa {
   const char* name;
   int mr, nr;  // register tile: rows of A, columns of B
   void (*gemm)(const GemmArgs& args);
-  // embed (k, d) row-major -> panels of nr codes, each (d, nr); `out` holds
-  // ceil(k / nr) * nr * d floats, codes past k are zero.
+  // embed (k, d) row-major -> panels of nr rows, each (d, nr); `out` holds
+  // ceil(k / nr) * nr * d floats, rows past k are zero.
   void (*pack_codes)(const float* embed, int64_t k, int64_t d, float* out);
   void (*argmin)(const ArgminArgs& args);
   void (*conv1d)(const Conv1dArgs& args);

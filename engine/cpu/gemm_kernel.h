@@ -219,7 +219,7 @@ void argmin_blocked(const ArgminArgs& g) {
           int32_t* a = at + (ir + r) * NR;
           const float* t = tile + r * NR;
           for (int l = 0; l < NR; ++l) {
-            float s = code_score(bias[l], g.factor, t[l]);
+            float s = nearest_score(bias[l], g.factor, t[l]);
             bool better = s < b[l];
             b[l] = better ? s : b[l];
             a[l] = better ? j0 + l : a[l];
@@ -233,7 +233,7 @@ void argmin_blocked(const ArgminArgs& g) {
       int64_t result = -1;
       float score = 0.f;
       for (int l = 0; l < NR; ++l)
-        if (code_better(b[l], a[l], score, result)) {
+        if (nearest_better(b[l], a[l], score, result)) {
           score = b[l];
           result = a[l];
         }

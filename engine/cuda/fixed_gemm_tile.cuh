@@ -1,6 +1,6 @@
 // The block tile of the GPU's batch-invariant GEMM, shared by the plain
 // GEMM (kernels_fixed_gemm.cu) and the fused VQ assignment
-// (vq/kernels/vq_kernels.cu), so both compute the same chains.
+// (vq/kernels/cuda/vq_kernels.cu), so both compute the same chains.
 //
 // Fixed 128 x 128 block tiles, 8 x 8 outputs per thread, k in steps of 16
 // through double-buffered shared memory, and never split-K: a thread owns

@@ -43,7 +43,7 @@ void gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* 
 constexpr int64_t kGemmFixedTile = 128;
 // The grid's second dimension, at most 65535 tiles, bounds the columns of
 // every kernel on this tile: the GEMM's, and the fused assignment's codes
-// (vq/kernels/vq_launch.h). Throws an Error naming `what` when n columns do
+// (vq/kernels/cuda/vq_launch.h). Throws an Error naming `what` when n columns do
 // not fit; host-side, defined in backend.cpp (the formatting needs g++).
 void check_gemm_fixed_columns(int64_t n, const char* what);
 // The grid's third dimension, at most 65535 products, bounds a batch.

@@ -271,7 +271,7 @@ TEST_CASE("fixed_gemm_argmin equals the argmin of fixed_gemm_reference scores on
   // Codes 7, 71 and 130 are equal (lanes 7, 7 and 2 of a 32- or 16-code
   // panel, far apart in code order) and nearest to every third row, so
   // their equal scores must go to the lowest code (kernel_math.h,
-  // code_better) however lanes, panels and tasks are merged. Code 40 holds
+  // nearest_better) however lanes, panels and tasks are merged. Code 40 holds
   // a NaN (its scores are NaN: never chosen), code 41's bias is +inf (never
   // chosen), and row 5 holds a NaN (no score is a number: code 0).
   const int64_t n = 700, d = 20, k = 150;
@@ -294,7 +294,7 @@ TEST_CASE("fixed_gemm_argmin equals the argmin of fixed_gemm_reference scores on
     int64_t best_j = -1;
     float best = 0.f;
     for (int64_t j = 0; j < k; ++j) {
-      float s = code_score(bias[j], factor, dots[i * k + j]);
+      float s = nearest_score(bias[j], factor, dots[i * k + j]);
       if (s < INFINITY && (best_j < 0 || s < best)) {  // NaN fails both comparisons
         best = s;
         best_j = j;

@@ -55,7 +55,7 @@ TEST_CASE("assign_codes breaks ties to the lowest code index") {
 
 // K = 100 codes, all far except three identical nearest ones at 35, 50 and
 // 97, so the partial minima every kernel keeps hold equal scores that its
-// merge must settle by code (kernel_math.h, code_better). In the CPU's
+// merge must settle by code (kernel_math.h, nearest_better). In the CPU's
 // panels of 32 or 16 codes they sit in lanes 3, 18 (or 2) and 1, 97 in the
 // partial last panel; on the GPU's 128-code tile one thread holds 35 and
 // 97, another 50. A merge that preferred the lower lane would pick 97.

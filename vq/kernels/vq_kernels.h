@@ -4,10 +4,16 @@
 // CUDA one for a GPU. vq/ calls these for every device; there is no CPU
 // branch beside them.
 //
-// This folder holds each kernel's whole story: this contract, the per-element
-// formulas both backends share (vq_math.h), the CPU loops
-// (cpu_vq_kernels.cpp), the CUDA host side (cuda_vq_kernels.cpp) and its
-// kernels (vq_kernels.cu, launched through vq_launch.h).
+// The two kernel tables follow one convention (docs/devices.md, "Kernel
+// tables"): a contract header (this one; engine/device.h), the per-element
+// formulas both backends share (vq_math.h; engine/kernel_math.h), a folder
+// per backend (cpu/cpu_vq_kernels.cpp; cuda/cuda_vq_kernels.cpp with its
+// kernels cuda/vq_kernels.cu, launched through cuda/vq_launch.h), the
+// simulated device on the CPU's code, and one launch counted per call on
+// sim and cuda (vq_kernels.cpp; engine/counted_kernels.h). The operands
+// are each layer's own: the engine's table sits below Tensor (a tensor
+// allocates through it) and takes device pointers; this one sits above it
+// and takes Tensors, whose shapes it checks nowhere else.
 //
 // No method returns a device value to the host: results land in tensors on
 // the operands' device. What the host must know (metrics, a non-finite row)

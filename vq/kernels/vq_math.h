@@ -1,6 +1,6 @@
 // The VQ layer's per-element formulas, shared by the CPU kernels
-// (vq/kernels/cpu_vq_kernels.cpp, which the simulated device runs too) and the CUDA
-// kernels (vq/kernels/vq_kernels.cu): one definition each, so the backends
+// (vq/kernels/cpu/cpu_vq_kernels.cpp, which the simulated device runs too) and the CUDA
+// kernels (vq/kernels/cuda/vq_kernels.cu): one definition each, so the backends
 // cannot drift apart. Plain C++ for g++, __host__ __device__ under nvcc
 // (VQDDP_HD, engine/kernel_math.h). The float arithmetic uses kernel_math.h's
 // *_rn helpers, so nvcc cannot contract it into FMAs: the GPU rounds after

@@ -5,7 +5,7 @@
 #include "engine/cuda/grid.cuh"
 #include "engine/cuda/launch.h"
 #include "engine/kernel_math.h"
-#include "vq/kernels/vq_launch.h"
+#include "vq/kernels/cuda/vq_launch.h"
 #include "vq/kernels/vq_math.h"
 
 namespace vqddp::cuda {
@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(gemm::kGemmThreads, 2)
     for (int j = 0; j < TN; ++j) {
       int64_t c = col0 + tile_col(j, tx);
       if (c >= k) continue;
-      float score = code_score(bias[c], factor, acc[i][j]);
+      float score = nearest_score(bias[c], factor, acc[i][j]);
       if (score < best) {
         best = score;
         at = static_cast<int>(c);
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(gemm::kGemmThreads, 2)
     for (int off = 8; off > 0; off /= 2) {
       float other = __shfl_xor_sync(0xffffffffu, best, off);
       int other_at = __shfl_xor_sync(0xffffffffu, at, off);
-      if (code_better(other, other_at, best, at)) {
+      if (nearest_better(other, other_at, best, at)) {
         best = other;
         at = other_at;
       }
@@ -70,7 +70,7 @@ __global__ void assign_merge_kernel(int64_t n, int64_t tiles, const float* part_
     float best = INFINITY;
     int at = -1;
     for (int64_t t = 0; t < tiles; ++t)
-      if (code_better(part_score[r * tiles + t], part_code[r * tiles + t], best, at)) {
+      if (nearest_better(part_score[r * tiles + t], part_code[r * tiles + t], best, at)) {
         best = part_score[r * tiles + t];
         at = static_cast<int>(part_code[r * tiles + t]);
       }

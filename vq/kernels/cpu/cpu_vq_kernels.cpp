@@ -1,6 +1,6 @@
 // The VQ kernels for memory the host can address: the CPU, and the
 // simulated device (whose arithmetic is the CPU's by definition). The
-// reference the CUDA kernels (vq/kernels/vq_kernels.cu) match bit for bit; the
+// reference the CUDA kernels (vq/kernels/cuda/vq_kernels.cu) match bit for bit; the
 // shared formulas are in vq_math.h.
 #include <cmath>
 #include <vector>

@@ -1,4 +1,4 @@
-// The VQ kernels on a GPU (vq/kernels/vq_kernels.cu): what cpu_vq_kernels.cpp
+// The VQ kernels on a GPU (vq/kernels/cuda/vq_kernels.cu): what cpu_vq_kernels.cpp
 // computes, bit for bit wherever the inputs are the same (the perplexity,
 // a metric, within rounding). Scratch comes from the engine's caching
 // allocator as tensors on the stream's device.
@@ -10,7 +10,7 @@
 
 #include "engine/cuda/launch.h"
 #include "engine/cuda/runtime.h"
-#include "vq/kernels/vq_launch.h"
+#include "vq/kernels/cuda/vq_launch.h"
 #include "vq/kernels/vq_kernels.h"
 
 namespace vqddp {
