@@ -20,9 +20,11 @@
 using namespace vqddp;
 using namespace vqddp::test;
 
-namespace {
+// A named namespace, not an anonymous one: the sanitized builds are unity
+// builds, where this file's helpers meet the other comm tests' in one unit.
+namespace op_table_exact {
 
-constexpr ThreadGroupOptions kShort{.timeout = std::chrono::milliseconds(3000)};
+constexpr ThreadGroupOptions kRanksTimeout{.timeout = std::chrono::milliseconds(3000)};
 constexpr int64_t kTile = 3;  // each batched input holds this many times the table's examples
 
 // A case's global batch: its inputs with the batched ones tiled along
@@ -155,8 +157,6 @@ std::vector<Tensor> exact_step(const OpCase& c, const Batch& b, Communicator& co
   return grads_of(inputs);
 }
 
-}  // namespace
-
 TEST_CASE("op table in an exact step: every case's gradients equal the non-exact ones on 1 rank and are bit for bit "
           "the same on 2 and 3 ranks, uneven splits and an empty rank included") {
   std::vector<OpCase> table = op_table();
@@ -175,7 +175,7 @@ TEST_CASE("op table in an exact step: every case's gradients equal the non-exact
     const int64_t u = static_cast<int64_t>(units.size());
     REQUIRE(u >= 3);
     std::vector<Tensor> one;
-    run_ranks(1, [&](Communicator& comm) { one = exact_step(c, b, comm, units, {u}, y_shape); }, kShort);
+    run_ranks(1, [&](Communicator& comm) { one = exact_step(c, b, comm, units, {u}, y_shape); }, kRanksTimeout);
     for (size_t k = 0; k < one.size(); ++k) {
       if (!reference[k].defined()) continue;
       CAPTURE(k);
@@ -186,7 +186,7 @@ TEST_CASE("op table in an exact step: every case's gradients equal the non-exact
       const int world = static_cast<int>(split.size());
       std::vector<std::vector<Tensor>> got(world);
       run_ranks(world, [&](Communicator& comm) { got[comm.rank()] = exact_step(c, b, comm, units, split, y_shape); },
-                kShort);
+                kRanksTimeout);
       ++splits_run;
       for (size_t k = 0; k < one.size(); ++k) {
         if (!one[k].defined()) continue;
@@ -208,3 +208,5 @@ TEST_CASE("op table in an exact step: every case's gradients equal the non-exact
   CHECK(per_example > 40);
   CHECK(contracted >= 4);
 }
+
+}  // namespace op_table_exact
