@@ -134,7 +134,7 @@ double max_abs(const Tensor& t) {
 bool close(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape()) return false;
   std::vector<float> x = a.to_vector<float>(), y = b.to_vector<float>();
-  double tol = 2e-6 * std::max(1.0, max_abs(b)) * 8;
+  const double tol = 1.6e-5 * std::max(1.0, max_abs(b));
   for (size_t i = 0; i < x.size(); ++i)
     if (!(std::fabs(double(x[i]) - double(y[i])) <= tol)) return false;
   return true;

@@ -133,16 +133,15 @@ inline std::vector<OpCase> op_table() {
   in_step({0, 1});
   t.push_back({"div", {in({3, 4}), positive_input({3, 4})}, [](const V& v) { return div(v[0], v[1]); }});
   in_step({0, 1});
+  // A column has a value per row: batched with them. A row or a scalar is
+  // a parameter broadcast over the batch.
   for (const auto& [what, shape] : {std::pair<const char*, Shape>{"row", {4}}, {"col", {3, 1}}, {"scalar", {}}}) {
     std::string b = std::string(" bcast ") + what;
-    t.push_back({"add" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return add(v[0], v[1]); }});
-    t.push_back({"sub" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return sub(v[1], v[0]); }});
-    t.push_back({"mul" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return mul(v[1], v[0]); }});
-    t.push_back({"div" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return div(v[0], v[1]); }});
-    // A column has a value per row: batched with them. A row or a scalar
-    // is a parameter broadcast over the batch.
-    if (shape.size() == 2)
-      for (size_t k = 0; k < 4; ++k) t[t.size() - 1 - k].step = InStep{{0, 1}, true};
+    const InStep step = shape.size() == 2 ? InStep{{0, 1}} : InStep{};
+    t.push_back({"add" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return add(v[0], v[1]); }, true, 0, step});
+    t.push_back({"sub" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return sub(v[1], v[0]); }, true, 0, step});
+    t.push_back({"mul" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return mul(v[1], v[0]); }, true, 0, step});
+    t.push_back({"div" + b, {in({3, 4}), positive_input(shape)}, [](const V& v) { return div(v[0], v[1]); }, true, 0, step});
   }
   t.push_back({"mul outer [3,1]x[4]", {positive_input({3, 1}), positive_input({4})}, [](const V& v) { return mul(v[0], v[1]); }});
   t.push_back({"scalar add, mul", {in({3, 4})}, [](const V& v) { return mul(add(v[0], 2.f), 0.5f); }});
@@ -202,15 +201,14 @@ inline std::vector<OpCase> op_table() {
                }, false});
 
   // ---- matmul, every transpose combination (K = 4)
+  // a^T b contracts the examples (both batched); a^T b^T would need b's
+  // columns split by example: parameters alone.
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       t.push_back({std::string("matmul") + (ta ? " ta" : "") + (tb ? " tb" : ""),
                    {in(ta ? Shape{4, 3} : Shape{3, 4}), in(tb ? Shape{5, 4} : Shape{4, 5})},
-                   [=](const V& v) { return matmul(v[0], v[1], ta, tb); }, true, 4});
-  // a^T b contracts the examples (both batched); a^T b^T would need b's
-  // columns split by example: parameters alone.
-  t[t.size() - 2].step = InStep{{0, 1}, false};
-  t[t.size() - 1].step = InStep{{}, true};
+                   [=](const V& v) { return matmul(v[0], v[1], ta, tb); }, true, 4,
+                   !ta ? InStep{} : tb ? InStep{{}, true} : InStep{{0, 1}, false}});
 
   // ---- shape ops (squared after, so the gradient is not all ones)
   // reshape: two rows of 3 to one of 6 (in an exact step, an example is two rows).
