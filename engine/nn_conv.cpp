@@ -99,11 +99,15 @@ Tensor ConvLayer::weight() const {
 }
 
 Shape conv_weight_shape(int dims, bool transposed, int64_t in, int64_t out, int64_t kernel, int64_t groups) {
+  return conv_weight_shape(transposed, in, out, Shape(static_cast<size_t>(dims), kernel), groups);
+}
+
+Shape conv_weight_shape(bool transposed, int64_t in, int64_t out, const Shape& kernel, int64_t groups) {
   VQDDP_CHECK(groups >= 1 && in % groups == 0 && out % groups == 0,
               "Conv{}{}d({}, {}): both channel counts must be divisible by groups {}", transposed ? "Transpose" : "",
-              dims, in, out, groups);
+              kernel.size(), in, out, groups);
   Shape shape = transposed ? Shape{in, out / groups} : Shape{out, in / groups};
-  for (int d = 0; d < dims; ++d) shape.push_back(kernel);
+  shape.insert(shape.end(), kernel.begin(), kernel.end());
   return shape;
 }
 

@@ -2,6 +2,8 @@
 // ConvTranspose2d) and weight normalization, on ops.h's convolutions.
 #pragma once
 
+#include <array>
+
 #include "engine/nn.h"
 #include "engine/ops.h"
 
@@ -62,6 +64,8 @@ struct ConvLayerOptions {
 // [in, out / groups, k...] for a transposed one, with `dims` kernel sizes
 // k; throws naming the layer when a channel count is not divisible by groups.
 Shape conv_weight_shape(int dims, bool transposed, int64_t in, int64_t out, int64_t kernel, int64_t groups);
+// The same with one size per dimension (a 2-D kernel kh x kw).
+Shape conv_weight_shape(bool transposed, int64_t in, int64_t out, const Shape& kernel, int64_t groups);
 
 // A convolution layer: `Op` (ops.h) with its options, the weight and bias of
 // ConvLayer. Square kernels for 2-D.
@@ -73,6 +77,13 @@ class Conv : public ConvLayer {
        const ConvLayerOptions& layer = {})
       : ConvLayer(conv_weight_shape(Dims, Transposed, in, out, kernel, o.groups), out, gen, layer.weight_norm,
                   layer.bias),
+        options(o) {}
+  // A kernel of its own size per dimension: the 2-D layers' kh x kw (the
+  // adversarial discriminators' (5, 1) and (9, 3) kernels, train/discriminators.h).
+  Conv(int64_t in, int64_t out, const std::array<int64_t, Dims>& kernel, Generator& gen, const Options& o = {},
+       const ConvLayerOptions& layer = {})
+      : ConvLayer(conv_weight_shape(Transposed, in, out, Shape(kernel.begin(), kernel.end()), o.groups), out, gen,
+                  layer.weight_norm, layer.bias),
         options(o) {}
   Tensor forward(const Tensor& x) override { return Op(x, weight(), bias, options); }
   Options options;

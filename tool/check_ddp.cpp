@@ -44,6 +44,14 @@ NamedTensors host_gradients(const CodecModel& model) {
   return host_copies(grads);
 }
 
+// The codec's parameters, then a GAN's discriminators' ("discriminator.*").
+NamedTensors all_parameters(const CodecModel& model, const DiscriminatorState* discriminator) {
+  NamedTensors out = model.named_parameters();
+  if (discriminator)
+    for (auto& [n, t] : discriminator->model.named_parameters()) out.emplace_back("discriminator." + n, t);
+  return host_copies(out);
+}
+
 // The three kinds of tensors, in the order they are reported.
 enum Kind { kState, kGrad, kParam };
 constexpr Kind kKinds[] = {kState, kGrad, kParam};
@@ -83,16 +91,18 @@ CheckDdpResult check_whole_run(const Config& cfg, const Dataset& data, const Che
   std::vector<NamedTensors> one(o.steps);
   {
     TrainOptions opt = quiet();
-    opt.after_step = [&](int64_t step, int, const CodecModel& model, Optimizer& optim) {
-      one[step - 1] = host_copies(checkpoint_tensors(model, optim));
+    opt.after_step = [&](int64_t step, int, const CodecModel& model, Optimizer& optim,
+                         const DiscriminatorState* discriminator) {
+      one[step - 1] = host_copies(checkpoint_tensors(model, optim, discriminator));
     };
     train(thread_ranks(cfg, 1), data, opt);
   }
   r.tensors = static_cast<int64_t>(one[0].size());
   std::mutex mu;
   TrainOptions opt = quiet();
-  opt.after_step = [&](int64_t step, int rank, const CodecModel& model, Optimizer& optim) {
-    NamedTensors got = host_copies(checkpoint_tensors(model, optim));
+  opt.after_step = [&](int64_t step, int rank, const CodecModel& model, Optimizer& optim,
+                       const DiscriminatorState* discriminator) {
+    NamedTensors got = host_copies(checkpoint_tensors(model, optim, discriminator));
     const NamedTensors& want = one[step - 1];
     std::string failure;
     for (size_t i = 0; i < want.size() && failure.empty(); ++i) {
@@ -275,10 +285,11 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
     Config c = thread_ranks(cfg, 1);
     TrainOptions opt = quiet();
     opt.after_gradients = [&](int64_t step, int, const CodecModel& model) { one[step - 1].grads = host_gradients(model); };
-    opt.after_step = [&](int64_t step, int, const CodecModel& model, Optimizer& optim) {
+    opt.after_step = [&](int64_t step, int, const CodecModel& model, Optimizer& optim,
+                         const DiscriminatorState* discriminator) {
       one[step - 1].state = host_copies(model.named_buffers());
-      one[step - 1].params = host_copies(model.named_parameters());
-      save_checkpoint(state_file(step), model, optim, step, o.steps, cfg.source);
+      one[step - 1].params = all_parameters(model, discriminator);
+      save_checkpoint(state_file(step), model, optim, step, o.steps, cfg.source, nullptr, discriminator);
     };
     train(c, data, opt);
   }
@@ -291,9 +302,10 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
     opt.stop_at_step = step;
     std::vector<Snapshot> ranks(o.world);
     opt.after_gradients = [&](int64_t, int rank, const CodecModel& model) { ranks[rank].grads = host_gradients(model); };
-    opt.after_step = [&](int64_t, int rank, const CodecModel& model, Optimizer&) {
+    opt.after_step = [&](int64_t, int rank, const CodecModel& model, Optimizer&,
+                         const DiscriminatorState* discriminator) {
       ranks[rank].state = host_copies(model.named_buffers());
-      ranks[rank].params = host_copies(model.named_parameters());
+      ranks[rank].params = all_parameters(model, discriminator);
     };
     try {
       train(c, data, opt);

@@ -417,7 +417,8 @@ std::string facts_section(const fs::path& dir, const RunFacts& run, const Metric
 
 std::string training_sections(const Metrics& m) {
   auto quantizer = [](const TrainLine& l) -> std::optional<double> {
-    if (!l.loss || !l.recon) return std::nullopt;
+    if (l.quantizer) return l.quantizer;
+    if (!l.loss || !l.recon || l.adversarial) return std::nullopt;  // older lines: what else the loss held
     return *l.loss - *l.recon;
   };
   std::string out = "<h2>Training loss</h2>";
@@ -426,8 +427,17 @@ std::string training_sections(const Metrics& m) {
                     .y_title = "loss",
                     .series = {collect(m.train, "loss", [](const TrainLine& l) { return l.loss; }),
                                collect(m.train, "recon", [](const TrainLine& l) { return l.recon; }),
-                               collect(m.train, "quantizer (loss - recon)", quantizer)},
+                               collect(m.train, "quantizer", quantizer)},
                     .log_y_if_wide = true});
+  if (std::any_of(m.train.begin(), m.train.end(), [](const TrainLine& l) { return l.adversarial.has_value(); })) {
+    out += "<h2>Adversarial losses</h2>";
+    out += line_plot({.label = "adversarial losses",
+                      .x_title = "step",
+                      .y_title = "loss",
+                      .series = {collect(m.train, "discriminators", [](const TrainLine& l) { return l.discriminator; }),
+                                 collect(m.train, "codec: adversarial", [](const TrainLine& l) { return l.adversarial; }),
+                                 collect(m.train, "codec: feature matching", [](const TrainLine& l) { return l.feature; })}});
+  }
   out += "<h2>Learning rate</h2>";
   Series lr = collect(m.train, "learning rate", [](const TrainLine& l) { return l.lr; });
   out += lr.xs.empty() ? R"(<p class="note">no "lr" in metrics.jsonl (the run predates its logging)</p>)"

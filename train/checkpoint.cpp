@@ -9,6 +9,7 @@ namespace vqddp {
 namespace {
 constexpr const char* kFormat = "vqddp-checkpoint/2";           // what save_checkpoint writes: checksummed
 constexpr const char* kFormatUnchecked = "vqddp-checkpoint/1";  // before checksums: loads unverified
+constexpr const char* kDiscriminator = "discriminator.";          // a GAN's discriminators' prefix
 
 // The model's part of a checkpoint: what inference needs.
 NamedTensors model_tensors(const Module& model) {
@@ -20,15 +21,19 @@ NamedTensors model_tensors(const Module& model) {
 
 }  // namespace
 
-NamedTensors checkpoint_tensors(const Module& model, Optimizer& optim) {
+NamedTensors checkpoint_tensors(const Module& model, Optimizer& optim, const DiscriminatorState* discriminator) {
   NamedTensors out = model_tensors(model);
   for (auto& [n, t] : optim.state()) out.emplace_back("optim." + n, t);
+  if (discriminator)
+    for (auto& [n, t] : checkpoint_tensors(discriminator->model, discriminator->optim))
+      out.emplace_back(kDiscriminator + n, t);
   return out;
 }
 
 void save_checkpoint(const std::string& path, const Module& model, Optimizer& optim, int64_t step,
-                     int64_t total_steps, const nlohmann::json& config, const nlohmann::json& data) {
-  NamedTensors all = checkpoint_tensors(model, optim);
+                     int64_t total_steps, const nlohmann::json& config, const nlohmann::json& data,
+                     const DiscriminatorState* discriminator) {
+  NamedTensors all = checkpoint_tensors(model, optim, discriminator);
   all.emplace_back("train.step", full({1}, static_cast<double>(step), DType::i64));
   std::map<std::string, std::string> meta{
       {"format", kFormat}, {"config", config.dump()}, {"total_steps", std::to_string(total_steps)}};
@@ -85,7 +90,8 @@ void copy_checked(const SafetensorsFile& f, NamedTensors live, const Module& mod
                 stored_t.desc(), t.desc());
   }
   for (const auto& [name, _] : f.tensors) {
-    bool known = name == "train.step" || (weights_only && name.starts_with("optim."));
+    bool known = name == "train.step" ||
+                 (weights_only && (name.starts_with("optim.") || name.starts_with(kDiscriminator)));
     for (const auto& [n, _] : live) known |= n == name;
     VQDDP_CHECK(known, "{}: does not match the model: the checkpoint has tensor '{}', the model does not", path, name);
   }
@@ -102,7 +108,7 @@ void copy_checked(const SafetensorsFile& f, NamedTensors live, const Module& mod
 
 nlohmann::json continuation_keys(const nlohmann::json& c) {
   nlohmann::json out = nlohmann::json::object();
-  for (const char* section : {"model", "quantizer", "data", "optimizer"})
+  for (const char* section : {"model", "quantizer", "data", "optimizer", "gan"})
     out[section] = c.contains(section) ? c[section] : nlohmann::json::object();
   nlohmann::json schedule = c.value("schedule", nlohmann::json::object());
   for (const char* key : {"batch_size", "drop_last"})
@@ -140,7 +146,7 @@ nlohmann::json checkpoint_config(const SafetensorsFile& f) {
 }
 
 int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim, int64_t total_steps,
-                        const nlohmann::json* config) {
+                        const nlohmann::json* config, const DiscriminatorState* discriminator) {
   SafetensorsFile f = read_checkpoint(path);
   int64_t step = checkpoint_step(f);
   VQDDP_CHECK(step <= total_steps, "{}: tensor 'train.step' holds {}, past the {} steps of this run's schedule", path,
@@ -166,7 +172,12 @@ int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim
                 path, length->second, total_steps);
   std::map<std::string, ValueRange> ranges;
   for (auto& [n, r] : optim.state_ranges()) ranges["optim." + n] = r;
-  copy_checked(f, checkpoint_tensors(model, optim), model, ranges, false);
+  if (discriminator) {
+    for (auto& [n, r] : discriminator->optim.state_ranges()) ranges[std::string(kDiscriminator) + "optim." + n] = r;
+    for (auto& [n, r] : discriminator->model.named_buffer_ranges())
+      ranges[std::string(kDiscriminator) + "buffer." + n] = r;
+  }
+  copy_checked(f, checkpoint_tensors(model, optim, discriminator), model, ranges, false);
   return step;
 }
 

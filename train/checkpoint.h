@@ -1,6 +1,7 @@
 // Checkpoints: one safetensors file holding everything a run needs to go
 // on bit for bit: parameters ("param.*"), buffers such as codebooks and
-// their counters ("buffer.*"), optimizer state ("optim.*"), the step
+// their counters ("buffer.*"), optimizer state ("optim.*"), a GAN's
+// discriminators and their optimizer ("discriminator.*"), the step
 // ("train.step"), and the config JSON in the metadata. The data order needs
 // no state of its own: it is a function of (seed, epoch) (train/schedule.h).
 // Written atomically (temp file + rename) by rank 0; read by every rank.
@@ -24,12 +25,22 @@
 
 namespace vqddp {
 
+// A GAN run's discriminators and their optimizer (train/gan.h): a
+// checkpoint keeps them beside the codec, their tensors named
+// "discriminator." + the codec's scheme ("discriminator.param.*",
+// "discriminator.optim.*"). Inference (load_model_weights) passes over them.
+struct DiscriminatorState {
+  const Module& model;
+  Optimizer& optim;
+};
+
 // `total_steps` (the schedule's length) is kept in the metadata beside the
 // config: under a cosine schedule a resume must have the same. `data`, when
 // given, is what the data set turned out to be and the config may leave
 // open (data_facts below), kept as the metadata 'data'.
 void save_checkpoint(const std::string& path, const Module& model, Optimizer& optim, int64_t step,
-                     int64_t total_steps, const nlohmann::json& config, const nlohmann::json& data = nullptr);
+                     int64_t total_steps, const nlohmann::json& config, const nlohmann::json& data = nullptr,
+                     const DiscriminatorState* discriminator = nullptr);
 
 // The data facts a checkpoint keeps for inference: {"example_dim": F,
 // "sample_rate": Hz (0 for images)}. data.sample_rate 0 in a config means
@@ -57,8 +68,11 @@ int64_t load_model_weights(const SafetensorsFile& checkpoint, Module& model);
 // checkpoint's; the first differing key is named. Under lr_schedule cosine
 // `total_steps` must also be the checkpoint's run's length (when it was
 // stored: checkpoints before it resume unchecked).
+// With `discriminator`, its tensors are loaded and checked alike (a GAN
+// run's checkpoint must hold them; a checkpoint without one cannot resume
+// a GAN run, the config differing at 'gan' anyway).
 int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim, int64_t total_steps,
-                        const nlohmann::json* config = nullptr);
+                        const nlohmann::json* config = nullptr, const DiscriminatorState* discriminator = nullptr);
 
 // The parts of a config that a bit-exact continuation depends on: model,
 // quantizer, data, optimizer, schedule.batch_size and drop_last, run.seed.
@@ -72,7 +86,8 @@ int64_t checkpoint_step(const SafetensorsFile& checkpoint);
 // Its config: the metadata 'config', which must be JSON.
 nlohmann::json checkpoint_config(const SafetensorsFile& checkpoint);
 
-// The tensors a checkpoint of `model` + `optim` holds, by name.
-NamedTensors checkpoint_tensors(const Module& model, Optimizer& optim);
+// The tensors a checkpoint of `model` + `optim` (+ `discriminator`) holds, by name.
+NamedTensors checkpoint_tensors(const Module& model, Optimizer& optim,
+                                const DiscriminatorState* discriminator = nullptr);
 
 }  // namespace vqddp

@@ -41,6 +41,7 @@ void read_model(ConfigSection s, ModelConfig& m) {
     m.residual_units = s.integer("residual_units", m.residual_units, limits::residual_units);
     m.waveform_loss = s.choice("waveform_loss", m.waveform_loss, {"l1", "l2"});
     m.spectral_weight = s.number("spectral_weight", m.spectral_weight);
+    m.mel_weight = s.number("mel_weight", m.mel_weight);
   }
   if (m.type == "conv_vqvae") m.channels = s.integers("channels", {32, 64}, limits::width);
   if (auto [key, why] = model_config_problem(m); !key.empty()) s.fail(key, why);
@@ -86,6 +87,29 @@ void read_optimizer(ConfigSection s, OptimizerConfig& o) {
   o.final_lr_fraction = s.number("final_lr_fraction", o.final_lr_fraction);
   if (!(o.lr > 0)) s.fail("lr", "must be positive");
   if (!(o.final_lr_fraction >= 0 && o.final_lr_fraction <= 1)) s.fail("final_lr_fraction", "must be in [0, 1]");
+  s.finish();
+}
+
+void read_gan(ConfigSection s, GanConfig& g) {
+  g.enabled = true;
+  g.periods = s.integers("periods", g.periods, limits::period);
+  g.period_channels = s.integers("period_channels", g.period_channels, limits::width);
+  g.stft_windows_given = s.has("stft_windows");
+  if (g.stft_windows_given) g.stft_windows = s.integers("stft_windows", {}, limits::stft_window);
+  g.stft_filters = s.integer("stft_filters", g.stft_filters, limits::width);
+  g.loss = s.choice("loss", g.loss, {"hinge", "least_squares"});
+  g.adversarial_weight = s.number("adversarial_weight", g.adversarial_weight);
+  g.feature_weight = s.number("feature_weight", g.feature_weight);
+  g.warmup_steps = s.integer("warmup_steps", g.warmup_steps, limits::config_steps);
+  g.update_every = s.integer("update_every", g.update_every, limits::log_every);
+  g.update_probability = s.number("update_probability", g.update_probability);
+  read_optimizer(s.section("optimizer"), g.optimizer);
+  if (g.periods.empty() && g.stft_windows_given && g.stft_windows.empty())
+    s.fail("periods", "and stft_windows are both empty: a GAN needs at least one discriminator");
+  if (!g.periods.empty() && g.period_channels.empty()) s.fail("period_channels", "needs at least one stage");
+  if (!(g.adversarial_weight >= 0)) s.fail("adversarial_weight", "must be >= 0");
+  if (!(g.feature_weight >= 0)) s.fail("feature_weight", "must be >= 0");
+  if (!(g.update_probability > 0 && g.update_probability <= 1)) s.fail("update_probability", "must be in (0, 1]");
   s.finish();
 }
 
@@ -145,6 +169,12 @@ Config parse_config(const nlohmann::json& j, const std::string& file) {
                                             c.quantizer.type()));
   read_data(root.section("data"), c.data);
   read_optimizer(root.section("optimizer"), c.optimizer);
+  if (root.has("gan")) {
+    read_gan(root.section("gan"), c.gan);
+    if (c.model.type != "conv_codec" || c.data.type != "wav_frames")
+      root.fail("gan", fmt::format("trains a waveform codec's discriminators: it needs model.type \"conv_codec\" and "
+                                   "data.type \"wav_frames\", got \"{}\" and \"{}\"", c.model.type, c.data.type));
+  }
   read_schedule(root.section("schedule"), c.schedule);
   read_distributed(root.section("distributed"), c.distributed);
   read_run(root.section("run"), c.run);

@@ -1,6 +1,7 @@
 // The training run's configuration, read from JSON.
 //
-// Sections: model, quantizer, data, optimizer, schedule, distributed, run.
+// Sections: model, quantizer, data, optimizer, gan (optional), schedule,
+// distributed, run.
 // Quantizer keys follow vector-quantize-pytorch where the concept exists
 // there (codebook_size, decay, commitment_weight, threshold_ema_dead_code,
 // kmeans_init, kmeans_iters, use_cosine_sim, learnable_codebook,
@@ -41,6 +42,8 @@ inline constexpr CountRange readers{1, 64};                  // data.readers (th
 inline constexpr CountRange prefetch{0, 1024};               // data.prefetch (steps read ahead)
 inline constexpr CountRange optional_count{0, kNoLimit};    // max_files, max_examples (0: all)
 inline constexpr CountRange hidden_layers{1, 256};        // model.hidden_layers
+inline constexpr CountRange period{2, 1024};                 // gan.periods
+inline constexpr CountRange stft_window{16, 65536};          // gan.stft_windows
 }  // namespace limits
 
 struct ModelConfig {
@@ -64,6 +67,7 @@ struct ModelConfig {
   bool weight_norm = true;       // conv types: every convolution weight-normalized
   std::string waveform_loss = "l2";  // conv_codec: l1 or l2 (mse) on the waveform
   double spectral_weight = 0;    // conv_codec: weight of the multi-resolution STFT loss
+  double mel_weight = 0;         // conv_codec: weight of the multi-resolution log-mel loss (DAC's mel loss)
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -82,6 +86,32 @@ struct OptimizerConfig {
   std::string lr_schedule = "constant";
   double final_lr_fraction = 0.1;
   bool operator==(const OptimizerConfig&) const = default;
+};
+
+// The "gan" section: adversarial training of a conv_codec (train/gan.h).
+// Absent: no discriminator, the codec trains on its reconstruction and
+// quantizer losses alone.
+struct GanConfig {
+  bool enabled = false;  // the section is present
+  // Multi-period discriminators (HiFi-GAN, DAC), one per period; empty: none.
+  std::vector<int64_t> periods{2, 3, 5, 7, 11};
+  std::vector<int64_t> period_channels{8, 16, 32};  // each strided stage's channels
+  // Multi-scale STFT discriminators (EnCodec), one per window (n_fft, hop a
+  // quarter); empty in the file: none. Not given: EnCodec's 2048/1024/512
+  // at 24 kHz scaled to the sample rate (powers of two).
+  std::vector<int64_t> stft_windows;
+  bool stft_windows_given = false;
+  int64_t stft_filters = 8;
+  std::string loss = "hinge";       // hinge, least_squares
+  double adversarial_weight = 1;    // the generator's adversarial loss
+  double feature_weight = 2;        // feature matching (L1 relative to the real features)
+  int64_t warmup_steps = 0;         // steps with no adversarial loss and no discriminator update
+  // Which steps update the discriminators, from the step and run.seed alone:
+  // every update_every-th step, each with probability update_probability.
+  int64_t update_every = 1;
+  double update_probability = 1;
+  OptimizerConfig optimizer;        // the discriminators' (lr_schedule and all)
+  bool operator==(const GanConfig&) const = default;
 };
 
 struct ScheduleConfig {
@@ -121,6 +151,7 @@ struct Config {
   QuantizerConfig quantizer;
   DataConfig data;
   OptimizerConfig optimizer;
+  GanConfig gan;
   ScheduleConfig schedule;
   DistributedConfig distributed;
   RunConfig run;

@@ -21,7 +21,8 @@ Shape batched(int64_t n, const Shape& example) {
 
 }  // namespace
 
-CodecModel::CodecModel(const ModelConfig& m, const QuantizerConfig& q, int64_t input_dim, uint64_t seed)
+CodecModel::CodecModel(const ModelConfig& m, const QuantizerConfig& q, int64_t input_dim, uint64_t seed,
+                       double sample_rate)
     : mcfg_(m), input_dim_(input_dim) {
   Generator gen(seed, streams::kInit);  // the same initial weights on every rank (DDP broadcasts them anyway)
   net_ = make_network(m, input_dim, gen);
@@ -37,6 +38,14 @@ CodecModel::CodecModel(const ModelConfig& m, const QuantizerConfig& q, int64_t i
                 input_dim);
     spectral_ = std::make_unique<MultiResolutionStftLoss>(
         std::vector<std::pair<int64_t, int64_t>>{{64, 16}, {128, 32}, {256, 64}});
+  }
+  if (m.mel_weight > 0 && sample_rate > 0) {
+    // DAC's mel loss scaled to short segments: windows of 8 to 64 ms at
+    // 8 kHz, hop a quarter window, mel bands doubling with the window.
+    VQDDP_CHECK(input_dim >= 512, "model.mel_weight needs data.frame >= 512 (the longest mel window), got {}",
+                input_dim);
+    mel_ = std::make_unique<MultiResolutionMelLoss>(
+        sample_rate, std::vector<std::array<int64_t, 3>>{{64, 16, 10}, {128, 32, 20}, {256, 64, 40}, {512, 128, 80}});
   }
 }
 
@@ -101,6 +110,11 @@ ModelOutput CodecModel::forward(const Tensor& x, Communicator& comm) {
   if (spectral_)
     out.reconstruction_loss =
         add(out.reconstruction_loss, mul((*spectral_)(x, y, comm), static_cast<float>(mcfg_.spectral_weight)));
+  if (mcfg_.mel_weight > 0) {
+    VQDDP_CHECK(mel_, "model.mel_weight needs the audio's sample rate: this model was built without one");
+    out.reconstruction_loss =
+        add(out.reconstruction_loss, mul((*mel_)(x, y, comm), static_cast<float>(mcfg_.mel_weight)));
+  }
   return out;
 }
 

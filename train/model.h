@@ -6,6 +6,7 @@
 //            -> decoder -> reconstruction (N, F)
 //   loss = waveform/pixel loss (mse; l1 by model.waveform_loss)
 //        + model.spectral_weight * multi-resolution STFT loss (conv_codec)
+//        + model.mel_weight * multi-resolution log-mel loss (conv_codec)
 //        + quantizer loss
 #pragma once
 
@@ -32,7 +33,11 @@ struct ModelOutput {
 
 class CodecModel : public Module {
  public:
-  CodecModel(const ModelConfig& model, const QuantizerConfig& quantizer, int64_t input_dim, uint64_t seed);
+  // sample_rate: the audio's (Hz), which the log-mel loss's filters need;
+  // 0 for images, or to build a model for inference only (a forward with
+  // model.mel_weight > 0 then throws).
+  CodecModel(const ModelConfig& model, const QuantizerConfig& quantizer, int64_t input_dim, uint64_t seed,
+             double sample_rate = 0);
 
   // Every rank must call in training (also with N = 0).
   ModelOutput forward(const Tensor& x, Communicator& comm);
@@ -64,6 +69,7 @@ class CodecModel : public Module {
   Network net_;
   std::shared_ptr<Quantizer> quantizer_;
   std::unique_ptr<MultiResolutionStftLoss> spectral_;
+  std::unique_ptr<MultiResolutionMelLoss> mel_;
 };
 
 }  // namespace vqddp

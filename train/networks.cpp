@@ -165,6 +165,9 @@ std::pair<std::string, std::string> model_config_problem(const ModelConfig& m) {
   if (m.type == "conv_vqvae" && m.channels.size() != 2)
     return {"channels", "needs two entries for conv_vqvae (its two stages)"};
   if (!(m.spectral_weight >= 0)) return {"spectral_weight", "must be at least 0"};
+  if (!(m.mel_weight >= 0)) return {"mel_weight", "must be at least 0"};
+  if (m.mel_weight > 0 && m.type != "conv_codec")
+    return {"mel_weight", fmt::format("applies to conv_codec only (a log-mel loss on audio), not {}", m.type)};
   if (m.spectral_weight > 0 && m.type != "conv_codec")
     return {"spectral_weight", fmt::format("applies to conv_codec only (an STFT loss on audio), not {}", m.type)};
   return {};

@@ -69,6 +69,10 @@ json to_json(const TrainLine& l) {
   json j{{"step", l.step}};
   put(j, "loss", l.loss);
   put(j, "recon", l.recon);
+  put(j, "quantizer", l.quantizer);
+  put(j, "discriminator", l.discriminator);
+  put(j, "adversarial", l.adversarial);
+  put(j, "feature", l.feature);
   put(j, "revived", l.revived);
   put(j, "lr", l.lr);
   put(j, "steps_per_s", l.steps_per_s);
@@ -141,6 +145,10 @@ std::optional<TrainLine> train_line_from_json(const json& j) {
   l.step = *step;
   l.loss = number(j, "loss");
   l.recon = number(j, "recon");
+  l.quantizer = number(j, "quantizer");
+  l.discriminator = number(j, "discriminator");
+  l.adversarial = number(j, "adversarial");
+  l.feature = number(j, "feature");
   l.revived = integer(j, "revived");
   l.lr = number(j, "lr");
   l.steps_per_s = number(j, "steps_per_s");

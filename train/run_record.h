@@ -36,6 +36,10 @@ struct RunFacts {
 struct TrainLine {
   int64_t step = 0;
   std::optional<double> loss, recon, lr, steps_per_s;
+  std::optional<double> quantizer;  // the quantizer's loss (lines before it was logged: loss - recon)
+  // A GAN run's (train/gan.h), past its warm-up: the discriminators' loss at
+  // their last update, the codec's adversarial and feature-matching losses.
+  std::optional<double> discriminator, adversarial, feature;
   std::optional<int64_t> revived;
   std::vector<LayerUse> layers;
   int64_t skipped_rows = 0;  // rows replaced so far (data.bad_files "skip"); written when > 0

@@ -104,18 +104,21 @@ int64_t Stft::frames(int64_t length) const {
 
 Tensor Stft::kernels_on(Device device) const { return cached_on(cache_->mu, cache_->kernels, device); }
 
-Tensor Stft::magnitude(const Tensor& x) const {
-  check_waveforms("Stft::magnitude", x);
+Tensor Stft::complex(const Tensor& x) const {
+  check_waveforms("Stft::complex", x);
   const int64_t n = x.size(0), t = frames(x.size(1)), b = bins();
-  if (n == 0) return mul(reshape(sum(x), {1, 1, 1}), zeros({0, b, t}, DType::f32, x.device()));
-  // [N, 2B, T]: real parts in channels [0, B), imaginary in [B, 2B). Squared
-  // and viewed as [N, 2, B, T], the sum over dim 1 is re^2 + im^2 with no
-  // channel slicing (which would cost transposed copies).
+  if (n == 0) return mul(reshape(sum(x), {1, 1, 1, 1}), zeros({0, 2, b, t}, DType::f32, x.device()));
+  // [N, 2B, T]: real parts in channels [0, B), imaginary in [B, 2B), viewed
+  // as [N, 2, B, T] with no channel slicing (which would cost copies).
   Conv1dOptions o;
   o.stride = hop_;
   Tensor parts = conv1d(reshape(x, {n, 1, x.size(1)}), kernels_on(x.device()), Tensor(), o);
-  Tensor power = sum(reshape(square(parts), {n, 2, b, t}), 1);
-  return sqrt(add(power, kMagnitudeEps));
+  return reshape(parts, {n, 2, b, t});
+}
+
+Tensor Stft::magnitude(const Tensor& x) const {
+  // re^2 + im^2: the sum of the squared channels.
+  return sqrt(add(sum(square(complex(x)), 1), kMagnitudeEps));
 }
 
 // ---- MultiResolutionStftLoss ---------------------------------------------------------
@@ -146,6 +149,25 @@ Tensor MultiResolutionStftLoss::operator()(const Tensor& x, const Tensor& y, Com
   return div(total, static_cast<float>(stfts_.size()));
 }
 
+// ---- MultiResolutionMelLoss ------------------------------------------------------------
+
+MultiResolutionMelLoss::MultiResolutionMelLoss(double sample_rate, const std::vector<std::array<int64_t, 3>>& mels) {
+  VQDDP_CHECK(!mels.empty(), "MultiResolutionMelLoss: needs at least one (n_fft, hop, n_mels) resolution");
+  for (auto [n_fft, hop, n_mels] : mels) mels_.push_back(std::make_shared<const LogMel>(sample_rate, n_fft, hop, n_mels));
+}
+
+Tensor MultiResolutionMelLoss::operator()(const Tensor& x, const Tensor& y, Communicator& comm) const {
+  check_waveforms("MultiResolutionMelLoss (reference x)", x);
+  check_waveforms("MultiResolutionMelLoss (reconstruction y)", y);
+  Tensor total;
+  for (const auto& mel : mels_) {
+    mel->stft().frames(x.size(1));  // a short signal fails with every N
+    Tensor term = mean_or_zero(abs(sub((*mel)(x), (*mel)(y))), comm);
+    total = total.defined() ? add(total, term) : term;
+  }
+  return div(total, static_cast<float>(mels_.size()));
+}
+
 // ---- LogMel ----------------------------------------------------------------------------
 
 LogMel::LogMel(double sample_rate, int64_t n_fft, int64_t hop, int64_t n_mels)
@@ -161,7 +183,10 @@ LogMel::LogMel(double sample_rate, int64_t n_fft, int64_t hop, int64_t n_mels)
 Tensor LogMel::operator()(const Tensor& x) const {
   Tensor mag = stft_.magnitude(x);  // [N, bins, T]
   Tensor w = cached_on(cache_->mu, cache_->weights, x.device());
-  Tensor mel = x.size(0) == 0 ? zeros({0, n_mels_, mag.size(2)}, DType::f32, x.device()) : conv1d(mag, w, Tensor());
+  // No rows: zeros that stay in x's graph, so a rank without rows runs the
+  // same backward as the others (conv1d takes no empty batch).
+  Tensor mel = x.size(0) == 0 ? mul(reshape(sum(mag), {1, 1, 1}), zeros({0, n_mels_, mag.size(2)}, DType::f32, x.device()))
+                              : conv1d(mag, w, Tensor());
   return log(add(mel, kLogEps));
 }
 

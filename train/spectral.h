@@ -13,6 +13,7 @@
 // bit-identically from n_fft whenever they are needed).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -37,6 +38,10 @@ class Stft {
   // the epsilon keeps the gradient finite on silent frames (sqrt'(0) is
   // infinite). Differentiable w.r.t. x; x may be on any device.
   Tensor magnitude(const Tensor& x) const;
+  // The complex STFT as two channels: x [N, L] -> [N, 2, bins, frames],
+  // channel 0 the real parts, channel 1 the imaginary (the input of the
+  // multi-scale STFT discriminator, train/discriminators.h).
+  Tensor complex(const Tensor& x) const;
 
   int64_t n_fft() const { return n_fft_; }
   int64_t hop() const { return hop_; }
@@ -82,6 +87,22 @@ class MultiResolutionStftLoss {
 
  private:
   std::vector<Stft> stfts_;
+};
+
+class LogMel;
+
+// The multi-resolution log-mel loss (DAC's mel loss): for each LogMel,
+//   mean |logmel(x) - logmel(y)|,
+// summed over resolutions and divided by their number. Global-batch means in
+// an exact step, as MultiResolutionStftLoss.
+class MultiResolutionMelLoss {
+ public:
+  // mels: (n_fft, hop, n_mels) per resolution, at least one.
+  MultiResolutionMelLoss(double sample_rate, const std::vector<std::array<int64_t, 3>>& mels);
+  Tensor operator()(const Tensor& x, const Tensor& y, Communicator& comm) const;
+
+ private:
+  std::vector<std::shared_ptr<const LogMel>> mels_;
 };
 
 // Log-mel spectrogram, log(mel(|X|) + 1e-5), with triangular filters on the

@@ -27,6 +27,8 @@
 #include "engine/ops.h"
 #include "engine/optim.h"
 #include "train/checkpoint.h"
+#include "train/discriminators.h"
+#include "train/gan.h"
 #include "train/ddp.h"
 #include "train/metrics_log.h"
 #include "train/run_dir.h"
@@ -91,7 +93,8 @@ std::vector<LayerUsage> usage_of(const float* hist, const std::vector<int64_t>& 
 
 // What a progress line shows, from the last step of a logging interval.
 struct StepLog {
-  double loss = 0, recon = 0;  // means over the global batch
+  double loss = 0, recon = 0, quantizer = 0;  // means over the global batch
+  std::optional<double> discriminator, adversarial, feature;  // a GAN step's (train/gan.h)
   int64_t revived = 0;
   std::vector<LayerUsage> usage;
 };
@@ -105,13 +108,20 @@ struct StepLog {
 // the device, all-reduced together (whole counts: exact in any order) and
 // read once per layer. Every rank gets the same numbers, so a non-finite
 // loss or a flagged row throws on every rank alike.
-StepLog step_log(const ModelOutput& out, const Tensor& loss, const std::vector<int64_t>& sizes, Communicator& comm) {
+StepLog step_log(const ModelOutput& out, const Tensor& loss, const std::vector<Tensor>& adversarial,
+                 const std::vector<int64_t>& sizes, Communicator& comm) {
   NoGradGuard no_grad;
   const Device dev = loss.device();
   StepLog log;
-  const std::vector<float> losses = concat({reshape(loss, {1}), reshape(out.reconstruction_loss, {1})}).to_vector<float>();
+  std::vector<Tensor> parts{reshape(loss, {1}), reshape(out.reconstruction_loss, {1}), reshape(out.quantizer_loss, {1})};
+  for (const Tensor& t : adversarial) parts.push_back(reshape(t.detach(), {1}));
+  const std::vector<float> losses = concat(parts).to_vector<float>();
   log.loss = losses[0];
   log.recon = losses[1];
+  log.quantizer = losses[2];
+  // adversarial: a GAN step's {adversarial, feature matching[, discriminators]}.
+  if (adversarial.size() >= 2) log.adversarial = losses[3], log.feature = losses[4];
+  if (adversarial.size() == 3) log.discriminator = losses[5];
   std::vector<CodebookMetrics> layers;
   for (const CodebookMetrics& m : out.metrics) log.revived += m.codes_revived();
   if (out.metrics.size() == sizes.size()) {
@@ -309,12 +319,20 @@ class RankRun {
         lead_(comm.rank() == 0),
         device_(usable_rank_device(comm, cfg.run)),
         dir_(cfg.run.dir),
-        model_(cfg.model, cfg.quantizer, data.example_dim, cfg.run.seed) {
+        model_(cfg.model, cfg.quantizer, data.example_dim, cfg.run.seed, static_cast<double>(data.sample_rate)) {
     // On the device before anything keeps state next to the parameters: the
     // optimizer's moments and DDP's gradient buckets are allocated there.
     model_.to(device_);
     params_ = model_.parameters();  // listed once: the names are built per call
     optim_ = make_optimizer(cfg.optimizer, params_);
+    if (cfg.gan.enabled) {
+      disc_ = std::make_unique<Discriminators>(cfg.gan, data.example_dim, static_cast<double>(data.sample_rate),
+                                               cfg.run.seed);
+      disc_->to(device_);
+      disc_params_ = disc_->parameters();
+      disc_optim_ = make_optimizer(cfg.gan.optimizer, disc_params_);
+      disc_state_.emplace(DiscriminatorState{*disc_, *disc_optim_});
+    }
     // The same build and config on every rank (ranks on other nodes may
     // differ), then the data and the schedule. The schedule's length bounds
     // the step a checkpoint may resume at.
@@ -322,7 +340,9 @@ class RankRun {
     schedule_ = agree_schedule(sizes_, data.weights, cfg.schedule, comm, fingerprint);
     // Loaded before DDP's start-up broadcast, which then makes every rank's
     // state rank 0's (a resumed one included).
-    step_ = opt.resume.empty() ? 0 : load_checkpoint(opt.resume, model_, *optim_, schedule_.total_steps, &cfg.source);
+    step_ = opt.resume.empty() ? 0
+                               : load_checkpoint(opt.resume, model_, *optim_, schedule_.total_steps, &cfg.source,
+                                                 discriminator());
     open_run_dir();
     step_ = agree_start_step(step_, comm);
     last_ = opt.stop_at_step > 0 ? std::min(opt.stop_at_step, schedule_.total_steps) : schedule_.total_steps;
@@ -334,6 +354,8 @@ class RankRun {
   // on), then what rank 0 reports.
   void run(TrainResult& result, std::mutex& result_mu) {
     DistributedDataParallel ddp(model_, comm_);
+    std::optional<DistributedDataParallel> disc_ddp;  // the discriminators start as rank 0's too
+    if (disc_) disc_ddp.emplace(*disc_, comm_);
     ShardedSampler sampler(schedule_, sizes_, cfg_.run.seed, comm_.rank(), comm_.world_size(), opt_.rank_units);
     BatchPrefetcher batches(data_, sampler, step_, last_, data_.prefetch, data_.readers);
     print_start();
@@ -351,7 +373,7 @@ class RankRun {
         check_capturable(std::move(recording->launches), recording->variant, done);
         recording.reset();
       }
-      if (opt_.after_step) opt_.after_step(done, comm_.rank(), model_, *optim_);
+      if (opt_.after_step) opt_.after_step(done, comm_.rank(), model_, *optim_, discriminator());
       agree_on_stop(done);
       const bool logs = schedule_.log_after(done) || done == last_ || stopped_by_;
       const bool validates = opt_.validate && schedule_.validate_after(done) && !stopped_by_;
@@ -393,7 +415,52 @@ class RankRun {
     Tensor host_x;  // this rank's examples, on the host (for error messages)
     ModelOutput out;
     Tensor loss;
+    // A GAN step's parts of the codec's loss (undefined in the warm-up and
+    // without "gan"): the adversarial and feature-matching losses.
+    Tensor adversarial, feature;
   };
+
+  const DiscriminatorState* discriminator() const { return disc_state_ ? &*disc_state_ : nullptr; }
+
+  // Step 2 of a GAN step (train/gan.h): the discriminators learn to tell x
+  // from the codec's y (detached), inside the step's exact scope, so their
+  // gradients are the global batch's on every rank.
+  void discriminator_step(const Tensor& x, const Tensor& y) {
+    Tensor loss;
+    {
+      WeightNormBatch weights(*disc_);
+      std::vector<DiscriminatorOutput> real = disc_->forward(x), fake = disc_->forward(y.detach());
+      loss = discriminator_loss(real, fake, cfg_.gan.loss, comm_);
+    }
+    health_ = add(health_, sub(loss.detach(), loss.detach()));
+    last_disc_loss_ = loss.detach();
+    loss.backward();
+    op_profile_mark("step: discriminator backward");
+    disc_optim_->lr = learning_rate(cfg_.gan.optimizer, step_, schedule_.total_steps);
+    if (cfg_.gan.optimizer.grad_clip > 0) clip_grad_norm(disc_params_, cfg_.gan.optimizer.grad_clip);
+    disc_optim_->step();
+    disc_optim_->zero_grad();
+    op_profile_mark("step: discriminator optimizer");
+  }
+
+  // Step 3's losses: the (updated) discriminators on x, with no graph (only
+  // the features' scale and targets are needed), and on y, whose gradient
+  // reaches the codec. Their parameters' gradients from this pass are
+  // dropped (the codec's optimizer alone steps here).
+  void adversarial_losses(const Tensor& x, const Tensor& y, StepResult& r) {
+    WeightNormBatch weights(*disc_);
+    std::vector<DiscriminatorOutput> real;
+    {
+      NoGradGuard no_grad;
+      real = disc_->forward(x);
+    }
+    std::vector<DiscriminatorOutput> fake = disc_->forward(y);
+    r.adversarial = generator_loss(fake, cfg_.gan.loss, comm_);
+    r.feature = feature_matching_loss(real, fake, comm_);
+    r.loss = add(r.loss, add(mul(r.adversarial, static_cast<float>(cfg_.gan.adversarial_weight)),
+                             mul(r.feature, static_cast<float>(cfg_.gan.feature_weight))));
+    op_profile_mark("step: adversarial losses");
+  }
 
   // The run directory is checked, and the metrics file opened (cut back to
   // the resumed step), before any step is trained; temporaries of a save
@@ -403,7 +470,7 @@ class RankRun {
   void open_run_dir() {
     agree_on(comm_, lead_ && (opt_.checkpoints || opt_.print), [&] {
       int64_t bytes = kCheckpointHeaderBytes;
-      for (const auto& [name, t] : checkpoint_tensors(model_, *optim_)) bytes += t.nbytes();
+      for (const auto& [name, t] : checkpoint_tensors(model_, *optim_, discriminator())) bytes += t.nbytes();
       run_dir_.emplace(dir_.string(), bytes,
                        !opt_.resume.empty() ? RunStart::resume
                        : opt_.overwrite     ? RunStart::overwrite
@@ -483,6 +550,9 @@ class RankRun {
       try {
         r.out = model_.forward(x, comm_);
         r.loss = add(r.out.reconstruction_loss, r.out.quantizer_loss);
+        const int64_t step = step_ + 1;
+        if (discriminator_updates(cfg_.gan, cfg_.run.seed, step)) discriminator_step(x, r.out.reconstruction);
+        if (adversarial_step(cfg_.gan, step)) adversarial_losses(x, r.out.reconstruction, r);
         // 0 while every loss of this rank was finite, NaN from the first
         // one that was not (loss - loss is 0 or NaN; the sum keeps a NaN):
         // kept on the device, read only where the run logs, validates or
@@ -497,6 +567,7 @@ class RankRun {
       r.loss.backward();
       op_profile_mark("step: end of backward (after the unit sums)");
     }
+    if (disc_) disc_->zero_grad();  // from the adversarial losses' pass: not the discriminators' own
     optim_->lr = learning_rate(cfg_.optimizer, step_, schedule_.total_steps);
     if (opt_.after_gradients) opt_.after_gradients(step_ + 1, comm_.rank(), model_);
     if (cfg_.optimizer.grad_clip > 0) clip_grad_norm(params_, cfg_.optimizer.grad_clip);
@@ -521,7 +592,12 @@ class RankRun {
   void log_step(int64_t done, const StepResult& r) {
     StepLog log;
     try {
-      log = step_log(r.out, r.loss, layer_sizes_, comm_);
+      // A GAN step past its warm-up: the codec's adversarial losses, and the
+      // discriminators' loss at their last update in this process, if any.
+      std::vector<Tensor> adversarial;
+      if (r.adversarial.defined()) adversarial = {r.adversarial, r.feature};
+      if (r.adversarial.defined() && last_disc_loss_.defined()) adversarial.push_back(last_disc_loss_);
+      log = step_log(r.out, r.loss, adversarial, layer_sizes_, comm_);
     } catch (const NonFiniteError& e) {
       rethrow_nonfinite(e, fmt::format("step {} (logged), rank {}: {}; {}", done, comm_.rank(), e.what(),
                                        nonfinite_origin(r.host_x, model_)));
@@ -539,12 +615,17 @@ class RankRun {
       ppl += fmt::format("{}{:.0f}", ppl.empty() ? "" : "/", u.perplexity);
       used += fmt::format("{}{}", used.empty() ? "" : "/", u.codes_used);
     }
-    fmt::print("step {:>6}/{}  loss {:.5f}  recon {:.5f}  ppl {}  used {}  revived {}{}  {:.1f} steps/s  ETA {}\n", done,
-               schedule_.total_steps, log.loss, log.recon, ppl, used, log.revived,
+    std::string gan;
+    if (log.discriminator) gan += fmt::format("  disc {:.4f}", *log.discriminator);
+    if (log.adversarial) gan += fmt::format("  adv {:.4f}  feat {:.4f}", *log.adversarial, *log.feature);
+    fmt::print("step {:>6}/{}  loss {:.5f}  recon {:.5f}{}  ppl {}  used {}  revived {}{}  {:.1f} steps/s  ETA {}\n", done,
+               schedule_.total_steps, log.loss, log.recon, gan, ppl, used, log.revived,
                skipped_total > 0 ? fmt::format("  skipped {}", skipped_total) : "", rate,
                duration((last_ - done) / std::max(rate, 1e-9)));
     TrainLine line{.step = done, .loss = log.loss, .recon = log.recon, .lr = optim_->lr, .steps_per_s = rate,
-                   .revived = log.revived, .layers = layer_use(log.usage), .skipped_rows = skipped_total};
+                   .quantizer = log.quantizer, .discriminator = log.discriminator, .adversarial = log.adversarial,
+                   .feature = log.feature, .revived = log.revived, .layers = layer_use(log.usage),
+                   .skipped_rows = skipped_total};
     metrics_->write(to_json(line));
   }
 
@@ -619,7 +700,7 @@ class RankRun {
   void save(int64_t done) {
     agree_on(comm_, lead_, [&] {
       save_checkpoint((dir_ / "checkpoint.safetensors").string(), model_, *optim_, done, schedule_.total_steps,
-                      cfg_.source, data_facts(data_.example_dim, data_.sample_rate));
+                      cfg_.source, data_facts(data_.example_dim, data_.sample_rate), discriminator());
     });
   }
 
@@ -647,6 +728,12 @@ class RankRun {
   CodecModel model_;
   std::vector<Tensor> params_;
   std::unique_ptr<Optimizer> optim_;
+  // A GAN run's discriminators and their optimizer (null without "gan").
+  std::unique_ptr<Discriminators> disc_;
+  std::vector<Tensor> disc_params_;
+  std::unique_ptr<Optimizer> disc_optim_;
+  std::optional<DiscriminatorState> disc_state_;
+  Tensor last_disc_loss_;  // the last discriminator update's loss (undefined before the first)
   Schedule schedule_;
   std::optional<RunDir> run_dir_;
   std::optional<MetricsLog> metrics_;

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "train/checkpoint.h"
 #include "train/config.h"
 #include "data/dataset.h"
 #include "engine/optim.h"
@@ -64,8 +65,11 @@ struct TrainOptions {
   // prints the table at the end (`vqddp train --profile`).
   bool profile = false;
   // Called on every rank after every step (step = steps done), e.g. to
-  // snapshot or checkpoint the state.
-  std::function<void(int64_t step, int rank, const CodecModel& model, Optimizer& optim)> after_step;
+  // snapshot or checkpoint the state; `discriminator` is a GAN run's
+  // discriminators and their optimizer (train/gan.h), null without "gan".
+  std::function<void(int64_t step, int rank, const CodecModel& model, Optimizer& optim,
+                     const DiscriminatorState* discriminator)>
+      after_step;
   // Called on every rank once the gradients are the global batch's (after
   // their all-reduce), before clipping and the optimizer step; step = the
   // number of the step being taken, counted from 1 as after_step counts.

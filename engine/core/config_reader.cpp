@@ -122,6 +122,8 @@ std::vector<double> ConfigSection::numbers(const std::string& key, const std::ve
   return out;
 }
 
+bool ConfigSection::has(const std::string& key) const { return obj_.is_object() && obj_.contains(key); }
+
 ConfigSection ConfigSection::section(const std::string& key) {
   const nlohmann::json* v = get(key);
   return ConfigSection(v ? *v : empty_object(), key_path(key), file_);

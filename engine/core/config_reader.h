@@ -34,6 +34,8 @@ class ConfigSection {
   std::string choice(const std::string& key, const std::string& fallback, const std::vector<std::string>& choices);
   std::vector<int64_t> integers(const std::string& key, const std::vector<int64_t>& fallback, CountRange range);
   std::vector<double> numbers(const std::string& key, const std::vector<double>& fallback);
+  // Whether the section holds `key` (not counted as reading it).
+  bool has(const std::string& key) const;
   // A sub-object; an absent key gives an empty section.
   ConfigSection section(const std::string& key);
   // Elements of an array of objects.

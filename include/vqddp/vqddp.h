@@ -95,6 +95,8 @@
 #include "train/codes_file.h"
 #include "train/config.h"
 #include "train/ddp.h"
+#include "train/discriminators.h"
+#include "train/gan.h"
 #include "train/metrics_log.h"
 #include "train/model.h"
 #include "train/networks.h"

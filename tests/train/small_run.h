@@ -89,7 +89,7 @@ inline TrainResult check_bit_exact_resume(Config cfg, const Dataset& data, const
   TrainOptions second = quiet();
   second.resume = ckpt;
   std::vector<int64_t> done_steps;  // rank 0's
-  second.after_step = [&](int64_t done, int rank, const CodecModel&, Optimizer&) {
+  second.after_step = [&](int64_t done, int rank, const CodecModel&, Optimizer&, const DiscriminatorState*) {
     if (rank == 0) done_steps.push_back(done);
   };
   TrainResult r = train(cfg, data, second);

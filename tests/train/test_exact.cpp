@@ -66,7 +66,7 @@ RunState final_state(const Config& cfg, const Dataset& data, int world, std::vec
   const int64_t last = cfg.schedule.steps;
   std::vector<NamedTensors> ranks(world);
   std::mutex mu;
-  opt.after_step = [&](int64_t step, int rank, const CodecModel& model, Optimizer& optim) {
+  opt.after_step = [&](int64_t step, int rank, const CodecModel& model, Optimizer& optim, const DiscriminatorState*) {
     if (step != last) return;
     NamedTensors t = copies_on(checkpoint_tensors(model, optim), Device::cpu());
     std::lock_guard lock(mu);

@@ -1,0 +1,216 @@
+// Adversarial codec training (train/gan.h) under exact data parallelism:
+// whole GAN runs on W thread ranks, any split, are bit for bit the 1-rank
+// run in every tensor of both models and both optimizers; an elastic resume
+// ends in the uninterrupted run's bytes; the discriminators update on the
+// steps the seed picks, on every rank alike, whatever one rank's data holds;
+// check-ddp compares both models.
+#include <doctest/doctest.h>
+
+#include <mutex>
+
+#include "engine/ops.h"
+#include "tests/engine/tmpdir.h"
+#include "tests/train/small_run.h"
+#include "tool/check_ddp.h"
+#include "train/checkpoint.h"
+#include "train/gan.h"
+
+using namespace vqddp;
+using namespace vqddp::test;
+
+namespace gan_test {
+
+// A small conv codec on 64-sample frames with both kinds of discriminator,
+// a warm-up, and updates on a seeded half of the later steps; the schedule
+// logs and validates mid-run, so those collectives run too.
+Config gan_config(const std::string& dir, int64_t steps, const std::string& loss = "hinge") {
+  nlohmann::json j = {
+      {"model",
+       {{"type", "conv_codec"}, {"channels", {4, 8, 8}}, {"strides", {2, 4}}, {"latent_dim", 4}}},
+      {"quantizer",
+       {{"type", "residual_vq"}, {"num_quantizers", 2}, {"codebook_size", 16}, {"decay", 0.9},
+        {"threshold_ema_dead_code", 1.0}, {"kmeans_iters", 3}}},
+      {"data", {{"type", "wav_frames"}, {"sources", {{{"path", "unused"}}}}}},
+      {"optimizer", {{"lr", 0.003}, {"lr_schedule", "cosine"}, {"grad_clip", 0.05}}},
+      {"gan",
+       {{"periods", {2, 3}}, {"period_channels", {4, 4}}, {"stft_windows", {32, 16}}, {"stft_filters", 4},
+        {"loss", loss}, {"warmup_steps", 2}, {"update_probability", 0.5},
+        {"optimizer", {{"lr", 0.002}, {"beta1", 0.5}, {"grad_clip", 0.05}}}}},
+      {"schedule", {{"batch_size", 12}, {"steps", steps}, {"log_every", 3}, {"validate_every", 4}}},
+      {"distributed", {{"world_size", 3}, {"timeout_s", 5}}},
+      {"run", {{"dir", dir}, {"seed", 11}}}};
+  return parse_config(j, "test");
+}
+
+Dataset gan_data() {
+  Dataset d = synthetic_data(64);
+  d.sample_rate = 8000;
+  d.examples_per_second = 8000.0 / 64;
+  return d;
+}
+
+struct Ended {
+  NamedTensors tensors;             // rank 0's checkpoint tensors after the last step
+  std::vector<int64_t> updates;     // rank 0's steps that changed the discriminators
+  TrainResult result;
+};
+
+// Every rank's checkpoint tensors (codec, discriminators, both optimizers)
+// after the last step must be rank 0's; every rank must see the
+// discriminators change on the same steps.
+Ended run(const Config& cfg, const Dataset& data, int world, std::vector<int64_t> units, TrainOptions opt = {}) {
+  Config c = cfg;
+  c.distributed.world_size = world;
+  c.run.dir += fmt::format("/w{}-{}", world, fmt::join(units, "-"));
+  opt.print = false;
+  opt.overwrite = true;
+  opt.checkpoints = !opt.resume.empty() || opt.stop_at_step > 0;
+  opt.rank_units = std::move(units);
+  const int64_t last = opt.stop_at_step > 0 ? opt.stop_at_step : cfg.schedule.steps;
+  std::vector<NamedTensors> ranks(world), before(world);
+  std::vector<std::vector<int64_t>> updates(world);
+  std::mutex mu;
+  opt.after_step = [&](int64_t step, int rank, const CodecModel& model, Optimizer& optim,
+                       const DiscriminatorState* disc) {
+    REQUIRE(disc != nullptr);
+    NamedTensors now = copies_on(disc->model.named_parameters(), Device::cpu());
+    std::lock_guard lock(mu);
+    if (!before[rank].empty() && !bitwise_equal(now, before[rank])) updates[rank].push_back(step);
+    before[rank] = std::move(now);
+    if (step == last) ranks[rank] = copies_on(checkpoint_tensors(model, optim, disc), Device::cpu());
+  };
+  Ended e;
+  e.result = train(c, data, opt);
+  for (int q = 1; q < world; ++q) {
+    CHECK_MESSAGE(bitwise_equal(ranks[q], ranks[0]), "rank " << q);
+    CHECK_MESSAGE(updates[q] == updates[0], "rank " << q);
+  }
+  e.tensors = ranks[0];
+  e.updates = updates[0];
+  return e;
+}
+
+}  // namespace gan_test
+
+using namespace gan_test;
+
+TEST_CASE("a whole GAN run on W = 3, 4 and 7 thread ranks, and on uneven splits with an empty rank, is bit for bit "
+          "the 1-rank run: codec, discriminators and both optimizers") {
+  TempDir dir;
+  Dataset data = gan_data();
+  Config cfg = gan_config(dir.path().string(), sanitized_build() ? 6 : 10);
+  Ended one = run(cfg, data, 1, {});
+  size_t disc_tensors = 0;
+  for (const auto& [name, t] : one.tensors) disc_tensors += name.starts_with("discriminator.");
+  CHECK(disc_tensors > 20);  // both discriminators' weights, gains, biases and their AdamW moments
+  // Updates: past the 2 warm-up steps, on the steps the seed picks, and only those.
+  std::vector<int64_t> picked;
+  for (int64_t s = 1; s <= cfg.schedule.steps; ++s)
+    if (discriminator_updates(cfg.gan, cfg.run.seed, s)) picked.push_back(s);
+  CHECK(one.updates == picked);
+  CHECK(!picked.empty());
+  CHECK(picked.size() < static_cast<size_t>(cfg.schedule.steps - 2));  // p = 0.5 skipped some
+  CHECK(picked.front() > 2);
+  for (const auto& [world, units] : std::vector<std::pair<int, std::vector<int64_t>>>{
+           {3, {}}, {4, {}}, {7, {}}, {3, {8, 0, 4}}}) {
+    CAPTURE(world);
+    CAPTURE(fmt::format("{}", fmt::join(units, ",")));
+    Ended w = run(cfg, data, world, units);
+    CHECK(first_difference(w.tensors, one.tensors) == "");
+    CHECK(w.updates == one.updates);
+    CHECK(w.result.validation_log_mel == one.result.validation_log_mel);
+    CHECK(w.result.validation_snr_db == one.result.validation_snr_db);
+  }
+}
+
+TEST_CASE("a GAN run with least-squares losses is the 1-rank run on 3 uneven ranks") {
+  TempDir dir;
+  Dataset data = gan_data();
+  Config cfg = gan_config(dir.path().string(), 6, "least_squares");
+  CHECK(first_difference(run(cfg, data, 3, {5, 7, 0}).tensors, run(cfg, data, 1, {}).tensors) == "");
+}
+
+TEST_CASE("elastic resume of a GAN run: stopped on 4 ranks, resumed on 3, it ends in the bytes of the "
+          "uninterrupted run, discriminators and their optimizer included") {
+  TempDir dir;
+  Dataset data = gan_data();
+  Config cfg = gan_config(dir.path().string(), 10);
+  NamedTensors straight = run(cfg, data, 1, {}).tensors;
+  Config c = cfg;
+  c.run.dir = dir.path().string() + "/elastic";
+  c.distributed.world_size = 4;
+  TrainOptions stop;
+  stop.print = false;
+  stop.stop_at_step = 5;
+  train(c, data, stop);
+  const std::string ckpt = c.run.dir + "/checkpoint.safetensors";
+  CHECK(safetensors_load(ckpt).contains("discriminator.param.period2.conv0.weight_v"));
+  TrainOptions resume;
+  resume.resume = ckpt;
+  Ended resumed = run(c, data, 3, {}, resume);
+  CHECK(first_difference(resumed.tensors, straight) == "");
+}
+
+TEST_CASE("the discriminators update on the steps the seed picks on every rank alike when one rank's data is "
+          "extreme: the same collectives on every rank, and the 1-rank run's bits") {
+  // The first 8 rows of each source are loud (1e3 x a normal draw), the rest
+  // silence; 12 units split 1 / 11: rank 0's one example is often loud while
+  // rank 1's batch is mostly silent. A decision from local data (a
+  // discriminator loss threshold) would split the ranks' collectives here;
+  // the thread backend compares every collective's fingerprint across ranks.
+  TempDir dir;
+  Dataset data = gan_data();
+  Generator g(5, 0);
+  data.sources = {concat({mul(rand_normal({8, 64}, g), 1000.f), zeros({62, 64})}),
+                  concat({mul(rand_normal({8, 64}, g), 1000.f), zeros({27, 64})})};
+  Config cfg = gan_config(dir.path().string(), 10);
+  Ended one = run(cfg, data, 1, {});
+  Ended split = run(cfg, data, 2, {1, 11});
+  CHECK(first_difference(split.tensors, one.tensors) == "");
+  CHECK(split.updates == one.updates);
+  std::vector<int64_t> picked;
+  for (int64_t s = 1; s <= 10; ++s)
+    if (discriminator_updates(cfg.gan, cfg.run.seed, s)) picked.push_back(s);
+  CHECK(split.updates == picked);
+}
+
+TEST_CASE("check-ddp compares both models of a GAN run, and the per-step mode resumes both") {
+  TempDir dir;
+  Dataset data = gan_data();
+  Config cfg = gan_config(dir.path().string(), 6);
+  CheckDdpResult whole = check_ddp(cfg, data, {.world = 3, .steps = 5, .print = false});
+  CHECK_MESSAGE(whole.passed, whole.first_failure);
+  Config plain = cfg;
+  plain.gan = GanConfig{};
+  CheckDdpResult codec_only = check_ddp(plain, data, {.world = 3, .steps = 5, .print = false});
+  CHECK(whole.tensors > codec_only.tensors + 20);  // the discriminators' tensors were compared too
+  CheckDdpResult per_step =
+      check_ddp(cfg, data, {.mode = CheckDdpOptions::Mode::per_step, .world = 3, .steps = 4, .print = false});
+  CHECK_MESSAGE(per_step.passed, per_step.first_failure);
+}
+
+TEST_CASE("the gan section: refused on other model types and with bad values, naming the key") {
+  auto error_of = [](nlohmann::json j) {
+    try {
+      parse_config(j, "gan.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  nlohmann::json base = gan_config("unused", 4).source;
+  nlohmann::json mlp = base;
+  mlp["model"] = {{"type", "mlp"}};
+  CHECK(error_of(mlp).find("'gan'") != std::string::npos);
+  nlohmann::json p = base;
+  p["gan"]["update_probability"] = 0;
+  CHECK(error_of(p).find("gan.update_probability") != std::string::npos);
+  nlohmann::json none = base;
+  none["gan"]["periods"] = nlohmann::json::array();
+  none["gan"]["stft_windows"] = nlohmann::json::array();
+  CHECK(error_of(none).find("gan.periods") != std::string::npos);
+  nlohmann::json loss = base;
+  loss["gan"]["loss"] = "wasserstein";
+  CHECK(error_of(loss).find("gan.loss") != std::string::npos);
+  CHECK(error_of(base).empty());
+}

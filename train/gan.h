@@ -1,0 +1,51 @@
+// Adversarial training of a waveform codec (the config's "gan" section):
+// the losses, and which steps update the discriminators.
+//
+// A step of a GAN run (train/trainer.cpp), all of it one exact step:
+//   1. the codec's forward: y = codec(x), its reconstruction and quantizer
+//      losses;
+//   2. past the warm-up, on a step discriminator_updates() picks: the
+//      discriminators on x and on y.detach(), discriminator_loss, backward,
+//      clipping and the discriminators' optimizer step;
+//   3. past the warm-up: the (updated) discriminators on x (no grad) and on
+//      y; the codec's loss gains adversarial_weight * generator_loss +
+//      feature_weight * feature_matching_loss; backward, clipping and the
+//      codec's optimizer step.
+// Every mean below is the global batch's (vq/losses.h), so every gradient
+// is exact, and every decision reads the step and the seed alone, never a
+// loss: all ranks run the same collectives whatever their data.
+#pragma once
+
+#include <vector>
+
+#include "comm/communicator.h"
+#include "train/config.h"
+#include "train/discriminators.h"
+
+namespace vqddp {
+
+// Hinge: mean relu(1 - D(x)) + mean relu(1 + D(y)) per discriminator;
+// least squares: mean (1 - D(x))^2 + mean D(y)^2. Averaged over the
+// discriminators (EnCodec's normalisation).
+Tensor discriminator_loss(const std::vector<DiscriminatorOutput>& real, const std::vector<DiscriminatorOutput>& fake,
+                          const std::string& kind, Communicator& comm);
+
+// The codec's adversarial loss: hinge mean relu(1 - D(y)) (EnCodec's),
+// least squares mean (1 - D(y))^2; averaged over the discriminators.
+Tensor generator_loss(const std::vector<DiscriminatorOutput>& fake, const std::string& kind, Communicator& comm);
+
+// Feature matching, EnCodec's relative L1: per hidden layer
+// mean |f(y) - f(x)| / mean |f(x)| (the real features detached), summed over
+// a discriminator's layers and averaged over the discriminators.
+Tensor feature_matching_loss(const std::vector<DiscriminatorOutput>& real,
+                             const std::vector<DiscriminatorOutput>& fake, Communicator& comm);
+
+// Whether training step `step` (counted from 1) uses the adversarial losses:
+// past gan.warmup_steps.
+bool adversarial_step(const GanConfig& gan, int64_t step);
+// Whether step `step` updates the discriminators: an adversarial step that
+// is a multiple of update_every and wins a draw of probability
+// update_probability from (seed, streams::kDiscriminatorUpdate + step).
+bool discriminator_updates(const GanConfig& gan, uint64_t seed, int64_t step);
+
+}  // namespace vqddp
