@@ -186,7 +186,9 @@ int run_train(int argc, char** argv) {
   if (!r.lead) return 0;  // another process of an nccl or mpi group: rank 0 reports
   fmt::print("done: {} steps in {:.1f} s | validation mse {:.6f}, snr {:.2f} dB{} | {:.0f} bits per example{}\n",
              r.steps, r.wall_seconds, r.validation_mse, r.validation_snr_db,
-             r.validation_log_mel >= 0 ? fmt::format(", log-mel L1 {:.3f}", r.validation_log_mel) : "",
+             r.validation_log_mel >= 0 ? fmt::format(", log-mel L1 {:.3f}, MR-STFT {:.3f}", r.validation_log_mel,
+                                                     r.validation_stft_distance)
+                                       : "",
              r.bits_per_example,
              r.bitrate > 0 ? fmt::format(", {:.2f} kbit/s", r.bitrate / 1000) : "");
   for (size_t l = 0; l < r.usage.size(); ++l)

@@ -81,6 +81,12 @@ Tensor cached_on(std::mutex& mu, std::map<std::pair<int, int>, Tensor>& cache, D
   return it->second;
 }
 
+// |log(|X| + eps) - log(|Y| + eps)| elementwise: the loss's and the
+// distance's log term.
+Tensor log_magnitude_error(const Tensor& mx, const Tensor& my) {
+  return abs(sub(log(add(mx, kLogEps)), log(add(my, kLogEps))));
+}
+
 void check_waveforms(const char* what, const Tensor& x) {
   VQDDP_CHECK(x.defined() && x.dim() == 2 && x.dtype() == DType::f32, "{}: waveforms must be float32 [N, L], got {}",
               what, x.defined() ? x.desc() : "an undefined tensor");
@@ -141,9 +147,7 @@ Tensor MultiResolutionStftLoss::operator()(const Tensor& x, const Tensor& y, Com
   Tensor total;
   for (const Stft& s : stfts_) {
     Tensor mx = s.magnitude(x), my = s.magnitude(y);  // (N, bins, frames)
-    Tensor log_term = mean_or_zero(abs(sub(log(add(mx, kLogEps)), log(add(my, kLogEps)))), comm);
-    Tensor lin_term = mean_or_zero(abs(sub(mx, my)), comm);
-    Tensor term = add(log_term, lin_term);
+    Tensor term = add(mean_or_zero(log_magnitude_error(mx, my), comm), mean_or_zero(abs(sub(mx, my)), comm));
     total = total.defined() ? add(total, term) : term;
   }
   return div(total, static_cast<float>(stfts_.size()));
@@ -199,6 +203,19 @@ SumCount log_mel_l1(const LogMel& mel, const Tensor& x, const Tensor& y) {
   if (x.size(0) == 0) return {};
   NoGradGuard no_grad;
   Tensor d = abs(sub(mel(x), mel(y)));
+  return {static_cast<double>(sum(d).item<float>()), static_cast<double>(d.numel())};
+}
+
+SumCount stft_distance(const Stft& stft, const Tensor& x, const Tensor& y) {
+  check_waveforms("stft_distance (x)", x);
+  check_waveforms("stft_distance (y)", y);
+  VQDDP_CHECK(x.shape() == y.shape() && x.device() == y.device(),
+              "stft_distance: x {} and y {} must have one shape and device", x.desc(), y.desc());
+  stft.frames(x.size(1));
+  if (x.size(0) == 0) return {};
+  NoGradGuard no_grad;
+  Tensor mx = stft.magnitude(x), my = stft.magnitude(y);
+  Tensor d = add(log_magnitude_error(mx, my), abs(sub(mx, my)));
   return {static_cast<double>(sum(d).item<float>()), static_cast<double>(d.numel())};
 }
 

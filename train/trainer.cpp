@@ -195,6 +195,7 @@ std::string duration(double s) {
 struct Validation {
   double mse = 0, snr_db = 0;
   double log_mel = -1;  // log-mel L1 distance (audio; -1 for images)
+  double stft_distance = -1;  // multi-resolution STFT distance (audio; -1 for images)
   int64_t skipped = 0;  // held-out rows passed over (data.bad_files "skip"), all ranks
   std::vector<LayerUsage> usage;
   std::vector<float> histogram;  // every layer's code counts, layer after layer
@@ -227,9 +228,15 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
   const double rate = data.examples_per_second * static_cast<double>(data.example_dim);
   std::optional<LogMel> mel;
   if (audio) mel.emplace(rate, 256, 64, 40);
+  // And the multi-resolution STFT distance, at the STFT loss's resolutions
+  // (8 to 32 ms windows at 8 kHz, model.spectral_weight).
+  std::vector<Stft> stfts;
+  if (audio)
+    for (int64_t n : {64, 128, 256}) stfts.emplace_back(n, n / 4);
   // Per chunk: sum x^2, sum err^2, elements, log-mel sum and count, rows
-  // skipped (data.bad_files "skip"), then the code histogram of every layer.
-  constexpr int64_t kFixed = 6;
+  // skipped (data.bad_files "skip"), each STFT resolution's distance sum and
+  // count, then the code histogram of every layer.
+  constexpr int64_t kFixed = 12;
   const int64_t width = kFixed + codes;
   std::vector<float> packed;
   Validation v;
@@ -258,6 +265,12 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
       std::vector<float> row{static_cast<float>(signal), static_cast<float>(error), static_cast<float>(x.numel()),
                              static_cast<float>(mel_l1.sum), static_cast<float>(mel_l1.count),
                              static_cast<float>(skipped)};
+      for (int64_t r = 0; r < 3; ++r) {
+        SumCount d;
+        if (r < static_cast<int64_t>(stfts.size()) && x.numel() >= 256)
+          d = stft_distance(stfts[r], reshape(x, {1, x.numel()}), reshape(y, {1, y.numel()}));
+        row.insert(row.end(), {static_cast<float>(d.sum), static_cast<float>(d.count)});
+      }
       append_histograms(out.indices, sizes, row);
       packed.insert(packed.end(), row.begin(), row.end());
     }
@@ -269,6 +282,10 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
   v.mse = p[2] > 0 ? p[1] / p[2] : 0;
   v.snr_db = p[1] > 0 ? 10 * std::log10(double(p[0]) / p[1]) : 0;
   if (audio) v.log_mel = p[4] > 0 ? p[3] / p[4] : 0;
+  if (audio) {
+    v.stft_distance = 0;
+    for (int r = 0; r < 3; ++r) v.stft_distance += p[7 + 2 * r] > 0 ? p[6 + 2 * r] / p[7 + 2 * r] / 3 : 0;
+  }
   v.skipped = static_cast<int64_t>(p[5]);
   v.usage = usage_of(p + kFixed, sizes);
   v.histogram.assign(p + kFixed, p + width);
@@ -632,13 +649,16 @@ class RankRun {
   void validate_and_log(int64_t done) {
     val_ = validate(model_, data_, comm_, device_, done);
     if (!lead_ || !opt_.print) return;
-    fmt::print("validation at step {}: mse {:.6f}  snr {:.2f} dB{}{}\n", done, val_.mse, val_.snr_db,
+    fmt::print("validation at step {}: mse {:.6f}  snr {:.2f} dB{}{}{}\n", done, val_.mse, val_.snr_db,
                val_.log_mel >= 0 ? fmt::format("  log-mel L1 {:.3f}", val_.log_mel) : "",
+               val_.stft_distance >= 0 ? fmt::format("  MR-STFT {:.3f}", val_.stft_distance) : "",
                val_.skipped > 0 ? fmt::format("  skipped {}", val_.skipped) : "");
     const ValidationLine line{.step = done,
                               .mse = val_.mse,
                               .snr_db = val_.snr_db,
                               .log_mel_l1 = val_.log_mel >= 0 ? std::optional<double>(val_.log_mel) : std::nullopt,
+                              .stft_distance =
+                                  val_.stft_distance >= 0 ? std::optional<double>(val_.stft_distance) : std::nullopt,
                               .layers = layer_use(val_.usage),
                               .skipped_rows = val_.skipped};
     metrics_->write(to_json(line));
@@ -712,6 +732,7 @@ class RankRun {
     result.validation_mse = val_.mse;
     result.validation_snr_db = val_.snr_db;
     result.validation_log_mel = val_.log_mel;
+    result.validation_stft_distance = val_.stft_distance;
     result.usage = val_.usage;
     result.bits_per_example = model_.bits_per_example();
     result.bitrate = model_.bits_per_example() * data_.examples_per_second;
