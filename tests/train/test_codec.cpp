@@ -313,9 +313,9 @@ std::vector<uint8_t> base64_decoded(const std::string& text) {
 TEST_CASE("the report of an audio run has data in every plot and players whose audio decodes") {
   const TrainedCodec& t = trained();
   const std::string html = render_report(t.dir.file("run"));
-  // loss, lr, validation snr/log-mel/mse, perplexity, codes used, and one
-  // usage histogram per layer.
-  CHECK(checked_plots(html) == 1 + 1 + 3 + 1 + 1 + 3);
+  // loss, lr, validation snr/log-mel/MR-STFT/mse, perplexity, codes used,
+  // and one usage histogram per layer.
+  CHECK(checked_plots(html) == 1 + 1 + 4 + 1 + 1 + 3);
   TempDir tmp;
   int clips = 0;
   for (size_t at : tags(html, "<audio ")) {

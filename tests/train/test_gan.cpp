@@ -6,12 +6,14 @@
 // check-ddp compares both models.
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <mutex>
 
 #include "engine/ops.h"
 #include "tests/engine/tmpdir.h"
 #include "tests/train/small_run.h"
 #include "tool/check_ddp.h"
+#include "tool/report.h"
 #include "train/checkpoint.h"
 #include "train/gan.h"
 
@@ -90,9 +92,6 @@ Ended run(const Config& cfg, const Dataset& data, int world, std::vector<int64_t
   return e;
 }
 
-}  // namespace gan_test
-
-using namespace gan_test;
 
 TEST_CASE("a whole GAN run on W = 3, 4 and 7 thread ranks, and on uneven splits with an empty rank, is bit for bit "
           "the 1-rank run: codec, discriminators and both optimizers") {
@@ -214,3 +213,33 @@ TEST_CASE("the gan section: refused on other model types and with bad values, na
   CHECK(error_of(loss).find("gan.loss") != std::string::npos);
   CHECK(error_of(base).empty());
 }
+
+TEST_CASE("a GAN run logs the discriminators' and the codec's adversarial losses, and its report plots them") {
+  TempDir dir;
+  Config cfg = gan_config(dir.path().string() + "/run", 6);
+  cfg.schedule.log_every = 1;
+  TrainOptions opt;
+  opt.print = true;
+  train(cfg, gan_data(), opt);
+  std::ifstream in(cfg.run.dir + "/metrics.jsonl");
+  int adversarial = 0, discriminator = 0;
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("validation_mse")) {
+      CHECK(j.contains("validation_stft_distance"));
+      continue;
+    }
+    const int64_t step = j["step"].get<int64_t>();
+    CHECK(j.contains("adversarial") == (step > 2));  // past the 2 warm-up steps
+    CHECK(j.contains("quantizer"));
+    adversarial += j.contains("adversarial");
+    discriminator += j.contains("discriminator");
+  }
+  CHECK(adversarial == 4);
+  CHECK(discriminator >= 1);
+  const std::string html = render_report(cfg.run.dir);
+  CHECK(html.find("adversarial losses") != std::string::npos);
+  CHECK(html.find("codec: feature matching") != std::string::npos);
+}
+
+}  // namespace gan_test
