@@ -24,6 +24,18 @@ std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, std::array<int64_t, 2> ker
   return std::make_shared<Conv2d>(in, out, kernel, gen, o, ConvLayerOptions{.weight_norm = true, .bias = true});
 }
 
+// Every conv then leaky_relu, each activation a feature map; the post conv's
+// output the logits.
+DiscriminatorOutput run_stack(Tensor h, const std::vector<std::shared_ptr<Conv2d>>& convs, Conv2d& post, float slope) {
+  DiscriminatorOutput out;
+  for (const auto& c : convs) {
+    h = leaky_relu(c->forward(h), slope);
+    out.features.push_back(h);
+  }
+  out.logits = post.forward(h);
+  return out;
+}
+
 }  // namespace
 
 PeriodDiscriminator::PeriodDiscriminator(int64_t period, const std::vector<int64_t>& channels, Generator& gen)
@@ -41,14 +53,7 @@ DiscriminatorOutput PeriodDiscriminator::forward(const Tensor& x) {
   const int64_t n = x.size(0), length = x.size(1), pad = (period_ - length % period_) % period_;
   // HiFi-GAN pads by reflection; zeros need no gather and train alike.
   Tensor h = pad > 0 ? concat({x, zeros({n, pad}, DType::f32, x.device())}, 1) : x;
-  h = reshape(h, {n, 1, (length + pad) / period_, period_});
-  DiscriminatorOutput out;
-  for (auto& c : convs_) {
-    h = leaky_relu(c->forward(h), kPeriodSlope);
-    out.features.push_back(h);
-  }
-  out.logits = post_->forward(h);
-  return out;
+  return run_stack(reshape(h, {n, 1, (length + pad) / period_, period_}), convs_, *post_, kPeriodSlope);
 }
 
 StftDiscriminator::StftDiscriminator(int64_t n_fft, int64_t filters, Generator& gen) : stft_(n_fft, n_fft / 4) {
@@ -61,14 +66,7 @@ StftDiscriminator::StftDiscriminator(int64_t n_fft, int64_t filters, Generator& 
 }
 
 DiscriminatorOutput StftDiscriminator::forward(const Tensor& x) {
-  Tensor h = stft_.complex(x);  // [N, 2, bins, frames]
-  DiscriminatorOutput out;
-  for (auto& c : convs_) {
-    h = leaky_relu(c->forward(h), kStftSlope);
-    out.features.push_back(h);
-  }
-  out.logits = post_->forward(h);
-  return out;
+  return run_stack(stft_.complex(x), convs_, *post_, kStftSlope);  // on [N, 2, bins, frames]
 }
 
 std::vector<int64_t> default_stft_windows(double sample_rate) {

@@ -567,9 +567,14 @@ class RankRun {
       try {
         r.out = model_.forward(x, comm_);
         r.loss = add(r.out.reconstruction_loss, r.out.quantizer_loss);
+        // A GAN step is one of three sequences (warm-up, adversarial, and
+        // adversarial with a discriminator update): one captured graph each.
         const int64_t step = step_ + 1;
-        if (discriminator_updates(cfg_.gan, cfg_.run.seed, step)) discriminator_step(x, r.out.reconstruction);
-        if (adversarial_step(cfg_.gan, step)) adversarial_losses(x, r.out.reconstruction, r);
+        const bool updates = discriminator_updates(cfg_.gan, cfg_.run.seed, step);
+        const bool adversarial = adversarial_step(cfg_.gan, step);
+        if (disc_) note_step_variant("gan", adversarial + updates);
+        if (updates) discriminator_step(x, r.out.reconstruction);
+        if (adversarial) adversarial_losses(x, r.out.reconstruction, r);
         // 0 while every loss of this rank was finite, NaN from the first
         // one that was not (loss - loss is 0 or NaN; the sum keeps a NaN):
         // kept on the device, read only where the run logs, validates or

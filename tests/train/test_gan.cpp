@@ -122,6 +122,17 @@ TEST_CASE("a whole GAN run on W = 3, 4 and 7 thread ranks, and on uneven splits 
   }
 }
 
+TEST_CASE("a GAN run on sim (every device path, the capture check of each step's sequence) is the CPU run, on 1 "
+          "rank and on 3 uneven ranks") {
+  TempDir dir;
+  Dataset data = gan_data();
+  Config cfg = gan_config(dir.path().string(), 10);
+  NamedTensors cpu = run(cfg, data, 1, {}).tensors;
+  cfg.run.device = "sim";
+  CHECK(first_difference(run(cfg, data, 1, {}).tensors, cpu) == "");
+  CHECK(first_difference(run(cfg, data, 3, {2, 0, 10}).tensors, cpu) == "");
+}
+
 TEST_CASE("a GAN run with least-squares losses is the 1-rank run on 3 uneven ranks") {
   TempDir dir;
   Dataset data = gan_data();
