@@ -68,7 +68,7 @@ Shape conv_weight_shape(int dims, bool transposed, int64_t in, int64_t out, int6
 Shape conv_weight_shape(bool transposed, int64_t in, int64_t out, const Shape& kernel, int64_t groups);
 
 // A convolution layer: `Op` (ops.h) with its options, the weight and bias of
-// ConvLayer. Square kernels for 2-D.
+// ConvLayer: square kernels from one size, or a size per dimension.
 template <class Options, Tensor (*Op)(const Tensor&, const Tensor&, const Tensor&, const Options&), int Dims,
           bool Transposed>
 class Conv : public ConvLayer {

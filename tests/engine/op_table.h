@@ -244,6 +244,15 @@ inline std::vector<OpCase> op_table() {
                [=](const V& v) { return conv_transpose1d(v[0], v[1], v[2], o1(2, 1, 1, 2, 1)); }, true, 2 * 4});
   t.push_back({"conv2d stride (2, 1) padding 1 dilation (1, 2)", {in({2, 2, 5, 6}), in({3, 2, 3, 3}), in({3})},
                [=](const V& v) { return conv2d(v[0], v[1], v[2], o2(2, 1, 1, 1, 1, 2, 1)); }, true, 2 * 9});
+  // The adversarial discriminators' kernels (train/discriminators.h): a
+  // period discriminator's (5, 1) striding 3 down the time axis, an STFT
+  // discriminator's (9, 3)-like kernel striding over frequency with a
+  // dilation over time.
+  t.push_back({"conv2d kernel (5, 1) stride (3, 1) padding (2, 0)", {in({2, 2, 8, 3}), in({3, 2, 5, 1}), in({3})},
+               [=](const V& v) { return conv2d(v[0], v[1], v[2], o2(3, 1, 2, 0, 1, 1, 1)); }, true, 2 * 5});
+  t.push_back({"conv2d kernel (3, 2) stride (2, 1) padding (1, 2) dilation (1, 2)",
+               {in({2, 2, 6, 5}), in({3, 2, 3, 2}), in({3})},
+               [=](const V& v) { return conv2d(v[0], v[1], v[2], o2(2, 1, 1, 2, 1, 2, 1)); }, true, 2 * 6});
   t.push_back({"conv_transpose2d stride 2 padding 1", {in({2, 2, 3, 3}), in({2, 3, 4, 4}), in({3})},
                [=](const V& v) { return conv_transpose2d(v[0], v[1], v[2], o2(2, 2, 1, 1, 1, 1, 1)); }, true, 2 * 16});
   // unfold and fold: each the other's backward, one formula on every device

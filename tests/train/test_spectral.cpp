@@ -85,6 +85,47 @@ TEST_CASE("spectral: Stft magnitude of a bin-centred cosine peaks at its bin and
   }
 }
 
+TEST_CASE("spectral: Stft::complex gives the real and imaginary parts of a direct DFT, and magnitude is their norm") {
+  const int64_t n_fft = 32, hop = 8, len = 96, bins = n_fft / 2 + 1, frames = (len - n_fft) / hop + 1;
+  Generator gen(4, 2);
+  Tensor x = rand_uniform({2, len}, gen, -1.f, 1.f);
+  Stft stft(n_fft, hop);
+  Tensor z = stft.complex(x);
+  REQUIRE(z.shape() == Shape{2, 2, bins, frames});
+  const std::vector<float> xs = x.to_vector<float>(), zs = z.to_vector<float>(), mag = stft.magnitude(x).to_vector<float>();
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t t = 0; t < frames; ++t)
+      for (int64_t k = 0; k < bins; ++k) {
+        double re = 0, im = 0;
+        for (int64_t n = 0; n < n_fft; ++n) {
+          double v = xs[r * len + t * hop + n] * (0.5 - 0.5 * std::cos(kTwoPi * n / n_fft));
+          re += v * std::cos(kTwoPi * k * n / n_fft);
+          im -= v * std::sin(kTwoPi * k * n / n_fft);
+        }
+        const float zr = zs[((r * 2 + 0) * bins + k) * frames + t], zi = zs[((r * 2 + 1) * bins + k) * frames + t];
+        CHECK(zr == doctest::Approx(re).epsilon(1e-4).scale(1.0));
+        CHECK(zi == doctest::Approx(im).epsilon(1e-4).scale(1.0));
+        CHECK(mag[(r * bins + k) * frames + t] == std::sqrt(zr * zr + zi * zi + 1e-7f));
+      }
+}
+
+TEST_CASE("spectral: the multi-resolution mel loss is 0 for a perfect reconstruction, grows with the error, and a "
+          "rank without rows keeps both signals' graphs") {
+  Generator gen(6, 3);
+  Tensor x = rand_uniform({3, 600}, gen, -1.f, 1.f);
+  MultiResolutionMelLoss loss(8000, {{64, 16, 10}, {256, 64, 40}});
+  CHECK(loss(x, x, one).item<float>() == 0.f);
+  const float small = loss(x, mul(x, 0.9f), one).item<float>(), large = loss(x, mul(x, 0.5f), one).item<float>();
+  CHECK(small > 0.f);
+  CHECK(large > small);
+  Tensor e = zeros({0, 600}).set_requires_grad(true), y = zeros({0, 600}).set_requires_grad(true);
+  Tensor l = loss(e, y, one);
+  l.backward();
+  CHECK(l.item<float>() == 0.f);
+  CHECK(y.grad().defined());
+  CHECK(e.grad().defined());
+}
+
 TEST_CASE("spectral: the same magnitudes from a copy on the simulated device") {
   Generator gen(3, 1);
   Tensor x = rand_uniform({3, 100}, gen, -1.f, 1.f);
