@@ -30,14 +30,13 @@ CodecModel::CodecModel(const ModelConfig& m, const QuantizerConfig& q, int64_t i
   register_module("decoder", net_.decoder);
   quantizer_ = register_module("quantizer", make_quantizer(q, m.latent_dim, seed, gen));
   if (m.spectral_weight > 0) {
-    // Windows of 8 to 32 ms at 8 kHz, hop a quarter window (DAC's choice of
-    // several resolutions, scaled to short segments). The config reader
+    // kStftLossResolutions (train/spectral.h). The config reader
     // takes spectral_weight for conv_codec only, and make_network refuses it
     // on other types built in code (model_config_problem).
     VQDDP_CHECK(input_dim >= 256, "model.spectral_weight needs data.frame >= 256 (the longest STFT window), got {}",
                 input_dim);
     spectral_ = std::make_unique<MultiResolutionStftLoss>(
-        std::vector<std::pair<int64_t, int64_t>>{{64, 16}, {128, 32}, {256, 64}});
+        std::vector<std::pair<int64_t, int64_t>>(kStftLossResolutions.begin(), kStftLossResolutions.end()));
   }
   if (m.mel_weight > 0 && sample_rate > 0) {
     // DAC's mel loss scaled to short segments: windows of 8 to 64 ms at

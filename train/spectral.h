@@ -67,6 +67,12 @@ class Stft {
   std::shared_ptr<Cache> cache_;
 };
 
+// The (n_fft, hop) resolutions of the codec's STFT loss (model.spectral_weight)
+// and of the held-out MR-STFT distance: 8 to 32 ms windows at 8 kHz, hop a
+// quarter window (DAC's choice of several resolutions, scaled to short
+// segments).
+inline constexpr std::array<std::pair<int64_t, int64_t>, 3> kStftLossResolutions{{{64, 16}, {128, 32}, {256, 64}}};
+
 // The multi-resolution STFT loss, for each (n_fft, hop) resolution
 //   mean |log(|X| + 1e-5) - log(|Y| + 1e-5)| + mean | |X| - |Y| |,
 // summed over resolutions and divided by their number.

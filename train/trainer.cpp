@@ -228,15 +228,14 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
   const double rate = data.examples_per_second * static_cast<double>(data.example_dim);
   std::optional<LogMel> mel;
   if (audio) mel.emplace(rate, 256, 64, 40);
-  // And the multi-resolution STFT distance, at the STFT loss's resolutions
-  // (8 to 32 ms windows at 8 kHz, model.spectral_weight).
+  // And the multi-resolution STFT distance, at the STFT loss's resolutions.
   std::vector<Stft> stfts;
   if (audio)
-    for (int64_t n : {64, 128, 256}) stfts.emplace_back(n, n / 4);
+    for (auto [n_fft, hop] : kStftLossResolutions) stfts.emplace_back(n_fft, hop);
   // Per chunk: sum x^2, sum err^2, elements, log-mel sum and count, rows
   // skipped (data.bad_files "skip"), each STFT resolution's distance sum and
   // count, then the code histogram of every layer.
-  constexpr int64_t kFixed = 12;
+  constexpr int64_t kFixed = 6 + 2 * static_cast<int64_t>(kStftLossResolutions.size());
   const int64_t width = kFixed + codes;
   std::vector<float> packed;
   Validation v;
@@ -265,9 +264,9 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
       std::vector<float> row{static_cast<float>(signal), static_cast<float>(error), static_cast<float>(x.numel()),
                              static_cast<float>(mel_l1.sum), static_cast<float>(mel_l1.count),
                              static_cast<float>(skipped)};
-      for (int64_t r = 0; r < 3; ++r) {
+      for (size_t r = 0; r < kStftLossResolutions.size(); ++r) {
         SumCount d;
-        if (r < static_cast<int64_t>(stfts.size()) && x.numel() >= 256)
+        if (audio && x.numel() >= kStftLossResolutions.back().first)
           d = stft_distance(stfts[r], reshape(x, {1, x.numel()}), reshape(y, {1, y.numel()}));
         row.insert(row.end(), {static_cast<float>(d.sum), static_cast<float>(d.count)});
       }
@@ -284,7 +283,9 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
   if (audio) v.log_mel = p[4] > 0 ? p[3] / p[4] : 0;
   if (audio) {
     v.stft_distance = 0;
-    for (int r = 0; r < 3; ++r) v.stft_distance += p[7 + 2 * r] > 0 ? p[6 + 2 * r] / p[7 + 2 * r] / 3 : 0;
+    const size_t res = kStftLossResolutions.size();
+    for (size_t r = 0; r < res; ++r)
+      v.stft_distance += p[7 + 2 * r] > 0 ? p[6 + 2 * r] / p[7 + 2 * r] / static_cast<double>(res) : 0;
   }
   v.skipped = static_cast<int64_t>(p[5]);
   v.usage = usage_of(p + kFixed, sizes);
@@ -437,6 +438,10 @@ class RankRun {
     Tensor adversarial, feature;
   };
 
+  // 0 while every loss of this rank was finite, NaN from the first one that
+  // was not (loss - loss is 0 or NaN; the sum keeps a NaN).
+  void note_health(const Tensor& loss) { health_ = add(health_, sub(loss.detach(), loss.detach())); }
+
   const DiscriminatorState* discriminator() const { return disc_state_ ? &*disc_state_ : nullptr; }
 
   // Step 2 of a GAN step (train/gan.h): the discriminators learn to tell x
@@ -449,7 +454,7 @@ class RankRun {
       std::vector<DiscriminatorOutput> real = disc_->forward(x), fake = disc_->forward(y.detach());
       loss = discriminator_loss(real, fake, cfg_.gan.loss, comm_);
     }
-    health_ = add(health_, sub(loss.detach(), loss.detach()));
+    note_health(loss);
     last_disc_loss_ = loss.detach();
     loss.backward();
     op_profile_mark("step: discriminator backward");
@@ -462,9 +467,14 @@ class RankRun {
 
   // Step 3's losses: the (updated) discriminators on x, with no graph (only
   // the features' scale and targets are needed), and on y, whose gradient
-  // reaches the codec. Their parameters' gradients from this pass are
-  // dropped (the codec's optimizer alone steps here).
+  // reaches the codec alone: their parameters are frozen for this pass, so
+  // backward computes no weight gradient for them and reduces none.
   void adversarial_losses(const Tensor& x, const Tensor& y, StepResult& r) {
+    struct Frozen {
+      std::vector<Tensor>& params;
+      explicit Frozen(std::vector<Tensor>& p) : params(p) { for (Tensor& t : params) t.set_requires_grad(false); }
+      ~Frozen() { for (Tensor& t : params) t.set_requires_grad(true); }
+    } frozen(disc_params_);
     WeightNormBatch weights(*disc_);
     std::vector<DiscriminatorOutput> real;
     {
@@ -575,12 +585,10 @@ class RankRun {
         if (disc_) note_step_variant("gan", adversarial + updates);
         if (updates) discriminator_step(x, r.out.reconstruction);
         if (adversarial) adversarial_losses(x, r.out.reconstruction, r);
-        // 0 while every loss of this rank was finite, NaN from the first
-        // one that was not (loss - loss is 0 or NaN; the sum keeps a NaN):
-        // kept on the device, read only where the run logs, validates or
+        // Kept on the device, read only where the run logs, validates or
         // writes a checkpoint, so a diverged step on a device never reaches
         // a checkpoint.
-        health_ = add(health_, sub(r.loss.detach(), r.loss.detach()));
+        note_health(r.loss);
       } catch (const NonFiniteError& e) {
         rethrow_nonfinite(e, fmt::format("step {}, rank {}: {}; {}", step_ + 1, comm_.rank(), e.what(),
                                          nonfinite_origin(r.host_x, model_)));
@@ -589,7 +597,6 @@ class RankRun {
       r.loss.backward();
       op_profile_mark("step: end of backward (after the unit sums)");
     }
-    if (disc_) disc_->zero_grad();  // from the adversarial losses' pass: not the discriminators' own
     optim_->lr = learning_rate(cfg_.optimizer, step_, schedule_.total_steps);
     if (opt_.after_gradients) opt_.after_gradients(step_ + 1, comm_.rank(), model_);
     if (cfg_.optimizer.grad_clip > 0) clip_grad_norm(params_, cfg_.optimizer.grad_clip);
