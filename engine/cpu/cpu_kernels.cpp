@@ -19,7 +19,7 @@
 #include "engine/blas.h"
 #include "engine/core/cpu_allocator.h"
 #include "engine/cpu/fixed_gemm.h"
-#include "engine/cpu/fixed_conv1d.h"
+#include "engine/cpu/fixed_conv.h"
 #include "engine/cpu/unary_loops.h"
 #include "engine/kernel_math.h"
 #include "engine/parallel.h"
@@ -498,53 +498,55 @@ std::unique_ptr<float[]> scratch(int64_t n) { return std::unique_ptr<float[]>(ne
 
 }  // namespace
 
-// A 1-D convolution with stride 1 (one row, a one-row kernel): the CPU
-// computes it straight from its input with fixed_conv1d.h's fixed_conv1d
-// kernels, which give the column path's bits with no im2col buffer (every
-// convolution of the main job but the two downsampling ones). The choice is
-// the kernel table's, as a GPU's choice of its own kernels: the op takes
-// one path on every device.
+// The three convolution kernels on the CPU: where the width stride is 1
+// (every convolution of the main job but the two downsampling ones, and
+// every discriminator's) fixed_conv.h's direct kernels, which give the
+// column path's bits with no im2col buffer; otherwise the column path
+// itself, the columns in a scratch buffer (im2col, the SIMD fixed_gemm,
+// col2im), which is what conv_plan.h's per-element formulas reproduce
+// without them. The choice is the kernel table's, as a GPU's choice of its
+// own kernels: the op takes one path on every device.
 namespace {
-bool stride1_1d(const ConvPlan& p) { return p.h == 1 && p.kh == 1 && p.ph == 0 && p.sh == 1 && p.sw == 1; }
+// The direct forward and input-gradient kernels vectorize along an output
+// row: a 2-D plan's rows narrower than 6 (a period discriminator's periods
+// 2 to 5) fill too little of a tile to beat the column path, which packs
+// every position densely (bench_conv2d: 0.3-0.7x at width 2, 1.0 at 5,
+// 1.2-2.3 at 7 and above). The weight kernel accumulates along the rows
+// instead and pays at every width.
+bool direct_row_kernels(const ConvPlan& p) { return direct_conv_applies(p) && (p.h == 1 || p.ow >= 6); }
 }  // namespace
 
-// The three convolution kernels on the CPU: the column path itself, the
-// columns in a scratch buffer (im2col, the SIMD fixed_gemm, col2im), which
-// is what conv_plan.h's per-element formulas reproduce without them, or the
-// stride-1 kernels above.
 void CpuKernels::conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y,
                             const ConvPlan& p) {
-  if (stride1_1d(p)) {
-    fixed_conv1d(p.n, p.c, p.w, x, cout, p.kw, p.pw, p.dw, w, y);
-    if (bias) add_channel_bias(y, bias, p.n, cout, p.ow);
-    return;
-  }
   const int64_t pos = p.oh * p.ow, ck = p.col_width();
-  std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
-  im2col(x, cols.get(), p);
-  gemm_fixed(false, true, cout, pos, ck, w, ck, cols.get(), ck, y, pos, {p.n, 0, pos * ck, cout * pos});
+  if (direct_row_kernels(p)) {
+    fixed_conv(p, x, cout, w, y);
+  } else {
+    std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
+    im2col(x, cols.get(), p);
+    gemm_fixed(false, true, cout, pos, ck, w, ck, cols.get(), ck, y, pos, {p.n, 0, pos * ck, cout * pos});
+  }
   if (bias) add_channel_bias(y, bias, p.n, cout, pos);
 }
 
 void CpuKernels::conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
                                  const ConvPlan& p) {
-  if (stride1_1d(p)) {
-    fixed_conv1d_data(p.n, p.c, p.w, cout, p.kw, p.pw, p.dw, g, w, dx);
-    if (bias) add_channel_bias(dx, bias, p.n, p.c, p.w);
-    return;
-  }
   const int64_t pos = p.oh * p.ow, ck = p.col_width(), image = p.h * p.w;
-  std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
-  gemm_fixed(true, false, pos, ck, cout, g, pos, w, ck, cols.get(), ck, {p.n, cout * pos, 0, pos * ck});
-  col2im(cols.get(), dx, p);
+  if (direct_row_kernels(p)) {
+    fixed_conv_data(p, cout, g, w, dx);
+  } else {
+    std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
+    gemm_fixed(true, false, pos, ck, cout, g, pos, w, ck, cols.get(), ck, {p.n, cout * pos, 0, pos * ck});
+    col2im(cols.get(), dx, p);
+  }
   if (bias) add_channel_bias(dx, bias, p.n, p.c, image);
 }
 
 void CpuKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials,
                                    float* bias_partials, const ConvPlan& p) {
   const int64_t pos = p.oh * p.ow, ck = p.col_width();
-  if (stride1_1d(p)) {
-    fixed_conv1d_weight_units(p.n, p.c, p.w, x, cout, p.kw, p.pw, p.dw, g, std::vector<int64_t>(p.n, 1), partials);
+  if (direct_conv_applies(p)) {
+    fixed_conv_weight(p, x, cout, g, partials);
   } else {
     std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
     im2col(x, cols.get(), p);

@@ -56,8 +56,6 @@ std::atomic<const cpu::GemmIsa*>& chosen() {
   return isa;
 }
 
-const cpu::GemmIsa& isa() { return *chosen().load(); }
-
 }  // namespace
 
 namespace cpu {

@@ -1,6 +1,6 @@
 // The batch-invariant matrix product on the CPU, and the choice of
 // instruction set every fixed-order CPU kernel runs on (the products here,
-// fixed_conv1d.h, fixed_gemm_argmin.h, and the unary loops of
+// fixed_conv.h, fixed_gemm_argmin.h, and the unary loops of
 // unary_loops.h: each compiled per set, engine/cpu/gemm_isa.h).
 //
 // The rule (docs/design.md, "Forward ops are batch-invariant"): every

@@ -57,19 +57,22 @@ struct ArgminArgs {
   int64_t* out = nullptr;
 };
 
-// One sample of a stride-1 1-D convolution (conv1d_sample in
-// gemm_kernel.h): output channels [o_begin, o_end) of y [o, lout] from the
-// weight w [o, ck] and the zero-padded input xp, column p of the implicit
-// im2col matrix starting at xp + off[p]. o_begin is a multiple of mr.
+// One output row of a convolution whose width stride is 1 (conv1d_sample
+// in gemm_kernel.h): output channels [o_begin, o_end) of the row's lout
+// positions, y[o * y_stride + j], from the weight w [o, ck] and the
+// zero-padded input xp, column p of the implicit im2col matrix starting at
+// xp + off[p]. o_begin is a multiple of mr.
 struct Conv1dArgs {
-  int64_t o_begin = 0, o_end = 0, ck = 0, lout = 0;
+  int64_t o_begin = 0, o_end = 0, ck = 0, lout = 0, y_stride = 0;
   const float* xp = nullptr;
   const int64_t* off = nullptr;
   const float* w = nullptr;
   float* y = nullptr;
 };
 
-// The weight gradient of one unit of a stride-1 1-D convolution, as the
+// The weight gradient of one unit of a convolution whose width stride is 1
+// (its "samples" are runs of lout positions, sample_stride floats apart in
+// the padded input: a 2-D convolution's output rows), as the
 // transpose of the fixed-order product of unit_partials_of_b
 // (conv1d_weight in gemm_kernel.h): out_t [ck, o_pad] rows [j_begin,
 // j_end) with out_t[j, q] = chain over the unit's rows r = (s, i) ascending
@@ -83,8 +86,8 @@ struct Conv1dWeightArgs {
   float* out_t = nullptr;     // [ck, o_pad]
 };
 
-// One tap of the input gradient of a stride-1 1-D convolution, for one
-// sample (conv1d_data in gemm_kernel.h): for channels [ch_begin, ch_end) and
+// One tap of the input gradient of a convolution whose width stride is 1,
+// for one input row (conv1d_data in gemm_kernel.h): for channels [ch_begin, ch_end) and
 // positions iy in [0, l), the fixed chain over q ascending of
 // fma(gp[q * lg + iy], w[q * ck + ch * k + tap], acc), added (in double) to
 // acc[ch * l + iy]. gp is the sample's gradient rows, zero-padded and

@@ -242,13 +242,14 @@ void argmin_blocked(const ArgminArgs& g) {
   }
 }
 
-// A stride-1 convolution of one sample as a GEMM whose B is read in place:
-// y[o, j] = chain over p = (c, k) ascending of fma(w[o, p], B(p, j), acc)
-// with B(p, j) = xp[off[p] + j], where xp is the sample's zero-padded
-// input and off[p] = c * lp + k * dilation. Row j of B for NR columns is
-// NR consecutive floats of xp, so no im2col buffer is written; the chains
-// are micro_tile's, so the bits are those of gemm_blocked on unfold(x).
-// xp must hold NR - 1 readable floats past every row's last output.
+// One output row of a convolution with width stride 1 as a GEMM whose B is
+// read in place: y[o, j] = chain over p = (c, ky, kx) ascending of
+// fma(w[o, p], B(p, j), acc) with B(p, j) = xp[off[p] + j], where xp is the
+// row's start in the zero-padded input and off[p] the tap's offset
+// (fixed_conv.cpp). Row j of B for NR columns is NR consecutive floats of
+// xp, so no im2col buffer is written; the chains are micro_tile's, so the
+// bits are those of gemm_blocked on unfold(x). xp must hold NR - 1
+// readable floats past every row's last output.
 void conv1d_sample(const Conv1dArgs& g) {
   for (int64_t o0 = g.o_begin; o0 < g.o_end; o0 += MR) {
     const int64_t rows = std::min<int64_t>(MR, g.o_end - o0);
@@ -271,12 +272,12 @@ void conv1d_sample(const Conv1dArgs& g) {
           acc[r][1] = Isa::fma(a, b1, acc[r][1]);
         }
       }
-      float* y = g.y + o0 * g.lout + j0;
+      float* y = g.y + o0 * g.y_stride + j0;
       if (rows == MR && cols == NR) {
 #pragma GCC unroll 16
         for (int r = 0; r < MR; ++r) {
-          Isa::store(y + r * g.lout, acc[r][0]);
-          Isa::store(y + r * g.lout + W, acc[r][1]);
+          Isa::store(y + r * g.y_stride, acc[r][0]);
+          Isa::store(y + r * g.y_stride + W, acc[r][1]);
         }
         continue;
       }
@@ -286,7 +287,7 @@ void conv1d_sample(const Conv1dArgs& g) {
         Isa::store(tile + r * NR, acc[r][0]);
         Isa::store(tile + r * NR + W, acc[r][1]);
       }
-      for (int64_t r = 0; r < rows; ++r) std::copy_n(tile + r * NR, cols, y + r * g.lout);
+      for (int64_t r = 0; r < rows; ++r) std::copy_n(tile + r * NR, cols, y + r * g.y_stride);
     }
   }
 }

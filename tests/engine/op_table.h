@@ -233,7 +233,7 @@ inline std::vector<OpCase> op_table() {
   t.push_back({"conv1d stride 2 padding 2 dilation 2 groups 2", {in({2, 4, 9}), in({4, 2, 3}), in({4})},
                [=](const V& v) { return conv1d(v[0], v[1], v[2], o1(2, 2, 2, 2)); }, true, 2 * 3});
   // Stride 1, one group: the main job's convolutions, which the CPU runs
-  // without an im2col buffer (fixed_conv1d).
+  // without an im2col buffer (fixed_conv).
   t.push_back({"conv1d stride 1 padding 3", {in({2, 3, 10}), in({4, 3, 7}), in({4})},
                [=](const V& v) { return conv1d(v[0], v[1], v[2], o1(1, 3, 1, 1)); }, true, 3 * 7});
   t.push_back({"conv1d stride 1 dilation 3 no bias", {in({2, 3, 12}), in({2, 3, 3})},

@@ -412,42 +412,56 @@ TEST_CASE("weight_norm_all and WeightNormBatch: every layer's weight and gradien
   }
 }
 
-TEST_CASE("the CPU's stride-1 1-D conv kernels give the column path's bits: forward, input gradient and per-example "
-          "weight partials") {
-  // The CPU's kernel table takes engine/cpu/fixed_conv1d.h's stride-1 kernels for such a
-  // plan; the column path (im2col, the fixed GEMM, col2im) is what every
-  // other plan takes. Padding and dilation both on, several channels.
+TEST_CASE("the CPU's conv kernels give the column path's bits on every path they take: forward, input gradient and "
+          "per-example weight partials") {
+  // The CPU's kernel table takes engine/cpu/fixed_conv.h's direct kernels
+  // where the width stride is 1 (forward and input gradient only for 1-D
+  // plans and rows of 6 or more); the column path (im2col, the fixed GEMM,
+  // col2im) is what every other plan takes. Padding and dilation on, several
+  // channels: a 1-D plan, 2-D plans with wide rows, with narrow rows (a
+  // period discriminator's), and with a width stride of 2.
   DeviceKernels& k = device_kernels(Device::cpu());
-  ConvPlan p;
-  p.n = 3, p.c = 2, p.h = 1, p.w = 11, p.kh = 1, p.kw = 4, p.pw = 3, p.dw = 2;
-  p.oh = 1, p.ow = conv_output_size(p.w, p.kw, 1, p.pw, p.dw);
-  const int64_t cout = 5, pos = p.ow, ck = p.col_width();
-  Generator gen(9, 0);
-  std::vector<float> x = rand_uniform({p.n, p.c, p.w}, gen, -1.f, 1.f).to_vector<float>(),
-                     w = rand_uniform({cout, ck}, gen, -1.f, 1.f).to_vector<float>(),
-                     g = rand_uniform({p.n, cout, pos}, gen, -1.f, 1.f).to_vector<float>();
-  std::vector<float> cols(static_cast<size_t>(p.rows() * ck));
-  auto bits = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-  };
-  // Forward.
-  std::vector<float> y(static_cast<size_t>(p.n * cout * pos)), y_cols(y.size());
-  k.conv_fixed(x.data(), w.data(), nullptr, cout, y.data(), p);
-  k.im2col(x.data(), cols.data(), p);
-  k.gemm_fixed(false, true, cout, pos, ck, w.data(), ck, cols.data(), ck, y_cols.data(), pos,
-               {p.n, 0, pos * ck, cout * pos});
-  CHECK(bits(y, y_cols));
-  // Input gradient.
-  std::vector<float> dx(x.size()), dx_cols(x.size());
-  k.conv_fixed_data(g.data(), w.data(), nullptr, cout, dx.data(), p);
-  k.gemm_fixed(true, false, pos, ck, cout, g.data(), pos, w.data(), ck, cols.data(), ck, {p.n, cout * pos, 0, pos * ck});
-  k.col2im(cols.data(), dx_cols.data(), p);
-  CHECK(bits(dx, dx_cols));
-  // Per-example weight partials.
-  std::vector<float> dw(static_cast<size_t>(p.n * cout * ck)), dw_cols(dw.size());
-  k.conv_fixed_weight(x.data(), g.data(), cout, dw.data(), nullptr, p);
-  k.im2col(x.data(), cols.data(), p);
-  k.gemm_fixed(false, false, cout, ck, pos, g.data(), pos, cols.data(), ck, dw_cols.data(), ck,
-               {p.n, cout * pos, pos * ck, cout * ck});
-  CHECK(bits(dw, dw_cols));
+  ConvPlan one_d;
+  one_d.n = 3, one_d.c = 2, one_d.h = 1, one_d.w = 11, one_d.kh = 1, one_d.kw = 4, one_d.pw = 3, one_d.dw = 2;
+  ConvPlan wide = one_d;
+  wide.h = 9, wide.kh = 3, wide.sh = 2, wide.ph = 1, wide.dh = 2;
+  ConvPlan narrow = wide;
+  narrow.w = 3, narrow.kw = 1, narrow.pw = 0, narrow.dw = 1;
+  ConvPlan strided = wide;
+  strided.sw = 2;
+  for (ConvPlan p : {one_d, wide, narrow, strided}) {
+    CAPTURE(p.h);
+    CAPTURE(p.w);
+    CAPTURE(p.sw);
+    p.oh = conv_output_size(p.h, p.kh, p.sh, p.ph, p.dh), p.ow = conv_output_size(p.w, p.kw, p.sw, p.pw, p.dw);
+    const int64_t cout = 5, pos = p.oh * p.ow, ck = p.col_width();
+    Generator gen(9, 0);
+    std::vector<float> x = rand_uniform({p.n, p.c, p.h, p.w}, gen, -1.f, 1.f).to_vector<float>(),
+                       w = rand_uniform({cout, ck}, gen, -1.f, 1.f).to_vector<float>(),
+                       g = rand_uniform({p.n, cout, pos}, gen, -1.f, 1.f).to_vector<float>();
+    std::vector<float> cols(static_cast<size_t>(p.rows() * ck));
+    auto bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    // Forward.
+    std::vector<float> y(static_cast<size_t>(p.n * cout * pos)), y_cols(y.size());
+    k.conv_fixed(x.data(), w.data(), nullptr, cout, y.data(), p);
+    k.im2col(x.data(), cols.data(), p);
+    k.gemm_fixed(false, true, cout, pos, ck, w.data(), ck, cols.data(), ck, y_cols.data(), pos,
+                 {p.n, 0, pos * ck, cout * pos});
+    CHECK(bits(y, y_cols));
+    // Input gradient.
+    std::vector<float> dx(x.size()), dx_cols(x.size());
+    k.conv_fixed_data(g.data(), w.data(), nullptr, cout, dx.data(), p);
+    k.gemm_fixed(true, false, pos, ck, cout, g.data(), pos, w.data(), ck, cols.data(), ck, {p.n, cout * pos, 0, pos * ck});
+    k.col2im(cols.data(), dx_cols.data(), p);
+    CHECK(bits(dx, dx_cols));
+    // Per-example weight partials.
+    std::vector<float> dw(static_cast<size_t>(p.n * cout * ck)), dw_cols(dw.size());
+    k.conv_fixed_weight(x.data(), g.data(), cout, dw.data(), nullptr, p);
+    k.im2col(x.data(), cols.data(), p);
+    k.gemm_fixed(false, false, cout, ck, pos, g.data(), pos, cols.data(), ck, dw_cols.data(), ck,
+                 {p.n, cout * pos, pos * ck, cout * ck});
+    CHECK(bits(dw, dw_cols));
+  }
 }

@@ -12,7 +12,7 @@
 
 #include "engine/conv_plan.h"
 #include "engine/cpu/fixed_gemm.h"
-#include "engine/cpu/fixed_conv1d.h"
+#include "engine/cpu/fixed_conv.h"
 #include "engine/cpu/unary_loops.h"
 #include "engine/cpu/fixed_gemm_argmin.h"
 #include "engine/kernel_math.h"
@@ -70,22 +70,49 @@ void on_every_isa_and_thread_count(F&& body) {
     }
 }
 
-// A stride-1 conv1d of x [n, c, l] by a kernel [o, c, k] with padding and
-// dilation: channel counts that are not a multiple of any tile height,
-// outputs shorter and longer than a tile, a 1-tap kernel, one sample.
+// Convolutions the direct kernels take (width stride 1), each with padding
+// and dilation: 1-D ones (h = 1) with channel counts that are not a
+// multiple of any tile height, outputs shorter and longer than a tile, a
+// 1-tap kernel, one sample; 2-D ones with height strides 1 to 3, dilation
+// along either axis, rows narrower and wider than a tile, a single output
+// row and a single output channel.
 struct ConvCase {
-  int64_t n, c, l, o, k, pad, dil;
-  int64_t lout() const { return conv_output_size(l, k, 1, pad, dil); }
-  int64_t ck() const { return c * k; }
-  // x's entry under tap q of output position i (sample s, channel ch), 0 in the padding.
-  float tap(const std::vector<float>& x, int64_t s, int64_t ch, int64_t i, int64_t q) const {
-    const int64_t at = i - pad + q * dil;
-    return at >= 0 && at < l ? x[(s * c + ch) * l + at] : 0.f;
+  int64_t n, c, h, w, o, kh, kw, sh, ph, pw, dh, dw;
+  ConvPlan plan() const {
+    ConvPlan p;
+    p.n = n, p.c = c, p.h = h, p.w = w, p.kh = kh, p.kw = kw, p.sh = sh, p.ph = ph, p.pw = pw, p.dh = dh, p.dw = dw;
+    p.oh = conv_output_size(h, kh, sh, ph, dh), p.ow = conv_output_size(w, kw, 1, pw, dw);
+    return p;
   }
 };
 
-const ConvCase kConvCases[] = {{2, 1, 37, 8, 7, 3, 1},  {3, 8, 50, 5, 7, 3, 1},   {1, 3, 9, 13, 3, 4, 3}, {2, 6, 100, 4, 1, 0, 1},
-                               {4, 5, 40, 33, 3, 1, 2}, {1, 2, 5, 1, 5, 0, 1},    {2, 9, 20, 3, 4, 1, 1}};
+const ConvCase kConvCases[] = {
+    {2, 1, 1, 37, 8, 1, 7, 1, 0, 3, 1, 1},   {3, 8, 1, 50, 5, 1, 7, 1, 0, 3, 1, 1},  {1, 3, 1, 9, 13, 1, 3, 1, 0, 4, 1, 3},
+    {2, 6, 1, 100, 4, 1, 1, 1, 0, 0, 1, 1},  {4, 5, 1, 40, 33, 1, 3, 1, 0, 1, 1, 2}, {1, 2, 1, 5, 1, 1, 5, 1, 0, 0, 1, 1},
+    {2, 9, 1, 20, 3, 1, 4, 1, 0, 1, 1, 1},   {2, 2, 23, 13, 8, 9, 3, 1, 4, 1, 1, 1}, {3, 8, 21, 22, 9, 9, 3, 2, 4, 2, 1, 2},
+    {1, 5, 17, 40, 7, 3, 3, 3, 1, 4, 2, 4},  {2, 3, 31, 2, 4, 5, 1, 3, 2, 0, 1, 1},  {2, 16, 9, 11, 16, 5, 1, 1, 2, 0, 1, 1},
+    {1, 4, 4, 33, 1, 3, 3, 1, 0, 1, 1, 1},   {2, 7, 6, 19, 5, 2, 4, 2, 1, 3, 3, 1}};
+
+// Column entry ((s, oy, ox), (ch, ky, kx)) of the unfolded input: x under
+// that tap, 0 in the padding.
+float tap(const std::vector<float>& x, const ConvPlan& p, int64_t s, int64_t oy, int64_t ox, int64_t ch, int64_t ky,
+          int64_t kx) {
+  const int64_t iy = oy * p.sh - p.ph + ky * p.dh, ix = ox * p.sw - p.pw + kx * p.dw;
+  return iy >= 0 && iy < p.h && ix >= 0 && ix < p.w ? x[((s * p.c + ch) * p.h + iy) * p.w + ix] : 0.f;
+}
+
+// unfold(x) [n oh ow, c kh kw], written out.
+std::vector<float> unfold(const std::vector<float>& x, const ConvPlan& p) {
+  std::vector<float> cols(p.rows() * p.col_width());
+  for (int64_t s = 0; s < p.n; ++s)
+    for (int64_t oy = 0; oy < p.oh; ++oy)
+      for (int64_t ox = 0; ox < p.ow; ++ox)
+        for (int64_t ch = 0; ch < p.c; ++ch)
+          for (int64_t ky = 0; ky < p.kh; ++ky)
+            for (int64_t kx = 0; kx < p.kw; ++kx)
+              cols[((s * p.oh + oy) * p.ow + ox) * p.col_width() + (ch * p.kh + ky) * p.kw + kx] = tap(x, p, s, oy, ox, ch, ky, kx);
+  return cols;
+}
 
 }  // namespace
 
@@ -115,103 +142,92 @@ TEST_CASE("fixed_gemm equals the one-chain reference bit for bit: every transpos
           }
 }
 
-TEST_CASE("fixed_conv1d gives the bits of the fixed_gemm chain on the im2col matrix: every ISA and thread count") {
-  // The CPU's direct stride-1 convolution (no im2col buffer) against the
-  // reference chain on an explicit unfold of x.
+TEST_CASE("fixed_conv gives the bits of the fixed_gemm chain on the im2col matrix: every ISA and thread count") {
+  // The CPU's direct convolution (no im2col buffer) against the reference
+  // chain on an explicit unfold of x.
   KernelSettings restore;
   for (const ConvCase& t : kConvCases) {
-    CAPTURE(t.n);
-    CAPTURE(t.c);
-    CAPTURE(t.l);
+    const ConvPlan p = t.plan();
+    CAPTURE(p.c);
+    CAPTURE(p.h);
+    CAPTURE(p.w);
     CAPTURE(t.o);
-    CAPTURE(t.k);
-    const int64_t lout = t.lout(), ck = t.ck();
-    std::vector<float> x = normal(t.n * t.c * t.l, 3), w = normal(t.o * ck, 4);
-    std::vector<float> cols(t.n * lout * ck), rows(t.n * lout * t.o), want(t.n * t.o * lout);
-    for (int64_t s = 0; s < t.n; ++s)
-      for (int64_t i = 0; i < lout; ++i)
-        for (int64_t ch = 0; ch < t.c; ++ch)
-          for (int64_t q = 0; q < t.k; ++q) cols[((s * lout) + i) * ck + ch * t.k + q] = t.tap(x, s, ch, i, q);
-    fixed_gemm_reference(false, true, t.n * lout, t.o, ck, cols.data(), ck, w.data(), ck, rows.data(), t.o);
-    for (int64_t s = 0; s < t.n; ++s)
+    CAPTURE(p.sh);
+    const int64_t pos = p.oh * p.ow, ck = p.col_width();
+    std::vector<float> x = normal(p.n * p.c * p.h * p.w, 3), w = normal(t.o * ck, 4);
+    std::vector<float> cols = unfold(x, p), rows(p.rows() * t.o), want(p.n * t.o * pos);
+    fixed_gemm_reference(false, true, p.rows(), t.o, ck, cols.data(), ck, w.data(), ck, rows.data(), t.o);
+    for (int64_t s = 0; s < p.n; ++s)
       for (int64_t j = 0; j < t.o; ++j)
-        for (int64_t i = 0; i < lout; ++i) want[(s * t.o + j) * lout + i] = rows[(s * lout + i) * t.o + j];
+        for (int64_t i = 0; i < pos; ++i) want[(s * t.o + j) * pos + i] = rows[(s * pos + i) * t.o + j];
     on_every_isa_and_thread_count([&] {
       std::vector<float> got(want.size(), -1.f);
-      fixed_conv1d(t.n, t.c, t.l, x.data(), t.o, t.k, t.pad, t.dil, w.data(), got.data());
+      fixed_conv(p, x.data(), t.o, w.data(), got.data());
       CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
     });
   }
 }
 
-TEST_CASE("fixed_conv1d_weight_units gives the bits of the unit GEMMs on the im2col matrix: every ISA and thread count") {
-  // Unit u's weight gradient of a stride-1 conv: the chain over its rows
-  // (sample, position) ascending of g times the im2col entry, as
-  // unit_partials_of_b computes it on unfold(x); units of 0, 1 and 2
-  // samples, output channel counts below and above a tile's width.
+TEST_CASE("fixed_conv_weight gives the bits of each sample's GEMM on the im2col matrix: every ISA and thread count") {
+  // Sample s's weight gradient: the chain over its positions (oy, ox)
+  // ascending of g times the im2col entry, as the column path's batched
+  // GEMM computes it on unfold(x); output channel counts below and above a
+  // tile's width.
   KernelSettings restore;
-  struct Case {
-    ConvCase conv;  // its n: the units' samples
-    std::vector<int64_t> units;
-  };
-  for (const Case& u_case : {Case{{4, 1, 37, 8, 7, 3, 1}, {1, 2, 0, 1}}, Case{{3, 8, 50, 5, 7, 3, 1}, {2, 1}},
-                             Case{{1, 3, 9, 40, 3, 4, 3}, {1}}, Case{{3, 6, 30, 17, 1, 0, 1}, {0, 3}}}) {
-    const ConvCase& t = u_case.conv;
-    CAPTURE(t.c);
+  for (const ConvCase& t : kConvCases) {
+    const ConvPlan p = t.plan();
+    CAPTURE(p.c);
+    CAPTURE(p.h);
+    CAPTURE(p.w);
     CAPTURE(t.o);
-    CAPTURE(t.k);
-    const int64_t lout = t.lout(), ck = t.ck(), units = static_cast<int64_t>(u_case.units.size());
-    std::vector<float> x = normal(t.n * t.c * t.l, 5), g = normal(t.n * t.o * lout, 6), want(units * t.o * ck);
-    int64_t s0 = 0;
-    for (int64_t u = 0; u < units; ++u) {
-      for (int64_t j = 0; j < t.o; ++j)
-        for (int64_t ch = 0; ch < t.c; ++ch)
-          for (int64_t q = 0; q < t.k; ++q) {
-            float acc = 0.f;
-            for (int64_t s = s0; s < s0 + u_case.units[u]; ++s)
-              for (int64_t i = 0; i < lout; ++i) acc = std::fma(g[(s * t.o + j) * lout + i], t.tap(x, s, ch, i, q), acc);
-            want[(u * t.o + j) * ck + ch * t.k + q] = acc;
-          }
-      s0 += u_case.units[u];
-    }
-    REQUIRE(s0 == t.n);
+    CAPTURE(p.sh);
+    const int64_t pos = p.oh * p.ow, ck = p.col_width();
+    std::vector<float> x = normal(p.n * p.c * p.h * p.w, 5), g = normal(p.n * t.o * pos, 6), want(p.n * t.o * ck);
+    const std::vector<float> cols = unfold(x, p);
+    for (int64_t s = 0; s < p.n; ++s)
+      fixed_gemm_reference(false, false, t.o, ck, pos, g.data() + s * t.o * pos, pos, cols.data() + s * pos * ck, ck,
+                           want.data() + s * t.o * ck, ck);
     on_every_isa_and_thread_count([&] {
       std::vector<float> got(want.size(), -1.f);
-      fixed_conv1d_weight_units(t.n, t.c, t.l, x.data(), t.o, t.k, t.pad, t.dil, g.data(), u_case.units, got.data());
+      fixed_conv_weight(p, x.data(), t.o, g.data(), got.data());
       CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
     });
   }
 }
 
-TEST_CASE("fixed_conv1d_data gives the bits of fold on the fixed_gemm product of g's rows and the weight") {
-  // The input gradient of a stride-1 conv against what matmul's backward
-  // and col2im compute in an exact step: each element the double sum of
-  // its valid taps (ascending) of the chain over output channels.
+TEST_CASE("fixed_conv_data gives the bits of fold on the fixed_gemm product of g's rows and the weight") {
+  // The input gradient against what matmul's backward and col2im compute
+  // in an exact step: each element the double sum of its valid taps
+  // (ascending) of the chain over output channels.
   KernelSettings restore;
   for (const ConvCase& t : kConvCases) {
-    CAPTURE(t.n);
-    CAPTURE(t.c);
-    CAPTURE(t.l);
+    const ConvPlan p = t.plan();
+    CAPTURE(p.c);
+    CAPTURE(p.h);
+    CAPTURE(p.w);
     CAPTURE(t.o);
-    CAPTURE(t.k);
-    const int64_t lout = t.lout(), ck = t.ck();
-    std::vector<float> g = normal(t.n * t.o * lout, 7), w = normal(t.o * ck, 8), want(t.n * t.c * t.l);
-    for (int64_t s = 0; s < t.n; ++s)
-      for (int64_t ch = 0; ch < t.c; ++ch)
-        for (int64_t iy = 0; iy < t.l; ++iy) {
-          double acc = 0.0;
-          for (int64_t q = 0; q < t.k; ++q) {
-            const int64_t i = iy + t.pad - q * t.dil;
-            if (i < 0 || i >= lout) continue;
-            float chain = 0.f;
-            for (int64_t j = 0; j < t.o; ++j) chain = std::fma(g[(s * t.o + j) * lout + i], w[j * ck + ch * t.k + q], chain);
-            acc += chain;
+    CAPTURE(p.sh);
+    const int64_t pos = p.oh * p.ow, ck = p.col_width();
+    std::vector<float> g = normal(p.n * t.o * pos, 7), w = normal(t.o * ck, 8), want(p.n * p.c * p.h * p.w);
+    for (int64_t s = 0; s < p.n; ++s)
+      for (int64_t ch = 0; ch < p.c; ++ch)
+        for (int64_t iy = 0; iy < p.h; ++iy)
+          for (int64_t ix = 0; ix < p.w; ++ix) {
+            double acc = 0.0;
+            for (int64_t ky = 0; ky < p.kh; ++ky)
+              for (int64_t kx = 0; kx < p.kw; ++kx) {
+                const int64_t ty = iy + p.ph - ky * p.dh, ox = ix + p.pw - kx * p.dw;
+                if (ty < 0 || ty % p.sh != 0 || ty / p.sh >= p.oh || ox < 0 || ox >= p.ow) continue;
+                float chain = 0.f;
+                for (int64_t j = 0; j < t.o; ++j)
+                  chain = std::fma(g[(s * t.o + j) * pos + ty / p.sh * p.ow + ox], w[j * ck + (ch * p.kh + ky) * p.kw + kx], chain);
+                acc += chain;
+              }
+            want[((s * p.c + ch) * p.h + iy) * p.w + ix] = static_cast<float>(acc);
           }
-          want[(s * t.c + ch) * t.l + iy] = static_cast<float>(acc);
-        }
     on_every_isa_and_thread_count([&] {
       std::vector<float> got(want.size(), -1.f);
-      fixed_conv1d_data(t.n, t.c, t.l, t.o, t.k, t.pad, t.dil, g.data(), w.data(), got.data());
+      fixed_conv_data(p, t.o, g.data(), w.data(), got.data());
       CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
     });
   }

@@ -22,7 +22,8 @@ TEST_CASE("run record: each record reads back what it wrote; NaN and absent numb
   CHECK(back.layer_sizes == std::vector<int64_t>{16, 8});
   CHECK(back.config == r.config);
 
-  TrainLine t{.step = 4, .loss = 0.5, .recon = std::nan(""), .lr = 1e-3, .steps_per_s = 2.0, .revived = 1,
+  TrainLine t{.step = 4, .loss = 0.5, .recon = std::nan(""), .lr = 1e-3, .steps_per_s = 2.0, .quantizer = std::nullopt,
+              .discriminator = std::nullopt, .adversarial = std::nullopt, .feature = std::nullopt, .revived = 1,
               .layers = {{2.5, 3}, {std::nullopt, 1}}, .skipped_rows = 2};
   const nlohmann::json tj = nlohmann::json::parse(to_json(t).dump());
   CHECK_FALSE(is_validation_line(tj));
@@ -38,7 +39,8 @@ TEST_CASE("run record: each record reads back what it wrote; NaN and absent numb
   CHECK_FALSE(tb.layers[1].perplexity.has_value());
   CHECK(tb.skipped_rows == 2);
 
-  ValidationLine v{.step = 6, .mse = 0.1, .snr_db = 3.0, .log_mel_l1 = std::nullopt, .layers = {{4.0, 5}}, .skipped_rows = 0};
+  ValidationLine v{.step = 6, .mse = 0.1, .snr_db = 3.0, .log_mel_l1 = std::nullopt, .stft_distance = std::nullopt,
+                     .layers = {{4.0, 5}}, .skipped_rows = 0};
   const nlohmann::json vj = nlohmann::json::parse(to_json(v).dump());
   CHECK(is_validation_line(vj));
   CHECK_FALSE(train_line_from_json(vj).has_value());

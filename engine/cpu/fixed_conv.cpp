@@ -1,0 +1,207 @@
+#include "engine/cpu/fixed_conv.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "engine/cpu/gemm_isa.h"
+#include "engine/parallel.h"
+
+namespace vqddp {
+
+using cpu::isa_for_columns;
+
+namespace {
+
+// Each of `rows` rows of x (l floats) into a row of lp floats: `left`
+// zeros, the row, zeros to the end.
+void pad_rows(int64_t rows, int64_t l, const float* x, int64_t left, int64_t lp, float* padded) {
+  parallel_for_ranges(rows, lp, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      float* to = padded + row * lp;
+      std::fill_n(to, left, 0.f);
+      std::copy_n(x + row * l, l, to + left);
+      std::fill(to + left + l, to + lp, 0.f);
+    }
+  });
+}
+
+// The input as the taps read it: x [n, c, h, w] into planes of hp x wp
+// floats whose (r, q) holds x[.., r - ph, q - pw] (0 in the padding), with
+// exactly the rows and columns some tap reads, and `slack` zeros after the
+// last plane for the forward kernel's lanes past an output row's end
+// (their results are dropped). off[(ch, ky, kx)] is where that tap of
+// output (0, 0) reads, relative to its sample's first plane.
+struct PaddedInput {
+  int64_t hp = 0, wp = 0;
+  const float* data = nullptr;
+  const int64_t* off = nullptr;
+  int64_t plane() const { return hp * wp; }
+};
+
+PaddedInput pad_input(const ConvPlan& p, const float* x, int64_t slack) {
+  thread_local std::vector<float> padded_v;
+  thread_local std::vector<int64_t> off_v;
+  PaddedInput in;
+  in.hp = (p.oh - 1) * p.sh + (p.kh - 1) * p.dh + 1;
+  in.wp = p.ow + (p.kw - 1) * p.dw;
+  const int64_t rows = p.n * p.c * in.hp;
+  float* padded = cpu::scratch(padded_v, rows * in.wp + slack);
+  int64_t* off = cpu::scratch(off_v, p.col_width());
+  for (int64_t ch = 0; ch < p.c; ++ch)
+    for (int64_t ky = 0; ky < p.kh; ++ky)
+      for (int64_t kx = 0; kx < p.kw; ++kx) off[(ch * p.kh + ky) * p.kw + kx] = ch * in.plane() + ky * p.dh * in.wp + kx * p.dw;
+  parallel_for_ranges(rows, in.wp, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t plane = row / in.hp, iy = row % in.hp - p.ph;
+      float* to = padded + row * in.wp;
+      if (iy < 0 || iy >= p.h) {
+        std::fill_n(to, in.wp, 0.f);
+        continue;
+      }
+      const float* from = x + (plane * p.h + iy) * p.w;
+      for (int64_t q = 0; q < in.wp; ++q) {
+        const int64_t ix = q - p.pw;
+        to[q] = ix >= 0 && ix < p.w ? from[ix] : 0.f;
+      }
+    }
+  });
+  std::fill_n(padded + rows * in.wp, slack, 0.f);
+  in.data = padded;
+  in.off = off;
+  return in;
+}
+
+void check_plan(const ConvPlan& p, int64_t cout, const char* what) {
+  VQDDP_CHECK(direct_conv_applies(p) && p.n >= 0 && p.c >= 1 && cout >= 1 && p.oh >= 1 && p.ow >= 1,
+              "{}: no direct kernel for input [{}, {}, {}, {}], {} output channels, kernel ({}, {}), stride ({}, {})",
+              what, p.n, p.c, p.h, p.w, cout, p.kh, p.kw, p.sh, p.sw);
+}
+
+}  // namespace
+
+bool direct_conv_applies(const ConvPlan& p) { return p.sw == 1; }
+
+// Output row (s, oy) is a stride-1 1-D convolution over the padded planes:
+// tap (ch, ky, kx) reads ow consecutive floats from row oy sh + ky dh of
+// plane ch, so the row kernel (conv1d_sample) reads them in place.
+void fixed_conv(const ConvPlan& p, const float* x, int64_t cout, const float* w, float* y) {
+  check_plan(p, cout, "fixed_conv");
+  if (p.n == 0) return;
+  const cpu::GemmIsa& kernels = isa_for_columns(p.ow);
+  const PaddedInput in = pad_input(p, x, kernels.nr);
+  const int64_t blocks = (cout + kernels.mr - 1) / kernels.mr, positions = p.oh * p.ow;
+  parallel_for_ranges(p.n * p.oh * blocks, p.col_width() * p.ow * kernels.mr / 16, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t s = t / (p.oh * blocks), oy = t / blocks % p.oh, b = t % blocks;
+      cpu::Conv1dArgs args;
+      args.o_begin = b * kernels.mr;
+      args.o_end = std::min(cout, args.o_begin + kernels.mr);
+      args.ck = p.col_width();
+      args.lout = p.ow;
+      args.y_stride = positions;
+      args.xp = in.data + s * p.c * in.plane() + oy * p.sh * in.wp;
+      args.off = in.off;
+      args.w = w;
+      args.y = y + s * cout * positions + oy * p.ow;
+      kernels.conv1d(args);
+    }
+  });
+}
+
+// Sample s's chain runs over its output rows, each a run of ow positions
+// whose taps read consecutive floats: the weight kernel's "samples" are the
+// rows (sh wp floats apart), its unit the sample.
+void fixed_conv_weight(const ConvPlan& p, const float* x, int64_t cout, const float* g, float* partials) {
+  check_plan(p, cout, "fixed_conv_weight");
+  if (p.n == 0) return;
+  const int64_t ck = p.col_width(), positions = p.oh * p.ow;
+  const cpu::GemmIsa& kernels = isa_for_columns(cout);
+  const int64_t o_pad = (cout + kernels.nr - 1) / kernels.nr * kernels.nr;
+  const PaddedInput in = pad_input(p, x, 0);
+  thread_local std::vector<float> rows_v, out_v;
+  // g [n, cout, positions] as rows [n positions, o_pad], zero past cout: the tile's loads.
+  float* rows = cpu::scratch(rows_v, p.n * positions * o_pad);
+  parallel_for_ranges(p.n, o_pad * positions, [&](int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s)
+      for (int64_t i = 0; i < positions; ++i) {
+        float* to = rows + (s * positions + i) * o_pad;
+        for (int64_t q = 0; q < cout; ++q) to[q] = g[(s * cout + q) * positions + i];
+        std::fill(to + cout, to + o_pad, 0.f);
+      }
+  });
+  float* out_t = cpu::scratch(out_v, p.n * ck * o_pad);
+  const int64_t blocks = (ck + kernels.mr - 1) / kernels.mr;
+  parallel_for(p.n * blocks, [&](int64_t t) {
+    const int64_t s = t / blocks, b = t % blocks;
+    cpu::Conv1dWeightArgs args;
+    args.j_begin = b * kernels.mr;
+    args.j_end = std::min(ck, args.j_begin + kernels.mr);
+    args.o_pad = o_pad;
+    args.samples = p.oh;
+    args.lout = p.ow;
+    args.sample_stride = p.sh * in.wp;
+    args.xp = in.data + s * p.c * in.plane();
+    args.off = in.off;
+    args.g = rows + s * positions * o_pad;
+    args.out_t = out_t + s * ck * o_pad;
+    kernels.conv1d_weight(args);
+  });
+  // [ck, o_pad] per sample -> [cout, ck].
+  for (int64_t s = 0; s < p.n; ++s)
+    for (int64_t q = 0; q < cout; ++q)
+      for (int64_t j = 0; j < ck; ++j) partials[(s * cout + q) * ck + j] = out_t[(s * ck + j) * o_pad + q];
+}
+
+// Input row (s, iy) gathers, for each tap (ky, kx) ascending whose output
+// row oy = (iy + ph - ky dh) / sh exists, the chains of output row oy's
+// gradient shifted by pw - kx dw: one call of the row kernel (conv1d_data)
+// per tap, each adding its chains to the row's double sums in col2im's
+// order. The sums are laid out [n, h, c, w] so a row's channels are the
+// kernel's rows, then rounded into dx [n, c, h, w].
+void fixed_conv_data(const ConvPlan& p, int64_t cout, const float* g, const float* w, float* dx) {
+  check_plan(p, cout, "fixed_conv_data");
+  if (p.n == 0) return;
+  const cpu::GemmIsa& kernels = isa_for_columns(p.w);
+  // Each output row's gradient at `left` of a row of lg floats, zero
+  // around: tap kx reads position ix at left + pw - kx dw + ix, and a
+  // position outside the output reads 0, whose chain is +0 and adds nothing.
+  const int64_t left = (p.kw - 1) * p.dw, lg = left + p.pw + p.w + kernels.nr + 1;
+  thread_local std::vector<float> padded_v;
+  thread_local std::vector<double> acc_v;
+  float* padded = cpu::scratch(padded_v, p.n * cout * p.oh * lg);
+  double* acc = cpu::scratch(acc_v, p.n * p.h * p.c * p.w);
+  pad_rows(p.n * cout * p.oh, p.ow, g, left, lg, padded);
+  const int64_t blocks = (p.c + kernels.mr - 1) / kernels.mr;
+  parallel_for_ranges(p.n * p.h * blocks, p.kh * p.kw * cout * p.w * kernels.mr / (16 * p.sh),
+                      [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t s = task / (p.h * blocks), iy = task / blocks % p.h, b = task % blocks;
+      cpu::Conv1dDataArgs args;
+      args.ch_begin = b * kernels.mr;
+      args.ch_end = std::min(p.c, args.ch_begin + kernels.mr);
+      args.o = cout;
+      args.l = p.w;
+      args.lg = p.oh * lg;  // from one output channel's rows to the next's
+      args.ck = p.col_width();
+      args.k = p.kh * p.kw;
+      args.w = w;
+      args.acc = acc + (s * p.h + iy) * p.c * p.w;
+      std::fill(args.acc + args.ch_begin * p.w, args.acc + args.ch_end * p.w, 0.0);
+      for (int64_t ky = 0; ky < p.kh; ++ky) {  // taps ascending: each element's double sum in col2im's order
+        const int64_t ty = iy + p.ph - ky * p.dh;
+        if (ty < 0 || ty % p.sh != 0 || ty / p.sh >= p.oh) continue;
+        for (int64_t kx = 0; kx < p.kw; ++kx) {
+          args.tap = ky * p.kw + kx;
+          args.gp = padded + (s * cout * p.oh + ty / p.sh) * lg + left + p.pw - kx * p.dw;
+          kernels.conv1d_data(args);
+        }
+      }
+      for (int64_t ch = args.ch_begin; ch < args.ch_end; ++ch)
+        for (int64_t ix = 0; ix < p.w; ++ix)
+          dx[((s * p.c + ch) * p.h + iy) * p.w + ix] = static_cast<float>(args.acc[ch * p.w + ix]);
+    }
+  });
+}
+
+}  // namespace vqddp
