@@ -500,26 +500,17 @@ std::unique_ptr<float[]> scratch(int64_t n) { return std::unique_ptr<float[]>(ne
 
 // The three convolution kernels on the CPU: where the width stride is 1
 // (every convolution of the main job but the two downsampling ones, and
-// every discriminator's) fixed_conv.h's direct kernels, which give the
-// column path's bits with no im2col buffer; otherwise the column path
-// itself, the columns in a scratch buffer (im2col, the SIMD fixed_gemm,
-// col2im), which is what conv_plan.h's per-element formulas reproduce
-// without them. The choice is the kernel table's, as a GPU's choice of its
-// own kernels: the op takes one path on every device.
-namespace {
-// The direct forward and input-gradient kernels vectorize along an output
-// row: a 2-D plan's rows narrower than 6 (a period discriminator's periods
-// 2 to 5) fill too little of a tile to beat the column path, which packs
-// every position densely (bench_conv2d: 0.3-0.7x at width 2, 1.0 at 5,
-// 1.2-2.3 at 7 and above). The weight kernel accumulates along the rows
-// instead and pays at every width.
-bool direct_row_kernels(const ConvPlan& p) { return direct_conv_applies(p) && (p.h == 1 || p.ow >= 6); }
-}  // namespace
-
+// every discriminator's) and they pay (direct_conv_pays), fixed_conv.h's
+// direct kernels, which give the column path's bits with no im2col buffer;
+// otherwise the column path itself, the columns in a scratch buffer
+// (im2col, the SIMD fixed_gemm, col2im), which is what conv_plan.h's
+// per-element formulas reproduce without them. The choice is the kernel
+// table's, as a GPU's choice of its own kernels: the op takes one path on
+// every device.
 void CpuKernels::conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y,
                             const ConvPlan& p) {
   const int64_t pos = p.oh * p.ow, ck = p.col_width();
-  if (direct_row_kernels(p)) {
+  if (direct_conv_pays(p)) {
     fixed_conv(p, x, cout, w, y);
   } else {
     std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
@@ -532,7 +523,7 @@ void CpuKernels::conv_fixed(const float* x, const float* w, const float* bias, i
 void CpuKernels::conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
                                  const ConvPlan& p) {
   const int64_t pos = p.oh * p.ow, ck = p.col_width(), image = p.h * p.w;
-  if (direct_row_kernels(p)) {
+  if (direct_conv_pays(p)) {
     fixed_conv_data(p, cout, g, w, dx);
   } else {
     std::unique_ptr<float[]> cols = scratch(p.rows() * ck);

@@ -78,15 +78,10 @@ void check_plan(const ConvPlan& p, int64_t cout, const char* what) {
               what, p.n, p.c, p.h, p.w, cout, p.kh, p.kw, p.sh, p.sw);
 }
 
-}  // namespace
-
-bool direct_conv_applies(const ConvPlan& p) { return p.sw == 1; }
-
 // Output row (s, oy) is a stride-1 1-D convolution over the padded planes:
 // tap (ch, ky, kx) reads ow consecutive floats from row oy sh + ky dh of
 // plane ch, so the row kernel (conv1d_sample) reads them in place.
-void fixed_conv(const ConvPlan& p, const float* x, int64_t cout, const float* w, float* y) {
-  check_plan(p, cout, "fixed_conv");
+void conv_rows(const ConvPlan& p, const float* x, int64_t cout, const float* w, float* y) {
   if (p.n == 0) return;
   const cpu::GemmIsa& kernels = isa_for_columns(p.ow);
   const PaddedInput in = pad_input(p, x, kernels.nr);
@@ -105,6 +100,97 @@ void fixed_conv(const ConvPlan& p, const float* x, int64_t cout, const float* w,
       args.w = w;
       args.y = y + s * cout * positions + oy * p.ow;
       kernels.conv1d(args);
+    }
+  });
+}
+
+// Input row (s, iy) gathers, for each tap (ky, kx) ascending whose output
+// row oy = (iy + ph - ky dh) / sh exists, the chains of output row oy's
+// gradient shifted by pw - kx dw: one call of the row kernel (conv1d_data)
+// per tap, each adding its chains to the row's double sums in col2im's
+// order. The sums are laid out [n, h, c, w] so a row's channels are the
+// kernel's rows, then rounded into dx [n, c, h, w].
+void conv_data_rows(const ConvPlan& p, int64_t cout, const float* g, const float* w, float* dx) {
+  if (p.n == 0) return;
+  const cpu::GemmIsa& kernels = isa_for_columns(p.w);
+  // Each output row's gradient at `left` of a row of lg floats, zero
+  // around: tap kx reads position ix at left + pw - kx dw + ix, and a
+  // position outside the output reads 0, whose chain is +0 and adds nothing.
+  const int64_t left = (p.kw - 1) * p.dw, lg = left + p.pw + p.w + kernels.nr + 1;
+  thread_local std::vector<float> padded_v;
+  thread_local std::vector<double> acc_v;
+  float* padded = cpu::scratch(padded_v, p.n * cout * p.oh * lg);
+  double* acc = cpu::scratch(acc_v, p.n * p.h * p.c * p.w);
+  pad_rows(p.n * cout * p.oh, p.ow, g, left, lg, padded);
+  const int64_t blocks = (p.c + kernels.mr - 1) / kernels.mr;
+  parallel_for_ranges(p.n * p.h * blocks, p.kh * p.kw * cout * p.w * kernels.mr / (16 * p.sh),
+                      [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t s = task / (p.h * blocks), iy = task / blocks % p.h, b = task % blocks;
+      cpu::Conv1dDataArgs args;
+      args.ch_begin = b * kernels.mr;
+      args.ch_end = std::min(p.c, args.ch_begin + kernels.mr);
+      args.o = cout;
+      args.l = p.w;
+      args.lg = p.oh * lg;  // from one output channel's rows to the next's
+      args.ck = p.col_width();
+      args.k = p.kh * p.kw;
+      args.w = w;
+      args.acc = acc + (s * p.h + iy) * p.c * p.w;
+      std::fill(args.acc + args.ch_begin * p.w, args.acc + args.ch_end * p.w, 0.0);
+      for (int64_t ky = 0; ky < p.kh; ++ky) {  // taps ascending: each element's double sum in col2im's order
+        const int64_t ty = iy + p.ph - ky * p.dh;
+        if (ty < 0 || ty % p.sh != 0 || ty / p.sh >= p.oh) continue;
+        for (int64_t kx = 0; kx < p.kw; ++kx) {
+          args.tap = ky * p.kw + kx;
+          args.gp = padded + (s * cout * p.oh + ty / p.sh) * lg + left + p.pw - kx * p.dw;
+          kernels.conv1d_data(args);
+        }
+      }
+      for (int64_t ch = args.ch_begin; ch < args.ch_end; ++ch)
+        for (int64_t ix = 0; ix < p.w; ++ix)
+          dx[((s * p.c + ch) * p.h + iy) * p.w + ix] = static_cast<float>(args.acc[ch * p.w + ix]);
+    }
+  });
+}
+
+
+// A kernel one column wide with no width padding (a period discriminator's)
+// reads, for output (oy, ox), input column ox of rows oy sh - ph + ky dh:
+// in the plane flattened row-major, position (oy sh) w + ox of a 1-D
+// convolution with kh taps dilated by dh w and padded by ph w. With sh = 1
+// that 1-D convolution is the plan itself, one long row instead of oh rows
+// of width w; with sh > 1 it computes every sh-th output row of it too, the
+// same chains, so the plan's rows are picked from it. Taken where that
+// fills more of a tile than the plan's own rows do (sh w up to 16, a tile's
+// width; narrow rows are what the period discriminators have).
+bool flattens(const ConvPlan& p) { return p.kw == 1 && p.pw == 0 && p.h > 1 && (p.sh == 1 || p.sh * p.w <= 16); }
+
+ConvPlan flattened(const ConvPlan& p) {
+  ConvPlan f;
+  f.n = p.n, f.c = p.c, f.w = p.h * p.w, f.kw = p.kh, f.pw = p.ph * p.w, f.dw = p.dh * p.w;
+  f.oh = 1, f.ow = conv_output_size(f.w, f.kw, 1, f.pw, f.dw);  // w (h + 2 ph - dh (kh - 1)) >= ((oh - 1) sh + 1) w
+  return f;
+}
+
+}  // namespace
+
+bool direct_conv_applies(const ConvPlan& p) { return p.sw == 1; }
+
+bool direct_conv_pays(const ConvPlan& p) { return direct_conv_applies(p) && (p.h == 1 || p.ow >= 6 || flattens(p)); }
+
+void fixed_conv(const ConvPlan& p, const float* x, int64_t cout, const float* w, float* y) {
+  check_plan(p, cout, "fixed_conv");
+  if (!flattens(p)) return conv_rows(p, x, cout, w, y);
+  const ConvPlan f = flattened(p);
+  if (p.sh == 1) return conv_rows(f, x, cout, w, y);  // the same [n, cout, oh w]
+  thread_local std::vector<float> all_v;
+  float* all = cpu::scratch(all_v, p.n * cout * f.ow);
+  conv_rows(f, x, cout, w, all);
+  parallel_for_ranges(p.n * cout * p.oh, p.w, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {  // row (s, co, oy) of y: row oy sh of the 1-D output
+      const int64_t plane = row / p.oh, oy = row % p.oh;
+      std::copy_n(all + plane * f.ow + oy * p.sh * p.w, p.w, y + row * p.w);
     }
   });
 }
@@ -153,55 +239,27 @@ void fixed_conv_weight(const ConvPlan& p, const float* x, int64_t cout, const fl
       for (int64_t j = 0; j < ck; ++j) partials[(s * cout + q) * ck + j] = out_t[(s * ck + j) * o_pad + q];
 }
 
-// Input row (s, iy) gathers, for each tap (ky, kx) ascending whose output
-// row oy = (iy + ph - ky dh) / sh exists, the chains of output row oy's
-// gradient shifted by pw - kx dw: one call of the row kernel (conv1d_data)
-// per tap, each adding its chains to the row's double sums in col2im's
-// order. The sums are laid out [n, h, c, w] so a row's channels are the
-// kernel's rows, then rounded into dx [n, c, h, w].
 void fixed_conv_data(const ConvPlan& p, int64_t cout, const float* g, const float* w, float* dx) {
   check_plan(p, cout, "fixed_conv_data");
-  if (p.n == 0) return;
-  const cpu::GemmIsa& kernels = isa_for_columns(p.w);
-  // Each output row's gradient at `left` of a row of lg floats, zero
-  // around: tap kx reads position ix at left + pw - kx dw + ix, and a
-  // position outside the output reads 0, whose chain is +0 and adds nothing.
-  const int64_t left = (p.kw - 1) * p.dw, lg = left + p.pw + p.w + kernels.nr + 1;
-  thread_local std::vector<float> padded_v;
-  thread_local std::vector<double> acc_v;
-  float* padded = cpu::scratch(padded_v, p.n * cout * p.oh * lg);
-  double* acc = cpu::scratch(acc_v, p.n * p.h * p.c * p.w);
-  pad_rows(p.n * cout * p.oh, p.ow, g, left, lg, padded);
-  const int64_t blocks = (p.c + kernels.mr - 1) / kernels.mr;
-  parallel_for_ranges(p.n * p.h * blocks, p.kh * p.kw * cout * p.w * kernels.mr / (16 * p.sh),
-                      [&](int64_t begin, int64_t end) {
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t s = task / (p.h * blocks), iy = task / blocks % p.h, b = task % blocks;
-      cpu::Conv1dDataArgs args;
-      args.ch_begin = b * kernels.mr;
-      args.ch_end = std::min(p.c, args.ch_begin + kernels.mr);
-      args.o = cout;
-      args.l = p.w;
-      args.lg = p.oh * lg;  // from one output channel's rows to the next's
-      args.ck = p.col_width();
-      args.k = p.kh * p.kw;
-      args.w = w;
-      args.acc = acc + (s * p.h + iy) * p.c * p.w;
-      std::fill(args.acc + args.ch_begin * p.w, args.acc + args.ch_end * p.w, 0.0);
-      for (int64_t ky = 0; ky < p.kh; ++ky) {  // taps ascending: each element's double sum in col2im's order
-        const int64_t ty = iy + p.ph - ky * p.dh;
-        if (ty < 0 || ty % p.sh != 0 || ty / p.sh >= p.oh) continue;
-        for (int64_t kx = 0; kx < p.kw; ++kx) {
-          args.tap = ky * p.kw + kx;
-          args.gp = padded + (s * cout * p.oh + ty / p.sh) * lg + left + p.pw - kx * p.dw;
-          kernels.conv1d_data(args);
-        }
-      }
-      for (int64_t ch = args.ch_begin; ch < args.ch_end; ++ch)
-        for (int64_t ix = 0; ix < p.w; ++ix)
-          dx[((s * p.c + ch) * p.h + iy) * p.w + ix] = static_cast<float>(args.acc[ch * p.w + ix]);
+  if (!flattens(p)) return conv_data_rows(p, cout, g, w, dx);
+  const ConvPlan f = flattened(p);
+  if (p.sh == 1) return conv_data_rows(f, cout, g, w, dx);
+  // g on the 1-D convolution's every row: zero where the plan has no output
+  // row, and a position that reads a zero gradient adds a +0 chain, nothing.
+  thread_local std::vector<float> all_v;
+  float* all = cpu::scratch(all_v, p.n * cout * f.ow);
+  const int64_t rows = f.ow / p.w;
+  parallel_for_ranges(p.n * cout * rows, p.w, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t plane = row / rows, r = row % rows;
+      float* to = all + row * p.w;
+      if (r % p.sh == 0 && r / p.sh < p.oh)
+        std::copy_n(g + (plane * p.oh + r / p.sh) * p.w, p.w, to);
+      else
+        std::fill_n(to, p.w, 0.f);
     }
   });
+  conv_data_rows(f, cout, all, w, dx);
 }
 
 }  // namespace vqddp

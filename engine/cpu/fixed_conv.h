@@ -18,10 +18,19 @@ namespace vqddp {
 // output row's positions read consecutive input floats for every tap.
 bool direct_conv_applies(const ConvPlan& p);
 
+// Whether fixed_conv and fixed_conv_data beat the column path on this plan
+// (bench_conv2d). They vectorize along output rows, so a 2-D plan with rows
+// narrower than 6 fills too little of a tile (0.3-0.7x at width 2) unless
+// its kernel is one column wide with no width padding (a period
+// discriminator's): such a plan runs as a 1-D convolution over its
+// flattened planes. fixed_conv_weight accumulates along the rows instead
+// and pays wherever it applies.
+bool direct_conv_pays(const ConvPlan& p);
+
 // y [n, cout, oh, ow] with y[s, co, oy, ox] = conv_output_value without the
 // bias: the chain over (ch, ky, kx) ascending of w[co, (ch, ky, kx)] times
 // the tap's input (0 in the padding). Threads: over (sample, output row,
-// block of output channels).
+// block of output channels), or (sample, block) for a flattened plan.
 void fixed_conv(const ConvPlan& p, const float* x, int64_t cout, const float* w, float* y);
 
 // The per-sample weight gradients [n, cout, c kh kw]: conv_weight_value,
