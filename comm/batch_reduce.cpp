@@ -46,30 +46,48 @@ Tensor batch_sum(const Tensor& x, Communicator& comm) {
   });
 }
 
-Tensor batch_mean(const Tensor& x, Communicator& comm) {
-  VQDDP_CHECK(x.defined() && x.dtype() == DType::f32, "rank {}: batch_mean needs a float32 tensor", comm.rank());
+Tensor batch_mean(const Tensor& x, Communicator& comm) { return batch_means({x}, comm)[0]; }
+
+std::vector<Tensor> batch_means(const std::vector<Tensor>& xs, Communicator& comm) {
+  for (const Tensor& x : xs)
+    VQDDP_CHECK(x.defined() && x.dtype() == DType::f32, "rank {}: batch_mean needs a float32 tensor", comm.rank());
   const ExactBatch* exact = exact_batch();
-  if (!exact) return x.numel() == 0 ? mul(sum(x), 0.f) : mean(x);
-  // Per unit: (sum of its elements, their count), added over the global
-  // batch in unit order; the count stays exact in float32 up to 2^24.
-  // (The counts are sums of ones on the device: no transfer.)
-  Tensor sums = unit_sum_to_shape(x.detach(), {}, "batch_mean");
-  int64_t units = sums.size(0);
-  Tensor counts = unit_sum_to_shape(full(x.shape(), 1.0, DType::f32, x.device()), {}, "batch_mean");
-  Tensor global = empty({2}, DType::f32, x.device());
-  comm.reduce_units({reshape(sums, {units, 1}), reshape(counts, {units, 1})}, exact->rank_units, global);
-  Tensor count = clamp(slice_rows(global, 1, 2), 1.f, 3.4e38f);  // (1)
-  Tensor value = reshape(div(slice_rows(global, 0, 1), count), {});
-  Shape shape = x.shape();
-  return record_op("batch_mean", value, {x}, {count}, [count, shape](const Tensor& g) {
-    // g / count in every element: one broadcast division, the bits of the
-    // division copied out.
-    Tensor out = empty(shape, DType::f32, g.device());
-    device_of("batch_mean backward", {&g, &count})
-        .binary(BinaryOp::div, static_cast<const float*>(g.raw_ptr()), static_cast<const float*>(count.raw_ptr()),
-                static_cast<float*>(out.raw_ptr()), broadcast_plan({1}, {1}, shape));
-    return std::vector<Tensor>{out};
-  });
+  std::vector<Tensor> out;
+  if (!exact) {
+    for (const Tensor& x : xs) out.push_back(x.numel() == 0 ? mul(sum(x), 0.f) : mean(x));
+    return out;
+  }
+  if (xs.empty()) return out;
+  // Per unit: (sum of its elements, their count) for each x, added over
+  // the global batch in unit order, column by column; the count stays
+  // exact in float32 up to 2^24. (The counts are sums of ones on the
+  // device: no transfer.)
+  std::vector<Tensor> columns;
+  for (const Tensor& x : xs) {
+    Tensor sums = unit_sum_to_shape(x.detach(), {}, "batch_mean");
+    Tensor counts = unit_sum_to_shape(full(x.shape(), 1.0, DType::f32, x.device()), {}, "batch_mean");
+    columns.push_back(reshape(sums, {sums.size(0), 1}));
+    columns.push_back(reshape(counts, {counts.size(0), 1}));
+  }
+  const int64_t k = static_cast<int64_t>(xs.size());
+  Tensor global = empty({2 * k}, DType::f32, xs[0].device());
+  comm.reduce_units(columns, exact->rank_units, global);
+  for (int64_t i = 0; i < k; ++i) {
+    // A count of at least 1: an empty global batch's mean is 0 / 1 = 0.
+    Tensor count = clamp(slice_rows(global, 2 * i + 1, 2 * i + 2), 1.f, 3.4e38f);
+    Tensor value = reshape(div(slice_rows(global, 2 * i, 2 * i + 1), count), {});
+    Shape shape = xs[i].shape();
+    out.push_back(record_op("batch_mean", value, {xs[i]}, {count}, [count, shape](const Tensor& g) {
+      // g / count in every element: one broadcast division, the bits of the
+      // division copied out.
+      Tensor grad = empty(shape, DType::f32, g.device());
+      device_of("batch_mean backward", {&g, &count})
+          .binary(BinaryOp::div, static_cast<const float*>(g.raw_ptr()), static_cast<const float*>(count.raw_ptr()),
+                  static_cast<float*>(grad.raw_ptr()), broadcast_plan({1}, {1}, shape));
+      return std::vector<Tensor>{grad};
+    }));
+  }
+  return out;
 }
 
 std::vector<Tensor> reduce_unit_partials(Communicator& comm, const std::vector<Tensor>& partials,

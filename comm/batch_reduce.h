@@ -29,6 +29,11 @@ Tensor batch_sum(const Tensor& x, Communicator& comm);
 // global batch has none): shape []. Differentiable.
 Tensor batch_mean(const Tensor& x, Communicator& comm);
 
+// batch_mean of each of xs, the same values, in ONE collective: a loss made
+// of many global means (a GAN's feature matching: two per feature map)
+// pays one rank barrier instead of one per mean.
+std::vector<Tensor> batch_means(const std::vector<Tensor>& xs, Communicator& comm);
+
 // The exact step's reducer: partial stacks [units, ...shape_i] -> global sums
 // [shape_i], in one reduce_units call on the stacks as column blocks (no
 // copy where the transport needs none). `rank_units`: every rank's

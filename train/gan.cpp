@@ -4,7 +4,7 @@
 #include "engine/core/random.h"
 #include "engine/core/streams.h"
 #include "engine/ops.h"
-#include "vq/losses.h"
+#include "comm/batch_reduce.h"
 
 namespace vqddp {
 
@@ -22,41 +22,52 @@ void check_pairs(const std::vector<DiscriminatorOutput>& real, const std::vector
 
 }  // namespace
 
+// Each loss is a sum of global-batch means taken in one collective
+// (batch_means), then added in the order listed.
 Tensor discriminator_loss(const std::vector<DiscriminatorOutput>& real, const std::vector<DiscriminatorOutput>& fake,
                           const std::string& kind, Communicator& comm) {
   check_pairs(real, fake, "discriminator_loss");
-  Tensor total;
+  std::vector<Tensor> terms;
   for (size_t d = 0; d < real.size(); ++d) {
     const Tensor &r = real[d].logits, &f = fake[d].logits;
-    Tensor term = kind == "hinge" ? add(mean_or_zero(relu(one_minus(r)), comm), mean_or_zero(relu(add(f, 1.f)), comm))
-                                  : add(mean_or_zero(square(one_minus(r)), comm), mean_or_zero(square(f), comm));
-    total = accumulate(total, term);
+    if (kind == "hinge")
+      terms.insert(terms.end(), {relu(one_minus(r)), relu(add(f, 1.f))});
+    else
+      terms.insert(terms.end(), {square(one_minus(r)), square(f)});
   }
+  const std::vector<Tensor> means = batch_means(terms, comm);
+  Tensor total;
+  for (size_t d = 0; d < real.size(); ++d) total = accumulate(total, add(means[2 * d], means[2 * d + 1]));
   return div(total, static_cast<float>(real.size()));
 }
 
 Tensor generator_loss(const std::vector<DiscriminatorOutput>& fake, const std::string& kind, Communicator& comm) {
   VQDDP_CHECK(!fake.empty(), "generator_loss: no discriminator outputs");
-  Tensor total;
+  std::vector<Tensor> terms;
   for (const DiscriminatorOutput& o : fake)
-    total = accumulate(total, kind == "hinge" ? mean_or_zero(relu(one_minus(o.logits)), comm)
-                                              : mean_or_zero(square(one_minus(o.logits)), comm));
+    terms.push_back(kind == "hinge" ? relu(one_minus(o.logits)) : square(one_minus(o.logits)));
+  Tensor total;
+  for (const Tensor& m : batch_means(terms, comm)) total = accumulate(total, m);
   return div(total, static_cast<float>(fake.size()));
 }
 
 Tensor feature_matching_loss(const std::vector<DiscriminatorOutput>& real,
                              const std::vector<DiscriminatorOutput>& fake, Communicator& comm) {
   check_pairs(real, fake, "feature_matching_loss");
-  Tensor total;
+  // Per feature map: mean |f(y) - f(x)| and the scale mean |f(x)|, a
+  // global-batch quantity (the same on every rank).
+  std::vector<Tensor> terms;
   for (size_t d = 0; d < real.size(); ++d) {
     VQDDP_CHECK(real[d].features.size() == fake[d].features.size(), "feature_matching_loss: discriminator {} has {} "
                 "real and {} generated feature maps", d, real[d].features.size(), fake[d].features.size());
     for (size_t l = 0; l < real[d].features.size(); ++l) {
       Tensor r = real[d].features[l].detach();
-      Tensor scale = mean_or_zero(abs(r), comm);  // a global-batch quantity: the same on every rank
-      total = accumulate(total, div(mean_or_zero(abs(sub(fake[d].features[l], r)), comm), scale));
+      terms.insert(terms.end(), {abs(sub(fake[d].features[l], r)), abs(r)});
     }
   }
+  const std::vector<Tensor> means = batch_means(terms, comm);
+  Tensor total;
+  for (size_t i = 0; i < means.size(); i += 2) total = accumulate(total, div(means[i], means[i + 1]));
   return div(total, static_cast<float>(real.size()));
 }
 

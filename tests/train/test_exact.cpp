@@ -201,6 +201,47 @@ TEST_CASE("an exact step gives every rank the global batch's loss and gradient o
   }
 }
 
+TEST_CASE("batch_means takes many global means in one collective, each the bits of its own batch_mean, gradients too") {
+  // Three losses' worth of means (a GAN's feature matching takes two per
+  // feature map) over 5 examples on uneven splits, an empty rank included:
+  // each value and each input's gradient equals batch_mean's alone, and
+  // the whole list costs one collective where batch_mean costs one each.
+  Generator g(12, 0);
+  Tensor a0 = rand_normal({5, 3}, g), b0 = rand_normal({10, 2}, g), c0 = rand_normal({5, 1}, g);
+  auto step = [&](Communicator& comm, const std::vector<int64_t>& rank_units, bool together) {
+    std::vector<int64_t> bounds{0};
+    for (int64_t u : rank_units) bounds.push_back(bounds.back() + u);
+    const int64_t lo = bounds[comm.rank()], hi = bounds[comm.rank() + 1];
+    ExactBatchScope exact(exact_batch_for(comm, std::vector<int64_t>(hi - lo, 1), rank_units));
+    Tensor a = a0.slice_rows(lo, hi).clone().set_requires_grad(true);
+    Tensor b = b0.slice_rows(2 * lo, 2 * hi).clone().set_requires_grad(true);
+    Tensor c = c0.slice_rows(lo, hi).clone().set_requires_grad(true);
+    const std::vector<Tensor> xs{square(a), abs(b), c};
+    const uint64_t before = comm.counters().collectives;
+    std::vector<Tensor> means;
+    if (together) {
+      means = batch_means(xs, comm);
+    } else {
+      for (const Tensor& x : xs) means.push_back(batch_mean(x, comm));
+    }
+    CHECK(comm.counters().collectives - before == (together ? 1u : xs.size()));
+    add(add(means[0], mul(means[1], 2.f)), means[2]).backward();
+    return std::vector<Tensor>{means[0].detach(), means[1].detach(), means[2].detach(), a.grad(), b.grad(), c.grad()};
+  };
+  for (auto units : {std::vector<int64_t>{5}, std::vector<int64_t>{2, 3}, std::vector<int64_t>{0, 4, 1}}) {
+    CAPTURE(units.size());
+    std::mutex mu;
+    run_ranks(static_cast<int>(units.size()), [&](Communicator& comm) {
+      std::vector<Tensor> each = step(comm, units, false), once = step(comm, units, true);
+      std::lock_guard lock(mu);
+      for (size_t i = 0; i < each.size(); ++i) {
+        CAPTURE(i);
+        CHECK(bitwise_equal({{"t", once[i]}}, {{"t", each[i]}}));
+      }
+    });
+  }
+}
+
 TEST_CASE("a quantizer mask is refused in an exact step, and an op without unit partials fails naming itself") {
   run_ranks(1, [&](Communicator& comm) {
     ExactBatchScope exact(exact_batch_for(comm, {1, 1, 1}, {3}));
