@@ -30,8 +30,8 @@ struct Case {
 };
 
 // One rank's share of the GAN example: batch 16 over 4 ranks; frames of
-// 1600 samples, a 256-sample STFT (hop 64: 129 bins x 22 frames), periods
-// 2 and 11 of the five.
+// 1600 samples, a 256-sample STFT (hop 64: 129 bins x 22 frames), and
+// convolutions of each of the five periods.
 const Case kCases[] = {
     {"stft conv0 2->8 (9,3)", 2, 129, 22, 8, 9, 3, 1, 4, 1, 1, 1},
     {"stft conv1 8->8 s(2,1)", 8, 129, 22, 8, 9, 3, 2, 4, 1, 1, 1},

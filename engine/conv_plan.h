@@ -114,7 +114,8 @@ VQDDP_HD void col2im_row(const float* cols, const ConvPlan& p, int64_t row, doub
 // and its two gradients). Each is the element the column path computes,
 // with every column entry read where it is needed instead of from an
 // im2col buffer: the same operations in the same order, so the same bits
-// (the CPU runs the column path, a GPU thread per element these).
+// (the CPU runs engine/cpu/fixed_conv.h's direct kernels or the column
+// path, a GPU thread per element these).
 
 // Column entry ((s, oy, ox), (ch, ky, kx)): im2col_taps_at's value.
 VQDDP_HD float conv_column_entry(const float* x, const ConvPlan& p, int64_t s, int64_t oy, int64_t ox, int64_t ch,

@@ -114,9 +114,13 @@ void conv_data_rows(const ConvPlan& p, int64_t cout, const float* g, const float
   if (p.n == 0) return;
   const cpu::GemmIsa& kernels = isa_for_columns(p.w);
   // Each output row's gradient at `left` of a row of lg floats, zero
-  // around: tap kx reads position ix at left + pw - kx dw + ix, and a
-  // position outside the output reads 0, whose chain is +0 and adds nothing.
-  const int64_t left = (p.kw - 1) * p.dw, lg = left + p.pw + p.w + kernels.nr + 1;
+  // around: tap kx reads position ix at left + pw - kx dw + ix (up to nr - 1
+  // lanes past the last ix), and a position outside the output reads 0,
+  // whose chain is +0 for finite weights and adds nothing (the column path
+  // skips it: an infinite weight gives NaN here, not there). The row holds
+  // all ow outputs even where padding wider than the kernel puts some
+  // beyond every read.
+  const int64_t left = (p.kw - 1) * p.dw, lg = left + std::max(p.ow, p.pw + p.w + kernels.nr + 1);
   thread_local std::vector<float> padded_v;
   thread_local std::vector<double> acc_v;
   float* padded = cpu::scratch(padded_v, p.n * cout * p.oh * lg);
@@ -162,8 +166,9 @@ void conv_data_rows(const ConvPlan& p, int64_t cout, const float* g, const float
 // that 1-D convolution is the plan itself, one long row instead of oh rows
 // of width w; with sh > 1 it computes every sh-th output row of it too, the
 // same chains, so the plan's rows are picked from it. Taken where that
-// fills more of a tile than the plan's own rows do (sh w up to 16, a tile's
-// width; narrow rows are what the period discriminators have).
+// fills more of a tile than the plan's own rows do (sh w up to 16, the
+// narrowest tile's width: the period discriminators' stride-3 convolutions
+// at periods 2 to 5, and all their stride-1 ones).
 bool flattens(const ConvPlan& p) { return p.kw == 1 && p.pw == 0 && p.h > 1 && (p.sh == 1 || p.sh * p.w <= 16); }
 
 ConvPlan flattened(const ConvPlan& p) {
@@ -245,7 +250,8 @@ void fixed_conv_data(const ConvPlan& p, int64_t cout, const float* g, const floa
   const ConvPlan f = flattened(p);
   if (p.sh == 1) return conv_data_rows(f, cout, g, w, dx);
   // g on the 1-D convolution's every row: zero where the plan has no output
-  // row, and a position that reads a zero gradient adds a +0 chain, nothing.
+  // row, and a position that reads a zero gradient adds a +0 chain, nothing
+  // (for finite weights, as in conv_data_rows).
   thread_local std::vector<float> all_v;
   float* all = cpu::scratch(all_v, p.n * cout * f.ow);
   const int64_t rows = f.ow / p.w;

@@ -41,8 +41,10 @@ void fixed_conv_weight(const ConvPlan& p, const float* x, int64_t cout, const fl
 
 // The input gradient dx [n, c, h, w] without a bias: conv_data_value, each
 // element the double sum over its valid taps (ky, kx) ascending of the chain
-// over output channels of g times w, rounded once. Threads: over (sample,
-// input row, block of channels).
+// over output channels of g times w, rounded once, for finite weights (a
+// tap outside the output adds a +0 chain here, which an infinite weight
+// turns into NaN; the column path skips it). Threads: over (sample, input
+// row, block of channels), or (sample, block) for a flattened plan.
 void fixed_conv_data(const ConvPlan& p, int64_t cout, const float* g, const float* w, float* dx);
 
 }  // namespace vqddp

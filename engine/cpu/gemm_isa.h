@@ -80,7 +80,7 @@ struct Conv1dArgs {
 // past o), o_pad a multiple of nr; j_begin a multiple of mr.
 struct Conv1dWeightArgs {
   int64_t j_begin = 0, j_end = 0, o_pad = 0, samples = 0, lout = 0, sample_stride = 0;
-  const float* xp = nullptr;  // the unit's first sample's padded input
+  const float* xp = nullptr;  // the unit's first run's padded input
   const int64_t* off = nullptr;
   const float* g = nullptr;   // the unit's first row
   float* out_t = nullptr;     // [ck, o_pad]

@@ -415,21 +415,23 @@ TEST_CASE("weight_norm_all and WeightNormBatch: every layer's weight and gradien
 TEST_CASE("the CPU's conv kernels give the column path's bits on every path they take: forward, input gradient and "
           "per-example weight partials") {
   // The CPU's kernel table takes engine/cpu/fixed_conv.h's direct kernels
-  // where the width stride is 1 (forward and input gradient only for 1-D
-  // plans and rows of 6 or more); the column path (im2col, the fixed GEMM,
-  // col2im) is what every other plan takes. Padding and dilation on, several
-  // channels: a 1-D plan, 2-D plans with wide rows, with narrow rows (a
-  // period discriminator's), and with a width stride of 2.
+  // where the width stride is 1 and they pay (direct_conv_pays); the column
+  // path (im2col, the fixed GEMM, col2im) is what every other plan takes,
+  // and the reference here. Padding and dilation on, several channels: a
+  // 1-D plan, a 2-D plan with wide rows (the row kernels), one with narrow
+  // rows and a kernel one column wide (the flattened planes), and one with
+  // narrow rows and a wider kernel (the column path for the forward and
+  // the input gradient, the direct weight kernel).
   DeviceKernels& k = device_kernels(Device::cpu());
   ConvPlan one_d;
   one_d.n = 3, one_d.c = 2, one_d.h = 1, one_d.w = 11, one_d.kh = 1, one_d.kw = 4, one_d.pw = 3, one_d.dw = 2;
   ConvPlan wide = one_d;
   wide.h = 9, wide.kh = 3, wide.sh = 2, wide.ph = 1, wide.dh = 2;
+  ConvPlan flat = wide;
+  flat.w = 3, flat.kw = 1, flat.pw = 0, flat.dw = 1;
   ConvPlan narrow = wide;
-  narrow.w = 3, narrow.kw = 1, narrow.pw = 0, narrow.dw = 1;
-  ConvPlan strided = wide;
-  strided.sw = 2;
-  for (ConvPlan p : {one_d, wide, narrow, strided}) {
+  narrow.w = 4, narrow.kw = 2, narrow.pw = 0, narrow.dw = 1;
+  for (ConvPlan p : {one_d, wide, flat, narrow}) {
     CAPTURE(p.h);
     CAPTURE(p.w);
     CAPTURE(p.sw);

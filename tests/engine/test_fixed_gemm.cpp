@@ -75,9 +75,10 @@ void on_every_isa_and_thread_count(F&& body) {
 // multiple of any tile height, outputs shorter and longer than a tile, a
 // 1-tap kernel, one sample; 2-D ones with height strides 1 to 3, dilation
 // along either axis, rows narrower and wider than a tile, a single output
-// row and a single output channel, and kernels one column wide (the
-// flattened planes of fixed_conv.cpp at height strides 1, 2 and 3, and one
-// too wide to flatten).
+// row and a single output channel, kernels one column wide (the flattened
+// planes of fixed_conv.cpp at height strides 1, 2 and 3, and one too wide
+// to flatten), and padding wider than the kernel reaches (1-D, flattened
+// and flattened with a height stride), whose outputs lie beyond every read.
 struct ConvCase {
   int64_t n, c, h, w, o, kh, kw, sh, ph, pw, dh, dw;
   ConvPlan plan() const {
@@ -93,8 +94,9 @@ const ConvCase kConvCases[] = {
     {2, 6, 1, 100, 4, 1, 1, 1, 0, 0, 1, 1},  {4, 5, 1, 40, 33, 1, 3, 1, 0, 1, 1, 2}, {1, 2, 1, 5, 1, 1, 5, 1, 0, 0, 1, 1},
     {2, 9, 1, 20, 3, 1, 4, 1, 0, 1, 1, 1},   {2, 2, 23, 13, 8, 9, 3, 1, 4, 1, 1, 1}, {3, 8, 21, 22, 9, 9, 3, 2, 4, 2, 1, 2},
     {1, 5, 17, 40, 7, 3, 3, 3, 1, 4, 2, 4},  {2, 3, 31, 2, 4, 5, 1, 3, 2, 0, 1, 1},  {2, 16, 9, 11, 16, 5, 1, 1, 2, 0, 1, 1},
-    {1, 4, 4, 33, 1, 3, 3, 1, 0, 1, 1, 1},   {2, 7, 6, 19, 5, 2, 4, 2, 1, 3, 3, 1},  {1, 2, 20, 3, 5, 3, 1, 2, 2, 0, 2, 1},
-    {1, 3, 12, 9, 4, 3, 1, 2, 1, 0, 1, 1}};
+    {1, 4, 3, 33, 1, 3, 3, 1, 0, 1, 1, 1},   {2, 7, 6, 19, 5, 2, 4, 2, 1, 3, 3, 1},  {1, 2, 20, 3, 5, 3, 1, 2, 2, 0, 2, 1},
+    {1, 3, 12, 9, 4, 3, 1, 2, 1, 0, 1, 1},   {1, 1, 1, 120, 2, 1, 1, 1, 0, 40, 1, 1}, {1, 2, 5, 40, 3, 1, 1, 1, 1, 0, 1, 1},
+    {2, 2, 7, 5, 3, 1, 1, 3, 3, 0, 1, 1}};
 
 // Column entry ((s, oy, ox), (ch, ky, kx)) of the unfolded input: x under
 // that tap, 0 in the padding.
