@@ -315,11 +315,12 @@ TEST_CASE("im2col: the CPU's row loop gives the entries of the per-tap formula t
   }
 }
 
-TEST_CASE("conv_fixed and its gradients: the CPU's column path gives the bits of the per-element formulas the GPU runs") {
+TEST_CASE("conv_fixed and its gradients: the CPU's kernels give the bits of the per-element formulas the GPU runs") {
   // conv_plan.h: the GPU computes each element of a convolution, its input
   // gradient and its per-sample weight gradient where it is needed
   // (conv_output_value, conv_data_value, conv_weight_value); the CPU runs
-  // im2col, fixed_gemm and col2im. Both must be the same chains. Padding
+  // its direct kernels (width stride 1) or im2col, fixed_gemm and col2im.
+  // All must be the same chains. Padding
   // wide enough that whole taps fall outside, strides that skip inputs,
   // dilation, a bias and none; signed zeros in x reach the chains too.
   const ConvOptions geos[] = {opts(1, 1, 0, 0, 1, 1, 1), opts(2, 3, 1, 2, 1, 2, 1), opts(3, 2, 2, 0, 2, 3, 1),
@@ -412,12 +413,13 @@ TEST_CASE("weight_norm_all and WeightNormBatch: every layer's weight and gradien
   }
 }
 
-TEST_CASE("the CPU's conv kernels give the column path's bits on every path they take: forward, input gradient and "
-          "per-example weight partials") {
+TEST_CASE("the CPU's conv kernels give the per-element formulas' bits on every path they take: forward, input "
+          "gradient and per-example weight partials") {
   // The CPU's kernel table takes engine/cpu/fixed_conv.h's direct kernels
   // where the width stride is 1 and they pay (direct_conv_pays); the column
-  // path (im2col, the fixed GEMM, col2im) is what every other plan takes,
-  // and the reference here. Padding and dilation on, several channels: a
+  // path (im2col, the fixed GEMM, col2im) is what every other plan takes.
+  // Each path against conv_plan.h's per-element formulas (what the GPU
+  // runs). Padding and dilation on, several channels: a
   // 1-D plan, a 2-D plan with wide rows (the row kernels), one with narrow
   // rows and a kernel one column wide (the flattened planes), and one with
   // narrow rows and a wider kernel (the column path for the forward and
@@ -434,36 +436,22 @@ TEST_CASE("the CPU's conv kernels give the column path's bits on every path they
   for (ConvPlan p : {one_d, wide, flat, narrow}) {
     CAPTURE(p.h);
     CAPTURE(p.w);
-    CAPTURE(p.sw);
     p.oh = conv_output_size(p.h, p.kh, p.sh, p.ph, p.dh), p.ow = conv_output_size(p.w, p.kw, p.sw, p.pw, p.dw);
     const int64_t cout = 5, pos = p.oh * p.ow, ck = p.col_width();
     Generator gen(9, 0);
     std::vector<float> x = rand_uniform({p.n, p.c, p.h, p.w}, gen, -1.f, 1.f).to_vector<float>(),
                        w = rand_uniform({cout, ck}, gen, -1.f, 1.f).to_vector<float>(),
                        g = rand_uniform({p.n, cout, pos}, gen, -1.f, 1.f).to_vector<float>();
-    std::vector<float> cols(static_cast<size_t>(p.rows() * ck));
-    auto bits = [](const std::vector<float>& a, const std::vector<float>& b) {
-      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-    };
-    // Forward.
-    std::vector<float> y(static_cast<size_t>(p.n * cout * pos)), y_cols(y.size());
+    std::vector<float> y(static_cast<size_t>(p.n * cout * pos)), dx(x.size()), dw(static_cast<size_t>(p.n * cout * ck));
     k.conv_fixed(x.data(), w.data(), nullptr, cout, y.data(), p);
-    k.im2col(x.data(), cols.data(), p);
-    k.gemm_fixed(false, true, cout, pos, ck, w.data(), ck, cols.data(), ck, y_cols.data(), pos,
-                 {p.n, 0, pos * ck, cout * pos});
-    CHECK(bits(y, y_cols));
-    // Input gradient.
-    std::vector<float> dx(x.size()), dx_cols(x.size());
     k.conv_fixed_data(g.data(), w.data(), nullptr, cout, dx.data(), p);
-    k.gemm_fixed(true, false, pos, ck, cout, g.data(), pos, w.data(), ck, cols.data(), ck, {p.n, cout * pos, 0, pos * ck});
-    k.col2im(cols.data(), dx_cols.data(), p);
-    CHECK(bits(dx, dx_cols));
-    // Per-example weight partials.
-    std::vector<float> dw(static_cast<size_t>(p.n * cout * ck)), dw_cols(dw.size());
     k.conv_fixed_weight(x.data(), g.data(), cout, dw.data(), nullptr, p);
-    k.im2col(x.data(), cols.data(), p);
-    k.gemm_fixed(false, false, cout, ck, pos, g.data(), pos, cols.data(), ck, dw_cols.data(), ck,
-                 {p.n, cout * pos, pos * ck, cout * ck});
-    CHECK(bits(dw, dw_cols));
+    auto bits = [](float v) { return std::bit_cast<uint32_t>(v); };
+    for (size_t e = 0; e < y.size(); ++e)
+      REQUIRE(bits(y[e]) == bits(conv_output_value(x.data(), w.data(), nullptr, p, cout, int64_t(e))));
+    for (size_t e = 0; e < dx.size(); ++e)
+      REQUIRE(bits(dx[e]) == bits(conv_data_value(g.data(), w.data(), nullptr, p, cout, int64_t(e))));
+    for (size_t e = 0; e < dw.size(); ++e)
+      REQUIRE(bits(dw[e]) == bits(conv_weight_value(x.data(), g.data(), p, cout, int64_t(e))));
   }
 }
