@@ -95,7 +95,11 @@ void Communicator::check_reduce_units(const std::vector<Tensor>& blocks, const s
 void Communicator::all_reduce(Tensor& t, ReduceOp op) {
   check_all_reduce(t, op);
   op_profile_mark("(before a collective)");
-  do_all_reduce(t, op, Fingerprint(fmt::format("all_reduce({})", reduce_op_name(op)), t.dtype(), t.numel()));
+  // A world of one, on every backend: the reduction of one value is the
+  // value (avg divides by 1), and nothing moves, so nothing is staged
+  // through the host (a step graph's step may not read the device).
+  if (world_size() > 1)
+    do_all_reduce(t, op, Fingerprint(fmt::format("all_reduce({})", reduce_op_name(op)), t.dtype(), t.numel()));
   op_profile_mark("collective: all_reduce");
   count(t.nbytes());
 }
@@ -103,7 +107,7 @@ void Communicator::all_reduce(Tensor& t, ReduceOp op) {
 void Communicator::broadcast(Tensor& t, int root) {
   check_broadcast(t, root);
   op_profile_mark("(before a collective)");
-  do_broadcast(t, root, Fingerprint("broadcast", t.dtype(), t.numel(), root));
+  if (world_size() > 1) do_broadcast(t, root, Fingerprint("broadcast", t.dtype(), t.numel(), root));
   op_profile_mark("collective: broadcast");
   count(t.nbytes());
 }
@@ -111,7 +115,10 @@ void Communicator::broadcast(Tensor& t, int root) {
 void Communicator::all_gather(const Tensor& in, Tensor& out) {
   check_all_gather(in, out);
   op_profile_mark("(before a collective)");
-  do_all_gather(in, out, Fingerprint("all_gather", in.dtype(), in.numel()));
+  if (world_size() > 1)
+    do_all_gather(in, out, Fingerprint("all_gather", in.dtype(), in.numel()));
+  else
+    out.copy_(in);
   op_profile_mark("collective: all_gather");
   count(out.nbytes());
 }
@@ -119,13 +126,16 @@ void Communicator::all_gather(const Tensor& in, Tensor& out) {
 void Communicator::all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) {
   check_all_gather_rows(in, counts, out);
   op_profile_mark("(before a collective)");
-  do_all_gather_rows(in, counts, out, Fingerprint("all_gather_rows", in.dtype(), row_numel(in), -1, counts));
+  if (world_size() > 1)
+    do_all_gather_rows(in, counts, out, Fingerprint("all_gather_rows", in.dtype(), row_numel(in), -1, counts));
+  else
+    out.copy_(in);
   op_profile_mark("collective: all_gather_rows");
   count(out.nbytes());
 }
 
 void Communicator::barrier() {
-  do_barrier(Fingerprint("barrier", DType::f32, 0));
+  if (world_size() > 1) do_barrier(Fingerprint("barrier", DType::f32, 0));
   count(0);
 }
 

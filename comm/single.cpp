@@ -2,6 +2,8 @@
 
 namespace vqddp {
 
+// Communicator's collectives never call these in a world of one (they do
+// its work themselves, on every backend); they are here for the interface.
 // The reduction of one value is the value (avg divides by W = 1).
 void SingleCommunicator::do_all_reduce(Tensor&, ReduceOp, const Fingerprint&) {}
 

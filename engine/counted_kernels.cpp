@@ -1,6 +1,10 @@
 #include "engine/counted_kernels.h"
 
+#include <span>
+#include <vector>
+
 #include "engine/device_counters.h"
+#include "engine/step_graph.h"
 
 namespace vqddp {
 
@@ -22,65 +26,194 @@ int64_t plan_elements(const StridedCopyPlan& p) {
   return n;
 }
 
+
+template <class T>
+  requires(std::is_arithmetic_v<T> || std::is_enum_v<T> || std::is_pointer_v<T>)
+void sig(LaunchSignature& s, T v) {
+  if constexpr (std::is_pointer_v<T>)
+    s.add(static_cast<const void*>(v));
+  else
+    s.add(v);
+}
+
+// A launch's arguments for its signature (engine/step_graph.h), field by
+// field: a struct's padding bytes are not its value.
+void sig(LaunchSignature& s, const BroadcastPlan& p) {
+  s.add(p.ndim);
+  for (int i = 0; i < p.ndim; ++i) {
+    s.add(p.shape[i]);
+    s.add(p.stride_a[i]);
+    s.add(p.stride_b[i]);
+  }
+}
+void sig(LaunchSignature& s, const ReducePlan& p) {
+  s.add(p.nkeep);
+  s.add(p.nred);
+  for (int i = 0; i < p.nkeep; ++i) {
+    s.add(p.keep_size[i]);
+    s.add(p.keep_stride[i]);
+  }
+  for (int i = 0; i < p.nred; ++i) {
+    s.add(p.red_size[i]);
+    s.add(p.red_stride[i]);
+  }
+  s.add(p.divisor);
+}
+void sig(LaunchSignature& s, const StridedCopyPlan& p) {
+  s.add(p.ndim);
+  for (int i = 0; i < p.ndim; ++i) {
+    s.add(p.shape[i]);
+    s.add(p.src_stride[i]);
+    s.add(p.dst_stride[i]);
+  }
+}
+void sig(LaunchSignature& s, const GemmBatch& b) {
+  for (int64_t v : {b.count, b.stride_a, b.stride_b, b.stride_c}) s.add(v);
+}
+void sig(LaunchSignature& s, const ConvPlan& p) {
+  for (int64_t v : {p.n, p.c, p.h, p.w, p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, p.oh, p.ow}) s.add(v);
+}
+void sig(LaunchSignature& s, const UnaryFn& f) {
+  s.add(f.op);
+  s.add(f.low);
+  s.add(f.high);
+}
+void sig(LaunchSignature& s, const SgdStep& t) {
+  for (float v : {t.momentum, t.weight_decay}) s.add(v);
+  s.add(t.lr);
+  s.add(t.nesterov);
+  s.add(t.first);
+}
+void sig(LaunchSignature& s, const AdamWStep& t) {
+  for (float v : {t.beta1, t.beta2, t.eps, t.weight_decay}) s.add(v);
+  s.add(t.scalars);
+}
+void sig(LaunchSignature& s, const AdamWTensor& t) {
+  for (const void* p : {static_cast<const void*>(t.p), static_cast<const void*>(t.g), static_cast<const void*>(t.m),
+                        static_cast<const void*>(t.v)})
+    s.add(p);
+  s.add(t.n);
+  s.add(t.scalar);
+}
+void sig(LaunchSignature& s, const CopyBlock& b) {
+  s.add(b.src);
+  s.add(b.dst);
+  for (int64_t v : {b.rows, b.width, b.src_row, b.dst_row}) s.add(v);
+}
+void sig(LaunchSignature& s, const UnitSumBlock& b) {
+  s.add(b.in);
+  s.add(b.out);
+  s.add(b.units);
+  s.add(b.n);
+}
+void sig(LaunchSignature& s, const WeightNormTensor& t) {
+  for (const void* p : {static_cast<const void*>(t.v), static_cast<const void*>(t.g), static_cast<const void*>(t.w),
+                        static_cast<const void*>(t.dw), static_cast<const void*>(t.dv), static_cast<const void*>(t.dg)})
+    s.add(p);
+  s.add(t.rows);
+  s.add(t.cols);
+}
+template <class T>
+void sig(LaunchSignature& s, std::span<const T> xs) {
+  s.add(xs.size());
+  for (const T& x : xs) sig(s, x);
+}
+
 }  // namespace
+
+template <class Run, class... Args>
+void CountedKernels::issue(const char* kernel, Run&& run, const Args&... args) {
+  if (GraphSession* g = graph_in_step_of(this)) [[unlikely]] {
+    LaunchSignature s;
+    (sig(s, args), ...);
+    if (graph_takes_launch(*g, kernel, s.value(), std::function<void()>(run))) return;
+  }
+  run();
+}
+
+void* CountedKernels::alloc(size_t bytes) {
+  if (GraphSession* g = graph_in_step_of(this)) [[unlikely]]
+    return graph_alloc(*g, bytes, k_);
+  return k_.alloc(bytes);
+}
+
+void CountedKernels::release(void* p, size_t bytes) {
+  if (!graph_release(this, p)) k_.release(p, bytes);
+}
+
+void CountedKernels::synchronize() {
+  if (GraphSession* g = graph_in_step_of(this)) [[unlikely]]
+    graph_refuse_read(*g, "waits for the device");
+  k_.synchronize();
+}
 
 void CountedKernels::copy(void* dst, bool dst_host, const void* src, bool src_host, size_t bytes) {
   if (bytes > 0 && !dst_host && !src_host) {
     count_launch("copy", {static_cast<int64_t>(bytes)});
     count_layout_bytes(static_cast<int64_t>(bytes));
+    issue("copy", [=, this] { k_.copy(dst, false, src, false, bytes); }, dst, src, bytes);
+    return;
+  }
+  if (GraphSession* g = graph_in_step_of(this); g && bytes > 0) [[unlikely]] {
+    if (dst_host && !src_host) graph_refuse_read(*g, "copies device memory to the host");
+    if (!dst_host) return graph_upload(*g, dst, src, bytes, k_);
   }
   k_.copy(dst, dst_host, src, src_host, bytes);
 }
 
 void CountedKernels::fill(void* p, DType dtype, int64_t n, double value) {
   launch_if(n, "fill", {n, static_cast<int64_t>(dtype)});
-  k_.fill(p, dtype, n, value);
+  issue("fill", [=, this] { k_.fill(p, dtype, n, value); }, p, dtype, n, value);
 }
 
 void CountedKernels::binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) {
   int64_t n = 1;
   for (int i = 0; i < plan.ndim; ++i) n *= plan.shape[i];
   launch_if(n, "binary", {n, static_cast<int64_t>(op), plan.ndim});
-  k_.binary(op, a, b, out, plan);
+  issue("binary", [=, this] { k_.binary(op, a, b, out, plan); }, op, a, b, out, plan);
 }
 
 void CountedKernels::unary(const UnaryFn& fn, const float* x, float* out, int64_t n) {
   launch_if(n, "unary", {n, static_cast<int64_t>(fn.op)});
-  k_.unary(fn, x, out, n);
+  issue("unary", [=, this] { k_.unary(fn, x, out, n); }, fn, x, out, n);
 }
 
 void CountedKernels::unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out,
                                     int64_t n) {
   launch_if(n, "unary_backward", {n, static_cast<int64_t>(fn.op)});
-  k_.unary_backward(fn, x, y, g, out, n);
+  issue("unary_backward", [=, this] { k_.unary_backward(fn, x, y, g, out, n); }, fn, x, y, g, out, n);
 }
 
 void CountedKernels::cast_f64_to_f32(const double* src, float* dst, int64_t n) {
   launch_if(n, "cast_f64_to_f32", {n});
-  k_.cast_f64_to_f32(src, dst, n);
+  issue("cast_f64_to_f32", [=, this] { k_.cast_f64_to_f32(src, dst, n); }, src, dst, n);
 }
 
 void CountedKernels::reduce_sum(const float* x, float* out, const ReducePlan& plan) {
   count_launch("reduce_sum", {plan.nkeep, plan.nred, plan.nkeep ? plan.keep_size[0] : 0, plan.red_size[0]});  // an empty reduction still writes its zeros
-  k_.reduce_sum(x, out, plan);
+  issue("reduce_sum", [=, this] { k_.reduce_sum(x, out, plan); }, x, out, plan);
 }
 
 void CountedKernels::arg_best(const float* x, int64_t* out, float* values, int64_t rows, int64_t k, bool max) {
   launch_if(rows, "arg_best", {rows, k, max});
-  k_.arg_best(x, out, values, rows, k, max);
+  issue("arg_best", [=, this] { k_.arg_best(x, out, values, rows, k, max); }, x, out, values, rows, k, max);
 }
 
 int64_t CountedKernels::first_nonfinite(const float* x, int64_t n) {
+  if (GraphSession* g = graph_in_step_of(this)) [[unlikely]]
+    graph_refuse_read(*g, "reads where a tensor holds its first non-finite value");
   count_launch("first_nonfinite", {n});  // its result is read back: a launch and a transfer
   return k_.first_nonfinite(x, n);
 }
 
 void CountedKernels::max_abs_finite(const float* x, int64_t n, double* acc) {
   launch_if(n, "max_abs_finite", {n});
-  k_.max_abs_finite(x, n, acc);
+  issue("max_abs_finite", [=, this] { k_.max_abs_finite(x, n, acc); }, x, n, acc);
 }
 
 void CountedKernels::min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64_t* hi) {
+  if (GraphSession* g = graph_in_step_of(this)) [[unlikely]]
+    graph_refuse_read(*g, "reads the least and greatest of an index tensor");
   count_launch("min_max_i64", {n});
   k_.min_max_i64(x, n, lo, hi);
 }
@@ -88,20 +221,22 @@ void CountedKernels::min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64
 void CountedKernels::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   launch_if(m * n, "gemm", {m, n, k, ta * 2 + tb});
-  k_.gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  issue("gemm", [=, this] { k_.gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); }, ta, tb, m, n, k, alpha,
+        a, lda, b, ldb, beta, c, ldc);
 }
 
 void CountedKernels::gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                                 const float* b, int64_t ldb, float* c, int64_t ldc, const GemmBatch& batch) {
   launch_if(m * n * batch.count, "gemm_fixed", {m, n, k, batch.count * 4 + ta * 2 + tb});
-  k_.gemm_fixed(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, batch);
+  issue("gemm_fixed", [=, this] { k_.gemm_fixed(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, batch); }, ta, tb, m, n, k, a,
+        lda, b, ldb, c, ldc, batch);
 }
 
 void CountedKernels::strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) {
   int64_t n = plan_elements(plan);
   launch_if(n, "strided_copy", {n, static_cast<int64_t>(elem_size), plan.ndim});
   count_layout_bytes(n * static_cast<int64_t>(elem_size));
-  k_.strided_copy(src, dst, elem_size, plan);
+  issue("strided_copy", [=, this] { k_.strided_copy(src, dst, elem_size, plan); }, src, dst, elem_size, plan);
 }
 
 void CountedKernels::copy_blocks(const CopyBlock* blocks, int64_t count, size_t elem_size) {
@@ -113,105 +248,134 @@ void CountedKernels::copy_blocks(const CopyBlock* blocks, int64_t count, size_t 
   }
   if (bytes > 0) count_multi_tensor("copy_blocks", count);
   count_layout_bytes(copied);
-  k_.copy_blocks(blocks, count, elem_size);
+  std::span<const CopyBlock> list(blocks, static_cast<size_t>(count));
+  issue("copy_blocks", [=, this, v = std::vector<CopyBlock>(list.begin(), list.end())] {
+    k_.copy_blocks(v.data(), count, elem_size);
+  }, list, elem_size);
 }
 
 void CountedKernels::unit_sums(const UnitSumBlock* blocks, int64_t count) {
   if (count > 0) count_multi_tensor("unit_sums", count);
-  k_.unit_sums(blocks, count);
+  std::span<const UnitSumBlock> list(blocks, static_cast<size_t>(count));
+  issue("unit_sums", [=, this, v = std::vector<UnitSumBlock>(list.begin(), list.end())] {
+    k_.unit_sums(v.data(), count);
+  }, list);
 }
 
 void CountedKernels::gather_rows(const void* x, const int64_t* index, int64_t m, size_t row_bytes, void* out) {
   launch_if(m, "gather_rows", {m, static_cast<int64_t>(row_bytes)});
-  k_.gather_rows(x, index, m, row_bytes, out);
+  issue("gather_rows", [=, this] { k_.gather_rows(x, index, m, row_bytes, out); }, x, index, m, row_bytes, out);
 }
 
 void CountedKernels::index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
                                     double* counts, double* sums, const double* grid_max) {
   launch_if(k, "index_add_rows", {n, d, k, grid_max != nullptr});
-  k_.index_add_rows(src, index, n, d, k, counts, sums, grid_max);
+  issue("index_add_rows", [=, this] { k_.index_add_rows(src, index, n, d, k, counts, sums, grid_max); }, src, index,
+        n, d, k, counts, sums, grid_max);
 }
 
 void CountedKernels::im2col(const float* x, float* cols, const ConvPlan& plan) {
   count_launch("im2col", {plan.n, plan.c, plan.oh, plan.ow});
-  k_.im2col(x, cols, plan);
+  issue("im2col", [=, this] { k_.im2col(x, cols, plan); }, x, cols, plan);
 }
 
 void CountedKernels::col2im(const float* cols, float* x, const ConvPlan& plan) {
   count_launch("col2im", {plan.n, plan.c, plan.oh, plan.ow});
-  k_.col2im(cols, x, plan);
+  issue("col2im", [=, this] { k_.col2im(cols, x, plan); }, cols, x, plan);
 }
 
 void CountedKernels::conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y,
                                 const ConvPlan& plan) {
   count_launch("conv_fixed", {plan.n, plan.c, cout, plan.oh * plan.ow, bias != nullptr});
-  k_.conv_fixed(x, w, bias, cout, y, plan);
+  issue("conv_fixed", [=, this] { k_.conv_fixed(x, w, bias, cout, y, plan); }, x, w, bias, cout, y, plan);
 }
 
 void CountedKernels::conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
                                      const ConvPlan& plan) {
   count_launch("conv_fixed_data", {plan.n, plan.c, cout, plan.h * plan.w, bias != nullptr});
-  k_.conv_fixed_data(g, w, bias, cout, dx, plan);
+  issue("conv_fixed_data", [=, this] { k_.conv_fixed_data(g, w, bias, cout, dx, plan); }, g, w, bias, cout, dx, plan);
 }
 
 void CountedKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials,
                                        float* bias_partials, const ConvPlan& plan) {
   count_launch("conv_fixed_weight", {plan.n, plan.c, cout, plan.oh * plan.ow});
-  k_.conv_fixed_weight(x, g, cout, partials, bias_partials, plan);
+  issue("conv_fixed_weight", [=, this] { k_.conv_fixed_weight(x, g, cout, partials, bias_partials, plan); }, x, g,
+        cout, partials, bias_partials, plan);
 }
 
 void CountedKernels::index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                                      float* dst) {
   launch_if(m, "index_copy_rows", {m, d});
-  k_.index_copy_rows(src, index, m, d, scale, dst);
+  issue("index_copy_rows", [=, this] { k_.index_copy_rows(src, index, m, d, scale, dst); }, src, index, m, d, scale,
+        dst);
 }
 
 void CountedKernels::sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) {
   launch_if(n, "sgd_step", {n});
-  k_.sgd_step(step, p, g, buf, n);
+  issue("sgd_step", [=, this] { k_.sgd_step(step, p, g, buf, n); }, step, p, g, buf, n);
 }
 
 // Multi-tensor calls: one launch per kMultiTensors tensors (device.h).
 void CountedKernels::adamw_step(const AdamWStep& step, const AdamWTensor* tensors, int64_t count) {
   count_multi_tensor("adamw_step", count);
-  k_.adamw_step(step, tensors, count);
+  std::span<const AdamWTensor> list(tensors, static_cast<size_t>(count));
+  issue("adamw_step", [=, this, v = std::vector<AdamWTensor>(list.begin(), list.end())] {
+    k_.adamw_step(step, v.data(), count);
+  }, step, list);
 }
 
 void CountedKernels::sum_squares(const float* const* xs, const int64_t* ns, int64_t count, double* acc) {
   count_multi_tensor("sum_squares", count);
-  k_.sum_squares(xs, ns, count, acc);
+  std::span<const float* const> xl(xs, static_cast<size_t>(count));
+  std::span<const int64_t> nl(ns, static_cast<size_t>(count));
+  issue("sum_squares", [=, this, x = std::vector<const float*>(xl.begin(), xl.end()),
+                        nv = std::vector<int64_t>(nl.begin(), nl.end())] {
+    k_.sum_squares(x.data(), nv.data(), count, acc);
+  }, xl, nl, acc);
 }
 
 void CountedKernels::clip_scale(float* const* xs, const int64_t* ns, int64_t count, const double* total_sq,
                                 float max_norm) {
   count_multi_tensor("clip_scale", count);
-  k_.clip_scale(xs, ns, count, total_sq, max_norm);
+  std::span<float* const> xl(xs, static_cast<size_t>(count));
+  std::span<const int64_t> nl(ns, static_cast<size_t>(count));
+  issue("clip_scale", [=, this, x = std::vector<float*>(xl.begin(), xl.end()),
+                       nv = std::vector<int64_t>(nl.begin(), nl.end())] {
+    k_.clip_scale(x.data(), nv.data(), count, total_sq, max_norm);
+  }, xl, nl, total_sq, max_norm);
 }
 
 void CountedKernels::clip_norm(const double* total_sq, float* norm) {
   count_launch("clip_norm", {});
-  k_.clip_norm(total_sq, norm);
+  issue("clip_norm", [=, this] { k_.clip_norm(total_sq, norm); }, total_sq, norm);
 }
 
 void CountedKernels::weight_norm(const WeightNormTensor* tensors, int64_t count) {
   if (count > 0) count_multi_tensor("weight_norm", count);
-  k_.weight_norm(tensors, count);
+  std::span<const WeightNormTensor> list(tensors, static_cast<size_t>(count));
+  issue("weight_norm", [=, this, v = std::vector<WeightNormTensor>(list.begin(), list.end())] {
+    k_.weight_norm(v.data(), count);
+  }, list);
 }
 
 void CountedKernels::weight_norm_backward(const WeightNormTensor* tensors, int64_t count) {
   if (count > 0) count_multi_tensor("weight_norm_backward", count);
-  k_.weight_norm_backward(tensors, count);
+  std::span<const WeightNormTensor> list(tensors, static_cast<size_t>(count));
+  issue("weight_norm_backward", [=, this, v = std::vector<WeightNormTensor>(list.begin(), list.end())] {
+    k_.weight_norm_backward(v.data(), count);
+  }, list);
 }
 
 void CountedKernels::mse(const float* a, const float* b, int64_t n, float* out) {
   count_launch("mse", {n});
-  k_.mse(a, b, n, out);
+  issue("mse", [=, this] { k_.mse(a, b, n, out); }, a, b, n, out);
 }
 
 void CountedKernels::index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
                                         float* sums) {
   launch_if(k, "index_add_rows_f32", {n, d, k});
-  k_.index_add_rows_f32(src, index, n, d, k, sums);
+  issue("index_add_rows_f32", [=, this] { k_.index_add_rows_f32(src, index, n, d, k, sums); }, src, index, n, d, k,
+        sums);
 }
 
 }  // namespace vqddp

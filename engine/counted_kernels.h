@@ -12,6 +12,8 @@
 //                 (contiguous copies, slice backwards).
 // Work inside a CollectiveStagingScope (a communicator's own copies) counts
 // as staging, not as the step's.
+// It is also where a graphed step's launches, memory, uploads and reads meet
+// its step graph (engine/step_graph.h), for sim and cuda alike.
 // Internal header: not installed with the library (the launch-counting wrapper of the kernel tables).
 #pragma once
 
@@ -23,11 +25,16 @@ class CountedKernels final : public DeviceKernels {
  public:
   explicit CountedKernels(DeviceKernels& inner) : k_(inner) {}
 
-  void* alloc(size_t bytes) override { return k_.alloc(bytes); }
-  void release(void* p, size_t bytes) override { k_.release(p, bytes); }
+  void* alloc(size_t bytes) override;
+  void release(void* p, size_t bytes) override;
   void copy(void* dst, bool dst_host, const void* src, bool src_host, size_t bytes) override;
   void fill(void* p, DType dtype, int64_t n, double value) override;
-  void synchronize() override { k_.synchronize(); }
+  void synchronize() override;
+  bool captures_streams() const override { return k_.captures_streams(); }
+  void begin_capture() override { k_.begin_capture(); }
+  void* end_capture() override { return k_.end_capture(); }
+  void launch_graph(void* graph) override { k_.launch_graph(graph); }
+  void destroy_graph(void* graph) override { k_.destroy_graph(graph); }
 
   void binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) override;
   void unary(const UnaryFn& fn, const float* x, float* out, int64_t n) override;
@@ -76,6 +83,10 @@ class CountedKernels final : public DeviceKernels {
                           float* sums) override;
 
  private:
+  // Issues a launch (`run`, a call of k_), or hands it to the step graph
+  // of a graphed step with the signature of its arguments.
+  template <class Run, class... Args>
+  void issue(const char* kernel, Run&& run, const Args&... args);
   DeviceKernels& k_;
 };
 

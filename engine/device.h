@@ -102,7 +102,7 @@ struct AdamWTensor {
   float* m = nullptr;
   float* v = nullptr;
   int64_t n = 0;
-  float c1 = 1.f, sqrt_c2 = 1.f;
+  int64_t scalar = 0;  // where its bias corrections are in AdamWStep::scalars
 };
 
 // One block of a multi-tensor copy (concat and its backward, slice_rows'
@@ -151,6 +151,16 @@ class DeviceKernels {
   virtual void fill(void* p, DType dtype, int64_t n, double value) = 0;
   // Waits for everything this thread queued on the device.
   virtual void synchronize() = 0;
+  // Stream capture for step graphs (engine/step_graph.h), where the backend
+  // has it (a GPU): between begin_capture and end_capture the calling
+  // thread's stream records its work instead of running it; end_capture
+  // returns the graph, which launch_graph runs on that stream. Elsewhere
+  // (sim) the step graph records the calls itself.
+  virtual bool captures_streams() const { return false; }
+  virtual void begin_capture() {}
+  virtual void* end_capture() { return nullptr; }
+  virtual void launch_graph(void* /*graph*/) {}
+  virtual void destroy_graph(void* /*graph*/) {}
 
   // ---- elementwise (float32) ---------------------------------------------
   virtual void binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) = 0;
@@ -231,7 +241,8 @@ class DeviceKernels {
   // In place over n elements, by kernel_math.h's sgd_update / adamw_update:
   // the CPU loop's formula, rounded the same way, so the same bits.
   virtual void sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) = 0;
-  // AdamW over `count` tensors, each with `step` but its own c1 and sqrt_c2.
+  // AdamW over `count` tensors, each with `step` but its own c1 and sqrt_c2
+  // (read with lr from step.scalars, device memory).
   virtual void adamw_step(const AdamWStep& step, const AdamWTensor* tensors, int64_t count) = 0;
   // Gradient clipping without the host (optim.h clip_grad_norm), over the
   // `count` tensors xs[t] of ns[t] elements: *acc (one device double) += the

@@ -1,5 +1,7 @@
 #include "engine/device_counters.h"
 
+#include "engine/step_graph.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -99,6 +101,7 @@ LaunchRecording::~LaunchRecording() {
 
 void note_step_variant(const char* what, int64_t value) {
   if (t_variant) *t_variant += fmt::format("{}={};", what, value);
+  graph_note_variant(what);
 }
 
 std::string launch_sequence_difference(const std::vector<LaunchRecord>& before, const std::vector<LaunchRecord>& now) {

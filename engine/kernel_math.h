@@ -347,6 +347,9 @@ struct SgdStep {
   float lr = 0.f, momentum = 0.f, weight_decay = 0.f;
   bool nesterov = false;
   bool first = false;  // the momentum buffers hold no value yet
+  // In a kernel call: lr comes from scalars[0], on the device (uploaded
+  // each step, so a captured step graph replays a changing rate).
+  const float* scalars = nullptr;
 };
 
 // d = g + wd * p; with momentum buf = first ? d : momentum * buf + d and
@@ -364,6 +367,10 @@ struct AdamWStep {
   float lr = 0.f, beta1 = 0.f, beta2 = 0.f, eps = 0.f, weight_decay = 0.f;
   float c1 = 1.f;       // 1 - beta1^t
   float sqrt_c2 = 1.f;  // sqrt(1 - beta2^t)
+  // In a kernel call: lr is scalars[0] and each tensor's c1 and sqrt_c2
+  // are scalars[AdamWTensor::scalar] and the one after, on the device
+  // (uploaded each step, so a captured step graph replays them).
+  const float* scalars = nullptr;
 };
 
 // Decoupled decay p -= lr * wd * p, the moments, then

@@ -37,11 +37,15 @@ Sgd::Sgd(std::vector<Tensor> params, SgdOptions o)
 
 void Sgd::step() {
   SgdStep s{lr, opt_.momentum, opt_.weight_decay, opt_.nesterov, started_.data<int64_t>()[0] == 0};
+  // The rate travels in device memory, uploaded each step (AdamW::step).
+  Tensor scalars;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor g = params_[i].grad();
     if (!g.defined()) continue;
     int64_t n = params_[i].numel();
-    device_of("Sgd::step", {&params_[i], &g, &momentum_[i]})
+    if (!scalars.defined()) scalars = from_vector(std::vector<float>{lr}, {1}).to(params_[i].device());
+    s.scalars = static_cast<const float*>(scalars.raw_ptr());
+    device_of("Sgd::step", {&params_[i], &g, &momentum_[i], &scalars})
         .sgd_step(s, static_cast<float*>(params_[i].raw_ptr()), static_cast<const float*>(g.raw_ptr()),
                   static_cast<float*>(momentum_[i].raw_ptr()), n);
     params_[i].bump_version();
@@ -67,8 +71,12 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o)
 }
 
 void AdamW::step() {
-  // Every parameter in one multi-tensor call (one launch on a GPU).
+  // Every parameter in one multi-tensor call (one launch on a GPU). The
+  // rate and the bias corrections, which change every step, travel in
+  // device memory, uploaded each step: a step graph (engine/step_graph.h)
+  // replays the launch with this step's values.
   std::vector<AdamWTensor> list;
+  std::vector<float> scalars{lr};
   DeviceKernels* dk = nullptr;
   for (size_t i = 0; i < params_.size(); ++i) {
     Tensor g = params_[i].grad();
@@ -82,12 +90,16 @@ void AdamW::step() {
     dk = &k;
     list.push_back({static_cast<float*>(params_[i].raw_ptr()), static_cast<const float*>(g.raw_ptr()),
                     static_cast<float*>(exp_avg_[i].raw_ptr()), static_cast<float*>(exp_avg_sq_[i].raw_ptr()),
-                    params_[i].numel(), static_cast<float>(1.0 - std::pow(double(opt_.beta1), double(t))),
-                    static_cast<float>(std::sqrt(1.0 - std::pow(double(opt_.beta2), double(t))))});
+                    params_[i].numel(), static_cast<int64_t>(scalars.size())});
+    scalars.push_back(static_cast<float>(1.0 - std::pow(double(opt_.beta1), double(t))));
+    scalars.push_back(static_cast<float>(std::sqrt(1.0 - std::pow(double(opt_.beta2), double(t)))));
     params_[i].bump_version();
   }
   if (list.empty()) return;
+  const auto n = static_cast<int64_t>(scalars.size());
+  Tensor on_device = from_vector(std::move(scalars), {n}).to(params_[0].device());
   AdamWStep s{lr, opt_.beta1, opt_.beta2, opt_.eps, opt_.weight_decay};
+  s.scalars = static_cast<const float*>(on_device.raw_ptr());
   dk->adamw_step(s, list.data(), static_cast<int64_t>(list.size()));
 }
 

@@ -106,6 +106,12 @@ examples_on() {
 gpu_lane() {
   item test_cuda 150 build-gpu/tests/test_cuda
   [ "${AGENDA:-}" = quick ] && return
+  # A world of one replaying one captured CUDA graph per step
+  # (run.step_graphs, never run on a GPU before) against the same steps
+  # issued launch by launch: steps/s of each, and the two checkpoints must
+  # be equal tensor by tensor (vqddp inspect, or scripts' safetensors diff).
+  item main_graph 90 build-gpu/vqddp train --device cuda --world 1 --steps 500 --dir /tmp/gw1
+  item main_nograph 90 build-gpu/vqddp train --device cuda --world 1 --step-graphs off --steps 500 --dir /tmp/gw0
   # The main job's step op by op on the GPU (each op waited for), with its
   # launches per step, for sim's count of the same run (cpu lane).
   item profile_cuda 60 build-gpu/vqddp train --device cuda --steps 50 --profile --dir /tmp/p

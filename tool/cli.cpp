@@ -44,9 +44,10 @@ void usage() {
       "usage: vqddp <command> [options]\n"
       "commands:\n"
       "  train [CONFIG] [--resume CKPT | --overwrite] [--world N] [--backend B] [--device cpu|cuda|sim] [--steps S] [--dir RUN_DIR]\n"
-      "        [--profile]\n"
+      "        [--step-graphs on|off] [--profile]\n"
       "        train from a JSON config (without one: the built-in speech codec run, examples/speech_codec.json);\n"
-      "        --profile prints where rank 0's training steps spent their time, op by op\n"
+      "        --profile prints where rank 0's training steps spent their time, op by op; --step-graphs sets\n"
+      "        run.step_graphs (a world of one on cuda or sim replays one captured step graph per step)\n"
       "  check-ddp CONFIG (--world N | --backend mpi) [--steps S] [--mode run|step] [--rtol R] [--atol A]\n"
       "            [--device cpu|cuda|sim]\n"
       "        run: S steps on 1 rank and on N thread ranks from the same start; every checkpoint tensor must\n"
@@ -99,6 +100,11 @@ Config config_from(const CliArgs& args, bool allow_default) {
   set_int("steps", "schedule.steps", limits::steps);
   set_string("dir", "run.dir");
   set_string("device", "run.device");
+  if (args.has("step-graphs")) {
+    const std::string v = args.get("step-graphs", "");
+    VQDDP_CHECK(v == "on" || v == "off", "--step-graphs takes on or off, got '{}'", v);
+    overrides.push_back({"--step-graphs", "run.step_graphs", v == "on"});
+  }
   return parse_config(std::move(j), origin, overrides);
 }
 
@@ -156,7 +162,8 @@ void refuse_thread_ranks_under_launcher(const std::string& backend) {
 }
 
 int run_train(int argc, char** argv) {
-  CliArgs args("train", argc, argv, 2, {"resume", "world", "backend", "device", "steps", "dir"}, {"overwrite", "profile"});
+  CliArgs args("train", argc, argv, 2, {"resume", "world", "backend", "device", "steps", "dir", "step-graphs"},
+               {"overwrite", "profile"});
   VQDDP_CHECK(args.positional().size() <= 1, "train: expected at most one config file, got {}", args.positional().size());
   Config cfg = config_from(args, true);
   // (check-ddp takes --world with any config: it always compares thread ranks.)

@@ -143,6 +143,11 @@ struct RunConfig {
   // arithmetic, every host<->device transfer counted). An nccl rank trains
   // on its own GPU regardless.
   std::string device = "cpu";
+  // On a device with stream capture (cuda) and on sim, a world of one runs
+  // each training step after the third as one replay of a captured step
+  // graph (engine/step_graph.h), where the step allows it (trainer.cpp
+  // says where not, at the start). false: every launch is issued on its own.
+  bool step_graphs = true;
   bool operator==(const RunConfig&) const = default;
 };
 

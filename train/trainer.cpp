@@ -26,6 +26,7 @@
 #include "engine/op_profile.h"
 #include "engine/ops.h"
 #include "engine/optim.h"
+#include "engine/step_graph.h"
 #include "train/checkpoint.h"
 #include "train/discriminators.h"
 #include "train/gan.h"
@@ -382,10 +383,36 @@ class RankRun {
     checked_ = step_;
     health_ = zeros({}, DType::f32, device_);
     model_.train();
+    // Made on this thread, which runs the steps (a step graph is per thread).
+    std::optional<StepGraph> graph;
+    if (const std::string why = step_graph_refusal(); why.empty())
+      graph.emplace(device_);
+    else if (lead_ && opt_.print && !device_.is_cpu())
+      fmt::print("train: step graphs off: {}\n", why);
     for (; step_ < last_ && !stopped_by_; ++step_) {
       std::optional<LaunchRecording> recording;
       if (capture_check_) recording.emplace();
-      StepResult r = train_step(sampler, batches);
+      // After the warm-up (k-means, the optimizer's first step, the capture
+      // check's first comparison), every step is the captured one again.
+      const bool graphed = graph && step_ >= first_ + 2;
+      if (graphed) graph->begin_step(step_ + 1);
+      StepResult r;
+      try {
+        r = train_step(sampler, batches);
+      } catch (...) {
+        if (graphed) graph->abandon_step();
+        throw;
+      }
+      if (graphed) {
+        graph->end_step();
+        if (lead_ && opt_.print && graph->captured() && graph->replays() == 0 && step_ == first_ + 2)
+          fmt::print("train: step graphs on: step {} captured ({} launches), every later step is its replay\n",
+                     step_ + 1, graph->launches());
+        if (!graph->stopped_because().empty() && lead_ && opt_.print)
+          fmt::print("train: step graphs off from step {}: {}\n", step_ + 2, graph->stopped_because());
+        graph_replays_ = graph->replays();
+        if (!graph->stopped_because().empty()) graph.reset();
+      }
       const int64_t done = step_ + 1;
       if (recording) {
         check_capturable(std::move(recording->launches), recording->variant, done);
@@ -424,6 +451,8 @@ class RankRun {
   std::map<std::string, std::pair<int64_t, std::vector<LaunchRecord>>> previous_launches_;
   // On sim, for every run (check_capturable).
   bool capture_check_ = false;
+  // Steps run as a replay of the captured step graph (run()).
+  int64_t graph_replays_ = 0;
   // Rows this rank's batches passed over (data.bad_files "skip"), since the run started.
   int64_t skipped_rows_ = 0;
   // The first error reading this rank's rows since the run started (train_step).
@@ -440,7 +469,21 @@ class RankRun {
 
   // 0 while every loss of this rank was finite, NaN from the first one that
   // was not (loss - loss is 0 or NaN; the sum keeps a NaN).
-  void note_health(const Tensor& loss) { health_ = add(health_, sub(loss.detach(), loss.detach())); }
+  // In place: a captured step graph replays writes into the same buffer.
+  void note_health(const Tensor& loss) { health_.copy_(add(health_, sub(loss.detach(), loss.detach()))); }
+
+  // Why this run's steps cannot be one replayed step graph, "" where they
+  // can (engine/step_graph.h).
+  std::string step_graph_refusal() const {
+    if (device_.kind != Device::Kind::sim && device_.kind != Device::Kind::cuda) return "the CPU issues no launches";
+    if (!cfg_.run.step_graphs) return "run.step_graphs is false";
+    if (comm_.world_size() > 1)
+      return fmt::format("{} ranks ({}): a collective across ranks is not work of one stream", comm_.world_size(),
+                         comm_.backend());
+    if (opt_.after_gradients) return "a hook runs inside the step";
+    if (opt_.profile) return "--profile times the step op by op";
+    return "";
+  }
 
   const DiscriminatorState* discriminator() const { return disc_state_ ? &*disc_state_ : nullptr; }
 
@@ -741,6 +784,7 @@ class RankRun {
     result.lead = true;
     result.steps = step_;
     result.stopped_by = stopped_by_;
+    result.graph_replays = graph_replays_;
     result.validation_mse = val_.mse;
     result.validation_snr_db = val_.snr_db;
     result.validation_log_mel = val_.log_mel;

@@ -53,6 +53,9 @@ struct TrainResult {
   // The signal that stopped the run early (opt.stop_requested), 0 if none:
   // `steps` were taken, the checkpoint holds them, no validation ran.
   int stopped_by = 0;
+  // Steps run as one replay of a captured step graph (run.step_graphs: a
+  // world of one on cuda or sim), 0 where steps issue their launches.
+  int64_t graph_replays = 0;
 };
 
 struct TrainOptions {

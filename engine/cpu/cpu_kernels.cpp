@@ -557,8 +557,10 @@ void CpuKernels::index_copy_rows(const float* src, const int64_t* index, int64_t
 }
 
 void CpuKernels::sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) {
+  SgdStep s = step;
+  s.lr = step.scalars[0];
   parallel_for_ranges(n, 4, [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; ++j) sgd_update(step, p[j], g[j], buf[j]);
+    for (int64_t j = b; j < e; ++j) sgd_update(s, p[j], g[j], buf[j]);
   });
 }
 
@@ -566,8 +568,9 @@ void CpuKernels::adamw_step(const AdamWStep& step, const AdamWTensor* tensors, i
   for (int64_t t = 0; t < count; ++t) {
     const AdamWTensor& a = tensors[t];
     AdamWStep s = step;
-    s.c1 = a.c1;
-    s.sqrt_c2 = a.sqrt_c2;
+    s.lr = step.scalars[0];
+    s.c1 = step.scalars[a.scalar];
+    s.sqrt_c2 = step.scalars[a.scalar + 1];
     parallel_for_ranges(a.n, 8, [&](int64_t b, int64_t e) {
       for (int64_t j = b; j < e; ++j) adamw_update(s, a.p[j], a.g[j], a.m[j], a.v[j]);
     });

@@ -268,6 +268,34 @@ class CudaKernels final : public DeviceKernels {
     count_wait();
   }
 
+  // Step graphs (engine/step_graph.h): the calling thread's stream records
+  // a step. Relaxed mode: the step's arena may cudaMalloc a block while the
+  // capture runs (unsafe for a graph in general, since the allocation is not
+  // replayed; here the arena keeps every block for the graph's lifetime).
+  bool captures_streams() const override { return true; }
+  void begin_capture() override {
+    DeviceGuard guard(device_);
+    VQDDP_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
+  }
+  void* end_capture() override {
+    DeviceGuard guard(device_);
+    cudaGraph_t graph = nullptr;
+    VQDDP_CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    VQDDP_CUDA_CHECK(err);
+    return exec;
+  }
+  void launch_graph(void* graph) override {
+    DeviceGuard guard(device_);
+    VQDDP_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), stream()));
+  }
+  void destroy_graph(void* graph) override {
+    DeviceGuard guard(device_);
+    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+  }
+
   void binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) override {
     DeviceGuard guard(device_);
     cuda::binary(op, a, b, out, plan, stream());

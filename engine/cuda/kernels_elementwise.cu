@@ -102,6 +102,7 @@ __global__ void index_copy_rows_kernel(const float* src, const int64_t* index, i
 }
 
 __global__ void sgd_step_kernel(SgdStep step, float* p, const float* g, float* buf, int64_t n) {
+  step.lr = step.scalars[0];
   VQDDP_GRID_LOOP(i, n) sgd_update(step, p[i], g[i], buf[i]);
 }
 
@@ -133,8 +134,9 @@ __global__ void unit_sums_kernel(UnitSumList list) {
 
 __global__ void adamw_step_kernel(AdamWStep step, AdamWList list) {
   const AdamWTensor& a = list.t[blockIdx.y];
-  step.c1 = a.c1;
-  step.sqrt_c2 = a.sqrt_c2;
+  step.lr = step.scalars[0];
+  step.c1 = step.scalars[a.scalar];
+  step.sqrt_c2 = step.scalars[a.scalar + 1];
   VQDDP_GRID_LOOP(i, a.n) adamw_update(step, a.p[i], a.g[i], a.m[i], a.v[i]);
 }
 

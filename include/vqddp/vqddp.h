@@ -31,6 +31,7 @@
 #include "engine/optim.h"
 #include "engine/core/output_file.h"
 #include "engine/parallel.h"
+#include "engine/step_graph.h"
 #include "engine/core/parse_number.h"
 #include "engine/core/random.h"
 #include "engine/core/safetensors.h"

@@ -2,7 +2,8 @@
 // wait on steps that do not log, validate or checkpoint; exactly the
 // documented reads on a step that logs (docs/devices.md):
 // the health flag, the loss sums and one per layer that ran; uploads only
-// of the batch and of the revival's draw lists (never of constants); and
+// of the batch, the optimizer's step scalars and the revival's draw lists
+// (never of constants); and
 // the CPU's bits. A read added anywhere in the step fails here.
 #include <doctest/doctest.h>
 
@@ -76,12 +77,13 @@ TEST_CASE("trainer on sim: zero reads and waits on steps that do not log; 2 + on
               CHECK(steps[s].to_host >= 2);  // dropped layers have host metrics: no read
               CHECK(steps[s].to_host <= 2 + layers);
             }
-            // Uploads: the batch, and for each codebook with revival its draw
+            // Uploads: the batch, the optimizer's step scalars (its rate and
+            // bias corrections), and for each codebook with revival its draw
             // lists (one, or two when the batch has fewer rows than codes).
             if (type == "fsq")
-              CHECK(steps[s].to_device == 1);
+              CHECK(steps[s].to_device == 2);
             else
-              CHECK(steps[s].to_device <= 1 + 2 * layers);
+              CHECK(steps[s].to_device <= 2 + 2 * layers);
           }
         }
       }
@@ -102,6 +104,37 @@ TEST_CASE("trainer on sim ends in the CPU's bits, with W = 1 and W = 3 thread ra
     NamedTensors c = safetensors_load(a.path().string() + "/checkpoint.safetensors").tensors,
                  s = safetensors_load(b.path().string() + "/checkpoint.safetensors").tensors;
     CHECK(first_difference(s, c) == "");
+  }
+}
+
+TEST_CASE("trainer on sim: a world of one replays a captured step graph per step and ends in the bits of issued "
+          "launches and of the CPU; a step that picks its layers on the host stops graphing after its capture") {
+  Dataset data = synthetic_data();
+  for (bool dropout : {false, true}) {
+    CAPTURE(dropout);
+    TempDir a, b, c;
+    Config cpu = small_config(a.path().string());
+    cpu.distributed.world_size = 1;
+    test::set_quantizer_keys(cpu, {{"quantize_dropout", dropout}});
+    Config graphed = cpu, issued = cpu;
+    graphed.run.dir = b.path().string();
+    graphed.run.device = "sim";
+    issued.run.dir = c.path().string();
+    issued.run.device = "sim";
+    issued.run.step_graphs = false;
+    TrainResult rc = train(cpu, data, quiet()), rg = train(graphed, data, quiet()), ri = train(issued, data, quiet());
+    // Steps 1-2 are issued (k-means, the optimizer's first step), step 3 is
+    // captured, every later one a replay; validation and logs run between.
+    CHECK(rg.graph_replays == (dropout ? 0 : rg.steps - 3));
+    CHECK(ri.graph_replays == 0);
+    CHECK(rc.graph_replays == 0);
+    CHECK(rg.validation_mse == ri.validation_mse);
+    CHECK(rg.validation_mse == rc.validation_mse);
+    NamedTensors tc = safetensors_load(a.path().string() + "/checkpoint.safetensors").tensors,
+                 tg = safetensors_load(b.path().string() + "/checkpoint.safetensors").tensors,
+                 ti = safetensors_load(c.path().string() + "/checkpoint.safetensors").tensors;
+    CHECK(first_difference(tg, ti) == "");
+    CHECK(first_difference(tg, tc) == "");
   }
 }
 

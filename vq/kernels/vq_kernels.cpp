@@ -1,6 +1,7 @@
 #include "vq/kernels/vq_kernels.h"
 
 #include "engine/device_counters.h"
+#include "engine/step_graph.h"
 #include "vqddp_config.h"
 
 namespace vqddp {
@@ -10,53 +11,110 @@ namespace {
 // Launch counting for sim and cuda, by engine/counted_kernels.h's rule: one
 // launch per kernel-table call that queues work (the GPU's assign and EMA
 // update queue two kernels behind one call; they count one, as the engine's
-// ops do).
+// ops do). A graphed step's calls go to its step graph (engine/step_graph.h)
+// with the signature of their operands, as the engine's do.
+void sig(LaunchSignature& s, const Tensor& t) {
+  s.add(t.defined());
+  if (!t.defined()) return;
+  s.add(t.raw_ptr());
+  s.add(t.dtype());
+  s.add(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) s.add(t.size(d));  // contiguous: the shape is the layout
+}
+void sig(LaunchSignature& s, const StatsLayout& l) {
+  for (int64_t v : {l.k, l.d, l.cols}) s.add(v);
+  s.add(l.world);
+}
+void sig(LaunchSignature& s, const RevivalDraws& d) {
+  sig(s, d.without_replacement);
+  sig(s, d.with_replacement);
+  s.add(d.total_rows);
+  s.add(d.first_row);
+}
+template <class T>
+requires(std::is_arithmetic_v<T>) void sig(LaunchSignature& s, T v) { s.add(v); }
+
+// Issues `run`, or hands it to the step graph of a graphed step on the
+// operands' device.
+template <class Run, class... Args>
+void issue(Device device, const char* kernel, Run&& run, const Args&... args) {
+  if (GraphSession* g = graph_in_step(device)) [[unlikely]] {
+    LaunchSignature s;
+    (sig(s, args), ...);
+    if (graph_takes_launch(*g, kernel, s.value(), std::function<void()>(run))) return;
+  }
+  run();
+}
+
 class CountedVqKernels final : public VqKernels {
  public:
   explicit CountedVqKernels(VqKernels& inner) : k_(inner) {}
   void assign(const Tensor& x, const Tensor& embed, bool cosine, Tensor& indices) override {
     if (x.size(0) > 0) count_launch("vq.assign", {x.size(0), embed.size(0)});
-    k_.assign(x, embed, cosine, indices);
+    issue(
+        x.device(), "vq.assign", [=, this]() mutable { k_.assign(x, embed, cosine, indices); }, x, embed, cosine,
+        indices);
   }
   void flag_nonfinite(const Tensor& x, const StatsLayout& layout, int rank, Tensor& stats) override {
     count_launch("vq.flag_nonfinite", {});
-    k_.flag_nonfinite(x, layout, rank, stats);
+    issue(
+        x.device(), "vq.flag_nonfinite", [=, this]() mutable { k_.flag_nonfinite(x, layout, rank, stats); }, x, layout,
+        rank, stats);
   }
   void ema_update(const Tensor& stats, const StatsLayout& layout, Tensor& cluster_size, Tensor& embed_avg,
                   Tensor& embed, float decay, float eps) override {
     count_launch("vq.ema_update", {});
-    k_.ema_update(stats, layout, cluster_size, embed_avg, embed, decay, eps);
+    issue(
+        stats.device(), "vq.ema_update",
+        [=, this]() mutable { k_.ema_update(stats, layout, cluster_size, embed_avg, embed, decay, eps); }, stats,
+        layout, cluster_size, embed_avg, embed, decay, eps);
   }
   void revival_candidates(const Tensor& x, const Tensor& cluster_size, float threshold, const RevivalDraws& draws,
                           Tensor& block) override {
     count_launch("vq.revival_candidates", {});
-    k_.revival_candidates(x, cluster_size, threshold, draws, block);
+    issue(
+        x.device(), "vq.revival_candidates",
+        [=, this]() mutable { k_.revival_candidates(x, cluster_size, threshold, draws, block); }, x, cluster_size,
+        threshold, draws, block);
   }
   void revive(const Tensor& block, const StatsLayout& layout, float threshold, Tensor& stats, Tensor& cluster_size,
               Tensor& embed_avg, Tensor& embed) override {
     count_launch("vq.revive", {});
-    k_.revive(block, layout, threshold, stats, cluster_size, embed_avg, embed);
+    issue(
+        block.device(), "vq.revive",
+        [=, this]() mutable { k_.revive(block, layout, threshold, stats, cluster_size, embed_avg, embed); }, block,
+        layout, threshold, stats, cluster_size, embed_avg, embed);
   }
   void kmeans_update(const Tensor& stats, const StatsLayout& layout, Tensor& means, Tensor& bins) override {
     count_launch("vq.kmeans_update", {});
-    k_.kmeans_update(stats, layout, means, bins);
+    issue(
+        stats.device(), "vq.kmeans_update", [=, this]() mutable { k_.kmeans_update(stats, layout, means, bins); },
+        stats, layout, means, bins);
   }
   void fsq_indices(const Tensor& codes, const Tensor& half_width, const Tensor& basis, Tensor& out) override {
     if (codes.numel() > 0) count_launch("vq.fsq_indices", {});
-    k_.fsq_indices(codes, half_width, basis, out);
+    issue(
+        codes.device(), "vq.fsq_indices", [=, this]() mutable { k_.fsq_indices(codes, half_width, basis, out); }, codes,
+        half_width, basis, out);
   }
   void fsq_codes(const Tensor& indices, const Tensor& levels, const Tensor& half_width, const Tensor& basis,
                  Tensor& out) override {
     if (indices.numel() > 0) count_launch("vq.fsq_codes", {});
-    k_.fsq_codes(indices, levels, half_width, basis, out);
+    issue(
+        indices.device(), "vq.fsq_codes",
+        [=, this]() mutable { k_.fsq_codes(indices, levels, half_width, basis, out); }, indices, levels, half_width,
+        basis, out);
   }
   void lfq_indices(const Tensor& z, Tensor& out) override {
     if (z.numel() > 0) count_launch("vq.lfq_indices", {});
-    k_.lfq_indices(z, out);
+    issue(
+        z.device(), "vq.lfq_indices", [=, this]() mutable { k_.lfq_indices(z, out); }, z, out);
   }
   void lfq_codes(const Tensor& indices, float scale, Tensor& out) override {
     if (indices.numel() > 0) count_launch("vq.lfq_codes", {});
-    k_.lfq_codes(indices, scale, out);
+    issue(
+        indices.device(), "vq.lfq_codes", [=, this]() mutable { k_.lfq_codes(indices, scale, out); }, indices, scale,
+        out);
   }
 
  private:

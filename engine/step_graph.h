@@ -1,0 +1,125 @@
+// A training step launched as one captured graph: a CUDA graph on a GPU,
+// and on the simulated device the same rules, emulated, so CI proves that a
+// step replays without a GPU.
+//
+// The host code of every step still runs (autograd, the modules' host
+// state, the sampler, every upload); only its launches are not issued one by
+// one. The first graphed step is captured. Each later one is checked, launch
+// for launch, to be the captured step again (the same kernels on the same
+// buffers with the same sizes and scalars: a signature of every argument of
+// every kernel-table call) and then runs as one replay of the capture. So a
+// step may differ from the captured one only in what it uploads, and the
+// replay computes what issuing its launches would have, bit for bit.
+//
+// What makes the same buffers possible, and the replay equal to the step:
+//  - Memory: while a graphed step runs, allocations come from the graph's
+//    arena. Allocation i of every step is block i (its size checked), and
+//    no block serves two allocations of one step. The graph owns its blocks
+//    until it is destroyed; a tensor made in a step and still held when the
+//    next step runs holds that step's values (read step results before).
+//  - Uploads (host -> device copies) are not in the graph. They must go into
+//    blocks of the step (an upload into a buffer made before the step is
+//    refused: a launch of the step before it would have read the old
+//    contents) and are queued as the host code issues them, before the
+//    replay (during the capture: held, and queued after it), so they land
+//    before the replay reads them.
+//  - A read (device -> host) or a wait inside a graphed step is refused:
+//    nothing of the step has run yet.
+// A launch that differs from the capture's is an error naming the step, the
+// launch and both kernels: state carried to the next step in a new tensor
+// instead of an in-place write, or a scalar argument that changes from step
+// to step (a learning rate: upload it), shows there.
+//
+// One graph per thread and device at a time. The trainer graphs a world of
+// one (train/trainer.cpp): a thread-rank collective is not stream work.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "engine/device.h"
+
+namespace vqddp {
+
+struct GraphSession;
+
+class StepGraph {
+ public:
+  explicit StepGraph(Device device);  // sim or cuda; others throw
+  ~StepGraph();
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
+
+  // Around one step's host code, on the thread that runs it. The first step
+  // is captured; end_step launches the step (the capture's replay).
+  void begin_step(int64_t step);
+  void end_step();
+  // A step whose host code threw: its launches are dropped (a capture is
+  // ended and discarded; the graph captures again at the next step).
+  void abandon_step();
+
+  bool captured() const;
+  int64_t launches() const;  // of the captured step
+  int64_t replays() const;   // steps run as a replay after the capture
+  // "" while steps are graphed. A step that picks among launch sequences on
+  // the host (note_step_variant: quantize dropout, a GAN step) is not one
+  // graph: its capture runs once and graphing stops, saying why here.
+  const std::string& stopped_because() const;
+
+ private:
+  std::unique_ptr<GraphSession> s_;
+};
+
+// ---- for the counting wrappers of the kernel tables -------------------------
+// (engine/counted_kernels.cpp, vq/kernels/vq_kernels.cpp): every launch of a
+// graphed step passes through graph_takes_launch.
+
+// A launch's arguments, hashed: pointers by address, numbers by their bits.
+class LaunchSignature {
+ public:
+  template <class T>
+    requires(std::is_integral_v<T> || std::is_enum_v<T>)
+  void add(T v) { mix(static_cast<uint64_t>(v)); }
+  void add(float v) { mix(std::bit_cast<uint32_t>(v)); }
+  void add(double v) { mix(std::bit_cast<uint64_t>(v)); }
+  void add(const void* p) { mix(reinterpret_cast<uintptr_t>(p)); }
+  void add(const int64_t* p) { add(static_cast<const void*>(p)); }
+  uint64_t value() const { return h_; }
+
+ private:
+  void mix(uint64_t v) {
+    h_ = (h_ ^ v) * 0x100000001b3ull;
+    h_ ^= h_ >> 29;
+  }
+  uint64_t h_ = 0xcbf29ce484222325ull;
+};
+
+// The graph of this thread on `device` while one of its steps runs, else
+// nullptr (one thread-local read: the cost of every launch outside graphs).
+GraphSession* graph_in_step(Device device);
+// The same for the device whose table (device_kernels) is `table`.
+GraphSession* graph_in_step_of(const DeviceKernels* table);
+// A launch of a graphed step. True: the graph took it (recorded to run at
+// the end of the step on sim; checked against the capture in a replay), do
+// not issue it. False: issue it now (a GPU's stream is capturing it).
+bool graph_takes_launch(GraphSession& g, const char* kernel, uint64_t signature, std::function<void()> run);
+// Memory of a graphed step (its arena; new blocks from `backend`, the
+// table below the counting one), and whether a block released through
+// `table` (device_kernels' table) is a graph's: then the graph keeps it.
+void* graph_alloc(GraphSession& g, size_t bytes, DeviceKernels& backend);
+bool graph_release(const DeviceKernels* table, void* p);
+// An upload of a graphed step: checked, then issued on `backend` (or held
+// until the capture ends).
+void graph_upload(GraphSession& g, void* dst, const void* src, size_t bytes, DeviceKernels& backend);
+// A host-side choice among launch sequences in a graphed step
+// (note_step_variant calls it).
+void graph_note_variant(const char* what);
+// A read or wait in a graphed step: refused, naming `what`.
+[[noreturn]] void graph_refuse_read(GraphSession& g, const char* what);
+
+}  // namespace vqddp

@@ -1,0 +1,140 @@
+// Step graphs on the simulated device (engine/step_graph.h): a step captured
+// once and replayed computes what issuing its launches would have, bit for
+// bit, and a step that is not the captured one again (another scalar,
+// state carried in a new tensor, a read, an upload into an old buffer) is
+// refused by name instead of replaying stale work.
+#include <doctest/doctest.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/device_counters.h"
+#include "engine/nn.h"
+#include "engine/ops.h"
+#include "engine/optim.h"
+#include "engine/step_graph.h"
+#include "engine/core/random.h"
+
+using namespace vqddp;
+
+namespace {
+
+// `steps` steps of a two-layer MLP under AdamW on sim, with a learning rate
+// that changes every step, clipping, and a batch uploaded each step; from
+// step `graph_from` on (0: never) each step is a step graph's.
+std::vector<std::vector<float>> train_mlp(int steps, int graph_from, int64_t* replays = nullptr) {
+  Generator g(11, 0);
+  Linear a(6, 8, g), b(8, 3, g);
+  a.to(Device::sim());
+  b.to(Device::sim());
+  std::vector<Tensor> params = a.parameters();
+  for (const Tensor& p : b.parameters()) params.push_back(p);
+  AdamW opt(params, {});
+  std::optional<StepGraph> graph;
+  if (graph_from > 0) graph.emplace(Device::sim());
+  Generator data(5, 0);
+  for (int s = 1; s <= steps; ++s) {
+    Tensor host_x = rand_normal({10, 6}, data), host_y = rand_normal({10, 3}, data);
+    const bool graphed = graph && s >= graph_from;
+    if (graphed) graph->begin_step(s);
+    Tensor x = host_x.to(Device::sim()), y = host_y.to(Device::sim());
+    Tensor loss = mse_loss(b.forward(relu(a.forward(x))), y);
+    loss.backward();
+    clip_grad_norm(params, 0.5f);
+    opt.lr = 0.01f / static_cast<float>(s);
+    opt.step();
+    opt.zero_grad();
+    if (graphed) graph->end_step();
+  }
+  if (replays) *replays = graph ? graph->replays() : 0;
+  std::vector<std::vector<float>> out;
+  for (const Tensor& p : params) out.push_back(p.to(Device::cpu()).to_vector<float>());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("step graph on sim: a captured step replayed equals the steps issued launch by launch, bit for bit") {
+  std::vector<std::vector<float>> eager = train_mlp(9, 0);
+  int64_t replays = 0;
+  std::vector<std::vector<float>> graphed = train_mlp(9, 3, &replays);
+  CHECK(replays == 6);  // steps 4..9 replay step 3's capture
+  CHECK(graphed == eager);
+  // A graph from the first step on (the optimizer's moments made in the
+  // captured step itself) still matches.
+  CHECK(train_mlp(6, 1) == train_mlp(6, 0));
+}
+
+TEST_CASE("step graph on sim: state carried in place and uploads replay; what a replay would get wrong is refused") {
+  auto error_of = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto upload = [](float v) { return full({4}, v, DType::f32, Device::cpu()).to(Device::sim()); };
+  SUBCASE("in place, with an upload a step: each replay adds its own step's value") {
+    Tensor state = zeros({4}, DType::f32, Device::sim());
+    StepGraph graph(Device::sim());
+    for (int s = 1; s <= 4; ++s) {
+      graph.begin_step(s);
+      state.copy_(add(state, upload(static_cast<float>(s))));
+      graph.end_step();
+    }
+    CHECK(graph.replays() == 3);
+    CHECK(graph.launches() == 2);  // the add and the copy: the upload is not in the graph
+    CHECK(state.to(Device::cpu()).to_vector<float>() == std::vector<float>(4, 10.f));
+  }
+  SUBCASE("state carried in a new tensor: the first replay names the launch") {
+    Tensor state = zeros({4}, DType::f32, Device::sim());
+    StepGraph graph(Device::sim());
+    graph.begin_step(1);
+    state = add(state, upload(1.f));
+    graph.end_step();
+    graph.begin_step(2);
+    std::string e = error_of([&] { state = add(state, upload(1.f)); });
+    graph.abandon_step();
+    CHECK_MESSAGE(e.find("launch 1 of step 2 is binary with other arguments") != std::string::npos, e);
+  }
+  SUBCASE("a scalar that changes every step: refused (upload it)") {
+    Tensor state = zeros({4}, DType::f32, Device::sim());
+    StepGraph graph(Device::sim());
+    graph.begin_step(1);
+    state.copy_(add(state, 1.f));
+    graph.end_step();
+    graph.begin_step(2);
+    std::string e = error_of([&] { state.copy_(add(state, 2.f)); });
+    graph.abandon_step();
+    CHECK_MESSAGE(e.find("with other arguments") != std::string::npos, e);
+  }
+  SUBCASE("a read inside the step, and an upload into a buffer made before it: refused") {
+    Tensor old = zeros({4}, DType::f32, Device::sim());
+    StepGraph graph(Device::sim());
+    graph.begin_step(1);
+    std::string e = error_of([&] { (void)old.to(Device::cpu()); });
+    CHECK_MESSAGE(e.find("step 1 copies device memory to the host inside the step") != std::string::npos, e);
+    e = error_of([&] { old.copy_(full({4}, 1.f, DType::f32, Device::cpu())); });
+    CHECK_MESSAGE(e.find("uploads 16 bytes into a buffer made before the step") != std::string::npos, e);
+    Tensor filled = zeros({4}, DType::f32, Device::sim());  // a launch of the step writes it first
+    e = error_of([&] { filled.copy_(full({4}, 1.f, DType::f32, Device::cpu())); });
+    CHECK_MESSAGE(e.find("uploads 16 bytes into a tensor after launch 1 of the step") != std::string::npos, e);
+    graph.abandon_step();
+    CHECK_FALSE(graph.captured());
+  }
+  SUBCASE("a step that picks its launches on the host runs once as captured, then graphing stops") {
+    Tensor state = zeros({4}, DType::f32, Device::sim());
+    StepGraph graph(Device::sim());
+    for (int s = 1; s <= 3; ++s) {
+      graph.begin_step(s);
+      note_step_variant("layers", s);
+      for (int k = 0; k < s; ++k) state.copy_(add(state, upload(1.f)));  // s launches pairs
+      graph.end_step();
+      if (s == 1) CHECK_MESSAGE(graph.stopped_because().find("(layers)") != std::string::npos, graph.stopped_because());
+    }
+    CHECK(graph.replays() == 0);
+    CHECK(state.to(Device::cpu()).to_vector<float>() == std::vector<float>(4, 6.f));
+  }
+}
