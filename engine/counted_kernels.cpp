@@ -126,7 +126,8 @@ void CountedKernels::issue(const char* kernel, Run&& run, const Args&... args) {
   if (GraphSession* g = graph_in_step_of(this)) [[unlikely]] {
     LaunchSignature s;
     (sig(s, args), ...);
-    if (graph_takes_launch(*g, kernel, s.value(), std::function<void()>(run))) return;
+    graph_launch(*g, kernel, s.value(), std::function<void()>(run));
+    return;
   }
   run();
 }

@@ -53,6 +53,11 @@ struct GraphSession {
   };
   std::vector<Block> blocks;
   std::unordered_map<void*, size_t> block_of;
+  // Memory a launch being captured allocates itself (nested > 0): the
+  // graph's, outside the step's numbering (a replay skips that launch).
+  int nested = 0;
+  std::vector<Block> inner_blocks;
+  std::unordered_map<void*, size_t> inner_block_of;
   size_t next_alloc = 0;
   // Uploads of the capture on a GPU, queued once it ends.
   std::vector<std::pair<void*, std::vector<unsigned char>>> held_uploads;
@@ -92,6 +97,7 @@ StepGraph::~StepGraph() {
   g.runs.clear();  // closures holding tensors release them into the arena
   if (g.graph) g.inner->destroy_graph(g.graph);
   t_graph = nullptr;
+  g.blocks.insert(g.blocks.end(), g.inner_blocks.begin(), g.inner_blocks.end());
   for (GraphSession::Block& b : g.blocks) {
     if (b.holders > 0) {
       std::lock_guard<std::mutex> lock(g_orphans_mu);
@@ -166,8 +172,14 @@ void StepGraph::abandon_step() {
   g.in_step = false;
   if (g.capturing) {
     if (g.native) {
-      void* graph = g.inner->end_capture();
-      if (graph) g.inner->destroy_graph(graph);
+      // Called with an error on its way (and from the destructor): the
+      // stream leaves capture mode whatever the capture's state; a second
+      // error here would only hide the first.
+      try {
+        void* graph = g.inner->end_capture();
+        if (graph) g.inner->destroy_graph(graph);
+      } catch (const std::exception&) {
+      }
     }
     g.launches.clear();
     g.runs.clear();
@@ -193,12 +205,26 @@ GraphSession* graph_in_step_of(const DeviceKernels* table) {
   return g && g->in_step && g->inner == table ? g : nullptr;
 }
 
-bool graph_takes_launch(GraphSession& g, const char* kernel, uint64_t signature, std::function<void()> run) {
+void graph_launch(GraphSession& g, const char* kernel, uint64_t signature, std::function<void()> run) {
+  if (g.nested > 0) {  // inside a launch being captured: part of it
+    run();
+    return;
+  }
   if (g.capturing) {
     g.launches.push_back({kernel, signature});
-    if (g.native) return false;  // the stream records it
-    g.runs.push_back(std::move(run));
-    return true;
+    if (!g.native) {
+      g.runs.push_back(std::move(run));
+      return;
+    }
+    ++g.nested;  // the stream records what it queues
+    try {
+      run();
+    } catch (...) {
+      --g.nested;
+      throw;
+    }
+    --g.nested;
+    return;
   }
   const size_t i = g.next++;
   VQDDP_CHECK(i < g.launches.size() && g.launches[i].kernel == std::string(kernel) &&
@@ -208,11 +234,17 @@ bool graph_takes_launch(GraphSession& g, const char* kernel, uint64_t signature,
               "place, upload what changes)", g.device.str(), i + 1, g.step, kernel,
               i < g.launches.size() && g.launches[i].kernel == std::string(kernel) ? "with other arguments" : "",
               i < g.launches.size() ? g.launches[i].kernel : "none (it launched fewer)");
-  return true;
 }
 
 void* graph_alloc(GraphSession& g, size_t bytes, DeviceKernels& backend) {
   if (bytes == 0) return nullptr;
+  if (g.nested > 0) {
+    g.backend = &backend;
+    void* p = backend.alloc(bytes);
+    g.inner_block_of[p] = g.inner_blocks.size();
+    g.inner_blocks.push_back({p, bytes, 1});
+    return p;
+  }
   const size_t i = g.next_alloc++;
   if (i == g.blocks.size()) {
     VQDDP_CHECK(g.capturing, "step graph ({}): step {} allocated more than the captured step ({} blocks)",
@@ -235,6 +267,11 @@ bool graph_release(const DeviceKernels* table, void* p) {
     auto it = g->block_of.find(p);
     if (it != g->block_of.end()) {
       --g->blocks[it->second].holders;
+      return true;
+    }
+    auto in = g->inner_block_of.find(p);
+    if (in != g->inner_block_of.end()) {
+      --g->inner_blocks[in->second].holders;
       return true;
     }
   }

@@ -77,7 +77,7 @@ class StepGraph {
 
 // ---- for the counting wrappers of the kernel tables -------------------------
 // (engine/counted_kernels.cpp, vq/kernels/vq_kernels.cpp): every launch of a
-// graphed step passes through graph_takes_launch.
+// graphed step passes through graph_launch.
 
 // A launch's arguments, hashed: pointers by address, numbers by their bits.
 class LaunchSignature {
@@ -104,10 +104,12 @@ class LaunchSignature {
 GraphSession* graph_in_step(Device device);
 // The same for the device whose table (device_kernels) is `table`.
 GraphSession* graph_in_step_of(const DeviceKernels* table);
-// A launch of a graphed step. True: the graph took it (recorded to run at
-// the end of the step on sim; checked against the capture in a replay), do
-// not issue it. False: issue it now (a GPU's stream is capturing it).
-bool graph_takes_launch(GraphSession& g, const char* kernel, uint64_t signature, std::function<void()> run);
+// A launch of a graphed step: recorded to run at the end of the step (sim),
+// run now into the capturing stream (a GPU), or checked against the capture
+// and skipped (a replay). What `run` itself calls and allocates (a GPU's VQ
+// kernels make scratch tensors) is part of that one launch: not recorded
+// apart, and its memory the graph's for as long as the graph lives.
+void graph_launch(GraphSession& g, const char* kernel, uint64_t signature, std::function<void()> run);
 // Memory of a graphed step (its arena; new blocks from `backend`, the
 // table below the counting one), and whether a block released through
 // `table` (device_kernels' table) is a graph's: then the graph keeps it.

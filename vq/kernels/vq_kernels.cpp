@@ -41,7 +41,8 @@ void issue(Device device, const char* kernel, Run&& run, const Args&... args) {
   if (GraphSession* g = graph_in_step(device)) [[unlikely]] {
     LaunchSignature s;
     (sig(s, args), ...);
-    if (graph_takes_launch(*g, kernel, s.value(), std::function<void()>(run))) return;
+    graph_launch(*g, kernel, s.value(), std::function<void()>(run));
+    return;
   }
   run();
 }
