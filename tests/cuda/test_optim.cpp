@@ -7,6 +7,7 @@
 
 #include "engine/optim.h"
 #include "tests/cuda/gpu.h"
+#include "tests/engine/mlp_steps.h"
 
 using namespace vqddp;
 using namespace vqddp::test;
@@ -122,4 +123,15 @@ TEST_CASE("clip_grad_norm on the GPU: the CPU's norm within 1e-6, the same scali
     CHECK(clip_grad_norm(again.gpu, max_norm).item<float>() == ng);
     CHECK(same_bits(again.gpu[2].grad(), p.gpu[2].grad()));
   }
+}
+
+// Step graphs (engine/step_graph.h) on the GPU: one CUDA graph captured at
+// step 3 and replayed for every later step, the rate and bias corrections
+// uploaded each step, against the same steps issued launch by launch.
+TEST_CASE("a step graph on the GPU: replays of one captured CUDA graph end in the bits of the issued steps") {
+  int64_t replays = 0;
+  std::vector<std::vector<float>> graphed = train_mlp(kGpu, 9, 3, &replays);
+  CHECK(replays == 6);
+  CHECK(graphed == train_mlp(kGpu, 9, 0));
+  CHECK(train_mlp(kGpu, 6, 1) == train_mlp(kGpu, 6, 0));
 }

@@ -93,6 +93,22 @@ TEST_CASE("FSQ trains on the GPU like on the CPU (its rounding and indices run o
   CHECK(std::abs(g.usage.at(0).codes_used - c.usage.at(0).codes_used) <= 2);
 }
 
+// Step graphs on the GPU (engine/step_graph.h): a world of one captures its
+// third step as a CUDA graph and replays it for every later one; the run
+// must end in the bits of the same run issued launch by launch.
+TEST_CASE("a world of one on the GPU replays one captured CUDA graph per step, in the bits of the issued run") {
+  Dataset data = synthetic_data();
+  TempDir graphed_dir, issued_dir;
+  Config graphed = gpu_config(graphed_dir, 1, "cuda"), issued = gpu_config(issued_dir, 1, "cuda");
+  for (Config* c : {&graphed, &issued}) test::set_quantizer_keys(*c, {{"quantize_dropout", false}});
+  issued.run.step_graphs = false;
+  TrainResult g = train(graphed, data, on_device(kGpu)), i = train(issued, data, quiet());
+  CHECK(g.graph_replays == g.steps - 3);
+  CHECK(i.graph_replays == 0);
+  CHECK(g.validation_snr_db == i.validation_snr_db);
+  CHECK(bitwise_equal(checkpoint(graphed_dir), checkpoint(issued_dir)));
+}
+
 // `train --backend nccl` in a world of one (what one GPU allows) against
 // the thread backend's world of one on the same GPU: every collective is an
 // identity on both, so the runs must agree bit for bit. With W > 1 NCCL

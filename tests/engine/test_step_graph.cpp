@@ -5,65 +5,26 @@
 // refused by name instead of replaying stale work.
 #include <doctest/doctest.h>
 
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/device_counters.h"
-#include "engine/nn.h"
 #include "engine/ops.h"
-#include "engine/optim.h"
 #include "engine/step_graph.h"
-#include "engine/core/random.h"
+#include "tests/engine/mlp_steps.h"
 
 using namespace vqddp;
-
-namespace {
-
-// `steps` steps of a two-layer MLP under AdamW on sim, with a learning rate
-// that changes every step, clipping, and a batch uploaded each step; from
-// step `graph_from` on (0: never) each step is a step graph's.
-std::vector<std::vector<float>> train_mlp(int steps, int graph_from, int64_t* replays = nullptr) {
-  Generator g(11, 0);
-  Linear a(6, 8, g), b(8, 3, g);
-  a.to(Device::sim());
-  b.to(Device::sim());
-  std::vector<Tensor> params = a.parameters();
-  for (const Tensor& p : b.parameters()) params.push_back(p);
-  AdamW opt(params, {});
-  std::optional<StepGraph> graph;
-  if (graph_from > 0) graph.emplace(Device::sim());
-  Generator data(5, 0);
-  for (int s = 1; s <= steps; ++s) {
-    Tensor host_x = rand_normal({10, 6}, data), host_y = rand_normal({10, 3}, data);
-    const bool graphed = graph && s >= graph_from;
-    if (graphed) graph->begin_step(s);
-    Tensor x = host_x.to(Device::sim()), y = host_y.to(Device::sim());
-    Tensor loss = mse_loss(b.forward(relu(a.forward(x))), y);
-    loss.backward();
-    clip_grad_norm(params, 0.5f);
-    opt.lr = 0.01f / static_cast<float>(s);
-    opt.step();
-    opt.zero_grad();
-    if (graphed) graph->end_step();
-  }
-  if (replays) *replays = graph ? graph->replays() : 0;
-  std::vector<std::vector<float>> out;
-  for (const Tensor& p : params) out.push_back(p.to(Device::cpu()).to_vector<float>());
-  return out;
-}
-
-}  // namespace
+using vqddp::test::train_mlp;
 
 TEST_CASE("step graph on sim: a captured step replayed equals the steps issued launch by launch, bit for bit") {
-  std::vector<std::vector<float>> eager = train_mlp(9, 0);
+  std::vector<std::vector<float>> eager = train_mlp(Device::sim(), 9, 0);
   int64_t replays = 0;
-  std::vector<std::vector<float>> graphed = train_mlp(9, 3, &replays);
+  std::vector<std::vector<float>> graphed = train_mlp(Device::sim(), 9, 3, &replays);
   CHECK(replays == 6);  // steps 4..9 replay step 3's capture
   CHECK(graphed == eager);
   // A graph from the first step on (the optimizer's moments made in the
   // captured step itself) still matches.
-  CHECK(train_mlp(6, 1) == train_mlp(6, 0));
+  CHECK(train_mlp(Device::sim(), 6, 1) == train_mlp(Device::sim(), 6, 0));
 }
 
 TEST_CASE("step graph on sim: state carried in place and uploads replay; what a replay would get wrong is refused") {
