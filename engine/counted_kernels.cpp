@@ -80,7 +80,7 @@ void sig(LaunchSignature& s, const UnaryFn& f) {
 }
 void sig(LaunchSignature& s, const SgdStep& t) {
   for (float v : {t.momentum, t.weight_decay}) s.add(v);
-  s.add(t.lr);
+  s.add(t.scalars);  // the rate the kernel reads (lr itself is not read)
   s.add(t.nesterov);
   s.add(t.first);
 }
@@ -139,7 +139,7 @@ void* CountedKernels::alloc(size_t bytes) {
 }
 
 void CountedKernels::release(void* p, size_t bytes) {
-  if (!graph_release(this, p)) k_.release(p, bytes);
+  if (!graph_release(this, p, bytes, k_)) k_.release(p, bytes);
 }
 
 void CountedKernels::synchronize() {

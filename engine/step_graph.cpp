@@ -1,5 +1,6 @@
 #include "engine/step_graph.h"
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -24,7 +25,7 @@ struct Launch {
 // their table when that tensor lets go (graph_release).
 std::mutex g_orphans_mu;
 std::unordered_map<void*, int64_t> g_orphans;  // block -> holders
-bool g_any_orphans = false;                     // under g_orphans_mu; read unlocked as a hint
+std::atomic<bool> g_any_orphans = false;        // set under g_orphans_mu; read first without it
 
 }  // namespace
 
@@ -61,6 +62,28 @@ struct GraphSession {
   size_t next_alloc = 0;
   // Uploads of the capture on a GPU, queued once it ends.
   std::vector<std::pair<void*, std::vector<unsigned char>>> held_uploads;
+  // On sim, blocks from before the step freed while it is captured: the
+  // recorded calls run at the step's end and may read them; freed then.
+  std::vector<std::pair<void*, size_t>> freed_in_capture;
+
+  // The arena's blocks go: those no tensor holds back to the backend, the
+  // others when their last holder lets go (graph_release's orphans).
+  void release_blocks() {
+    blocks.insert(blocks.end(), inner_blocks.begin(), inner_blocks.end());
+    for (Block& b : blocks) {
+      if (b.holders > 0) {
+        std::lock_guard<std::mutex> lock(g_orphans_mu);
+        g_orphans[b.p] = b.holders;
+        g_any_orphans = true;
+      } else {
+        backend->release(b.p, b.bytes);
+      }
+    }
+    blocks.clear();
+    block_of.clear();
+    inner_blocks.clear();
+    inner_block_of.clear();
+  }
 
   size_t launched() const { return capturing ? launches.size() : next; }
 
@@ -95,18 +118,12 @@ StepGraph::~StepGraph() {
   GraphSession& g = *s_;
   if (g.in_step) abandon_step();
   g.runs.clear();  // closures holding tensors release them into the arena
-  if (g.graph) g.inner->destroy_graph(g.graph);
-  t_graph = nullptr;
-  g.blocks.insert(g.blocks.end(), g.inner_blocks.begin(), g.inner_blocks.end());
-  for (GraphSession::Block& b : g.blocks) {
-    if (b.holders > 0) {
-      std::lock_guard<std::mutex> lock(g_orphans_mu);
-      g_orphans[b.p] = b.holders;
-      g_any_orphans = true;
-    } else {
-      g.backend->release(b.p, b.bytes);
-    }
+  try {
+    if (g.graph) g.inner->destroy_graph(g.graph);
+  } catch (const std::exception&) {  // a device already failing: nothing more to free there
   }
+  t_graph = nullptr;
+  if (g.backend) g.release_blocks();
 }
 
 void StepGraph::begin_step(int64_t step) {
@@ -132,7 +149,13 @@ void StepGraph::end_step() {
   if (g.capturing) {
     g.in_step = false;
     if (g.native) {
-      g.graph = g.inner->end_capture();
+      try {
+        g.graph = g.inner->end_capture();
+      } catch (const std::exception& e) {
+        g.launches.clear();
+        VQDDP_THROW("step graph ({}): capturing step {} failed: {}; run.step_graphs false (train --step-graphs off) "
+                    "issues every launch on its own", g.device.str(), g.step, e.what());
+      }
       for (auto& [dst, bytes] : g.held_uploads) g.inner->copy(dst, false, bytes.data(), true, bytes.size());
       g.held_uploads.clear();
     }
@@ -146,10 +169,13 @@ void StepGraph::end_step() {
                 "launch what the captured one did", g.step, g.next, want);
     ++g.replays;
   }
-  if (g.native)
+  if (g.native) {
     g.inner->launch_graph(g.graph);
-  else
+  } else {
     for (const std::function<void()>& run : g.runs) run();
+    for (auto [p, bytes] : g.freed_in_capture) g.backend->release(p, bytes);
+    g.freed_in_capture.clear();
+  }
   if (!g.variant.empty()) {
     // The captured step ran once; later steps may launch another sequence.
     g.stopped = fmt::format("step {} chose its launches on the host ({})", g.step, g.variant);
@@ -184,7 +210,11 @@ void StepGraph::abandon_step() {
     g.launches.clear();
     g.runs.clear();
     g.held_uploads.clear();
+    for (auto [p, bytes] : g.freed_in_capture) g.backend->release(p, bytes);
+    g.freed_in_capture.clear();
     g.capturing = false;
+    // The next capture numbers its own blocks.
+    if (g.backend) g.release_blocks();
   }
 }
 
@@ -194,11 +224,6 @@ int64_t StepGraph::launches() const {
                                                                                       : static_cast<int64_t>(s_->launches.size());
 }
 int64_t StepGraph::replays() const { return s_->replays; }
-
-GraphSession* graph_in_step(Device device) {
-  GraphSession* g = t_graph;
-  return g && g->in_step && g->device == device ? g : nullptr;
-}
 
 GraphSession* graph_in_step_of(const DeviceKernels* table) {
   GraphSession* g = t_graph;
@@ -231,7 +256,7 @@ void graph_launch(GraphSession& g, const char* kernel, uint64_t signature, std::
                   g.launches[i].signature == signature,
               "step graph ({}): launch {} of step {} is {} {}, the captured step's was {}: a graphed step must "
               "launch the captured step's kernels on the same buffers with the same arguments (carry state in "
-              "place, upload what changes)", g.device.str(), i + 1, g.step, kernel,
+              "place, upload what changes; train --step-graphs off issues every launch on its own)", g.device.str(), i + 1, g.step, kernel,
               i < g.launches.size() && g.launches[i].kernel == std::string(kernel) ? "with other arguments" : "",
               i < g.launches.size() ? g.launches[i].kernel : "none (it launched fewer)");
 }
@@ -262,7 +287,7 @@ void* graph_alloc(GraphSession& g, size_t bytes, DeviceKernels& backend) {
   return b.p;
 }
 
-bool graph_release(const DeviceKernels* table, void* p) {
+bool graph_release(const DeviceKernels* table, void* p, size_t bytes, DeviceKernels& backend) {
   if (GraphSession* g = t_graph; g && g->inner == table) {
     auto it = g->block_of.find(p);
     if (it != g->block_of.end()) {
@@ -274,9 +299,14 @@ bool graph_release(const DeviceKernels* table, void* p) {
       --g->inner_blocks[in->second].holders;
       return true;
     }
+    if (g->in_step && g->capturing && !g->native) {
+      g->backend = &backend;
+      g->freed_in_capture.emplace_back(p, bytes);
+      return true;
+    }
   }
-  std::lock_guard<std::mutex> lock(g_orphans_mu);
   if (!g_any_orphans) return false;
+  std::lock_guard<std::mutex> lock(g_orphans_mu);
   auto it = g_orphans.find(p);
   if (it == g_orphans.end()) return false;
   if (--it->second == 0) {

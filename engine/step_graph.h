@@ -99,10 +99,10 @@ class LaunchSignature {
   uint64_t h_ = 0xcbf29ce484222325ull;
 };
 
-// The graph of this thread on `device` while one of its steps runs, else
-// nullptr (one thread-local read: the cost of every launch outside graphs).
-GraphSession* graph_in_step(Device device);
-// The same for the device whose table (device_kernels) is `table`.
+// The graph of this thread on the device whose kernel table
+// (device_kernels) is `table` while one of its steps runs, else nullptr
+// (one thread-local read: the cost of every launch outside graphs). The
+// table, not the device: every sim:N shares one.
 GraphSession* graph_in_step_of(const DeviceKernels* table);
 // A launch of a graphed step: recorded to run at the end of the step (sim),
 // run now into the capturing stream (a GPU), or checked against the capture
@@ -112,9 +112,11 @@ GraphSession* graph_in_step_of(const DeviceKernels* table);
 void graph_launch(GraphSession& g, const char* kernel, uint64_t signature, std::function<void()> run);
 // Memory of a graphed step (its arena; new blocks from `backend`, the
 // table below the counting one), and whether a block released through
-// `table` (device_kernels' table) is a graph's: then the graph keeps it.
+// `table` (device_kernels' table) is a graph's to keep: its own, or on sim
+// any block freed while a step is captured (the recorded calls, run at the
+// step's end, may still read it).
 void* graph_alloc(GraphSession& g, size_t bytes, DeviceKernels& backend);
-bool graph_release(const DeviceKernels* table, void* p);
+bool graph_release(const DeviceKernels* table, void* p, size_t bytes, DeviceKernels& backend);
 // An upload of a graphed step: checked, then issued on `backend` (or held
 // until the capture ends).
 void graph_upload(GraphSession& g, void* dst, const void* src, size_t bytes, DeviceKernels& backend);

@@ -101,6 +101,12 @@ cublasHandle_t current_blas(int device) {
 
 namespace {
 
+// While this thread's stream captures a step graph (engine/step_graph.h),
+// the blocks it frees: a captured kernel keeps using its scratch's address
+// on every replay, so none may go back to the pool (nor be synchronised on
+// and freed, which a capture forbids) before the graph is destroyed.
+thread_local std::vector<void*>* t_held = nullptr;
+
 // ---- caching allocator -------------------------------------------------------------
 //
 // cudaMalloc/cudaFree synchronise the device, so every step would stall
@@ -134,7 +140,7 @@ class CachingAllocator {
     DeviceGuard guard(device_);
     void* p = nullptr;
     cudaError_t err = cudaMalloc(&p, size);
-    if (err == cudaErrorMemoryAllocation) {
+    if (err == cudaErrorMemoryAllocation && !t_held) {  // no device-wide sync inside a capture
       cudaGetLastError();  // clear the sticky-free error state of this call
       empty_cache();
       err = cudaMalloc(&p, size);
@@ -153,6 +159,10 @@ class CachingAllocator {
 
   void release(void* p) {
     if (!p) return;
+    if (t_held) {  // this thread's stream is capturing a step graph
+      t_held->push_back(p);
+      return;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     auto it = live_.find(p);
     if (it == live_.end()) return;  // not ours: never happens, but never double-free
@@ -272,28 +282,45 @@ class CudaKernels final : public DeviceKernels {
   // a step. Relaxed mode: the step's arena may cudaMalloc a block while the
   // capture runs (unsafe for a graph in general, since the allocation is not
   // replayed; here the arena keeps every block for the graph's lifetime).
+  // A graph, with the blocks freed while it was captured (t_held).
+  struct CapturedGraph {
+    cudaGraphExec_t exec = nullptr;
+    std::vector<void*> held;
+  };
   bool captures_streams() const override { return true; }
   void begin_capture() override {
     DeviceGuard guard(device_);
     VQDDP_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
+    t_held = new std::vector<void*>();
   }
   void* end_capture() override {
+    auto* g = new CapturedGraph;
+    g->held = std::move(*t_held);
+    delete t_held;
+    t_held = nullptr;
     DeviceGuard guard(device_);
     cudaGraph_t graph = nullptr;
-    VQDDP_CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
-    cudaGraphExec_t exec = nullptr;
-    cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    VQDDP_CUDA_CHECK(err);
-    return exec;
+    cudaError_t err = cudaStreamEndCapture(stream(), &graph);
+    if (err == cudaSuccess) {
+      err = cudaGraphInstantiate(&g->exec, graph, 0);
+      cudaGraphDestroy(graph);
+    }
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      destroy_graph(g);
+      VQDDP_CUDA_CHECK(err);
+    }
+    return g;
   }
   void launch_graph(void* graph) override {
     DeviceGuard guard(device_);
-    VQDDP_CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), stream()));
+    VQDDP_CUDA_CHECK(cudaGraphLaunch(static_cast<CapturedGraph*>(graph)->exec, stream()));
   }
   void destroy_graph(void* graph) override {
-    DeviceGuard guard(device_);
-    cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+    auto* g = static_cast<CapturedGraph*>(graph);
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    for (void* p : g->held) alloc_.release(p);  // stream-ordered after the last replay, as any release
+    delete g;
   }
 
   void binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) override {

@@ -134,4 +134,5 @@ TEST_CASE("a step graph on the GPU: replays of one captured CUDA graph end in th
   CHECK(replays == 6);
   CHECK(graphed == train_mlp(kGpu, 9, 0));
   CHECK(train_mlp(kGpu, 6, 1) == train_mlp(kGpu, 6, 0));
+  CHECK(train_mlp(kGpu, 9, 3, nullptr, true) == train_mlp(kGpu, 9, 0, nullptr, true));  // SGD
 }

@@ -25,6 +25,9 @@ TEST_CASE("step graph on sim: a captured step replayed equals the steps issued l
   // A graph from the first step on (the optimizer's moments made in the
   // captured step itself) still matches.
   CHECK(train_mlp(Device::sim(), 6, 1) == train_mlp(Device::sim(), 6, 0));
+  // SGD's rate, uploaded each step too.
+  CHECK(train_mlp(Device::sim(), 9, 3, &replays, true) == train_mlp(Device::sim(), 9, 0, nullptr, true));
+  CHECK(replays == 6);
 }
 
 TEST_CASE("step graph on sim: state carried in place and uploads replay; what a replay would get wrong is refused") {

@@ -38,7 +38,7 @@ requires(std::is_arithmetic_v<T>) void sig(LaunchSignature& s, T v) { s.add(v); 
 // operands' device.
 template <class Run, class... Args>
 void issue(Device device, const char* kernel, Run&& run, const Args&... args) {
-  if (GraphSession* g = graph_in_step(device)) [[unlikely]] {
+  if (GraphSession* g = graph_in_step_of(&device_kernels(device))) [[unlikely]] {
     LaunchSignature s;
     (sig(s, args), ...);
     graph_launch(*g, kernel, s.value(), std::function<void()>(run));
