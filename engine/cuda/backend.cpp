@@ -295,9 +295,11 @@ class CudaKernels final : public DeviceKernels {
   }
   void* end_capture() override {
     auto* g = new CapturedGraph;
-    g->held = std::move(*t_held);
-    delete t_held;
-    t_held = nullptr;
+    if (t_held) {  // (none when begin_capture itself failed)
+      g->held = std::move(*t_held);
+      delete t_held;
+      t_held = nullptr;
+    }
     DeviceGuard guard(device_);
     cudaGraph_t graph = nullptr;
     cudaError_t err = cudaStreamEndCapture(stream(), &graph);
