@@ -35,6 +35,7 @@ struct GraphSession {
   DeviceKernels* backend = nullptr;  // the table below it, where the arena's blocks come from
   bool native = false;             // the backend captures its stream (a GPU)
   bool in_step = false, capturing = false;
+  bool has_capture = false;  // a step was captured (its launches may be none)
   std::string variant;  // noted in the step being captured
   std::string stopped;  // why graphing stopped
   int64_t step = 0, replays = 0;
@@ -133,7 +134,7 @@ void StepGraph::begin_step(int64_t step) {
   g.step = step;
   g.next = 0;
   g.next_alloc = 0;
-  g.capturing = g.launches.empty();
+  g.capturing = !g.has_capture;
   g.variant.clear();
   if (!g.stopped.empty()) {
     g.in_step = false;  // eager from here on
@@ -160,11 +161,10 @@ void StepGraph::end_step() {
       g.held_uploads.clear();
     }
     g.capturing = false;
-    // An empty step would look uncaptured: it launches nothing either way.
-    if (g.launches.empty()) g.launches.push_back({"(none)", 0});
+    g.has_capture = true;
   } else {
     g.in_step = false;
-    const size_t want = g.launches.size() == 1 && g.launches[0].kernel == std::string("(none)") ? 0 : g.launches.size();
+    const size_t want = g.launches.size();
     VQDDP_CHECK(g.next == want, "step graph: step {} launched {} kernels, the captured step {}: a graphed step must "
                 "launch what the captured one did", g.step, g.next, want);
     ++g.replays;
@@ -181,6 +181,7 @@ void StepGraph::end_step() {
     g.stopped = fmt::format("step {} chose its launches on the host ({})", g.step, g.variant);
     g.runs.clear();
     g.launches.clear();
+    g.has_capture = false;
     if (g.graph) g.inner->destroy_graph(g.graph);
     g.graph = nullptr;
   }
@@ -218,10 +219,9 @@ void StepGraph::abandon_step() {
   }
 }
 
-bool StepGraph::captured() const { return !s_->launches.empty() && !s_->capturing; }
+bool StepGraph::captured() const { return s_->has_capture; }
 int64_t StepGraph::launches() const {
-  return s_->launches.size() == 1 && s_->launches[0].kernel == std::string("(none)") ? 0
-                                                                                      : static_cast<int64_t>(s_->launches.size());
+  return static_cast<int64_t>(s_->launches.size());
 }
 int64_t StepGraph::replays() const { return s_->replays; }
 

@@ -405,13 +405,15 @@ class RankRun {
       }
       if (graphed) {
         graph->end_step();
-        if (lead_ && opt_.print && graph->captured() && graph->replays() == 0 && step_ == first_ + 2)
+        graph_replays_ = graph->replays();
+        const bool says = lead_ && opt_.print;
+        if (!graph->stopped_because().empty()) {
+          if (says) fmt::print("train: step graphs off from step {}: {}\n", step_ + 2, graph->stopped_because());
+          graph.reset();
+        } else if (says && step_ == first_ + 2) {
           fmt::print("train: step graphs on: step {} captured ({} launches), every later step is its replay\n",
                      step_ + 1, graph->launches());
-        if (!graph->stopped_because().empty() && lead_ && opt_.print)
-          fmt::print("train: step graphs off from step {}: {}\n", step_ + 2, graph->stopped_because());
-        graph_replays_ = graph->replays();
-        if (!graph->stopped_because().empty()) graph.reset();
+        }
       }
       const int64_t done = step_ + 1;
       if (recording) {
