@@ -88,7 +88,6 @@ class LaunchSignature {
   void add(float v) { mix(std::bit_cast<uint32_t>(v)); }
   void add(double v) { mix(std::bit_cast<uint64_t>(v)); }
   void add(const void* p) { mix(reinterpret_cast<uintptr_t>(p)); }
-  void add(const int64_t* p) { add(static_cast<const void*>(p)); }
   uint64_t value() const { return h_; }
 
  private:
