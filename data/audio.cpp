@@ -16,6 +16,7 @@
 
 #include <cstring>
 
+#include "data/data_file.h"
 #include "engine/core/error.h"
 #include "engine/core/file_io.h"
 #include "engine/core/memory_budget.h"
@@ -40,9 +41,10 @@ struct SoxrCloser {
 using Soxr = std::unique_ptr<std::remove_pointer_t<soxr_t>, SoxrCloser>;
 
 Sndfile open_audio(const std::string& path, SF_INFO& info) {
-  require_regular_file(path);
+  DataFile file(path);  // refuses a FIFO, a device, a link loop, in words
   info = SF_INFO{};
-  Sndfile f(sf_open(path.c_str(), SFM_READ, &info));
+  // libsndfile closes the descriptor with the file, or at once when it fails.
+  Sndfile f(sf_open_fd(file.release(), SFM_READ, &info, SF_TRUE));
   VQDDP_CHECK(f != nullptr, "{}: not an audio file libsndfile reads ({})", path, sf_strerror(nullptr));
   VQDDP_CHECK(info.samplerate > 0, "{}: sample rate {} Hz is not a usable rate", path, info.samplerate);
   VQDDP_CHECK(info.channels > 0, "{}: {} channels", path, info.channels);
@@ -229,10 +231,18 @@ size_t AudioReader::read(size_t n, std::vector<float>& out) {
   return done;
 }
 
-void read_audio_window(const std::string& path, int rate, int64_t first, int64_t count, float* out) {
+void read_audio_window(const std::string& path, int rate, int64_t first, int64_t count, float* out,
+                       const AudioFileInfo* indexed) {
   VQDDP_CHECK(rate >= 0 && first >= 0 && count > 0, "{}: window [{}, {}) at {} Hz", path, first, first + count, rate);
   SF_INFO info;
   Sndfile f = open_audio(path, info);
+  // The header is read anyway: checking it costs nothing, and a file
+  // rewritten in place (same size, its time set back) is caught here.
+  VQDDP_CHECK(!indexed || (info.samplerate == indexed->rate && info.channels == indexed->channels &&
+                           info.frames == indexed->frames),
+              "{}: changed since it was indexed: its header says {} Hz, {} channels, {} frames, not {} Hz, {} "
+              "channels, {} frames", path, info.samplerate, info.channels, static_cast<int64_t>(info.frames),
+              indexed->rate, indexed->channels, indexed->frames);
   const int64_t in_rate = info.samplerate, out_rate = rate == 0 ? in_rate : rate;
   // File frames [from, from + n) as mono; all of them must come.
   std::vector<float> block, mono;

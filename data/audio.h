@@ -99,9 +99,11 @@ AudioFileInfo audio_file_info(const std::string& path);
 //   resampling to within the filter's rounding, not bit for bit.
 // Refused with an Error naming the file: a window that runs past the file's
 // end (a file shorter than when it was indexed, or cut short), a decoding
-// error, a non-finite sample in a float file.
+// error, a non-finite sample in a float file, and, given `indexed`, a
+// header that no longer says what it did when the file was indexed.
 constexpr int64_t kWindowContext = 1024;
-void read_audio_window(const std::string& path, int rate, int64_t first, int64_t count, float* out);
+void read_audio_window(const std::string& path, int rate, int64_t first, int64_t count, float* out,
+                       const AudioFileInfo* indexed = nullptr);
 
 // The extensions a data directory's audio files may have (lower case, with
 // the dot): what the file name must end with to be read as a clip.

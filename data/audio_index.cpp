@@ -5,19 +5,22 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <unordered_map>
 #include <sstream>
 #include <thread>
 
 #include "data/audio.h"
+#include "data/data_file.h"
+#include "data/index_cache.h"
 #include "engine/core/error.h"
 #include "engine/core/file_io.h"
 #include "engine/core/json_strict.h"
-#include "engine/core/output_file.h"
+#include "engine/core/shown.h"
 
 namespace vqddp {
 
@@ -32,137 +35,179 @@ std::string lower_extension(const fs::path& p) {
 }
 
 // The audio files of a source directory, sorted. An entry named like an
-// audio file that is not one (a dangling symbolic link, a directory) is an
-// error rather than a clip silently missing from the data.
+// audio file that is not one (a dangling symbolic link, a link loop, a
+// directory, a FIFO) is an error rather than a clip silently missing from
+// the data.
 std::vector<AudioEntry> directory_entries(const std::string& dir) {
   std::vector<AudioEntry> entries;
   const std::vector<std::string>& known = audio_extensions();
   std::error_code ec;
   fs::directory_iterator it(dir, ec);
-  VQDDP_CHECK(!ec, "data source '{}': cannot list the directory: {}", dir, ec.message());
+  VQDDP_CHECK(!ec, "data source '{}': cannot list the directory: {}", shown(dir), ec.message());
   for (const auto& e : it) {
     if (std::find(known.begin(), known.end(), lower_extension(e.path())) == known.end()) continue;
     std::error_code ec;
-    VQDDP_CHECK(e.is_regular_file(ec), "data source '{}': {} is {}", dir, e.path().filename().string(),
-                e.is_symlink() && !fs::exists(e.path(), ec) ? "a symbolic link to a missing file"
-                                                            : "not a regular file");
+    if (!e.is_regular_file(ec)) {  // one stat more, for the few that are not
+      const std::string problem = file_problem(e.path().string());
+      VQDDP_CHECK(problem.empty(), "data source '{}': {} {}", shown(dir), shown(e.path().filename().string()), problem);
+    }
     entries.push_back({e.path().string()});
   }
   std::sort(entries.begin(), entries.end(), [](const AudioEntry& a, const AudioEntry& b) { return a.path < b.path; });
   return entries;
 }
 
-std::string resolve(const std::string& list, const std::string& entry) {
+// A path as open(2) takes it: PATH_MAX bytes with its NUL. A longer one
+// could never be read; it is refused by line before any message echoes it.
+constexpr size_t kMaxPathBytes = 4095;
+
+// A list's entry as a path to open, `where` naming the list's line. A NUL
+// would end the name the system sees ("a.wav\u0000.txt" reads a.wav).
+std::string entry_path(const std::string& list, const std::string& entry, const std::string& where) {
+  const size_t nul = entry.find('\0');
+  VQDDP_CHECK(nul == std::string::npos, "{}: the path holds a NUL character after \"{}\": no file name can", where,
+              shown(entry.substr(0, nul)));
   const fs::path p(entry);
-  return p.is_absolute() ? entry : (fs::path(list).parent_path() / p).lexically_normal().string();
+  const std::string path = (p.is_absolute() ? p : fs::path(list).parent_path() / p).lexically_normal().string();
+  VQDDP_CHECK(path.size() <= kMaxPathBytes, "{}: a path of {} bytes, more than the {} a file's path may have: {}",
+              where, path.size(), kMaxPathBytes, shown(path));
+  return path;
 }
+
+// A list read whole, without the UTF-8 byte order mark some editors put
+// first (it would otherwise start the first path, or precede a manifest's
+// first object): for every kind of list.
+std::string list_text(const std::string& path) {
+  constexpr int64_t kMaxListBytes = int64_t{1} << 32;
+  std::string text = read_file(path, kMaxListBytes, "a data list");
+  constexpr std::string_view kBom = "\xEF\xBB\xBF";
+  if (text.starts_with(kBom)) text.erase(0, kBom.size());
+  return text;
+}
+
+// Records nlohmann's syntax error without building anything (the
+// nesting limit of parse_json_strict does not apply here).
+struct SyntaxErrorSax : nlohmann::json::json_sax_t {
+  size_t column = 0;
+  std::string reason;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+    // "[json.exception.parse_error.101] parse error at line 1, column 5: REASON": the reason alone.
+    const std::string what = e.what();
+    const size_t at = what.find(": ", what.find("column "));
+    column = position;
+    reason = at == std::string::npos ? what : what.substr(at + 2);
+    return false;
+  }
+};
+
+// A manifest line as JSON: parse_json_strict's checks (a key twice,
+// nesting), and a syntax error said in our words with its column rather
+// than as nlohmann's exception text.
+nlohmann::json manifest_json(const std::string& line, const std::string& where) {
+  try {
+    return parse_json_strict(line, where);
+  } catch (const Error&) {
+    SyntaxErrorSax sax;
+    if (!nlohmann::json::sax_parse(line, &sax, nlohmann::json::input_format_t::json, true, true))
+      VQDDP_THROW("{}: not valid JSON ({}, at column {})", where, shown(sax.reason), sax.column);
+    throw;  // a key twice, or nesting too deep: already in our words
+  }
+}
+
+// A manifest's number, bounded before it is used: finite and within
+// `range` (from data/audio_windows.h's limits), so no seconds x rate or
+// weight x windows can overflow.
+struct NumberRange {
+  double max;
+  bool positive;      // (0, max], else [0, max]
+  const char* shown;  // for the message
+};
+constexpr NumberRange kOffsetRange{kMaxClipSeconds, false, "[0, 1e7] seconds"};
+constexpr NumberRange kDurationRange{kMaxClipSeconds, true, "(0, 1e7] seconds"};
+constexpr NumberRange kWeightRange{kMaxClipWeight, true, "(0, 1e6]"};
+
+double manifest_number(const nlohmann::json& value, const std::string& key, const NumberRange& range,
+                       const std::string& where) {
+  const bool number = value.is_number();
+  const double v = number ? value.get<double>() : 0;
+  VQDDP_CHECK(number && std::isfinite(v) && (range.positive ? v > 0 : v >= 0) && v <= range.max, "{}: '{}' must be "
+              "in {}, got {}", where, key, range.shown, shown(value.dump()));
+  return v;
+}
+
+// One manifest line's entry (its path as written).
+AudioEntry manifest_entry(const std::string& line, const std::string& where) {
+  const nlohmann::json j = manifest_json(line, where);
+  VQDDP_CHECK(j.is_object(), "{}: a manifest line must be a JSON object", where);
+  AudioEntry e;
+  for (const auto& [key, value] : j.items()) {
+    if (key == "path") {
+      VQDDP_CHECK(value.is_string() && !value.get<std::string>().empty(), "{}: 'path' must be a non-empty string",
+                  where);
+      e.path = value.get<std::string>();
+    } else if (key == "offset") {
+      e.offset = manifest_number(value, key, kOffsetRange, where);
+    } else if (key == "duration") {
+      e.duration = manifest_number(value, key, kDurationRange, where);
+    } else if (key == "weight") {
+      e.weight = manifest_number(value, key, kWeightRange, where);
+    } else {
+      VQDDP_THROW("{}: unknown key '{}' (a manifest line has path, offset, duration, weight)", where, shown(key));
+    }
+  }
+  VQDDP_CHECK(!e.path.empty(), "{}: 'path' is required", where);
+  return e;
+}
+
+// The same clip listed twice would count twice, and one copy could be held
+// out for validation while the other trains: refused, naming both lines.
+class DuplicateCheck {
+ public:
+  void add(const AudioEntry& e, int64_t line, const std::string& list) {
+    std::string key = e.path;
+    key.append(reinterpret_cast<const char*>(&e.offset), sizeof e.offset);
+    key.append(reinterpret_cast<const char*>(&e.duration), sizeof e.duration);
+    const auto [it, added] = lines_.emplace(std::move(key), line);
+    VQDDP_CHECK(added, "{}:{}: {}{} is listed already on line {}: a clip listed twice trains twice as often, and may "
+                "be held out for validation while its copy trains", shown(list), line, shown(e.path),
+                segment_text(e.offset, e.duration), it->second);
+  }
+
+ private:
+  std::unordered_map<std::string, int64_t> lines_;
+};
 
 // A list file's or a JSONL manifest's lines.
 std::vector<AudioEntry> listed_entries(const std::string& path, bool jsonl) {
-  constexpr int64_t kMaxListBytes = int64_t{1} << 32;
-  std::istringstream in(read_file(path, kMaxListBytes, "a data list"));
+  std::istringstream in(list_text(path));
   std::vector<AudioEntry> entries;
+  DuplicateCheck duplicates;
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     const size_t begin = line.find_first_not_of(" \t");
     if (begin == std::string::npos || line[begin] == '#') continue;
-    const std::string where = fmt::format("{}:{}", path, n);
-    if (!jsonl) {
-      entries.push_back({resolve(path, line.substr(begin, line.find_last_not_of(" \t") + 1 - begin))});
-      continue;
-    }
-    const nlohmann::json j = parse_json_strict(line, where);
-    VQDDP_CHECK(j.is_object(), "{}: a manifest line must be a JSON object", where);
-    AudioEntry e;
-    for (const auto& [key, value] : j.items()) {
-      if (key == "path") {
-        VQDDP_CHECK(value.is_string() && !value.get<std::string>().empty(), "{}: 'path' must be a non-empty string",
-                    where);
-        e.path = resolve(path, value.get<std::string>());
-      } else if (key == "offset" || key == "duration" || key == "weight") {
-        VQDDP_CHECK(value.is_number() && std::isfinite(value.get<double>()), "{}: '{}' must be a number", where, key);
-        const double v = value.get<double>();
-        if (key == "offset") {
-          VQDDP_CHECK(v >= 0, "{}: 'offset' must be >= 0 seconds, got {}", where, v);
-          e.offset = v;
-        } else if (key == "duration") {
-          VQDDP_CHECK(v > 0, "{}: 'duration' must be > 0 seconds, got {}", where, v);
-          e.duration = v;
-        } else {
-          VQDDP_CHECK(v > 0 && v <= 1e6, "{}: 'weight' must be in (0, 1e6], got {}", where, v);
-          e.weight = v;
-        }
-      } else {
-        VQDDP_THROW("{}: unknown key '{}' (a manifest line has path, offset, duration, weight)", where, key);
-      }
-    }
-    VQDDP_CHECK(!e.path.empty(), "{}: 'path' is required", where);
+    const std::string where = fmt::format("{}:{}", shown(path), n);
+    AudioEntry e = jsonl ? manifest_entry(line, where)
+                         : AudioEntry{line.substr(begin, line.find_last_not_of(" \t") + 1 - begin)};
+    e.path = entry_path(path, e.path, where);
+    duplicates.add(e, n, path);
     entries.push_back(std::move(e));
   }
-  VQDDP_CHECK(!entries.empty(), "data source '{}' lists no audio files", path);
+  VQDDP_CHECK(!entries.empty(), "data source '{}' lists no audio files", shown(path));
   return entries;
-}
-
-// The cache's entries by path; empty when it is missing or unusable. A
-// JSONL file (a version line, then one object per file) read a line at a
-// time, so indexing a large corpus never holds the whole cache as a JSON tree.
-std::map<std::string, AudioClip> read_cache(const std::string& cache) {
-  std::map<std::string, AudioClip> by_path;
-  std::error_code ec;
-  if (cache.empty() || !fs::exists(cache, ec)) return by_path;
-  try {
-    std::istringstream in(read_file(cache, int64_t{1} << 32, "an index cache"));
-    std::string line;
-    if (!std::getline(in, line) || parse_json_strict(line, cache).at("vqddp_audio_index").get<int>() != 1) return by_path;
-    while (std::getline(in, line)) {
-      const nlohmann::json f = parse_json_strict(line, cache);
-      AudioClip c;
-      c.path = f.at("path").get<std::string>();
-      c.bytes = f.at("bytes").get<int64_t>();
-      c.mtime_ns = f.at("mtime_ns").get<int64_t>();
-      c.file_rate = f.at("rate").get<int>();
-      c.channels = f.at("channels").get<int>();
-      c.frames = f.at("frames").get<int64_t>();
-      c.ends = f.at("ends").get<uint32_t>();
-      if (c.file_rate > 0 && c.channels > 0 && c.frames > 0 && c.bytes > 0) by_path[c.path] = c;
-    }
-  } catch (const std::exception&) {
-    by_path.clear();  // a cache, never an input: rebuilt
-  }
-  return by_path;
-}
-
-void write_cache(const std::string& cache, const std::vector<AudioClip>& clips) {
-  std::string text = nlohmann::json{{"vqddp_audio_index", 1}}.dump() + "\n";
-  std::map<std::string, bool> seen;
-  for (const AudioClip& c : clips) {
-    if (seen[c.path]) continue;
-    seen[c.path] = true;
-    text += nlohmann::json{{"path", c.path},         {"bytes", c.bytes},       {"mtime_ns", c.mtime_ns},
-                           {"rate", c.file_rate},   {"channels", c.channels}, {"frames", c.frames},
-                           {"ends", c.ends}}.dump() + "\n";
-  }
-  std::error_code ec;
-  const fs::path dir = fs::path(cache).parent_path();
-  fs::create_directories(dir, ec);
-  // The cache stays bounded: other sources' index files not rewritten for
-  // kStaleDays go (a source still in use costs one header pass to index again).
-  constexpr int kStaleDays = 30;
-  const auto now = fs::file_time_type::clock::now();
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    std::error_code time_ec;
-    const auto written = fs::last_write_time(it->path(), time_ec);
-    if (name.rfind("index-", 0) == 0 && it->path() != fs::path(cache) && !time_ec &&
-        now - written > std::chrono::hours(24 * kStaleDays))
-      fs::remove(it->path(), time_ec);
-  }
-  // A cache that cannot be written costs the next start a header pass, no more.
-  try {
-    write_file_atomic(cache, text);
-  } catch (const Error&) {
-  }
 }
 
 }  // namespace
@@ -173,8 +218,13 @@ std::vector<AudioEntry> list_audio_source(const std::string& path) {
   const std::string ext = lower_extension(path);
   VQDDP_CHECK(ext == ".jsonl" || ext == ".txt" || ext == ".list" || ext == ".lst", "data source '{}' is neither a "
               "directory of audio files nor a list (.txt, .list, .lst: one path per line) nor a JSONL manifest "
-              "(.jsonl)", path);
+              "(.jsonl)", shown(path));
   return listed_entries(path, ext == ".jsonl");
+}
+
+std::string segment_text(double offset, double duration) {
+  if (offset == 0 && duration < 0) return "";
+  return duration < 0 ? fmt::format(" (from {} s)", offset) : fmt::format(" (from {} s for {} s)", offset, duration);
 }
 
 std::string audio_index_cache(const std::string& index_dir, const std::string& source_path) {
@@ -188,19 +238,39 @@ std::string audio_index_cache(const std::string& index_dir, const std::string& s
     else return "";
   }
   std::error_code ec;
-  const std::string absolute = fs::absolute(source_path, ec).lexically_normal().string();
-  const uint32_t key = crc32c(absolute.data(), absolute.size());
-  return fmt::format("{}/index-{:08x}-{}.jsonl", dir, key, fs::path(absolute).filename().string());
+  return index_cache_file(dir, fs::absolute(source_path, ec).lexically_normal().string());
 }
+
+namespace {
+
+// The clip of `e` from its cache entry where that still describes the file
+// (the same size and time, and the same first and last 4 KiB, which hold
+// the header the entry's rate, channels and frames were read from: an open
+// and two 4 KiB reads, next to a header pass's decoder set-up), else read
+// from the file. Sets `reused` when the entry served.
+AudioClip entry_clip(const AudioEntry& e, const std::map<std::string, AudioClip>& cached, bool& reused) {
+  const DataFile file(e.path);
+  const auto hit = cached.find(e.path);
+  reused = hit != cached.end() && hit->second.bytes == file.stamp().bytes &&
+           hit->second.mtime_ns == file.stamp().mtime_ns && hit->second.ends == ends_crc(file, e.path);
+  AudioClip c = reused ? hit->second : audio_clip(e.path);
+  c.device = file.stamp().device;
+  c.inode = file.stamp().inode;
+  c.offset = e.offset;
+  c.duration = e.duration;
+  c.weight = e.weight;
+  return c;
+}
+
+}  // namespace
 
 std::vector<AudioClip> index_audio(const std::vector<AudioEntry>& entries, const std::string& cache,
                                    IndexCounts* counts) {
-  const std::map<std::string, AudioClip> cached = read_cache(cache);
+  const std::map<std::string, AudioClip> cached = read_index_cache(cache);
   std::vector<AudioClip> clips(entries.size());
   std::vector<std::string> errors(entries.size());
   std::atomic<int64_t> reused{0};
-  // Each entry: one stat, and a header read where the cache has no valid
-  // entry; several at a time (opening files is the cost).
+  // Several entries at a time (opening files is the cost).
   const size_t workers = std::max<size_t>(1, std::min<size_t>(entries.size(), 2 * std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
   std::atomic<size_t> next{0};
@@ -208,18 +278,11 @@ std::vector<AudioClip> index_audio(const std::vector<AudioEntry>& entries, const
     pool.emplace_back([&] {
       for (size_t i = next++; i < entries.size(); i = next++) {
         try {
-          const AudioEntry& e = entries[i];
-          const auto [bytes, mtime] = file_size_and_time(e.path);
-          auto hit = cached.find(e.path);
-          if (hit != cached.end() && hit->second.bytes == bytes && hit->second.mtime_ns == mtime) {
-            clips[i] = hit->second;
-            ++reused;
-          } else {
-            clips[i] = audio_clip(e.path);
-          }
-          clips[i].offset = e.offset;
-          clips[i].duration = e.duration;
-          clips[i].weight = e.weight;
+          bool hit = false;
+          clips[i] = entry_clip(entries[i], cached, hit);
+          reused += hit;
+        } catch (const Error& ex) {
+          errors[i] = with_path_shown(ex, entries[i].path).what();
         } catch (const std::exception& ex) {
           errors[i] = ex.what();
         }
@@ -227,8 +290,9 @@ std::vector<AudioClip> index_audio(const std::vector<AudioEntry>& entries, const
     });
   for (std::thread& t : pool) t.join();
   for (const std::string& e : errors) VQDDP_CHECK(e.empty(), "{}", e);  // the first bad entry in order
-  if (!cache.empty() && reused != static_cast<int64_t>(entries.size())) write_cache(cache, clips);
-  if (counts) *counts = {static_cast<int64_t>(entries.size()), reused};
+  std::string note;
+  if (!cache.empty() && reused != static_cast<int64_t>(entries.size())) note = write_index_cache(cache, clips);
+  if (counts) *counts = {static_cast<int64_t>(entries.size()), reused, note};
   return clips;
 }
 

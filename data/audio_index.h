@@ -13,19 +13,27 @@
 //                duration) and "weight" (> 0, 1 by default: the entry's
 //                windows count that many times over in its source's share,
 //                see AudioWindows).
+// A list may start with a UTF-8 byte order mark. Refused naming the list
+// and the line: a line that is not valid JSON (with its column), a number
+// out of range (offset in [0, 1e7] s, duration in (0, 1e7] s, weight in
+// (0, 1e6]), a path holding a NUL or longer than 4095 bytes, and a path (or
+// one segment of it) listed twice, naming both lines. One file under two
+// names is refused too (data/dataset.h), naming both.
 //
 // The index: for each file its size, modification time, rate, channels,
 // frames and a CRC32C of its first and last 4 KiB (data/audio_windows.h
 // AudioClip). It is cached in data.index_dir (by default
 // $XDG_CACHE_HOME/vqddp or ~/.cache/vqddp; "off": none), one file per source
-// path, and at each start every file is checked with one stat: an entry
-// whose size and modification time still match is reused, any other file's
-// header is read again, and the cache is rewritten when something changed.
-// A cache that cannot be read or parsed is ignored (and rewritten): it is
-// a cache, never an input. Writing one removes the directory's other index
-// files not rewritten for 30 days, so the cache stays bounded. Ranks and runs that read the same sources share
-// it; nodes that mount the corpus at other paths index it each on their own
-// and still agree (the data fingerprint leaves paths out).
+// path (data/index_cache.h). At each start every file is opened: an entry
+// whose size, modification time and first and last 4 KiB still match is
+// reused (those bytes hold the header its rate, channels and frames were
+// read from, so a file rewritten in place with its size and time restored
+// is read again; an open and two 4 KiB reads cost far less than a header
+// pass, which sets up a decoder), any other file's header is read again,
+// and the cache is rewritten when something changed. Ranks and runs that
+// read the same sources share it; nodes that mount the corpus at other
+// paths index it each on their own and still agree (the data fingerprint
+// leaves paths out).
 // Internal header: not installed with the library (the audio readers' header cache).
 #pragma once
 
@@ -50,8 +58,12 @@ struct AudioEntry {
 // for a list or manifest, the line.
 std::vector<AudioEntry> list_audio_source(const std::string& path);
 
+// " (from 1.5 s for 2 s)": an entry's segment for a message ("" for a whole file).
+std::string segment_text(double offset, double duration);
+
 struct IndexCounts {
   int64_t files = 0, reused = 0;  // files indexed, and of them taken from the cache
+  std::string note;               // for the run's log: why the cache was not pruned ("" when it was)
 };
 
 // The clips of `entries` (their header facts from the cache where still

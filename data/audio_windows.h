@@ -15,18 +15,27 @@
 // per window as a clip of weight 1 of its source.
 //
 // Each read checks the file's size and modification time against the
-// index's: a file changed since it was indexed is refused by name, so a
-// row's samples are always the indexed file's.
+// index's, and its header's rate, channels and frames: a file changed
+// since it was indexed is refused by name, so a row's samples are always
+// the indexed file's.
+//
+// Every number is bounded before it is converted: a segment's offset and
+// duration in [0, kMaxClipSeconds], a weight in (0, kMaxClipWeight], and a
+// source's rows at most kMaxSourceRows, so no sample position or row count
+// can overflow.
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "data/example_source.h"
 
 namespace vqddp {
+
+inline constexpr double kMaxClipSeconds = 1e7;  // 116 days: at 1 MHz, 10^13 samples
+inline constexpr double kMaxClipWeight = 1e6;
+inline constexpr int64_t kMaxSourceRows = int64_t{1} << 53;  // exact as a double too
 
 // What a clip's header and file say, read once when the source is built.
 struct AudioClip {
@@ -36,15 +45,13 @@ struct AudioClip {
   int64_t bytes = 0;     // the file's size
   int64_t mtime_ns = 0;  // its modification time (the index's check; not in the fingerprint)
   uint32_t ends = 0;     // CRC32C of its first and last 4 KiB: a content stand-in for the fingerprint
+  uint64_t device = 0, inode = 0;  // its identity when indexed (neither cached nor in the fingerprint)
   // The clip within the file, and its weight (a manifest's entry).
   double offset = 0, duration = -1, weight = 1;
   // Set by AudioWindows: the first sample at the source's rate, the
   // clip's whole windows of `frame` samples, and its rows (by its weight).
   int64_t first = 0, windows = 0, rows = 0;
 };
-
-// A file's size and modification time (ns), or an Error naming it.
-std::pair<int64_t, int64_t> file_size_and_time(const std::string& path);
 
 // The header facts of `path` (any file data/audio.h reads); Error naming it
 // when it is not one, is empty, or is a WAV whose header promises more
@@ -64,6 +71,8 @@ class AudioWindows final : public ExampleSource {
   const std::vector<AudioClip>& clips() const { return clips_; }
 
  private:
+  void place(AudioClip& c, int64_t limit) const;  // sets c's first, windows and rows after rows_
+
   std::vector<AudioClip> clips_;
   std::vector<int64_t> ends_;  // running sums of clips_[i].rows
   int rate_;

@@ -8,9 +8,13 @@
 #include <atomic>
 #include <cctype>
 #include <filesystem>
+#include <map>
 #include <new>
+#include <tuple>
 
+#include "data/data_file.h"
 #include "engine/core/file_io.h"
+#include "engine/core/shown.h"
 #include "engine/core/memory_budget.h"
 #include "engine/ops.h"
 #include "data/idx.h"
@@ -22,6 +26,32 @@ namespace vqddp {
 
 namespace {
 
+// The reason a source's path cannot be read, with what it must be.
+void require_source(const DataSourceConfig& src) {
+  const std::string problem = path_problem(src.path);
+  if (problem.empty()) return;
+  VQDDP_THROW("data source '{}' {}: it must be a directory of audio files ({}), a list of them (.txt, .list, .lst) or "
+              "a JSONL manifest (.jsonl); {}", shown(src.path), problem, fmt::join(audio_extensions(), ", "),
+              src.made_by.empty() ? fmt::format("`vqddp convert AUDIO... --out {}` makes one from audio files of any "
+                                                "format", shown(src.path))
+                                  : fmt::format("this config's data is made first, by `{}`", src.made_by));
+}
+
+// One file under two names (a link, a hard link, the same directory as two
+// sources) would be one clip twice, and one copy could be held out for
+// validation while the other trains: refused, naming both. A file's
+// segments are distinct clips when their offset or duration differ.
+void refuse_twins(const std::vector<std::vector<AudioClip>>& clips) {
+  std::map<std::tuple<uint64_t, uint64_t, double, double>, const AudioClip*> seen;
+  for (const std::vector<AudioClip>& source : clips)
+    for (const AudioClip& c : source) {
+      const auto [it, added] = seen.emplace(std::tuple(c.device, c.inode, c.offset, c.duration), &c);
+      VQDDP_CHECK(added, "{} and {} are the same file{}: one clip listed twice trains twice as often, and may be held "
+                  "out for validation while its copy trains", shown(it->second->path), shown(c.path),
+                  segment_text(c.offset, c.duration));
+    }
+}
+
 Dataset load_wav_frames(const DataConfig& c) {
   Dataset d;
   d.example_dim = c.frame;
@@ -30,24 +60,22 @@ Dataset load_wav_frames(const DataConfig& c) {
   std::vector<std::vector<AudioClip>> clips;
   IndexCounts counts;
   for (const DataSourceConfig& src : c.sources) {
-    std::error_code ec;
-    VQDDP_CHECK(std::filesystem::exists(src.path, ec), "data source '{}' does not exist: it must be a directory of "
-                "audio files ({}), a list of them (.txt, .list, .lst) or a JSONL manifest (.jsonl); {}", src.path,
-                fmt::join(audio_extensions(), ", "),
-                src.made_by.empty() ? fmt::format("`vqddp convert AUDIO... --out {}` makes one from audio files of any "
-                                                  "format", src.path)
-                                    : fmt::format("this config's data is made first, by `{}`", src.made_by));
+    require_source(src);
     std::vector<AudioEntry> entries = list_audio_source(src.path);
     if (c.max_files > 0 && static_cast<int64_t>(entries.size()) > c.max_files) entries.resize(c.max_files);
-    VQDDP_CHECK(!entries.empty(), "data source '{}' holds no audio files ({})", src.path,
+    VQDDP_CHECK(!entries.empty(), "data source '{}' holds no audio files ({})", shown(src.path),
                 fmt::join(audio_extensions(), ", "));
     IndexCounts source_counts;
     clips.push_back(index_audio(entries, audio_index_cache(c.index_dir, src.path), &source_counts));
     counts.files += source_counts.files;
     counts.reused += source_counts.reused;
+    if (counts.note.empty()) counts.note = source_counts.note;
   }
+  refuse_twins(clips);
   // data.sample_rate, or the first clip's: then every clip must have it.
+  // (Named by a copy: the clips are moved into their sources below.)
   const int rate = c.sample_rate > 0 ? static_cast<int>(c.sample_rate) : clips[0][0].file_rate;
+  const std::string first_path = clips[0][0].path;
   std::vector<AudioClip> validation;
   int64_t count = 0, held = 0, resampled = 0;
   for (size_t s = 0; s < clips.size(); ++s) {
@@ -55,8 +83,8 @@ Dataset load_wav_frames(const DataConfig& c) {
     for (size_t i = 0; i < clips[s].size(); ++i) {
       AudioClip& clip = clips[s][i];
       VQDDP_CHECK(c.sample_rate > 0 || clip.file_rate == rate, "{}: sample rate {} Hz differs from the {} Hz of {} (set "
-                  "data.sample_rate to resample every clip to one rate)", clip.path, clip.file_rate, rate,
-                  clips[0][0].path);
+                  "data.sample_rate to resample every clip to one rate)", shown(clip.path), clip.file_rate, rate,
+                  shown(first_path));
       resampled += clip.file_rate != rate;
       const bool holdout = static_cast<int64_t>(i) % c.holdout_every == c.holdout_every - 1;
       (holdout ? validation : train).push_back(std::move(clip));
@@ -66,14 +94,14 @@ Dataset load_wav_frames(const DataConfig& c) {
     d.sources.emplace_back(std::make_shared<AudioWindows>(std::move(train), rate, c.frame, c.max_examples));
     d.weights.push_back(c.sources[s].weight);
     VQDDP_CHECK(d.sources.back().rows() > 0, "data source '{}' yields no training frames of {} samples",
-                c.sources[s].path, c.frame);
+                shown(c.sources[s].path), c.frame);
   }
   d.validation = DataRows(std::make_shared<AudioWindows>(std::move(validation), rate, c.frame));
   d.examples_per_second = static_cast<double>(rate) / c.frame;
   d.sample_rate = rate;
   d.description = fmt::format("{} audio clips at {} Hz ({} resampled, {} held out), frames of {} samples, {} of {} "
-                              "headers from the index cache", count, rate, resampled, held, c.frame, counts.reused,
-                              counts.files);
+                              "headers from the index cache{}", count, rate, resampled, held, c.frame, counts.reused,
+                              counts.files, counts.note.empty() ? "" : " (" + counts.note + ")");
   return d;
 }
 

@@ -12,11 +12,14 @@
 #include <fstream>
 #include <mutex>
 
+#include <sys/stat.h>
+
 #include "comm/errors.h"
 #include "data/audio.h"
 #include "data/audio_index.h"
 #include "data/audio_windows.h"
 #include "engine/core/file_io.h"
+#include "engine/core/shown.h"
 #include "tests/engine/tmpdir.h"
 #include "tests/train/small_run.h"
 #include "train/batch_prefetch.h"
@@ -195,7 +198,7 @@ TEST_CASE("the header index is cached, reused while files keep their size and ti
   const auto now = std::filesystem::file_time_type::clock::now();
   for (const auto& [name, days] : std::vector<std::pair<std::string, int>>{
            {"index-00000000-old.jsonl", 40}, {"index-00000001-recent.jsonl", 20}, {"notes.txt", 400}}) {
-    write_bytes(dir.file("index/" + name), "{}");
+    write_bytes(dir.file("index/" + name), "{\"vqddp_audio_index\":2}\n");  // only our own caches are pruned
     std::filesystem::last_write_time(dir.file("index/" + name), now - std::chrono::hours(24 * days));
   }
   // A file rewritten (another length): its header is read again, the others reused.
@@ -306,4 +309,243 @@ TEST_CASE("streamed audio: each rank reads only its own rows; an elastic resume 
   train(cfg, data, second);
   CHECK(bitwise_equal(safetensors_load(dir.file("straight/checkpoint.safetensors")).tensors,
                       safetensors_load(dir.file("elastic/checkpoint.safetensors")).tensors));
+}
+
+// Hostile data inputs (issue 59): each is refused naming the list, line or
+// file in our words, or handled correctly.
+namespace {
+
+// The message `f` throws ("" when it does not throw).
+template <typename F>
+std::string thrown(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+DataConfig corpus_config(const std::string& source, const std::string& index_dir) {
+  DataConfig c;
+  c.sources = {{source, 1.0, ""}};
+  c.frame = 16;
+  c.holdout_every = 3;
+  c.index_dir = index_dir;
+  return c;
+}
+
+void age(const std::string& path, int days) {
+  std::filesystem::last_write_time(path, std::filesystem::file_time_type::clock::now() - std::chrono::hours(24 * days));
+}
+
+}  // namespace
+
+TEST_CASE("the index cache prunes only its own files, never a user's index-* file, a link, or through a linked dir") {
+  TempDir dir;
+  write_corpus(dir.file("corpus"), 6);
+  std::filesystem::create_directories(dir.file("index"));
+  const std::string ours = "{\"vqddp_audio_index\":2}\n";
+  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
+           {"index-old.html", "<html>"},
+           {"index-2019.html", ours},                  // our first line, not our name
+           {"index-0000000A-upper.jsonl", ours},       // our names are lower-case hex
+           {"index-00000002-notes.jsonl", "notes\n"},  // our name, not our format
+           {"index-00000003-stale.jsonl", ours}}) {    // ours: goes
+    write_bytes(dir.file("index/" + name), text);
+    age(dir.file("index/" + name), 40);
+  }
+  write_bytes(dir.file("target.jsonl"), ours);
+  age(dir.file("target.jsonl"), 40);
+  std::filesystem::create_symlink(dir.file("target.jsonl"), dir.file("index/index-00000004-link.jsonl"));
+  load_dataset(corpus_config(dir.file("corpus"), dir.file("index")));
+  CHECK(!std::filesystem::exists(dir.file("index/index-00000003-stale.jsonl")));
+  for (const char* kept : {"index-old.html", "index-2019.html", "index-0000000A-upper.jsonl",
+                           "index-00000002-notes.jsonl", "index-00000004-link.jsonl"}) {
+    CAPTURE(kept);
+    CHECK(std::filesystem::exists(std::filesystem::symlink_status(dir.file(std::string("index/") + kept))));
+  }
+  CHECK(std::filesystem::exists(dir.file("target.jsonl")));
+
+  // Through a cache directory that is a symbolic link (with or without a
+  // trailing slash) nothing is deleted; the cache still serves, and the
+  // description says it was not pruned.
+  std::filesystem::create_directories(dir.file("real"));
+  write_bytes(dir.file("real/index-00000005-stale.jsonl"), ours);
+  age(dir.file("real/index-00000005-stale.jsonl"), 40);
+  std::filesystem::create_directory_symlink(dir.file("real"), dir.file("linked"));
+  for (const std::string& index_dir : {dir.file("linked"), dir.file("linked") + "/"}) {
+    CAPTURE(index_dir);
+    const std::string first = load_dataset(corpus_config(dir.file("corpus"), index_dir)).description;
+    CHECK(first.find("not pruned: it is a symbolic link") != std::string::npos);
+    CHECK(std::filesystem::exists(dir.file("real/index-00000005-stale.jsonl")));
+    CHECK(load_dataset(corpus_config(dir.file("corpus"), index_dir)).description.find("6 of 6 headers") !=
+          std::string::npos);
+    for (const auto& e : std::filesystem::directory_iterator(dir.file("real")))
+      if (e.path().filename() != "index-00000005-stale.jsonl") std::filesystem::remove(e.path());
+  }
+}
+
+TEST_CASE("manifest numbers are bounded before they are converted: 1e300 s, a weight past 1e6, NaN are refused by "
+          "line and key") {
+  TempDir dir;
+  write_corpus(dir.file("corpus"), 4);
+  for (const auto& [entry, message] : std::vector<std::pair<std::string, std::string>>{
+           {"\"offset\": 1e300", "m.jsonl:2: 'offset' must be in [0, 1e7] seconds, got 1e+300"},
+           {"\"duration\": 1e300", "m.jsonl:2: 'duration' must be in (0, 1e7] seconds, got 1e+300"},
+           {"\"duration\": -1", "m.jsonl:2: 'duration' must be in (0, 1e7] seconds, got -1"},
+           {"\"offset\": -0.5", "m.jsonl:2: 'offset' must be in [0, 1e7] seconds, got -0.5"},
+           {"\"weight\": 1000001", "m.jsonl:2: 'weight' must be in (0, 1e6], got 1000001"},
+           {"\"weight\": \"2\"", "m.jsonl:2: 'weight' must be in (0, 1e6], got \"2\""},
+           {"\"offset\": 1e999", "m.jsonl:2: "}}) {
+    CAPTURE(entry);
+    write_bytes(dir.file("m.jsonl"), "{\"path\": \"corpus/00.wav\"}\n{\"path\": \"corpus/01.wav\", " + entry + "}\n");
+    CHECK_THROWS_WITH_AS(list_audio_source(dir.file("m.jsonl")), doctest::Contains(message.c_str()), Error);
+  }
+  // The windows themselves bound what they convert (a clip built in code,
+  // not from a manifest): the offset's llround once wrapped to LLONG_MIN.
+  AudioClip huge = audio_clip(dir.file("corpus/00.wav"));
+  huge.offset = 1e300;
+  huge.weight = 1e6;
+  CHECK_THROWS_WITH_AS(AudioWindows({huge}, 8000, 16), doctest::Contains("offset 1e+300 s is not in [0, 1e+07] s"),
+                       Error);
+  huge.offset = 0;
+  huge.frames = int64_t{1} << 60;  // a header (or a cache) that lies
+  CHECK_THROWS_WITH_AS(AudioWindows({huge}, 8000, 16), doctest::Contains("more than 2^53"), Error);
+}
+
+TEST_CASE("a list's syntax, BOM, NUL, length and duplicates: each refused by line in our words, or read right") {
+  TempDir dir;
+  write_corpus(dir.file("corpus"), 4);
+  // A malformed JSONL line: the file, the line and the column, never
+  // nlohmann's exception text.
+  write_bytes(dir.file("m.jsonl"), "{\"path\": \"corpus/00.wav\"}\n\n{\"path\": corpus/01.wav}\n");
+  std::string message = thrown([&] { list_audio_source(dir.file("m.jsonl")); });
+  CAPTURE(message);
+  CHECK(message.find(dir.file("m.jsonl") + ":3: not valid JSON (") != std::string::npos);
+  CHECK(message.find("at column 10)") != std::string::npos);
+  CHECK(message.find("json.exception") == std::string::npos);
+
+  // A UTF-8 byte order mark starts a list as it starts a manifest.
+  const std::string bom = "\xEF\xBB\xBF";
+  write_bytes(dir.file("l.txt"), bom + "corpus/00.wav\ncorpus/01.wav\n");
+  CHECK(list_audio_source(dir.file("l.txt"))[0].path == dir.file("corpus/00.wav"));
+  write_bytes(dir.file("m.jsonl"), bom + "{\"path\": \"corpus/00.wav\"}\n");
+  CHECK(list_audio_source(dir.file("m.jsonl"))[0].path == dir.file("corpus/00.wav"));
+
+  // An escaped NUL would end the name the system opens (s8k.wav).
+  write_bytes(dir.file("m.jsonl"), "{\"path\": \"corpus/00.wav\\u0000.txt\"}\n");
+  CHECK_THROWS_WITH_AS(list_audio_source(dir.file("m.jsonl")),
+                       doctest::Contains("m.jsonl:1: the path holds a NUL character after \"corpus/00.wav\""), Error);
+  write_bytes(dir.file("l.txt"), std::string("corpus/00.wav\0.txt\n", 19));
+  CHECK_THROWS_WITH_AS(list_audio_source(dir.file("l.txt")), doctest::Contains("l.txt:1: the path holds a NUL"), Error);
+
+  // A 1 MB path: refused by line, and shown shortened, in one short line.
+  write_bytes(dir.file("l.txt"), "corpus/00.wav\n" + std::string(1 << 20, 'a') + ".wav\n");
+  message = thrown([&] { list_audio_source(dir.file("l.txt")); });
+  CAPTURE(message.size());
+  CHECK(message.find("l.txt:2: a path of ") != std::string::npos);
+  CHECK(message.find("aaa…aaa") != std::string::npos);
+  CHECK(message.size() < 600);
+  // Cut between UTF-8 characters: é's two bytes stay whole (or go whole).
+  CHECK(shown(std::string(99, 'x') + "é" + std::string(200, 'y')) == std::string(99, 'x') + "…" + std::string(100, 'y'));
+
+  // A path listed twice, or one segment twice: refused naming both lines.
+  write_bytes(dir.file("l.txt"), "corpus/00.wav\ncorpus/01.wav\n./corpus/00.wav\n");
+  CHECK_THROWS_WITH_AS(list_audio_source(dir.file("l.txt")),
+                       doctest::Contains((dir.file("l.txt") + ":3: " + dir.file("corpus/00.wav") +
+                                          " is listed already on line 1").c_str()), Error);
+  write_bytes(dir.file("m.jsonl"), "{\"path\": \"corpus/00.wav\", \"offset\": 0.01}\n"
+                                   "{\"path\": \"corpus/00.wav\", \"offset\": 0.02}\n"
+                                   "{\"path\": \"corpus/00.wav\", \"offset\": 0.01}\n");
+  CHECK_THROWS_WITH_AS(list_audio_source(dir.file("m.jsonl")),
+                       doctest::Contains("00.wav (from 0.01 s) is listed already on line 1"), Error);
+  // ... and one file under two names (a link), naming both.
+  std::filesystem::create_symlink(dir.file("corpus/00.wav"), dir.file("twin.wav"));
+  write_bytes(dir.file("l.txt"), "corpus/00.wav\ncorpus/01.wav\ntwin.wav\n");
+  CHECK_THROWS_WITH_AS(load_dataset(corpus_config(dir.file("l.txt"), "off")),
+                       doctest::Contains((dir.file("corpus/00.wav") + " and " + dir.file("twin.wav") +
+                                          " are the same file").c_str()), Error);
+}
+
+TEST_CASE("what a list names must be a regular file: a FIFO, /dev/zero, a link loop are named for what they are, "
+          "never blocked on; a FIFO swapped in during a run too") {
+  TempDir dir;
+  write_corpus(dir.file("corpus"), 4);
+  REQUIRE(::mkfifo(dir.file("pipe.wav").c_str(), 0600) == 0);
+  std::filesystem::create_symlink(dir.file("loop.wav"), dir.file("loop.wav"));
+  for (const auto& [entry, message] : std::vector<std::pair<std::string, std::string>>{
+           {dir.file("pipe.wav"), "pipe.wav: is a FIFO (named pipe), not a regular file"},
+           {"/dev/zero", "/dev/zero: is a character device, not a regular file"},
+           {"/dev/urandom", "/dev/urandom: is a character device, not a regular file"},
+           {dir.file("loop.wav"), "loop.wav: cannot open for reading: is a symbolic link loop"},
+           {dir.file("gone.wav"), "gone.wav: cannot open for reading: does not exist"}}) {
+    CAPTURE(entry);
+    write_bytes(dir.file("l.txt"), "corpus/00.wav\ncorpus/01.wav\n" + entry + "\n");
+    CHECK_THROWS_WITH_AS(load_dataset(corpus_config(dir.file("l.txt"), "off")), doctest::Contains(message.c_str()),
+                         Error);
+  }
+  // A source that is a link loop, and a loop in a source directory.
+  std::filesystem::create_symlink(dir.file("src"), dir.file("src"));
+  CHECK_THROWS_WITH_AS(load_dataset(corpus_config(dir.file("src"), "off")),
+                       doctest::Contains((dir.file("src") + "' is a symbolic link loop").c_str()), Error);
+  std::filesystem::create_symlink(dir.file("corpus/loop.wav"), dir.file("corpus/loop.wav"));
+  CHECK_THROWS_WITH_AS(load_dataset(corpus_config(dir.file("corpus"), "off")),
+                       doctest::Contains("loop.wav is a symbolic link loop"), Error);
+  std::filesystem::remove(dir.file("corpus/loop.wav"));
+
+  // A clip's file swapped for a FIFO between reads: refused, not blocked on.
+  Dataset data = load_dataset(corpus_config(dir.file("corpus"), "off"));
+  std::vector<float> row(16);
+  data.sources[0].read(0, row.data());
+  std::filesystem::rename(dir.file("pipe.wav"), dir.file("corpus/00.wav"));
+  CHECK_THROWS_WITH_AS(data.sources[0].read(0, row.data()),
+                       doctest::Contains("00.wav: is a FIFO (named pipe), not a regular file"), Error);
+}
+
+TEST_CASE("the index cache cannot lie: an edited entry is a miss, and a file rewritten in place at another rate with "
+          "its size and time restored is read again") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("c8k"));
+  // Clips at 8 kHz, one list (so the mixed-rate message names the first).
+  std::vector<float> tone(1600);
+  for (size_t t = 0; t < tone.size(); ++t) tone[t] = 0.3f * std::sin(0.05f * static_cast<float>(t));
+  for (int i = 0; i < 3; ++i) write_audio(dir.file(fmt::format("c8k/{}.wav", i)), tone, 8000, AudioEncoding::wav16);
+  write_bytes(dir.file("c8k/list.txt"), "0.wav\n1.wav\n2.wav\n");
+  DataConfig c = corpus_config(dir.file("c8k/list.txt"), dir.file("index"));
+  c.holdout_every = 3;
+  const Dataset honest = load_dataset(c);
+  const int64_t rows = honest.sources[0].rows();
+  std::string cache;
+  for (const auto& e : std::filesystem::directory_iterator(dir.file("index"))) cache = e.path().string();
+  // An entry edited to claim fewer frames: a miss, read again.
+  std::string text = read_file(cache);
+  const size_t at = text.find("\"frames\":1600");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, 13, "\"frames\":160");
+  write_bytes(cache, text);
+  const Dataset after_edit = load_dataset(c);
+  CHECK(after_edit.description.find("2 of 3 headers from the index cache") != std::string::npos);
+  CHECK(after_edit.sources[0].rows() == rows);
+
+  // 1.wav rewritten at 16 kHz: the same size, its time set back.
+  const auto mtime = std::filesystem::last_write_time(dir.file("c8k/1.wav"));
+  write_audio(dir.file("c8k/1.wav"), tone, 16000, AudioEncoding::wav16);
+  std::filesystem::last_write_time(dir.file("c8k/1.wav"), mtime);
+  const std::string expected = dir.file("c8k/1.wav") + ": sample rate 16000 Hz differs from the 8000 Hz of " +
+                               dir.file("c8k/0.wav") + " (set";
+  CHECK_THROWS_WITH_AS(load_dataset(c), doctest::Contains(expected.c_str()), Error);
+  c.index_dir = "off";
+  CHECK_THROWS_WITH_AS(load_dataset(c), doctest::Contains(expected.c_str()), Error);
+
+  // The same rewrite while a run reads: the header is checked at each read.
+  std::vector<float> row(16);
+  write_audio(dir.file("c8k/1.wav"), tone, 8000, AudioEncoding::wav16);
+  std::filesystem::last_write_time(dir.file("c8k/1.wav"), mtime);
+  const Dataset running = load_dataset(c);
+  running.sources[0].read(rows - 1, row.data());  // 1.wav's last window
+  write_audio(dir.file("c8k/1.wav"), tone, 16000, AudioEncoding::wav16);
+  std::filesystem::last_write_time(dir.file("c8k/1.wav"), mtime);
+  CHECK_THROWS_WITH_AS(running.sources[0].read(rows - 1, row.data()),
+                       doctest::Contains("1.wav: changed since it was indexed: its header says 16000 Hz"), Error);
 }
