@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
+#include <set>
 
 #include "engine/core/error.h"
 #include "engine/core/file_io.h"
@@ -86,17 +88,36 @@ void read_optimizer(ConfigSection s, OptimizerConfig& o) {
   o.lr_schedule = s.choice("lr_schedule", o.lr_schedule, {"constant", "cosine"});
   o.final_lr_fraction = s.number("final_lr_fraction", o.final_lr_fraction);
   if (!(o.lr > 0)) s.fail("lr", "must be positive");
+  // A beta of 1 or more makes AdamW's bias correction 1 - beta^t zero or
+  // negative; a negative eps can cancel the denominator; a negative clip
+  // would read as "off" (only 0 says that).
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) s.fail("beta1", fmt::format("must be in [0, 1), got {}", o.beta1));
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) s.fail("beta2", fmt::format("must be in [0, 1), got {}", o.beta2));
+  if (!(o.eps > 0)) s.fail("eps", fmt::format("must be positive, got {}", o.eps));
+  if (!(o.weight_decay >= 0)) s.fail("weight_decay", fmt::format("must be >= 0, got {}", o.weight_decay));
+  if (!(o.momentum >= 0 && o.momentum < 1)) s.fail("momentum", fmt::format("must be in [0, 1), got {}", o.momentum));
+  if (!(o.grad_clip >= 0)) s.fail("grad_clip", fmt::format("must be >= 0 (0: no clipping), got {}", o.grad_clip));
   if (!(o.final_lr_fraction >= 0 && o.final_lr_fraction <= 1)) s.fail("final_lr_fraction", "must be in [0, 1]");
   s.finish();
+}
+
+// Each discriminator is a module named by its period or window
+// (train/discriminators.h): one given twice would be two modules of one name.
+void refuse_repeats(const ConfigSection& s, const std::string& key, const std::vector<int64_t>& values) {
+  std::set<int64_t> seen;
+  for (int64_t v : values)
+    if (!seen.insert(v).second) s.fail(key, fmt::format("lists {} twice: one discriminator each", v));
 }
 
 void read_gan(ConfigSection s, GanConfig& g) {
   g.enabled = true;
   g.periods = s.integers("periods", g.periods, limits::period);
-  g.period_channels = s.integers("period_channels", g.period_channels, limits::width);
+  refuse_repeats(s, "periods", g.periods);
+  g.period_channels = s.integers("period_channels", g.period_channels, limits::discriminator_width);
   g.stft_windows_given = s.has("stft_windows");
   if (g.stft_windows_given) g.stft_windows = s.integers("stft_windows", {}, limits::stft_window);
-  g.stft_filters = s.integer("stft_filters", g.stft_filters, limits::width);
+  refuse_repeats(s, "stft_windows", g.stft_windows);
+  g.stft_filters = s.integer("stft_filters", g.stft_filters, limits::discriminator_width);
   g.loss = s.choice("loss", g.loss, {"hinge", "least_squares"});
   g.adversarial_weight = s.number("adversarial_weight", g.adversarial_weight);
   g.feature_weight = s.number("feature_weight", g.feature_weight);
@@ -145,6 +166,35 @@ void read_run(ConfigSection s, RunConfig& r) {
   s.finish();
 }
 
+// The conv types' weights (train/networks.cpp) and one example's widest
+// activation: channels x samples.
+void check_conv_sizes(const ConfigSection& root, const ModelConfig& m, const DataConfig& data) {
+  const std::vector<int64_t>& ch = m.channels;
+  if (m.type == "conv_vqvae") {
+    root.check_elements("model.channels", "channels[0] x channels[1] x 4 x 4", {ch[0], ch[1], 16});
+    root.check_elements("model.latent_dim", "channels[1] x latent_dim x 3 x 3", {ch[1], m.latent_dim, 9});
+    return;
+  }
+  for (size_t i = 0; i < m.strides.size(); ++i) {
+    root.check_elements("model.channels", fmt::format("channels[{}]^2 x 3", i), {ch[i], ch[i], 3});
+    root.check_elements("model.channels", fmt::format("channels[{0}] x channels[{1}] x 2 strides[{0}]", i, i + 1),
+                        {ch[i], ch[i + 1], 2 * m.strides[i]});
+  }
+  root.check_elements("model.latent_dim", "channels[-1] x latent_dim x 7", {ch.back(), m.latent_dim, 7});
+  if (data.type == "wav_frames") root.check_elements("model.channels", "channels[0] x data.frame", {ch[0], data.frame});
+}
+
+// The discriminators' widest activation of one example: a period stage's
+// channels x the samples; an STFT one's filters x its about 2 frame values
+// (hop a quarter of the window: bins x frames = frame / 2 x 4, at most).
+// Their weights are far below the limit at the widths limits:: allows.
+void check_gan_sizes(const ConfigSection& root, const GanConfig& g, int64_t frame) {
+  if (!g.period_channels.empty())
+    root.check_elements("gan.period_channels", "period_channels x data.frame",
+                        {*std::max_element(g.period_channels.begin(), g.period_channels.end()), frame});
+  root.check_elements("gan.stft_filters", "stft_filters x 2 data.frame", {g.stft_filters, 2, frame});
+}
+
 // Sizes whose product a tensor must hold are refused by key before anything
 // is allocated (ConfigSection::check_elements); the quantizer's are its reader's.
 void check_sizes(const ConfigSection& root, const Config& c) {
@@ -153,7 +203,10 @@ void check_sizes(const ConfigSection& root, const Config& c) {
     root.check_elements("model.hidden", "hidden x hidden", {m.hidden, m.hidden});
     root.check_elements("model.latent_dim", "hidden x latent_dim x tokens", {m.hidden, m.latent_dim, m.tokens});
     if (c.data.type == "wav_frames") root.check_elements("data.frame", "frame x model.hidden", {c.data.frame, m.hidden});
+  } else {
+    check_conv_sizes(root, m, c.data);
   }
+  if (c.gan.enabled) check_gan_sizes(root, c.gan, c.data.frame);
 }
 
 }  // namespace
@@ -208,8 +261,65 @@ Config parse_config(nlohmann::json j, const std::string& file, const std::vector
   return c;
 }
 
+namespace {
+
+// Records where a JSON text stops being JSON; accepts everything else.
+struct SyntaxErrorFinder : nlohmann::json_sax<nlohmann::json> {
+  std::optional<std::pair<size_t, std::string>> error;  // byte offset, nlohmann's message
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(size_t byte, const std::string&, const nlohmann::detail::exception& e) override {
+    error.emplace(byte, e.what());
+    return false;
+  }
+};
+
+// "line 3, column 7: unexpected '}'; expected ','" for a syntax error, or
+// nothing: nlohmann's own text ("[json.exception.parse_error.101] parse
+// error at line 3, column 7: syntax error while parsing object separator -
+// ...") names neither the file nor the problem in a user's words.
+std::optional<std::string> json_syntax_error(const std::string& text) {
+  SyntaxErrorFinder finder;
+  nlohmann::json::sax_parse(text, &finder, nlohmann::json::input_format_t::json, /*strict=*/true,
+                            /*ignore_comments=*/true);
+  if (!finder.error) return std::nullopt;
+  const auto& [byte, what] = *finder.error;
+  // The byte nlohmann counts is 1-based: the character it stopped at.
+  const size_t at = std::min(byte > 0 ? byte - 1 : 0, text.size());
+  const size_t line_start = text.rfind('\n', at == 0 ? 0 : at - 1);
+  const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<ptrdiff_t>(at), '\n'));
+  const size_t column = line_start == std::string::npos ? at + 1 : at - line_start;
+  const size_t dash = what.find(" - ");
+  return fmt::format("line {}, column {}: {}", line, column,
+                     dash == std::string::npos ? "the text is not JSON" : what.substr(dash + 3));
+}
+
+// The strict reading (engine/core/json_strict.h), with a syntax error
+// told as the file, line and column and what was found there.
+nlohmann::json parse_config_json(const std::string& text, const std::string& origin) {
+  try {
+    return parse_json_strict(text, origin);
+  } catch (const Error&) {
+    if (std::optional<std::string> where = json_syntax_error(text))
+      VQDDP_THROW("{}: not valid JSON at {}", origin, *where);
+    throw;  // a repeated key, too deep a nesting: already named by line
+  }
+}
+
+}  // namespace
+
 Config parse_config_text(const std::string& text, const std::string& origin) {
-  return parse_config(parse_json_strict(text, origin), origin);
+  return parse_config(parse_config_json(text, origin), origin);
 }
 
 nlohmann::json load_config_json(const std::string& path) {
@@ -219,7 +329,7 @@ nlohmann::json load_config_json(const std::string& path) {
   } catch (const Error& e) {
     VQDDP_THROW("{}: cannot open config file ({})", path, e.what());
   }
-  return parse_json_strict(text, path);
+  return parse_config_json(text, path);
 }
 
 Config load_config(const std::string& path) { return parse_config(load_config_json(path), path); }

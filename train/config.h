@@ -44,6 +44,9 @@ inline constexpr CountRange optional_count{0, kNoLimit};    // max_files, max_ex
 inline constexpr CountRange hidden_layers{1, 256};        // model.hidden_layers
 inline constexpr CountRange period{2, 1024};                 // gan.periods
 inline constexpr CountRange stft_window{16, 65536};          // gan.stft_windows
+// gan.period_channels, gan.stft_filters: four times the references' widest
+// (1024), so a discriminator's weights stay far below what a host holds.
+inline constexpr CountRange discriminator_width{1, 4096};
 }  // namespace limits
 
 struct ModelConfig {

@@ -73,7 +73,10 @@ std::vector<int64_t> default_stft_windows(double sample_rate) {
   std::vector<int64_t> out;
   for (double at24k : {2048.0, 1024.0, 512.0}) {
     double n = at24k * sample_rate / 24000.0;
-    out.push_back(std::max<int64_t>(16, int64_t{1} << static_cast<int>(std::lround(std::log2(std::max(n, 1.0))))));
+    const int64_t w = std::max<int64_t>(16, int64_t{1} << static_cast<int>(std::lround(std::log2(std::max(n, 1.0)))));
+    // At a low rate several scales round to the 16-sample floor: one
+    // discriminator per window, as a config may list it.
+    if (out.empty() || out.back() != w) out.push_back(w);
   }
   return out;
 }

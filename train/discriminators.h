@@ -58,7 +58,8 @@ class StftDiscriminator : public Module {
 };
 
 // EnCodec's STFT windows (2048, 1024, 512 at 24 kHz) scaled to
-// `sample_rate`, each rounded to a power of two, at least 16.
+// `sample_rate`, each rounded to a power of two, at least 16; each window
+// once (below about 530 Hz the smaller ones both round to 16).
 std::vector<int64_t> default_stft_windows(double sample_rate);
 
 // All the discriminators of a "gan" section: the period ones, then the STFT
