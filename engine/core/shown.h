@@ -3,6 +3,7 @@
 // so a 1 MB path from a list still makes a readable line. Beside
 // engine/core/error.h (whose every includer would be rebuilt by a change)
 // for any message that echoes user text.
+// Internal header: not installed with the library (messages are built inside it).
 #pragma once
 
 #include <cstddef>
