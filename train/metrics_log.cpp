@@ -1,6 +1,7 @@
 #include "train/metrics_log.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,21 +32,51 @@ std::string lines_up_to(const std::string& text, int64_t step) {
   return kept;
 }
 
+// An append log, the one file not replaced whole (engine/core/output_file.h):
+// O_NOFOLLOW, so a symbolic link planted under its name is refused rather
+// than followed to whatever it points at, for reading (a resume copies its
+// lines) as for writing; O_NONBLOCK, so a FIFO under its name cannot hang
+// the open before fstat refuses it.
+int open_log(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  VQDDP_CHECK(fd >= 0, "{}: cannot open the metrics file for writing: {}", path,
+              errno == ELOOP ? "it is a symbolic link (vqddp reads and writes its run files itself, never through a link)"
+                             : std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    VQDDP_THROW("{}: the metrics file is not a regular file", path);
+  }
+  return fd;
+}
+
+std::string read_all(int fd, const std::string& path) {
+  std::string text;
+  char buf[1 << 16];
+  for (off_t at = 0;;) {
+    ssize_t n = ::pread(fd, buf, sizeof buf, at);
+    if (n < 0 && errno == EINTR) continue;
+    VQDDP_CHECK(n >= 0, "{}: cannot read the metrics file: {}", path, std::strerror(errno));
+    if (n == 0) return text;
+    text.append(buf, static_cast<size_t>(n));
+    at += n;
+  }
+}
+
 }  // namespace
 
 MetricsLog::MetricsLog(std::string path, int64_t resume_step) : path_(std::move(path)) {
-  if (resume_step >= 0 && std::filesystem::exists(path_)) {
-    std::string text = read_file(path_);
-    std::string kept = lines_up_to(text, resume_step);
-    if (kept != text) write_file_atomic(path_, kept);
-  }
-  // An append log, the one file not replaced whole (engine/core/output_file.h):
-  // O_NOFOLLOW, so a symbolic link planted under its name is refused rather
-  // than followed to whatever it points at.
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
-  VQDDP_CHECK(fd_ >= 0, "{}: cannot open the metrics file for writing: {}", path_,
-              errno == ELOOP ? "it is a symbolic link (vqddp writes its run files itself, never through a link)"
-                             : std::strerror(errno));
+  fd_ = open_log(path_);
+  if (resume_step < 0) return;
+  const std::string text = read_all(fd_, path_);
+  const std::string kept = lines_up_to(text, resume_step);
+  if (kept == text) return;
+  // Replaced whole, so a kill midway leaves the old log; then reopened, as
+  // the replacement is a new file.
+  ::close(fd_);
+  fd_ = -1;
+  write_file_atomic(path_, kept);
+  fd_ = open_log(path_);
 }
 
 MetricsLog::~MetricsLog() {

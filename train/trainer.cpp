@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -90,6 +91,15 @@ std::vector<LayerUsage> usage_of(const float* hist, const std::vector<int64_t>& 
     hist += k;
   }
   return out;
+}
+
+// A line of the run's progress on stdout, flushed: written to a file or a
+// pipe (`vqddp train > log`, `| tee`) stdout is block-buffered, and the
+// lines would appear minutes late, or not at all before a kill.
+template <typename... Args>
+void progress(fmt::format_string<Args...> format, Args&&... args) {
+  fmt::print(format, std::forward<Args>(args)...);
+  std::fflush(stdout);
 }
 
 // What a progress line shows, from the last step of a logging interval.
@@ -387,9 +397,9 @@ class RankRun {
     std::optional<StepGraph> graph;
     if (const std::string why = step_graph_refusal(); why.empty())
       graph.emplace(device_);
-    else if (lead_ && opt_.print && !device_.is_cpu())
-      fmt::print("train: step graphs off: {}\n", why);
     for (; step_ < last_ && !stopped_by_; ++step_) {
+    else if (lead_ && opt_.print)  // the CPU too: --step-graphs on there would otherwise say nothing
+      progress("train: step graphs off: {}\n", why);
       std::optional<LaunchRecording> recording;
       if (capture_check_) recording.emplace();
       // After the warm-up (k-means, the optimizer's first step, the capture
@@ -408,11 +418,11 @@ class RankRun {
         graph_replays_ = graph->replays();
         const bool says = lead_ && opt_.print;
         if (!graph->stopped_because().empty()) {
-          if (says) fmt::print("train: step graphs off from step {}: {}\n", step_ + 2, graph->stopped_because());
+          if (says) progress("train: step graphs off from step {}: {}\n", step_ + 2, graph->stopped_because());
           graph.reset();
         } else if (says && step_ == first_ + 2) {
-          fmt::print("train: step graphs on: step {} captured ({} launches), every later step is its replay\n",
-                     step_ + 1, graph->launches());
+          progress("train: step graphs on: step {} captured ({} launches), every later step is its replay\n",
+                   step_ + 1, graph->launches());
         }
       }
       const int64_t done = step_ + 1;
@@ -442,8 +452,8 @@ class RankRun {
     // end would signal the others, and a second signal stops at once.
     if (stopped_by_) comm_.barrier();
     if (lead_ && opt_.profile)
-      fmt::print("profile of {} training steps, rank 0 of {} ({}):\n{}", step_ - first_, comm_.world_size(),
-                 device_.str(), op_profile_table(op_profile_take(), step_ - first_));
+      progress("profile of {} training steps, rank 0 of {} ({}):\n{}", step_ - first_, comm_.world_size(),
+               device_.str(), op_profile_table(op_profile_take(), step_ - first_));
     if (lead_) report(result, result_mu);
   }
 
@@ -467,6 +477,10 @@ class RankRun {
     // A GAN step's parts of the codec's loss (undefined in the warm-up and
     // without "gan"): the adversarial and feature-matching losses.
     Tensor adversarial, feature;
+    // The discriminators' loss, on a step that updates them (undefined on
+    // the others): a line logs its own step's, never one carried from an
+    // earlier step, which a resumed process would not have.
+    Tensor discriminator;
   };
 
   // 0 while every loss of this rank was finite, NaN from the first one that
@@ -492,7 +506,8 @@ class RankRun {
   // Step 2 of a GAN step (train/gan.h): the discriminators learn to tell x
   // from the codec's y (detached), inside the step's exact scope, so their
   // gradients are the global batch's on every rank.
-  void discriminator_step(const Tensor& x, const Tensor& y) {
+  // Returns their loss (detached).
+  Tensor discriminator_step(const Tensor& x, const Tensor& y) {
     Tensor loss;
     {
       WeightNormBatch weights(*disc_);
@@ -500,7 +515,6 @@ class RankRun {
       loss = discriminator_loss(real, fake, cfg_.gan.loss, comm_);
     }
     note_health(loss);
-    last_disc_loss_ = loss.detach();
     loss.backward();
     op_profile_mark("step: discriminator backward");
     disc_optim_->lr = learning_rate(cfg_.gan.optimizer, step_, schedule_.total_steps);
@@ -508,6 +522,7 @@ class RankRun {
     disc_optim_->step();
     disc_optim_->zero_grad();
     op_profile_mark("step: discriminator optimizer");
+    return loss.detach();
   }
 
   // Step 3's losses: the (updated) discriminators on x, with no graph (only
@@ -556,13 +571,13 @@ class RankRun {
 
   void print_start() {
     if (!lead_ || !opt_.print) return;
-    fmt::print("train: {} | {} ranks ({}, {}) | {} steps of {} examples ({} per epoch) | {:.0f} bits per example{}\n",
-               data_.description, comm_.world_size(), comm_.backend(), device_.str(), schedule_.total_steps,
-               schedule_.batch_size, schedule_.steps_per_epoch, model_.bits_per_example(),
-               data_.examples_per_second > 0
-                   ? fmt::format(" = {:.2f} kbit/s", model_.bits_per_example() * data_.examples_per_second / 1000)
-                   : "");
-    if (step_ > 0) fmt::print("train: resumed at step {} from {}\n", step_, opt_.resume);
+    progress("train: {} | {} ranks ({}, {}) | {} steps of {} examples ({} per epoch) | {:.0f} bits per example{}\n",
+             data_.description, comm_.world_size(), comm_.backend(), device_.str(), schedule_.total_steps,
+             schedule_.batch_size, schedule_.steps_per_epoch, model_.bits_per_example(),
+             data_.examples_per_second > 0
+                 ? fmt::format(" = {:.2f} kbit/s", model_.bits_per_example() * data_.examples_per_second / 1000)
+                 : "");
+    if (step_ > 0) progress("train: resumed at step {} from {}\n", step_, opt_.resume);
     // What `vqddp report` says of the run beside its metrics.
     RunFacts run;
     run.description = data_.description;
@@ -628,7 +643,7 @@ class RankRun {
         const bool updates = discriminator_updates(cfg_.gan, cfg_.run.seed, step);
         const bool adversarial = adversarial_step(cfg_.gan, step);
         if (disc_) note_step_variant("gan", adversarial + updates);
-        if (updates) discriminator_step(x, r.out.reconstruction);
+        if (updates) r.discriminator = discriminator_step(x, r.out.reconstruction);
         if (adversarial) adversarial_losses(x, r.out.reconstruction, r);
         // Kept on the device, read only where the run logs, validates or
         // writes a checkpoint, so a diverged step on a device never reaches
@@ -667,10 +682,10 @@ class RankRun {
     StepLog log;
     try {
       // A GAN step past its warm-up: the codec's adversarial losses, and the
-      // discriminators' loss at their last update in this process, if any.
+      // discriminators' if the step updated them.
       std::vector<Tensor> adversarial;
       if (r.adversarial.defined()) adversarial = {r.adversarial, r.feature};
-      if (r.adversarial.defined() && last_disc_loss_.defined()) adversarial.push_back(last_disc_loss_);
+      if (r.discriminator.defined()) adversarial.push_back(r.discriminator);
       log = step_log(r.out, r.loss, adversarial, layer_sizes_, comm_);
     } catch (const NonFiniteError& e) {
       rethrow_nonfinite(e, fmt::format("step {} (logged), rank {}: {}; {}", done, comm_.rank(), e.what(),
@@ -692,10 +707,10 @@ class RankRun {
     std::string gan;
     if (log.discriminator) gan += fmt::format("  disc {:.4f}", *log.discriminator);
     if (log.adversarial) gan += fmt::format("  adv {:.4f}  feat {:.4f}", *log.adversarial, *log.feature);
-    fmt::print("step {:>6}/{}  loss {:.5f}  recon {:.5f}{}  ppl {}  used {}  revived {}{}  {:.1f} steps/s  ETA {}\n", done,
-               schedule_.total_steps, log.loss, log.recon, gan, ppl, used, log.revived,
-               skipped_total > 0 ? fmt::format("  skipped {}", skipped_total) : "", rate,
-               duration((last_ - done) / std::max(rate, 1e-9)));
+    progress("step {:>6}/{}  loss {:.5f}  recon {:.5f}{}  ppl {}  used {}  revived {}{}  {:.1f} steps/s  ETA {}\n", done,
+             schedule_.total_steps, log.loss, log.recon, gan, ppl, used, log.revived,
+             skipped_total > 0 ? fmt::format("  skipped {}", skipped_total) : "", rate,
+             duration((last_ - done) / std::max(rate, 1e-9)));
     TrainLine line{.step = done, .loss = log.loss, .recon = log.recon, .lr = optim_->lr, .steps_per_s = rate,
                    .quantizer = log.quantizer, .discriminator = log.discriminator, .adversarial = log.adversarial,
                    .feature = log.feature, .revived = log.revived, .layers = layer_use(log.usage),
@@ -706,10 +721,10 @@ class RankRun {
   void validate_and_log(int64_t done) {
     val_ = validate(model_, data_, comm_, device_, done);
     if (!lead_ || !opt_.print) return;
-    fmt::print("validation at step {}: mse {:.6f}  snr {:.2f} dB{}{}{}\n", done, val_.mse, val_.snr_db,
-               val_.log_mel >= 0 ? fmt::format("  log-mel L1 {:.3f}", val_.log_mel) : "",
-               val_.stft_distance >= 0 ? fmt::format("  MR-STFT {:.3f}", val_.stft_distance) : "",
-               val_.skipped > 0 ? fmt::format("  skipped {}", val_.skipped) : "");
+    progress("validation at step {}: mse {:.6f}  snr {:.2f} dB{}{}{}\n", done, val_.mse, val_.snr_db,
+             val_.log_mel >= 0 ? fmt::format("  log-mel L1 {:.3f}", val_.log_mel) : "",
+             val_.stft_distance >= 0 ? fmt::format("  MR-STFT {:.3f}", val_.stft_distance) : "",
+             val_.skipped > 0 ? fmt::format("  skipped {}", val_.skipped) : "");
     const ValidationLine line{.step = done,
                               .mse = val_.mse,
                               .snr_db = val_.snr_db,
@@ -812,7 +827,6 @@ class RankRun {
   std::vector<Tensor> disc_params_;
   std::unique_ptr<Optimizer> disc_optim_;
   std::optional<DiscriminatorState> disc_state_;
-  Tensor last_disc_loss_;  // the last discriminator update's loss (undefined before the first)
   Schedule schedule_;
   std::optional<RunDir> run_dir_;
   std::optional<MetricsLog> metrics_;
