@@ -258,4 +258,85 @@ TEST_CASE("a GAN run logs the discriminators' and the codec's adversarial losses
   CHECK(html.find("codec: feature matching") != std::string::npos);
 }
 
+// metrics.jsonl's lines without the speed (a clock's, not the run's).
+std::vector<nlohmann::json> metrics_lines(const std::string& dir) {
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    j.erase("steps_per_s");
+    lines.push_back(j);
+  }
+  return lines;
+}
+
+TEST_CASE("a GAN run stopped and resumed logs the lines of the uninterrupted run, the discriminators' loss included") {
+  TempDir dir;
+  Dataset data = gan_data();
+  Config cfg = gan_config(dir.path().string() + "/straight", 10);
+  cfg.schedule.log_every = 1;
+  // Stopped after a step that updates the discriminators, resumed at one that
+  // does not: a loss carried from the last update would be the stopped
+  // process's alone.
+  int64_t stop = 3;
+  while (!(discriminator_updates(cfg.gan, cfg.run.seed, stop) && !discriminator_updates(cfg.gan, cfg.run.seed, stop + 1)))
+    ++stop;
+  REQUIRE(stop < 9);
+  TrainOptions opt;
+  opt.print = true;
+  train(cfg, data, opt);
+  Config c = cfg;
+  c.run.dir = dir.path().string() + "/stopped";
+  TrainOptions first = opt;
+  first.stop_at_step = stop;
+  train(c, data, first);
+  TrainOptions second = opt;
+  second.resume = c.run.dir + "/checkpoint.safetensors";
+  train(c, data, second);
+  const std::vector<nlohmann::json> straight = metrics_lines(cfg.run.dir), resumed = metrics_lines(c.run.dir);
+  REQUIRE(straight.size() > 10);
+  CHECK(resumed == straight);
+  for (const nlohmann::json& j : straight)
+    if (!j.contains("validation_mse"))
+      CHECK(j.contains("discriminator") == discriminator_updates(cfg.gan, cfg.run.seed, j["step"].get<int64_t>()));
+}
+
+TEST_CASE("the gan section's lists: a period or window given twice, and discriminator widths beyond the limit, "
+          "are refused naming the key") {
+  auto error_of = [](nlohmann::json j) {
+    try {
+      parse_config(j, "gan.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  nlohmann::json base = gan_config("unused", 4).source;
+  nlohmann::json periods = base;
+  periods["gan"]["periods"] = {2, 2, 2};
+  CHECK(error_of(periods).find("gan.json: 'gan.periods' lists 2 twice") != std::string::npos);
+  nlohmann::json windows = base;
+  windows["gan"]["stft_windows"] = {32, 16, 32};
+  CHECK(error_of(windows).find("gan.json: 'gan.stft_windows' lists 32 twice") != std::string::npos);
+  nlohmann::json channels = base;
+  channels["gan"]["period_channels"] = {65536, 65536, 65536};
+  CHECK(error_of(channels).find("'gan.period_channels[0]' must be in [1, 4096], got 65536") != std::string::npos);
+  nlohmann::json filters = base;
+  filters["gan"]["stft_filters"] = 65536;
+  CHECK(error_of(filters).find("'gan.stft_filters' must be in [1, 4096], got 65536") != std::string::npos);
+  // Within the widths, one example's activations beyond a tensor's limit.
+  nlohmann::json wide = base;
+  wide["gan"]["stft_filters"] = 4096;
+  wide["data"]["frame"] = 1 << 20;
+  wide["model"]["strides"] = {2, 2};
+  CHECK(error_of(wide).find("'gan.stft_filters' gives stft_filters x 2 data.frame") != std::string::npos);
+  // At a low sample rate EnCodec's scales round to one window: one discriminator for it.
+  CHECK(default_stft_windows(400) == std::vector<int64_t>{32, 16});
+  GanConfig defaults = gan_config("unused", 4).gan;
+  defaults.stft_windows_given = false;
+  defaults.stft_windows.clear();
+  Discriminators low(defaults, 64, 400, 0);
+  CHECK(low.size() == 2 + 2);
+}
+
 }  // namespace gan_test

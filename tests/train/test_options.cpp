@@ -3,13 +3,19 @@
 // (vq/quantizer_options.h, train/config.h).
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "engine/core/error.h"
 #include "engine/core/json_strict.h"
 #include "engine/core/safetensors.h"
 #include "engine/core/tensor.h"
 #include "tests/engine/tmpdir.h"
+#include "tests/train/small_run.h"
 #include "tool/replay.h"
 #include "train/config.h"
 #include "train/schedule.h"
@@ -20,6 +26,7 @@
 #include "vq/vector_quantize.h"
 
 using namespace vqddp;
+using namespace vqddp::test;
 
 namespace {
 
@@ -223,4 +230,160 @@ TEST_CASE("optimizer.lr_schedule: constant keeps lr; cosine runs from lr at the 
   CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("optimizer.lr_schedule"));
   j["optimizer"] = {{"lr_schedule", "cosine"}, {"final_lr_fraction", 1.5}};
   CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("optimizer.final_lr_fraction"));
+}
+
+namespace {
+
+std::string config_error(const nlohmann::json& j) {
+  try {
+    parse_config(j, "c.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// stdout sent to a pipe, block-buffered as on a file or a pipe whatever the
+// test's own stdout is; available() is what has reached the pipe so far.
+// The runs it watches print a few KiB, far below a pipe's 64 KiB.
+class StdoutPipe {
+ public:
+  StdoutPipe() {
+    std::fflush(stdout);
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    read_ = fds[0];
+    saved_ = ::dup(1);
+    ::dup2(fds[1], 1);
+    ::close(fds[1]);
+    ::fcntl(read_, F_SETFL, O_NONBLOCK);
+    std::setvbuf(stdout, nullptr, _IOFBF, 1 << 16);
+  }
+  ~StdoutPipe() {
+    std::fflush(stdout);
+    ::dup2(saved_, 1);
+    ::close(saved_);
+    ::close(read_);
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  }
+  std::string available() {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(read_, buf, sizeof buf)) > 0;) text_.append(buf, static_cast<size_t>(n));
+    return text_;
+  }
+
+ private:
+  int read_ = -1, saved_ = -1;
+  std::string text_;
+};
+
+}  // namespace
+
+TEST_CASE("a malformed config names the file, the line and the column in our words") {
+  TempDir dir;
+  std::ofstream(dir.file("bad.json")) << "{\n  \"model\": {\"type\": \"mlp\"}\n  \"data\": {}\n}\n";
+  std::string what;
+  try {
+    load_config(dir.file("bad.json"));
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  // Reading stops at the end of "data", the string after the missing comma.
+  CHECK(what.find(dir.file("bad.json") + ": not valid JSON at line 3, column 8: unexpected string literal; "
+                                         "expected '}'") != std::string::npos);
+  CHECK(what.find("json.exception") == std::string::npos);
+  CHECK_THROWS_WITH_AS(parse_config_text("{\"run\": tru}", "t.json"),
+                       doctest::Contains("t.json: not valid JSON at line 1, column 12: invalid literal"), Error);
+  // A repeated key keeps its own message, by line.
+  CHECK_THROWS_WITH_AS(parse_config_text("{\"run\": {},\n\"run\": {}}", "t.json"),
+                       doctest::Contains("t.json: line 2: key \"run\" appears twice"), Error);
+}
+
+TEST_CASE("optimizer values out of range are refused by key, for the codec's optimizer and the discriminators'") {
+  const nlohmann::json base = {{"data", {{"sources", {{{"path", "x"}}}}}}};
+  const std::vector<std::pair<nlohmann::json, std::string>> refused = {
+      {{{"beta1", 5}}, "'optimizer.beta1' must be in [0, 1), got 5"},
+      {{{"beta1", 1}}, "'optimizer.beta1' must be in [0, 1), got 1"},
+      {{{"beta2", -3}}, "'optimizer.beta2' must be in [0, 1), got -3"},
+      {{{"eps", 0}}, "'optimizer.eps' must be positive"},
+      {{{"weight_decay", -0.1}}, "'optimizer.weight_decay' must be >= 0"},
+      {{{"momentum", 1.5}}, "'optimizer.momentum' must be in [0, 1)"},
+      {{{"grad_clip", -1}}, "'optimizer.grad_clip' must be >= 0 (0: no clipping), got -1"}};
+  for (const auto& [keys, message] : refused) {
+    CAPTURE(keys.dump());
+    nlohmann::json j = base;
+    j["optimizer"] = keys;
+    CHECK(config_error(j).find("c.json: " + message) != std::string::npos);
+  }
+  nlohmann::json ok = base;
+  ok["optimizer"] = {{"beta1", 0}, {"beta2", 0.99}, {"grad_clip", 0}, {"momentum", 0.9}};
+  CHECK(config_error(ok) == "");
+  nlohmann::json gan = load_config_json(source_dir() + "/examples/speech_codec_gan.json");
+  gan["gan"]["optimizer"]["grad_clip"] = -1;
+  CHECK(config_error(gan).find("'gan.optimizer.grad_clip' must be >= 0") != std::string::npos);
+}
+
+TEST_CASE("conv model sizes no tensor could hold are refused by key before anything is allocated") {
+  nlohmann::json codec = load_config_json(source_dir() + "/examples/speech_codec.json");
+  codec["model"]["channels"] = {65536, 65536, 8, 8};
+  codec["model"]["strides"] = {2, 4, 5};
+  CHECK(config_error(codec).find("c.json: 'model.channels' gives channels[0]^2 x 3 = ") != std::string::npos);
+  codec["model"]["latent_dim"] = 65536;
+  codec["model"]["channels"] = {8, 8, 8, 65536};
+  CHECK(config_error(codec).find("'model.latent_dim' gives channels[-1] x latent_dim x 7") != std::string::npos);
+  nlohmann::json vqvae = load_config_json(source_dir() + "/examples/fashion_conv_vqvae.json");
+  vqvae["model"]["channels"] = {65536, 65536};
+  CHECK(config_error(vqvae).find("'model.channels' gives channels[0] x channels[1] x 4 x 4") != std::string::npos);
+}
+
+TEST_CASE("train's progress lines reach a pipe as they are printed, and a CPU run says why step graphs are off") {
+  TempDir dir;
+  Config cfg = small_config(dir.file("run"));
+  cfg.distributed.world_size = 1;
+  cfg.schedule.log_every = 1;
+  cfg.schedule.steps = 5;
+  cfg.run.step_graphs = true;  // --step-graphs on
+  std::string before_step_4, all;
+  {
+    StdoutPipe out;  // doctest reports on stdout too: the checks come after it
+    TrainOptions opt;
+    opt.after_step = [&](int64_t step, int, const CodecModel&, Optimizer&, const DiscriminatorState*) {
+      if (step == 4) before_step_4 = out.available();
+    };
+    train(cfg, synthetic_data(), opt);
+    all = out.available();
+  }
+  // Steps 1 to 3 were logged before step 4 ended; block-buffered, they would
+  // still sit in the buffer.
+  CHECK(before_step_4.find("step      3/5") != std::string::npos);
+  CHECK(all.find("train: step graphs off: the CPU issues no launches") != std::string::npos);
+}
+
+TEST_CASE("a resume refuses a metrics.jsonl that is a symbolic link, naming it, and copies nothing through it") {
+  TempDir dir;
+  Config cfg = small_config(dir.file("run"));
+  cfg.schedule.steps = 4;
+  TrainOptions first = quiet();
+  first.print = true;  // the metrics file is written by a printing run
+  first.stop_at_step = 2;
+  {
+    StdoutPipe quiet_here;
+    train(cfg, synthetic_data(), first);
+  }
+  const std::string metrics = cfg.run.dir + "/metrics.jsonl";
+  std::ofstream(dir.file("elsewhere.jsonl")) << "{\"step\": 1, \"secret\": 1}\n{\"step\": 99}\n";
+  std::filesystem::remove(metrics);
+  std::filesystem::create_symlink(dir.file("elsewhere.jsonl"), metrics);
+  TrainOptions second = first;
+  second.stop_at_step = 0;
+  second.resume = cfg.run.dir + "/checkpoint.safetensors";
+  std::string error;
+  try {
+    StdoutPipe quiet_here;
+    train(cfg, synthetic_data(), second);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  CHECK(error.find(metrics + ": cannot open the metrics file for writing: it is a symbolic link") != std::string::npos);
+  CHECK(std::filesystem::is_symlink(metrics));
 }
