@@ -103,11 +103,12 @@ struct SyntaxErrorSax : nlohmann::json::json_sax_t {
   bool start_array(size_t) override { return true; }
   bool end_array() override { return true; }
   bool parse_error(size_t position, const std::string&, const nlohmann::detail::exception& e) override {
-    // "[json.exception.parse_error.101] parse error at line 1, column 5: REASON": the reason alone.
+    // "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error while parsing value -
+    // REASON": the reason alone, as train/config.cpp tells a config's.
     const std::string what = e.what();
-    const size_t at = what.find(": ", what.find("column "));
+    const size_t dash = what.find(" - ");
     column = position;
-    reason = at == std::string::npos ? what : what.substr(at + 2);
+    reason = dash == std::string::npos ? "the text is not JSON" : what.substr(dash + 3);
     return false;
   }
 };
@@ -121,7 +122,7 @@ nlohmann::json manifest_json(const std::string& line, const std::string& where) 
   } catch (const Error&) {
     SyntaxErrorSax sax;
     if (!nlohmann::json::sax_parse(line, &sax, nlohmann::json::input_format_t::json, true, true))
-      VQDDP_THROW("{}: not valid JSON ({}, at column {})", where, shown(sax.reason), sax.column);
+      VQDDP_THROW("{}: not valid JSON at column {}: {}", where, sax.column, shown(sax.reason));
     throw;  // a key twice, or nesting too deep: already in our words
   }
 }

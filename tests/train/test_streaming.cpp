@@ -422,8 +422,7 @@ TEST_CASE("a list's syntax, BOM, NUL, length and duplicates: each refused by lin
   write_bytes(dir.file("m.jsonl"), "{\"path\": \"corpus/00.wav\"}\n\n{\"path\": corpus/01.wav}\n");
   std::string message = thrown([&] { list_audio_source(dir.file("m.jsonl")); });
   CAPTURE(message);
-  CHECK(message.find(dir.file("m.jsonl") + ":3: not valid JSON (") != std::string::npos);
-  CHECK(message.find("at column 10)") != std::string::npos);
+  CHECK(message.find(dir.file("m.jsonl") + ":3: not valid JSON at column 10: invalid literal") != std::string::npos);
   CHECK(message.find("json.exception") == std::string::npos);
 
   // A UTF-8 byte order mark starts a list as it starts a manifest.
