@@ -98,7 +98,16 @@ void read_format2(const SafetensorsFile& f, CodesFile& c) {
   VQDDP_CHECK(f.tensors.empty() && f.bytes.size() == 1 && f.bytes[0].first == "codes", "{}: a codes file holds one "
               "tensor, 'codes' (U8)", f.path);
   const std::string& packed = f.bytes[0].second;
-  const int64_t rows = c.frames() * c.tokens, total_bits = rows * row_bits;
+  // rows (< 2^60) times row_bits or layers could overflow int64, and a
+  // crafted header could ask for any number of codes: bound rows by what
+  // the payload holds and the codes by kMaxCodes before any product.
+  const int64_t rows = c.frames() * c.tokens, payload_bits = static_cast<int64_t>(packed.size()) * 8;
+  VQDDP_CHECK(row_bits > 0, "{}: every layer's codebook holds one code: its codes carry no bits", f.path);
+  VQDDP_CHECK(rows <= (payload_bits + 7) / row_bits, "{}: tensor 'codes' has {} bytes, far too few for {} samples in "
+              "frames of {} ({} rows of {} bits)", f.path, packed.size(), c.samples, c.frame, rows, row_bits);
+  VQDDP_CHECK(rows <= kMaxCodes / c.layers, "{}: {} rows of {} layers are more codes than a codes file may hold ({})",
+              f.path, rows, c.layers, kMaxCodes);
+  const int64_t total_bits = rows * row_bits;
   VQDDP_CHECK(static_cast<int64_t>(packed.size()) == (total_bits + 7) / 8, "{}: tensor 'codes' has {} bytes; {} "
               "samples in frames of {} are {} rows of {} bits: {} bytes", f.path, packed.size(), c.samples, c.frame,
               rows, row_bits, (total_bits + 7) / 8);
@@ -130,14 +139,16 @@ void write_codes_file(const std::string& path, const CodesFile& c) {
   VQDDP_CHECK(layers == c.layers && layers > 0 && c.samples > 0 && c.frame > 0 && c.tokens > 0,
               "{}: a codes file of {} samples, {} layers ({} sizes)", path, c.samples, c.layers, layers);
   const int64_t rows = c.frames() * c.tokens;
-  VQDDP_CHECK(static_cast<int64_t>(c.codes.size()) == rows * layers, "{}: {} codes for {} rows of {} layers", path,
-              c.codes.size(), rows, layers);
+  VQDDP_CHECK(rows <= kMaxCodes / layers && static_cast<int64_t>(c.codes.size()) == rows * layers,
+              "{}: {} codes for {} rows of {} layers (at most {} codes a file)", path, c.codes.size(), rows, layers,
+              kMaxCodes);
   std::vector<int64_t> bits;
   int64_t row_bits = 0;
   for (int64_t k : c.codebook_sizes) {
     bits.push_back(code_bits(k));
     row_bits += bits.back();
   }
+  VQDDP_CHECK(row_bits > 0, "{}: every layer's codebook holds one code: its codes carry no bits", path);
   std::string packed(static_cast<size_t>((rows * row_bits + 7) / 8), '\0');
   int64_t at = 0;
   for (int64_t r = 0; r < rows; ++r)

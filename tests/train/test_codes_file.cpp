@@ -8,6 +8,8 @@
 #include <fstream>
 #include <iterator>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/core/error.h"
 #include "engine/core/file_io.h"
 #include "engine/core/safetensors.h"
@@ -146,6 +148,34 @@ TEST_CASE("an edited metadata value, a flipped code bit, a stray padding bit or 
   REQUIRE(packed.size() == 2);
   packed[1] = static_cast<char>(packed[1] | 0x80);
   refused(resaved(f.metadata, packed), "padding bits after the last code are not zero");
+  // Crafted headers under valid checksums that ask for more codes than the
+  // payload holds: 2^40 samples in frames of 1 with 2^20 tokens (2^60 rows,
+  // whose products with the bits and layers wrapped to 0 before) and no
+  // payload; 4095 one-code layers beside one of two codes (0 bits each, so
+  // 262,145 one-bit rows in 32 KiB are 2^30 + 4095 codes); no bits at all.
+  meta = f.metadata;
+  meta["samples"] = std::to_string(int64_t{1} << 40);
+  meta["frame"] = "1";
+  meta["tokens"] = std::to_string(int64_t{1} << 20);
+  meta["layers"] = "16";
+  meta["codebook_sizes"] = nlohmann::json(std::vector<int64_t>(16, 2)).dump();
+  meta["bits"] = nlohmann::json(std::vector<int64_t>(16, 1)).dump();
+  refused(resaved(meta, ""), "tensor 'codes' has 0 bytes, far too few for 1099511627776 samples");
+  std::vector<int64_t> sizes(4096, 1);
+  sizes[0] = 2;
+  std::vector<int64_t> widths(4096, 0);
+  widths[0] = 1;
+  meta["samples"] = "262145";
+  meta["tokens"] = "1";
+  meta["layers"] = "4096";
+  meta["codebook_sizes"] = nlohmann::json(sizes).dump();
+  meta["bits"] = nlohmann::json(widths).dump();
+  refused(resaved(meta, std::string(32769, '\0')), "more codes than a codes file may hold");
+  sizes[0] = 1;
+  widths[0] = 0;
+  meta["codebook_sizes"] = nlohmann::json(sizes).dump();
+  meta["bits"] = nlohmann::json(widths).dump();
+  refused(resaved(meta, ""), "its codes carry no bits");
   // Not a codes file at all.
   meta = f.metadata;
   meta["format"] = "vqddp-codes/9";
