@@ -178,14 +178,15 @@ void Communicator::do_reduce_unit_blocks(const std::vector<Tensor>& blocks, cons
 void Communicator::do_reduce_units(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out,
                                    const Fingerprint&) {
   Tensor rows = vqddp::all_gather_rows(*this, in, counts);  // (units, n), global unit order
-  if (rows.device().is_cpu()) {
-    const int64_t n = in.size(1);
-    ordered_unit_sum({rows.data<float>()}, {rows.size(0)}, n, {out.data<float>()}, 0, n);
-    out.bump_version();
-  } else {
-    // The engine's sum along dimension 0: one ascending double sum per column.
-    out.copy_(rows.size(0) == 0 ? zeros({in.size(1)}, DType::f32, in.device()) : sum(rows, 0));
-  }
+  // The unit-sum kernel, on the host and on every device: one ascending
+  // double sum per column whatever the number of units. Not the engine's
+  // sum(rows, 0): on CUDA a reduction of more than 64 rows runs a strided
+  // block and a tree, so N GPUs would equal 1 GPU (whose reduce_units runs
+  // this same kernel) only while a batch had at most 64 units.
+  const UnitSumBlock all{static_cast<const float*>(rows.raw_ptr()), static_cast<float*>(out.raw_ptr()), rows.size(0),
+                         in.size(1)};
+  device_kernels(out.device()).unit_sums(&all, 1);
+  out.bump_version();
 }
 
 std::string Communicator::fingerprint_mismatch(const Fingerprint& mine, uint64_t seq,

@@ -16,8 +16,10 @@ namespace vqddp {
 // The sum of exact data parallelism (Communicator::reduce_units): columns
 // [begin, end) of the units' rows, rank r's `counts[r]` rows of `n` floats at
 // in[r], added in global unit order (rank 0's rows first) in double from 0
-// and rounded to float once, into every buffer of `out` ([n] each). The
-// engine's CPU sum along dimension 0 does the same arithmetic.
+// and rounded to float once, into every buffer of `out` ([n] each). Every
+// transport adds units with this loop or the unit_sums kernel, never with
+// the engine's sum along dimension 0: the CPU's is ascending too, but a
+// GPU's is a tree beyond 64 rows (kernels_reduce.cu).
 inline void ordered_unit_sum(const std::vector<const float*>& in, const std::vector<int64_t>& counts, int64_t n,
                              const std::vector<float*>& out, int64_t begin, int64_t end) {
   constexpr int64_t kBlock = 2048;

@@ -21,7 +21,9 @@ __device__ __forceinline__ int64_t plan_offset(const int64_t* size, const int64_
 }
 
 // One block per output: thread t sums r = t, t + blockDim, ... in double,
-// then a shared-memory tree in fixed order.
+// then a shared-memory tree in fixed order. Fixed, but not the ascending
+// order of the CPU's sum: no cross-rank sum may come here (reduce_units
+// adds units with unit_sums, engine/unit_sum.h).
 __global__ void reduce_block_kernel(const float* x, float* out, int64_t outputs, int64_t reduced, ReducePlan plan) {
   __shared__ double part[kThreads];
   for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {

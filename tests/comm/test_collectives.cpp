@@ -11,6 +11,7 @@
 #include "comm/thread_group.h"
 #include "engine/ops.h"
 #include "engine/core/random.h"
+#include "engine/device_counters.h"
 
 using namespace vqddp;
 
@@ -280,4 +281,79 @@ TEST_CASE("reduce_units of column blocks: the bits of reduce_units on their conc
         CHECK(std::memcmp(packed[r].data(), want.data(), want.size() * sizeof(float)) == 0);
       }
     }
+}
+
+namespace {
+
+// Rank 0 of a world of two whose peer's rows are given: the default
+// transports (MPI's, NCCL's) gather with all_gather_rows and add the rows
+// themselves (Communicator::do_reduce_units).
+class GatheringPair final : public Communicator {
+ public:
+  explicit GatheringPair(Tensor peer) : peer_(std::move(peer)) {}
+  int rank() const override { return 0; }
+  int world_size() const override { return 2; }
+  std::string backend() const override { return "test pair"; }
+
+ protected:
+  void do_all_reduce(Tensor&, ReduceOp, const Fingerprint&) override { FAIL("not used"); }
+  void do_broadcast(Tensor&, int, const Fingerprint&) override { FAIL("not used"); }
+  void do_all_gather(const Tensor&, Tensor&, const Fingerprint&) override { FAIL("not used"); }
+  void do_all_gather_rows(const Tensor& in, const std::vector<int64_t>&, Tensor& out, const Fingerprint&) override {
+    out.copy_(concat({in, peer_.to(in.device())}, 0));
+  }
+  void do_barrier(const Fingerprint&) override {}
+
+ private:
+  Tensor peer_;
+};
+
+}  // namespace
+
+TEST_CASE("the default transport adds any number of gathered units in ascending order with the unit-sum kernel, "
+          "host and sim") {
+  // 300 units: a GPU's sum along dimension 0 runs a strided block and a
+  // tree beyond 64 rows, which once made N GPUs (NCCL) equal 1 GPU only up
+  // to 64 units. Column 0 is 1 + 2^100 - 2^100 then 297 ones: 297 in
+  // ascending order, 298 in the GPU tree's (256 threads, then halving),
+  // whose thread 0 adds the 1 and unit 256's one before the 2^100 of
+  // thread 1 comes in.
+  const int64_t units = 300, cols = 5, mine = 120;
+  std::vector<float> v(static_cast<size_t>(units * cols), 1.f);
+  v[cols] = 0x1p100f, v[2 * cols] = -0x1p100f;
+  auto ascending = [&](int64_t j) {
+    double acc = 0;
+    for (int64_t u = 0; u < units; ++u) acc += v[static_cast<size_t>(u * cols + j)];
+    return static_cast<float>(acc);
+  };
+  auto gpu_tree = [&](int64_t j) {  // kernels_reduce.cu reduce_block_kernel's order
+    std::vector<double> part(256, 0.0);
+    for (int t = 0; t < 256; ++t)
+      for (int64_t u = t; u < units; u += 256) part[static_cast<size_t>(t)] += v[static_cast<size_t>(u * cols + j)];
+    for (int step = 128; step > 0; step /= 2)
+      for (int t = 0; t < step; ++t) part[static_cast<size_t>(t)] += part[static_cast<size_t>(t + step)];
+    return static_cast<float>(part[0]);
+  };
+  REQUIRE(ascending(0) == 297.f);
+  REQUIRE(gpu_tree(0) != ascending(0));  // the values tell the two orders apart
+  Tensor all = from_vector(v, {units, cols});
+  for (Device dev : {Device::cpu(), Device::sim()}) {
+    CAPTURE(dev.str());
+    GatheringPair comm(all.slice_rows(mine, units).clone());
+    Tensor out = empty({cols}, DType::f32, dev);
+    LaunchRecording rec;
+    comm.reduce_units(all.slice_rows(0, mine).clone().to(dev), {mine, units - mine}, out);
+    std::vector<float> got = out.to(Device::cpu()).to_vector<float>();
+    for (int64_t j = 0; j < cols; ++j) CHECK(got[static_cast<size_t>(j)] == ascending(j));
+    if (dev.is_cpu()) continue;
+    // On a device, by the unit-sum kernel: the one whose order is written
+    // for every device (a GPU runs the same per-column loop).
+    bool unit_sums = false, reduce_sum = false;
+    for (const LaunchRecord& l : rec.launches) {
+      unit_sums |= std::string(l.kernel) == "unit_sums";
+      reduce_sum |= std::string(l.kernel) == "reduce_sum";
+    }
+    CHECK(unit_sums);
+    CHECK_FALSE(reduce_sum);
+  }
 }
