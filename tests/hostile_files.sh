@@ -94,4 +94,18 @@ echo "the secret" > secret.txt
 ln -sf "$work/secret.txt" run/clips/clip_0_original.wav
 refused "is a symbolic link" "$v" report run
 [ ! -e run/report.html ] || fail "a report was written"
+
+# A run's own lock file and clips directory: a link planted at either is
+# refused or not written through, and its target is left as it was.
+mkdir -p linked/run elsewhere
+echo precious > elsewhere/clip_0_original.wav
+ln -s "$work/elsewhere" linked/run/clips
+"$v" train --steps 4 --world 1 --dir linked/run 2> linked/err > /dev/null || fail "train with a linked clips/ failed"
+grep -q "clips: is a symbolic link" linked/err || fail "train said nothing of its linked clips/: $(cat linked/err)"
+[ "$(cat elsewhere/clip_0_original.wav)" = precious ] && [ "$(ls elsewhere)" = clip_0_original.wav ] \
+  || fail "train wrote through a linked clips/"
+mkdir locked
+ln -s "$work/victim" locked/.lock
+refused ".lock is a symbolic link" "$v" train --steps 4 --world 1 --dir locked
+[ "$(cat victim)" = precious ] || fail "a linked .lock had its target overwritten"
 echo "hostile_files: ok"

@@ -1,5 +1,7 @@
 #include "train/metrics_log.h"
 
+#include "train/console.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -81,7 +83,7 @@ MetricsLog::MetricsLog(std::string path, int64_t resume_step) : path_(std::move(
 
 MetricsLog::~MetricsLog() {
   if (lost_ > 0)
-    fmt::print(stderr, "vqddp: warning: {} line{} of {} could not be written and are missing from it\n", lost_,
+    console_line(stderr, "vqddp: warning: {} line{} of {} could not be written and are missing from it\n", lost_,
                lost_ == 1 ? "" : "s", path_);
   if (fd_ >= 0) ::close(fd_);
 }
@@ -109,7 +111,7 @@ void MetricsLog::write(const nlohmann::json& line) {
   // own, after the fragment, which the resume filter drops.
   if (done > 0 && (before < 0 || ::ftruncate(fd_, before) != 0)) fragment_ = true;
   if (lost_++ == 0)
-    fmt::print(stderr, "vqddp: warning: {}: cannot write the metrics line of step {} ({}); training goes on, lost lines "
+    console_line(stderr, "vqddp: warning: {}: cannot write the metrics line of step {} ({}); training goes on, lost lines "
                "are counted\n", path_, line.value("step", int64_t{-1}), std::strerror(err));
 }
 

@@ -33,6 +33,7 @@
 #include "train/gan.h"
 #include "train/ddp.h"
 #include "train/metrics_log.h"
+#include "train/console.h"
 #include "train/run_dir.h"
 #include "train/run_identity.h"
 #include "train/batch_prefetch.h"
@@ -91,15 +92,6 @@ std::vector<LayerUsage> usage_of(const float* hist, const std::vector<int64_t>& 
     hist += k;
   }
   return out;
-}
-
-// A line of the run's progress on stdout, flushed: written to a file or a
-// pipe (`vqddp train > log`, `| tee`) stdout is block-buffered, and the
-// lines would appear minutes late, or not at all before a kill.
-template <typename... Args>
-void progress(fmt::format_string<Args...> format, Args&&... args) {
-  fmt::print(format, std::forward<Args>(args)...);
-  std::fflush(stdout);
 }
 
 // What a progress line shows, from the last step of a logging interval.
@@ -397,9 +389,9 @@ class RankRun {
     std::optional<StepGraph> graph;
     if (const std::string why = step_graph_refusal(); why.empty())
       graph.emplace(device_);
-    for (; step_ < last_ && !stopped_by_; ++step_) {
     else if (lead_ && opt_.print)  // the CPU too: --step-graphs on there would otherwise say nothing
       progress("train: step graphs off: {}\n", why);
+    for (; step_ < last_ && !stopped_by_ && !disk_low_at_; ++step_) {
       std::optional<LaunchRecording> recording;
       if (capture_check_) recording.emplace();
       // After the warm-up (k-means, the optimizer's first step, the capture
@@ -433,9 +425,16 @@ class RankRun {
       if (opt_.after_step) opt_.after_step(done, comm_.rank(), model_, *optim_, discriminator());
       agree_on_stop(done);
       const bool logs = schedule_.log_after(done) || done == last_ || stopped_by_;
-      const bool validates = opt_.validate && schedule_.validate_after(done) && !stopped_by_;
-      const bool saves = opt_.checkpoints && (schedule_.checkpoint_after(done) || done == last_ || stopped_by_);
+      bool validates = opt_.validate && schedule_.validate_after(done) && !stopped_by_;
+      bool saves = opt_.checkpoints && (schedule_.checkpoint_after(done) || done == last_ || stopped_by_);
       if (logs || validates || saves) {
+        // A disk nearly full: this step is saved into the reserve's room and
+        // the run stops (after the loop), every rank alike.
+        if (agree_disk_low()) {
+          disk_low_at_ = done;
+          saves = opt_.checkpoints;
+          validates = false;  // its clips would take the room the checkpoint needs
+        }
         // A read that failed since the last check (train_step): every rank
         // stops here with the error, naming the file and the step.
         agree_outcome(comm_, read_failure_.empty() ? "" : read_failure_ + fmt::format("; nothing after step {} is "
@@ -451,6 +450,7 @@ class RankRun {
     // checkpoint of the stop is on disk: a launcher that saw one process
     // end would signal the others, and a second signal stops at once.
     if (stopped_by_) comm_.barrier();
+    if (disk_low_at_) stop_for_disk();
     if (lead_ && opt_.profile)
       progress("profile of {} training steps, rank 0 of {} ({}):\n{}", step_ - first_, comm_.world_size(),
                device_.str(), op_profile_table(op_profile_take(), step_ - first_));
@@ -561,7 +561,8 @@ class RankRun {
       run_dir_.emplace(dir_.string(), bytes,
                        !opt_.resume.empty() ? RunStart::resume
                        : opt_.overwrite     ? RunStart::overwrite
-                                            : RunStart::fresh);
+                                            : RunStart::fresh,
+                       opt_.checkpoints);
       // The first checkpoint save would sweep these too (engine/core/output_file.h);
       // at the start, a killed save's half checkpoint frees its disk before the run.
       if (opt_.checkpoints) remove_stale_temporaries((dir_ / "checkpoint.safetensors").string());
@@ -671,6 +672,30 @@ class RankRun {
   // of the received signal. Not after the last step (every rank knows
   // last_, so all skip it): a stop asked then changes nothing, the run is
   // complete.
+  // Whether rank 0's run directory is on a nearly full disk (RunDir::disk_low),
+  // agreed by every rank (one all_reduce).
+  // With the free bytes rank 0 saw, for the message every rank gives.
+  bool agree_disk_low() {
+    const bool low = lead_ && run_dir_ && run_dir_->disk_low();
+    Tensor seen = from_vector(std::vector<int64_t>{low ? 1 : 0, low ? run_dir_->free_bytes() : -1}, {2});
+    comm_.all_reduce(seen, ReduceOp::max);
+    disk_free_ = seen.data<int64_t>()[1];
+    return seen.data<int64_t>()[0] != 0;
+  }
+
+  // The stop for a full disk, on every rank alike, once the step's
+  // checkpoint is saved: an error, so a batch script sees the run did not
+  // end, naming the way on.
+  [[noreturn]] void stop_for_disk() const {
+    const int64_t free = disk_free_;
+    const std::string checkpoint = (dir_ / "checkpoint.safetensors").string();
+    throw AgreedError(fmt::format("run directory {}: its disk is nearly full{} at step {}: stopped early, the "
+                                  "checkpoint of step {} is saved ({}); make room, then continue with --resume {}",
+                                  dir_.string(), free >= 0 ? fmt::format(" ({} free)", mib(free)) : "", disk_low_at_,
+                                  disk_low_at_, checkpoint, checkpoint),
+                      source_position(__FILE__, __LINE__));
+  }
+
   void agree_on_stop(int64_t done) {
     if (!opt_.stop_requested || done >= last_) return;
     stop_flag_.data<int64_t>()[0] = opt_.stop_requested();
@@ -747,7 +772,7 @@ class RankRun {
     try {
       write();
     } catch (const std::exception& e) {
-      fmt::print(stderr, "vqddp: warning: {} in {} could not be written ({}); training goes on\n", what, dir_.string(),
+      console_line(stderr, "vqddp: warning: {} in {} could not be written ({}); training goes on\n", what, dir_.string(),
                  e.what());
       model_.train();  // write_clips works in eval mode: back to training if it threw there
     }
@@ -774,13 +799,13 @@ class RankRun {
     const int64_t rows = data_.validation.rows(), f = data_.example_dim;
     const int64_t frames = std::min<int64_t>(rows / kClips, (2 * data_.sample_rate + f - 1) / f);
     if (frames == 0) return;
-    std::filesystem::create_directories(dir_ / "clips");
+    const std::filesystem::path clips = run_subdir(dir_.string(), "clips");
     model_.eval();
     for (int64_t k = 0; k < kClips; ++k) {
       Tensor x = data_.validation.read_range(k * (rows / kClips), k * (rows / kClips) + frames,
                                              data_.skip_bad_rows);  // (frames, F)
       Tensor y = model_.decode(model_.encode(x.to(device_))).to(Device::cpu());
-      const std::string stem = (dir_ / "clips" / fmt::format("clip_{}_", k)).string();
+      const std::string stem = (clips / fmt::format("clip_{}_", k)).string();
       write_audio(stem + "original.wav", x.to_vector<float>(), static_cast<int>(data_.sample_rate), AudioEncoding::wav16);
       write_audio(stem + "decoded.wav", y.to_vector<float>(), static_cast<int>(data_.sample_rate), AudioEncoding::wav16);
     }
@@ -791,8 +816,12 @@ class RankRun {
   // all of them here, not the others at their next collective's timeout).
   void save(int64_t done) {
     agree_on(comm_, lead_, [&] {
+      // The reserve's room is the new checkpoint's until its rename (the
+      // last checkpoint stays whole beside it); then it is taken again.
+      if (run_dir_) run_dir_->release_reserve();
       save_checkpoint((dir_ / "checkpoint.safetensors").string(), model_, *optim_, done, schedule_.total_steps,
                       cfg_.source, data_facts(data_.example_dim, data_.sample_rate), discriminator());
+      if (run_dir_ && done < last_) run_dir_->hold_reserve();  // if not, the next check stops the run
     });
   }
 
@@ -840,6 +869,8 @@ class RankRun {
   Validation val_;
   Tensor stop_flag_ = zeros({1}, DType::i64);  // the received signal, reused every step
   int stopped_by_ = 0;
+  int64_t disk_low_at_ = 0;
+  int64_t disk_free_ = -1;  // the bytes rank 0 saw free then (-1: unknown)  // the step the run stopped at for a nearly full disk (0: none)
 };
 
 }  // namespace

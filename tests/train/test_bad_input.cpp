@@ -434,3 +434,31 @@ TEST_CASE("a second SIGTERM stops the process at once; the same one delivered tw
   CHECK(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGTERM);
 }
+
+TEST_CASE("a run directory's .lock that is a link, a directory, a FIFO or a hard link is refused by name, and "
+          "nothing outside the run is written") {
+  TempDir dir;
+  std::filesystem::create_directories(dir.file("run"));
+  std::ofstream(dir.file("victim")) << "precious";
+  const std::string lock = dir.file("run/.lock");
+  auto refused = [&](const char* what) {
+    CHECK_THROWS_WITH_AS(RunDir(dir.file("run"), 1, RunStart::fresh),
+                         doctest::Contains(fmt::format("run directory {}: {} is {}", dir.file("run"), lock, what).c_str()),
+                         Error);
+    std::filesystem::remove(lock);
+  };
+  std::filesystem::create_symlink(dir.file("victim"), lock);
+  refused("a symbolic link");
+  CHECK(read_file(dir.file("victim")) == "precious");  // not cut down to the pid
+  std::filesystem::create_symlink(dir.file("made"), lock);  // dangling: nothing created outside the run
+  refused("a symbolic link");
+  CHECK_FALSE(std::filesystem::exists(dir.file("made")));
+  std::filesystem::create_directory(lock);
+  refused("a directory");
+  REQUIRE(::mkfifo(lock.c_str(), 0644) == 0);
+  refused("a FIFO");  // and the open did not block
+  std::filesystem::create_hard_link(dir.file("victim"), lock);
+  refused("a file with 2 hard links");
+  CHECK(read_file(dir.file("victim")) == "precious");
+  { RunDir ok(dir.file("run"), 1, RunStart::fresh); }
+}

@@ -1,0 +1,54 @@
+#!/bin/sh
+# A disk that fills while a run trains (train/run_dir.h's reserve): the run
+# stops at its next log step with the step saved, names the way on, and
+# resumes to the uninterrupted run's end once there is room. The disk is a
+# small tmpfs in a mount namespace of this test's own.
+#   disk_full.sh VQDDP SOURCE_DIR
+set -eu
+if [ "${DISK_FULL_INSIDE:-}" != 1 ]; then
+  if [ "$(id -u)" != 0 ] || ! unshare -m true 2> /dev/null; then
+    echo "disk_full: needs root and mount namespaces: skipped"
+    exit 77
+  fi
+  exec env DISK_FULL_INSIDE=1 unshare -m --propagation private sh "$0" "$@"
+fi
+v=$1
+src=$2
+work=$(mktemp -d)
+trap 'umount "$work" 2> /dev/null; rm -rf "$work"' EXIT
+mount -t tmpfs -o size=48m tmpfs "$work" || { echo "disk_full: cannot mount a tmpfs: skipped"; exit 77; }
+cd "$work"
+fail() {
+  echo "disk_full: FAIL: $*" >&2
+  exit 1
+}
+# The main job, one rank, 300 steps, a log line (and so a disk check) every step.
+sed -e 's/"log_every": 100/"log_every": 1/' -e 's/"world_size": 4/"world_size": 1/' \
+  "$src/examples/speech_codec.json" > codec.json
+grep -q '"log_every": 1}' codec.json || fail "the config edit did not happen"
+"$v" train codec.json --steps 300 --dir run > out 2> err &
+pid=$!
+tries=0
+until [ "$(cat run/metrics.jsonl 2> /dev/null | grep -c '"steps_per_s"' || true)" -ge 20 ]; do
+  tries=$((tries + 1))
+  [ $tries -lt 3000 ] || fail "no 20 steps logged: $(cat err)"
+  kill -0 $pid 2> /dev/null || fail "the run ended before step 20: $(cat err)"
+  sleep 0.01
+done
+# Fill the disk to the last block.
+dd if=/dev/zero of=fill bs=1M 2> /dev/null || true
+dd if=/dev/zero of=fill2 bs=4k 2> /dev/null || true
+status=0
+wait $pid || status=$?
+[ $status -eq 1 ] || fail "the run on a full disk exited $status: $(cat err)"
+grep -q "its disk is nearly full" err || fail "the run did not say why it stopped: $(cat err)"
+grep -q "make room, then continue with --resume run/checkpoint.safetensors" err || fail "no way on: $(cat err)"
+step=$(sed -n 's/.* the checkpoint of step \([0-9]*\) is saved.*/\1/p' err)
+[ -n "$step" ] && [ "$step" -ge 20 ] && [ "$step" -lt 300 ] || fail "stopped at step '$step': $(cat err)"
+"$v" inspect run/checkpoint.safetensors | grep -q "step $step," || fail "the checkpoint is not step $step's"
+[ ! -e run/.reserve ] || fail "the reserve outlived the run"
+# Room again: the run continues to its end.
+rm fill fill2
+"$v" train codec.json --steps 300 --dir run --resume run/checkpoint.safetensors > out 2> err || fail "resume: $(cat err)"
+"$v" inspect run/checkpoint.safetensors | grep -q "step 300," || fail "the resumed run did not end at step 300"
+echo "disk_full: ok (stopped at step $step)"
