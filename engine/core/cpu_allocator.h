@@ -3,10 +3,12 @@
 // A training step allocates and frees the same large activations every
 // step. Straight from malloc, each 16 MiB tensor is a fresh mmap whose pages
 // fault in on first touch, which made elementwise ops over [16384, 256]
-// tensors 2-3x slower than memory bandwidth allows. Freed blocks of 64 KiB
-// or more are kept (by exact rounded size) and handed out again; the cache
-// holds at most VQDDP_CPU_CACHE_MB (default 2048) MiB and is shared by all
-// threads. Small blocks go to the system allocator.
+// tensors 2-3x slower than memory bandwidth allows. Blocks of 64 KiB or
+// more are mapped from the kernel; freed ones are kept (by exact rounded
+// size) and handed out again. The cache is shared by all threads and holds
+// at most VQDDP_CPU_CACHE_MB (default 2048) MiB, and never so much that it
+// and the blocks in use exceed the most blocks ever in use at once
+// (cpu_allocator.cpp says why). Small blocks go to the system allocator.
 // Internal header: not installed with the library (the CPU kernels' allocator).
 #pragma once
 
@@ -20,5 +22,8 @@ void cpu_free(void* p, size_t bytes);
 
 // Bytes currently held in the cache (for tests and logs).
 size_t cpu_cache_bytes();
+// The most bytes of blocks of 64 KiB or more ever handed out and not yet
+// freed at once: what the cache and those blocks together never exceed.
+size_t cpu_peak_live_bytes();
 
 }  // namespace vqddp

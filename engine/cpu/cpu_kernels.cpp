@@ -493,8 +493,22 @@ void add_channel_bias(float* y, const float* bias, int64_t n, int64_t channels, 
   });
 }
 
-// Columns the kernel writes in full before it reads them: not zeroed.
-std::unique_ptr<float[]> scratch(int64_t n) { return std::unique_ptr<float[]>(new float[static_cast<size_t>(n)]); }
+// Columns the kernel writes in full before it reads them: not zeroed. From
+// cpu_alloc like a tensor, so the column buffers (tens of MiB for a
+// validation chunk's upsampling convolutions) count in the block cache's
+// bound (engine/core/cpu_allocator.cpp). From new[], glibc served them from
+// its per-thread heaps once its mmap threshold had risen, and those heaps
+// kept up to 2x that threshold free each: more the more chunks 4 rank
+// threads validated.
+struct ScratchFree {
+  size_t bytes;
+  void operator()(float* p) const { cpu_free(p, bytes); }
+};
+using Scratch = std::unique_ptr<float[], ScratchFree>;
+Scratch scratch(int64_t n) {
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  return Scratch(static_cast<float*>(cpu_alloc(bytes)), ScratchFree{bytes});
+}
 
 }  // namespace
 
@@ -513,7 +527,7 @@ void CpuKernels::conv_fixed(const float* x, const float* w, const float* bias, i
   if (direct_conv_pays(p)) {
     fixed_conv(p, x, cout, w, y);
   } else {
-    std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
+    Scratch cols = scratch(p.rows() * ck);
     im2col(x, cols.get(), p);
     gemm_fixed(false, true, cout, pos, ck, w, ck, cols.get(), ck, y, pos, {p.n, 0, pos * ck, cout * pos});
   }
@@ -526,7 +540,7 @@ void CpuKernels::conv_fixed_data(const float* g, const float* w, const float* bi
   if (direct_conv_pays(p)) {
     fixed_conv_data(p, cout, g, w, dx);
   } else {
-    std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
+    Scratch cols = scratch(p.rows() * ck);
     gemm_fixed(true, false, pos, ck, cout, g, pos, w, ck, cols.get(), ck, {p.n, cout * pos, 0, pos * ck});
     col2im(cols.get(), dx, p);
   }
@@ -539,7 +553,7 @@ void CpuKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout,
   if (direct_conv_applies(p)) {
     fixed_conv_weight(p, x, cout, g, partials);
   } else {
-    std::unique_ptr<float[]> cols = scratch(p.rows() * ck);
+    Scratch cols = scratch(p.rows() * ck);
     im2col(x, cols.get(), p);
     gemm_fixed(false, false, cout, ck, pos, g, pos, cols.get(), ck, partials, ck,
                {p.n, cout * pos, pos * ck, cout * ck});
