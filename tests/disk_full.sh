@@ -15,7 +15,7 @@ fi
 v=$1
 src=$2
 work=$(mktemp -d)
-trap 'umount "$work" 2> /dev/null; rm -rf "$work"' EXIT
+trap 'status=$?; cd /; umount "$work" 2> /dev/null || true; rm -rf "$work"; exit $status' EXIT
 mount -t tmpfs -o size=48m tmpfs "$work" || { echo "disk_full: cannot mount a tmpfs: skipped"; exit 77; }
 cd "$work"
 fail() {

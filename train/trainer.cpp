@@ -216,7 +216,7 @@ struct Validation {
 Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, Device device, int64_t done) {
   NoGradGuard no_grad;
   model.eval();
-  constexpr int64_t kChunkValues = int64_t{1} << 18;
+  constexpr int64_t kChunkValues = int64_t{1} << 16;
   const int64_t kChunk = std::max<int64_t>(1, kChunkValues / data.example_dim);
   const int64_t rows = data.validation.rows(), chunks = (rows + kChunk - 1) / kChunk;
   std::vector<int64_t> rank_chunks = even_shards(chunks, comm.world_size());
@@ -389,8 +389,8 @@ class RankRun {
     std::optional<StepGraph> graph;
     if (const std::string why = step_graph_refusal(); why.empty())
       graph.emplace(device_);
-    else if (lead_ && opt_.print)  // the CPU too: --step-graphs on there would otherwise say nothing
-      progress("train: step graphs off: {}\n", why);
+    else if (lead_ && opt_.print && (!device_.is_cpu() || step_graphs_asked()))
+      progress("train: step graphs off: {}\n", why);  // on the CPU only when asked for: they are never on there
     for (; step_ < last_ && !stopped_by_ && !disk_low_at_; ++step_) {
       std::optional<LaunchRecording> recording;
       if (capture_check_) recording.emplace();
@@ -490,6 +490,12 @@ class RankRun {
 
   // Why this run's steps cannot be one replayed step graph, "" where they
   // can (engine/step_graph.h).
+  // run.step_graphs (or --step-graphs) set in this run's config, not left to its default.
+  bool step_graphs_asked() const {
+    const nlohmann::json& run = cfg_.source.contains("run") ? cfg_.source["run"] : nlohmann::json();
+    return run.is_object() && run.contains("step_graphs") && run["step_graphs"] == true;
+  }
+
   std::string step_graph_refusal() const {
     if (device_.kind != Device::Kind::sim && device_.kind != Device::Kind::cuda) return "the CPU issues no launches";
     if (!cfg_.run.step_graphs) return "run.step_graphs is false";

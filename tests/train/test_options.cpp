@@ -342,7 +342,8 @@ TEST_CASE("train's progress lines reach a pipe as they are printed, and a CPU ru
   cfg.distributed.world_size = 1;
   cfg.schedule.log_every = 1;
   cfg.schedule.steps = 5;
-  cfg.run.step_graphs = true;  // --step-graphs on
+  cfg.run.step_graphs = true;  // --step-graphs on: written into the config's source like every override
+  cfg.source["run"]["step_graphs"] = true;
   std::string before_step_4, all;
   {
     StdoutPipe out;  // doctest reports on stdout too: the checks come after it
@@ -357,6 +358,16 @@ TEST_CASE("train's progress lines reach a pipe as they are printed, and a CPU ru
   // still sit in the buffer.
   CHECK(before_step_4.find("step      3/5") != std::string::npos);
   CHECK(all.find("train: step graphs off: the CPU issues no launches") != std::string::npos);
+  // Left to its default, a CPU run does not mention graphs it never has.
+  cfg.source["run"].erase("step_graphs");
+  cfg.run.dir = dir.file("run2");
+  {
+    StdoutPipe out;
+    train(cfg, synthetic_data(), TrainOptions{});
+    all = out.available();
+  }
+  CHECK(all.find("step      5/5") != std::string::npos);
+  CHECK(all.find("step graphs") == std::string::npos);
 }
 
 TEST_CASE("a resume refuses a metrics.jsonl that is a symbolic link, naming it, and copies nothing through it") {
