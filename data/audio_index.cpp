@@ -85,48 +85,6 @@ std::string list_text(const std::string& path) {
   return text;
 }
 
-// Records nlohmann's syntax error without building anything (the
-// nesting limit of parse_json_strict does not apply here).
-struct SyntaxErrorSax : nlohmann::json::json_sax_t {
-  size_t column = 0;
-  std::string reason;
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(size_t) override { return true; }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { return true; }
-  bool start_array(size_t) override { return true; }
-  bool end_array() override { return true; }
-  bool parse_error(size_t position, const std::string&, const nlohmann::detail::exception& e) override {
-    // "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error while parsing value -
-    // REASON": the reason alone, as train/config.cpp tells a config's.
-    const std::string what = e.what();
-    const size_t dash = what.find(" - ");
-    column = position;
-    reason = dash == std::string::npos ? "the text is not JSON" : what.substr(dash + 3);
-    return false;
-  }
-};
-
-// A manifest line as JSON: parse_json_strict's checks (a key twice,
-// nesting), and a syntax error said in our words with its column rather
-// than as nlohmann's exception text.
-nlohmann::json manifest_json(const std::string& line, const std::string& where) {
-  try {
-    return parse_json_strict(line, where);
-  } catch (const Error&) {
-    SyntaxErrorSax sax;
-    if (!nlohmann::json::sax_parse(line, &sax, nlohmann::json::input_format_t::json, true, true))
-      VQDDP_THROW("{}: not valid JSON at column {}: {}", where, sax.column, shown(sax.reason));
-    throw;  // a key twice, or nesting too deep: already in our words
-  }
-}
-
 // A manifest's number, bounded before it is used: finite and within
 // `range` (from data/audio_windows.h's limits), so no seconds x rate or
 // weight x windows can overflow.
@@ -150,7 +108,7 @@ double manifest_number(const nlohmann::json& value, const std::string& key, cons
 
 // One manifest line's entry (its path as written).
 AudioEntry manifest_entry(const std::string& line, const std::string& where) {
-  const nlohmann::json j = manifest_json(line, where);
+  const nlohmann::json j = parse_json_strict(line, where);
   VQDDP_CHECK(j.is_object(), "{}: a manifest line must be a JSON object", where);
   AudioEntry e;
   for (const auto& [key, value] : j.items()) {

@@ -261,65 +261,8 @@ Config parse_config(nlohmann::json j, const std::string& file, const std::vector
   return c;
 }
 
-namespace {
-
-// Records where a JSON text stops being JSON; accepts everything else.
-struct SyntaxErrorFinder : nlohmann::json_sax<nlohmann::json> {
-  std::optional<std::pair<size_t, std::string>> error;  // byte offset, nlohmann's message
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(size_t) override { return true; }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { return true; }
-  bool start_array(size_t) override { return true; }
-  bool end_array() override { return true; }
-  bool parse_error(size_t byte, const std::string&, const nlohmann::detail::exception& e) override {
-    error.emplace(byte, e.what());
-    return false;
-  }
-};
-
-// "line 3, column 7: unexpected '}'; expected ','" for a syntax error, or
-// nothing: nlohmann's own text ("[json.exception.parse_error.101] parse
-// error at line 3, column 7: syntax error while parsing object separator -
-// ...") names neither the file nor the problem in a user's words.
-std::optional<std::string> json_syntax_error(const std::string& text) {
-  SyntaxErrorFinder finder;
-  nlohmann::json::sax_parse(text, &finder, nlohmann::json::input_format_t::json, /*strict=*/true,
-                            /*ignore_comments=*/true);
-  if (!finder.error) return std::nullopt;
-  const auto& [byte, what] = *finder.error;
-  // The byte nlohmann counts is 1-based: the character it stopped at.
-  const size_t at = std::min(byte > 0 ? byte - 1 : 0, text.size());
-  const size_t line_start = text.rfind('\n', at == 0 ? 0 : at - 1);
-  const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<ptrdiff_t>(at), '\n'));
-  const size_t column = line_start == std::string::npos ? at + 1 : at - line_start;
-  const size_t dash = what.find(" - ");
-  return fmt::format("line {}, column {}: {}", line, column,
-                     dash == std::string::npos ? "the text is not JSON" : what.substr(dash + 3));
-}
-
-// The strict reading (engine/core/json_strict.h), with a syntax error
-// told as the file, line and column and what was found there.
-nlohmann::json parse_config_json(const std::string& text, const std::string& origin) {
-  try {
-    return parse_json_strict(text, origin);
-  } catch (const Error&) {
-    if (std::optional<std::string> where = json_syntax_error(text))
-      VQDDP_THROW("{}: not valid JSON at {}", origin, *where);
-    throw;  // a repeated key, too deep a nesting: already named by line
-  }
-}
-
-}  // namespace
-
 Config parse_config_text(const std::string& text, const std::string& origin) {
-  return parse_config(parse_config_json(text, origin), origin);
+  return parse_config(parse_json_strict(text, origin), origin);
 }
 
 nlohmann::json load_config_json(const std::string& path) {
@@ -329,7 +272,7 @@ nlohmann::json load_config_json(const std::string& path) {
   } catch (const Error& e) {
     VQDDP_THROW("{}: cannot open config file ({})", path, e.what());
   }
-  return parse_config_json(text, path);
+  return parse_json_strict(text, path);
 }
 
 Config load_config(const std::string& path) { return parse_config(load_config_json(path), path); }

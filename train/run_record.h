@@ -37,8 +37,10 @@ struct TrainLine {
   int64_t step = 0;
   std::optional<double> loss, recon, lr, steps_per_s;
   std::optional<double> quantizer;  // the quantizer's loss (lines before it was logged: loss - recon)
-  // A GAN run's (train/gan.h), past its warm-up: the discriminators' loss at
-  // their last update, the codec's adversarial and feature-matching losses.
+  // A GAN run's (train/gan.h), past its warm-up: the discriminators' loss of
+  // this step's update (only on steps that update them, so a resumed run
+  // logs what the uninterrupted one did), the codec's adversarial and
+  // feature-matching losses.
   std::optional<double> discriminator, adversarial, feature;
   std::optional<int64_t> revived;
   std::vector<LayerUse> layers;
