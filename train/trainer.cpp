@@ -206,8 +206,9 @@ struct Validation {
 
 // Eval mode, no grad: no module issues a collective; one all_reduce agrees
 // that every rank's chunks went well (comm/agree.h), one reduce_units sums
-// them. The validation set is cut into chunks of about kChunkValues input
-// floats (kChunkValues / F examples) fixed by position, each rank taking
+// them, one all_reduce the code counts. The validation set is cut into
+// chunks of about kChunkValues input floats (kChunkValues / F examples)
+// fixed by position, each rank taking
 // whole chunks: a rank's memory is bounded by a chunk's, whatever the
 // held-out set's size. A chunk's sums (and its log-mel
 // windows, over its frames laid end to end) depend on its examples alone,
@@ -216,6 +217,13 @@ struct Validation {
 Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, Device device, int64_t done) {
   NoGradGuard no_grad;
   model.eval();
+  // 2^16 values (41 frames of 1600 samples): W ranks validate their chunks
+  // each in its own phase, so the process holds up to W chunks' working
+  // sets at once, and the more chunks they run, the nearer their peaks
+  // meet. At 2^18 a chunk of the main job held some 35 MiB per rank and its
+  // peak RSS rose 1.20x from 20 to 200 held-out clips on 4 thread ranks
+  // (bench_validation_memory); at 2^16 a chunk holds about what a training
+  // step does, and the peak stays flat.
   constexpr int64_t kChunkValues = int64_t{1} << 16;
   const int64_t kChunk = std::max<int64_t>(1, kChunkValues / data.example_dim);
   const int64_t rows = data.validation.rows(), chunks = (rows + kChunk - 1) / kChunk;
@@ -237,10 +245,14 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
     for (auto [n_fft, hop] : kStftLossResolutions) stfts.emplace_back(n_fft, hop);
   // Per chunk: sum x^2, sum err^2, elements, log-mel sum and count, rows
   // skipped (data.bad_files "skip"), each STFT resolution's distance sum and
-  // count, then the code histogram of every layer.
+  // count. The code histogram of every layer is counted per rank and summed
+  // by one all_reduce of integers (exact in any order): as a chunk's columns
+  // it made each chunk's row 4 KiB for the main job, kept until the end, so
+  // a rank's memory grew with the held-out set.
   constexpr int64_t kFixed = 6 + 2 * static_cast<int64_t>(kStftLossResolutions.size());
-  const int64_t width = kFixed + codes;
-  std::vector<float> packed;
+  const int64_t width = kFixed;
+  std::vector<float> packed, chunk_histogram;
+  std::vector<int64_t> histogram(static_cast<size_t>(codes), 0);
   Validation v;
   // A chunk that fails on one rank (a non-finite reconstruction, say)
   // fails every rank here, not in reduce_units at their timeout.
@@ -273,13 +285,17 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
           d = stft_distance(stfts[r], reshape(x, {1, x.numel()}), reshape(y, {1, y.numel()}));
         row.insert(row.end(), {static_cast<float>(d.sum), static_cast<float>(d.count)});
       }
-      append_histograms(out.indices, sizes, row);
+      chunk_histogram.clear();
+      append_histograms(out.indices, sizes, chunk_histogram);
+      for (int64_t i = 0; i < codes; ++i) histogram[i] += static_cast<int64_t>(chunk_histogram[i]);
       packed.insert(packed.end(), row.begin(), row.end());
     }
   });
   Tensor mine = from_vector(packed, {rank_chunks[comm.rank()], width});
   Tensor t = empty({width});
   comm.reduce_units(mine, rank_chunks, t);
+  Tensor counts = from_vector(histogram, {codes});
+  if (codes > 0) comm.all_reduce(counts, ReduceOp::sum);
   const float* p = t.data<float>();
   v.mse = p[2] > 0 ? p[1] / p[2] : 0;
   v.snr_db = p[1] > 0 ? 10 * std::log10(double(p[0]) / p[1]) : 0;
@@ -291,8 +307,9 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
       v.stft_distance += p[7 + 2 * r] > 0 ? p[6 + 2 * r] / p[7 + 2 * r] / static_cast<double>(res) : 0;
   }
   v.skipped = static_cast<int64_t>(p[5]);
-  v.usage = usage_of(p + kFixed, sizes);
-  v.histogram.assign(p + kFixed, p + width);
+  const int64_t* total = counts.data<int64_t>();
+  v.histogram.assign(total, total + codes);
+  v.usage = usage_of(v.histogram.data(), sizes);
   model.train();
   return v;
 }
