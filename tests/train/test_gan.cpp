@@ -204,15 +204,21 @@ TEST_CASE("check-ddp compares both models of a GAN run, and the per-step mode re
   CHECK_MESSAGE(per_step.passed, per_step.first_failure);
 }
 
+namespace {
+
+// What parse_config says of `j` as "gan.json" ("" when it accepts it).
+std::string error_of(const nlohmann::json& j) {
+  try {
+    parse_config(j, "gan.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
 TEST_CASE("the gan section: refused on other model types and with bad values, naming the key") {
-  auto error_of = [](nlohmann::json j) {
-    try {
-      parse_config(j, "gan.json");
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   nlohmann::json base = gan_config("unused", 4).source;
   nlohmann::json mlp = base;
   mlp["model"] = {{"type", "mlp"}};
@@ -303,14 +309,6 @@ TEST_CASE("a GAN run stopped and resumed logs the lines of the uninterrupted run
 
 TEST_CASE("the gan section's lists: a period or window given twice, and discriminator widths beyond the limit, "
           "are refused naming the key") {
-  auto error_of = [](nlohmann::json j) {
-    try {
-      parse_config(j, "gan.json");
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   nlohmann::json base = gan_config("unused", 4).source;
   nlohmann::json periods = base;
   periods["gan"]["periods"] = {2, 2, 2};
