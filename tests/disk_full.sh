@@ -42,13 +42,15 @@ status=0
 wait $pid || status=$?
 [ $status -eq 1 ] || fail "the run on a full disk exited $status: $(cat err)"
 grep -q "its disk is nearly full" err || fail "the run did not say why it stopped: $(cat err)"
-grep -q "make room, then continue with --resume run/checkpoint.safetensors" err || fail "no way on: $(cat err)"
+grep -q "make room, then continue with: $v train codec.json --steps 300 --dir run --resume run/checkpoint.safetensors" err ||
+  fail "no way on: $(cat err)"
 step=$(sed -n 's/.* the checkpoint of step \([0-9]*\) is saved.*/\1/p' err)
 [ -n "$step" ] && [ "$step" -ge 20 ] && [ "$step" -lt 300 ] || fail "stopped at step '$step': $(cat err)"
 "$v" inspect run/checkpoint.safetensors | grep -q "step $step," || fail "the checkpoint is not step $step's"
 [ ! -e run/.reserve ] || fail "the reserve outlived the run"
 # Room again: the run continues to its end.
 rm fill fill2
-"$v" train codec.json --steps 300 --dir run --resume run/checkpoint.safetensors > out 2> err || fail "resume: $(cat err)"
+# The command the message gave, as it gave it.
+eval "$(sed -n 's/.*make room, then continue with: //p' err)" > out 2> err || fail "resume: $(cat err)"
 "$v" inspect run/checkpoint.safetensors | grep -q "step 300," || fail "the resumed run did not end at step 300"
 echo "disk_full: ok (stopped at step $step)"

@@ -179,6 +179,7 @@ int run_train(int argc, char** argv) {
   opt.resume = args.get("resume", "");
   opt.overwrite = args.has("overwrite");
   opt.profile = args.has("profile");
+  opt.resume_hint = resume_command(argc, argv, cfg);
   VQDDP_CHECK(opt.resume.empty() || !opt.overwrite, "train: --overwrite starts a run afresh, --resume continues one: "
               "give one of them");
   StopSignalScope stop_on_signal;

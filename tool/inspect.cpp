@@ -8,6 +8,7 @@
 
 #include "engine/core/file_io.h"
 #include "engine/core/safetensors.h"
+#include "engine/core/shown.h"
 #include "train/checkpoint.h"
 #include "train/codes_file.h"
 #include "train/config.h"
@@ -59,7 +60,7 @@ std::string inspect_codes(const std::string& path) {
                                 c.metadata_checked ? "checksums verified (codes and metadata)"
                                                    : "codes checksummed, metadata not (format 1)");
   out += fmt::format("audio: {} samples at {} Hz ({:.2f} s), source {}\n", c.samples, c.sample_rate, c.seconds(),
-                     c.source.empty() ? "(not recorded)" : c.source);
+                     c.source.empty() ? "(not recorded)" : shown(c.source));  // the encoder's input's name, as the file says
   out += fmt::format("codes: {} frames of {} samples x {} tokens = {} rows x {} layers\n", c.frames(), c.frame,
                      c.tokens, c.rows(), c.layers);
   if (!c.codebook_sizes.empty()) {

@@ -162,6 +162,7 @@ void read_run(ConfigSection s, RunConfig& r) {
   if (r.dir.empty()) s.fail("dir", "must name a directory, got \"\"");
   r.seed = s.unsigned_integer("seed", r.seed);
   r.device = s.choice("device", r.device, run_device_names());
+  r.step_graphs_given = s.has("step_graphs");
   r.step_graphs = s.boolean("step_graphs", r.step_graphs);
   s.finish();
 }

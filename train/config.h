@@ -151,6 +151,7 @@ struct RunConfig {
   // graph (engine/step_graph.h), where the step allows it (trainer.cpp
   // says where not, at the start). false: every launch is issued on its own.
   bool step_graphs = true;
+  bool step_graphs_given = false;  // set in the file or by --step-graphs, not left to its default
   bool operator==(const RunConfig&) const = default;
 };
 

@@ -44,10 +44,13 @@ int open_log(const std::string& path) {
   VQDDP_CHECK(fd >= 0, "{}: cannot open the metrics file for writing: {}", path,
               errno == ELOOP ? "it is a symbolic link (vqddp reads and writes its run files itself, never through a link)"
                              : std::strerror(errno));
+  // One link only: a hard link planted there would have the run's lines
+  // appended to a file outside the run.
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
     ::close(fd);
-    VQDDP_THROW("{}: the metrics file is not a regular file", path);
+    VQDDP_THROW("{}: the metrics file is not a regular file of the run's own{}", path,
+                S_ISREG(st.st_mode) && st.st_nlink > 1 ? fmt::format(" (it has {} hard links)", st.st_nlink) : "");
   }
   return fd;
 }

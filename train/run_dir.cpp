@@ -44,6 +44,8 @@ RunDir::RunDir(const std::string& dir, int64_t checkpoint_bytes, RunStart start,
   std::error_code ec;
   VQDDP_CHECK(!fs::exists(dir, ec) || fs::is_directory(dir, ec), "run directory {}: exists and is not a directory",
               dir);
+  VQDDP_CHECK(fs::exists(dir, ec) || !fs::is_symlink(fs::symlink_status(dir, ec)), "run directory {}: is a symbolic "
+              "link to {}, which does not exist", dir, fs::read_symlink(dir, ec).string());
   fs::create_directories(dir, ec);
   VQDDP_CHECK(!ec, "run directory {}: cannot create it: {}", dir, ec.message());
   // The lock file doubles as the write probe (rather than access(W_OK): it
@@ -65,7 +67,7 @@ RunDir::RunDir(const std::string& dir, int64_t checkpoint_bytes, RunStart start,
   if (fd.fd < 0) {
     const int error = errno;
     VQDDP_CHECK(::lstat(lock.c_str(), &st) != 0 || S_ISREG(st.st_mode), "run directory {}: {} is {}, not the run's "
-                "own lock file; a run never writes through a link (remove it)", dir, lock, what_file(st));
+                "own lock file (remove it)", dir, lock, what_file(st));
     VQDDP_THROW("run directory {}: cannot write in it: {} (its lock file {})", dir, std::strerror(error), lock);
   }
   VQDDP_CHECK(::fstat(fd.fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1, "run directory {}: {} is {}, not "
@@ -100,6 +102,13 @@ RunDir::RunDir(const std::string& dir, int64_t checkpoint_bytes, RunStart start,
   // this one may count as free.
   reserve_path_ = (fs::path(dir) / ".reserve").string();
   release_reserve();
+  struct stat left {};
+  if (::lstat(reserve_path_.c_str(), &left) == 0) {  // not removable by unlink: a directory
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    VQDDP_THROW("run directory {}: {} is {}, not the run's own reserve (remove it)", dir, reserve_path_,
+                what_file(left));
+  }
   const int64_t free = free_bytes();
   auto refuse_room = [&](int64_t have) {
     ::close(lock_fd_);

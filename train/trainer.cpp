@@ -406,7 +406,7 @@ class RankRun {
     std::optional<StepGraph> graph;
     if (const std::string why = step_graph_refusal(); why.empty())
       graph.emplace(device_);
-    else if (lead_ && opt_.print && (!device_.is_cpu() || step_graphs_asked()))
+    else if (lead_ && opt_.print && (!device_.is_cpu() || (cfg_.run.step_graphs_given && cfg_.run.step_graphs)))
       progress("train: step graphs off: {}\n", why);  // on the CPU only when asked for: they are never on there
     for (; step_ < last_ && !stopped_by_ && !disk_low_at_; ++step_) {
       std::optional<LaunchRecording> recording;
@@ -507,12 +507,6 @@ class RankRun {
 
   // Why this run's steps cannot be one replayed step graph, "" where they
   // can (engine/step_graph.h).
-  // run.step_graphs (or --step-graphs) set in this run's config, not left to its default.
-  bool step_graphs_asked() const {
-    const nlohmann::json& run = cfg_.source.contains("run") ? cfg_.source["run"] : nlohmann::json();
-    return run.is_object() && run.contains("step_graphs") && run["step_graphs"] == true;
-  }
-
   std::string step_graph_refusal() const {
     if (device_.kind != Device::Kind::sim && device_.kind != Device::Kind::cuda) return "the CPU issues no launches";
     if (!cfg_.run.step_graphs) return "run.step_graphs is false";
@@ -713,9 +707,10 @@ class RankRun {
     const int64_t free = disk_free_;
     const std::string checkpoint = (dir_ / "checkpoint.safetensors").string();
     throw AgreedError(fmt::format("run directory {}: its disk is nearly full{} at step {}: stopped early, the "
-                                  "checkpoint of step {} is saved ({}); make room, then continue with --resume {}",
+                                  "checkpoint of step {} is saved ({}); make room, then continue with: {}",
                                   dir_.string(), free >= 0 ? fmt::format(" ({} free)", mib(free)) : "", disk_low_at_,
-                                  disk_low_at_, checkpoint, checkpoint),
+                                  disk_low_at_, checkpoint,
+                                  opt_.resume_hint.empty() ? "--resume " + checkpoint : opt_.resume_hint),
                       source_position(__FILE__, __LINE__));
   }
 

@@ -60,6 +60,9 @@ struct TrainResult {
 
 struct TrainOptions {
   std::string resume;        // checkpoint to continue from ("" = start fresh)
+  // How the run's errors tell a user to continue it (a stop for a full
+  // disk): the whole command (the executable's), or "" for "--resume PATH".
+  std::string resume_hint;
   // A fresh run into a directory holding a run: false refuses it, true
   // removes the old run's checkpoint and metrics first (train/run_dir.h).
   bool overwrite = false;

@@ -88,6 +88,9 @@ std::string ConfigSection::string(const std::string& key, const std::string& fal
   const nlohmann::json* v = get(key);
   if (!v) return fallback;
   if (!v->is_string()) fail(key, "must be a string, got " + type_of(*v));
+  // A "\u0000" would cut every C string made of it (a path, a message)
+  // where it stands: refused, not silently shortened.
+  if (v->get_ref<const std::string&>().find('\0') != std::string::npos) fail(key, "holds a NUL character (\\u0000)");
   return v->get<std::string>();
 }
 

@@ -461,4 +461,20 @@ TEST_CASE("a run directory's .lock that is a link, a directory, a FIFO or a hard
   refused("a file with 2 hard links");
   CHECK(read_file(dir.file("victim")) == "precious");
   { RunDir ok(dir.file("run"), 1, RunStart::fresh); }
+  // The reserve's name holding a directory is named, not taken for a full disk.
+  std::filesystem::create_directories(dir.file("run/.reserve/sub"));
+  CHECK_THROWS_WITH_AS(RunDir(dir.file("run"), 1, RunStart::fresh, true),
+                       doctest::Contains(fmt::format("{}/.reserve is a directory, not the run's own reserve",
+                                                     dir.file("run")).c_str()), Error);
+  std::filesystem::remove_all(dir.file("run/.reserve"));
+  {
+    RunDir ok(dir.file("run"), 4096, RunStart::fresh, true);  // the reserve is held while the run lives
+    CHECK(std::filesystem::file_size(dir.file("run/.reserve")) == 4096);
+  }
+  CHECK_FALSE(std::filesystem::exists(dir.file("run/.reserve")));
+  // A run directory that is a link to nothing says so.
+  std::filesystem::create_directory_symlink(dir.file("nowhere"), dir.file("dangling"));
+  CHECK_THROWS_WITH_AS(RunDir(dir.file("dangling"), 1, RunStart::fresh),
+                       doctest::Contains(fmt::format("is a symbolic link to {}, which does not exist",
+                                                     dir.file("nowhere")).c_str()), Error);
 }

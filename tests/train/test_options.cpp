@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/core/file_io.h"
 #include "engine/core/error.h"
 #include "engine/core/json_strict.h"
 #include "engine/core/safetensors.h"
@@ -342,8 +343,8 @@ TEST_CASE("train's progress lines reach a pipe as they are printed, and a CPU ru
   cfg.distributed.world_size = 1;
   cfg.schedule.log_every = 1;
   cfg.schedule.steps = 5;
-  cfg.run.step_graphs = true;  // --step-graphs on: written into the config's source like every override
-  cfg.source["run"]["step_graphs"] = true;
+  cfg.run.step_graphs = true;  // --step-graphs on (the reader's fields for it: below)
+  cfg.run.step_graphs_given = true;
   std::string before_step_4, all;
   {
     StdoutPipe out;  // doctest reports on stdout too: the checks come after it
@@ -359,7 +360,7 @@ TEST_CASE("train's progress lines reach a pipe as they are printed, and a CPU ru
   CHECK(before_step_4.find("step      3/5") != std::string::npos);
   CHECK(all.find("train: step graphs off: the CPU issues no launches") != std::string::npos);
   // Left to its default, a CPU run does not mention graphs it never has.
-  cfg.source["run"].erase("step_graphs");
+  cfg.run.step_graphs_given = false;
   cfg.run.dir = dir.file("run2");
   {
     StdoutPipe out;
@@ -368,6 +369,15 @@ TEST_CASE("train's progress lines reach a pipe as they are printed, and a CPU ru
   }
   CHECK(all.find("step      5/5") != std::string::npos);
   CHECK(all.find("step graphs") == std::string::npos);
+  // The reader says whether the key was given: in the file, or by --step-graphs,
+  // which the command line writes into the JSON it reads (tool/cli.cpp).
+  nlohmann::json j = load_config_json(source_dir() + "/examples/speech_codec.json");
+  CHECK_FALSE(parse_config(j, "c.json").run.step_graphs_given);
+  j["run"]["step_graphs"] = true;
+  CHECK(parse_config(j, "c.json").run.step_graphs_given);
+  // A NUL in any string of a config is refused by key, never cut at.
+  j["run"]["dir"] = std::string("runs/a\0b", 8);
+  CHECK_THROWS_WITH_AS(parse_config(j, "c.json"), doctest::Contains("c.json: 'run.dir' holds a NUL character"), Error);
 }
 
 TEST_CASE("a resume refuses a metrics.jsonl that is a symbolic link, naming it, and copies nothing through it") {
@@ -397,4 +407,18 @@ TEST_CASE("a resume refuses a metrics.jsonl that is a symbolic link, naming it, 
   }
   CHECK(error.find(metrics + ": cannot open the metrics file for writing: it is a symbolic link") != std::string::npos);
   CHECK(std::filesystem::is_symlink(metrics));
+  // A hard link to a file outside the run: refused too, nothing appended to it.
+  std::filesystem::remove(metrics);
+  std::ofstream(dir.file("outside.jsonl")) << "{\"step\": 1}\n";
+  std::filesystem::create_hard_link(dir.file("outside.jsonl"), metrics);
+  error.clear();
+  try {
+    StdoutPipe quiet_here;
+    train(cfg, synthetic_data(), second);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  CHECK(error.find(metrics + ": the metrics file is not a regular file of the run's own (it has 2 hard links)") !=
+        std::string::npos);
+  CHECK(read_file(dir.file("outside.jsonl")) == "{\"step\": 1}\n");
 }

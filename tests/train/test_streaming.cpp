@@ -448,6 +448,8 @@ TEST_CASE("a list's syntax, BOM, NUL, length and duplicates: each refused by lin
   CHECK(message.size() < 600);
   // Cut between UTF-8 characters: é's two bytes stay whole (or go whole).
   CHECK(shown(std::string(99, 'x') + "é" + std::string(200, 'y')) == std::string(99, 'x') + "…" + std::string(100, 'y'));
+  // Control characters are written out, never sent to the terminal.
+  CHECK(shown(std::string("a\x1b[31mb\0c\n", 10)) == "a\\x1b[31mb\\x00c\\x0a");
 
   // A path listed twice, or one segment twice: refused naming both lines.
   write_bytes(dir.file("l.txt"), "corpus/00.wav\ncorpus/01.wav\n./corpus/00.wav\n");
