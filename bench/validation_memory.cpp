@@ -29,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/child_runs.h"
 #include "data/audio_windows.h"
 #include "data/dataset.h"
 #include "engine/core/cpu_allocator.h"
@@ -39,33 +40,6 @@
 using namespace vqddp;
 
 namespace {
-
-void write_wav(const std::string& path, const std::vector<int16_t>& pcm) {
-  auto le32 = [](uint32_t v) { return std::string{char(v), char(v >> 8), char(v >> 16), char(v >> 24)}; };
-  auto le16 = [](uint16_t v) { return std::string{char(v), char(v >> 8)}; };
-  const uint32_t bytes = static_cast<uint32_t>(pcm.size() * 2);
-  std::string h = "RIFF" + le32(36 + bytes) + "WAVEfmt " + le32(16) + le16(1) + le16(1) + le32(8000) + le32(16000) +
-                  le16(2) + le16(16) + "data" + le32(bytes);
-  std::ofstream f(path, std::ios::binary);
-  f.write(h.data(), static_cast<std::streamsize>(h.size()));
-  f.write(reinterpret_cast<const char*>(pcm.data()), bytes);
-}
-
-// `files` WAVs of `seconds` at 8 kHz in `dir`: a tone and noise, each file
-// its own (a 64-bit LCG seeded by `seed` + the file's number).
-void write_corpus(const std::string& dir, int files, double seconds, uint64_t seed) {
-  std::filesystem::create_directories(dir);
-  std::vector<int16_t> pcm(static_cast<size_t>(seconds * 8000));
-  for (int i = 0; i < files; ++i) {
-    uint64_t x = 0x9E3779B97F4A7C15ull * (seed + static_cast<uint64_t>(i) + 1);
-    for (size_t t = 0; t < pcm.size(); ++t) {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      pcm[t] = static_cast<int16_t>(static_cast<int>((t * (i % 13 + 3)) % 200) * 40 - 4000 +
-                                    static_cast<int>(x >> 52) - 2048);
-    }
-    write_wav(fmt::format("{}/{:05}.wav", dir, i), pcm);
-  }
-}
 
 double rss_mib() {
   std::ifstream f("/proc/self/status");
@@ -79,71 +53,52 @@ double rss_mib() {
 // `held_dir` in a child; its peak resident set in MiB and wall seconds.
 std::pair<double, double> train_child(const std::string& train_dir, int train_clips, const std::string& held_dir,
                                       int held, const std::string& run_dir, int steps) {
-  auto t0 = std::chrono::steady_clock::now();
-  std::fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    try {
-      nlohmann::json j = load_config_json("examples/speech_codec.json");
-      j["data"]["sources"] = {{{"path", train_dir}}};
-      // The training corpus's last clip is held out (load_dataset wants
-      // one); the validation set is then replaced by the generated one.
-      j["data"]["holdout_every"] = train_clips;
-      j["data"]["index_dir"] = run_dir + "-index";
-      j["schedule"]["steps"] = steps;
-      j["schedule"]["validate_every"] = 0;  // once, at the end
-      j["run"]["dir"] = run_dir;
-      Config cfg = parse_config(j, "examples/speech_codec.json");
-      Dataset data = load_dataset(cfg.data);
-      std::vector<std::string> paths;
-      for (const auto& e : std::filesystem::directory_iterator(held_dir)) paths.push_back(e.path().string());
-      std::sort(paths.begin(), paths.end());
-      paths.resize(static_cast<size_t>(held));
-      std::vector<AudioClip> clips;
-      for (const std::string& p : paths) clips.push_back(audio_clip(p));
-      data.validation = DataRows(std::make_shared<AudioWindows>(std::move(clips), 8000, cfg.data.frame));
-      // What the process held when its resident set peaked.
-      std::atomic<bool> done{false};
-      double peak = 0, cache = 0, live_peak = 0, heap_used = 0, heap_free = 0;
-      std::thread monitor([&] {
-        while (!done.load()) {
-          const double r = rss_mib();
-          if (r > peak) {
-            const struct mallinfo2 m = mallinfo2();
-            peak = r;
-            cache = static_cast<double>(cpu_cache_bytes()) / 1048576;
-            live_peak = static_cast<double>(cpu_peak_live_bytes()) / 1048576;
-            heap_used = static_cast<double>(m.uordblks + m.hblkhd) / 1048576;
-            heap_free = static_cast<double>(m.fordblks) / 1048576;
-          }
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return bench::in_child([&] {
+    nlohmann::json j = load_config_json("examples/speech_codec.json");
+    j["data"]["sources"] = {{{"path", train_dir}}};
+    // The training corpus's last clip is held out (load_dataset wants
+    // one); the validation set is then replaced by the generated one.
+    j["data"]["holdout_every"] = train_clips;
+    j["data"]["index_dir"] = run_dir + "-index";
+    j["schedule"]["steps"] = steps;
+    j["schedule"]["validate_every"] = 0;  // once, at the end
+    j["run"]["dir"] = run_dir;
+    Config cfg = parse_config(j, "examples/speech_codec.json");
+    Dataset data = load_dataset(cfg.data);
+    std::vector<std::string> paths;
+    for (const auto& e : std::filesystem::directory_iterator(held_dir)) paths.push_back(e.path().string());
+    std::sort(paths.begin(), paths.end());
+    paths.resize(static_cast<size_t>(held));
+    std::vector<AudioClip> clips;
+    for (const std::string& p : paths) clips.push_back(audio_clip(p));
+    data.validation = DataRows(std::make_shared<AudioWindows>(std::move(clips), 8000, cfg.data.frame));
+    // What the process held when its resident set peaked.
+    std::atomic<bool> done{false};
+    double peak = 0, cache = 0, live_peak = 0, heap_used = 0, heap_free = 0;
+    std::thread monitor([&] {
+      while (!done.load()) {
+        const double r = rss_mib();
+        if (r > peak) {
+          const struct mallinfo2 m = mallinfo2();
+          peak = r;
+          cache = static_cast<double>(cpu_cache_bytes()) / 1048576;
+          live_peak = static_cast<double>(cpu_peak_live_bytes()) / 1048576;
+          heap_used = static_cast<double>(m.uordblks + m.hblkhd) / 1048576;
+          heap_free = static_cast<double>(m.fordblks) / 1048576;
         }
-      });
-      TrainOptions o;
-      o.print = false;
-      o.overwrite = true;
-      train(cfg, data, o);
-      done = true;
-      monitor.join();
-      fmt::print("    at the sampled peak ({:.1f} MiB): CPU block cache {:.1f} MiB, peak of large "
-                 "blocks in use {:.1f} MiB, malloc in use {:.1f} MiB, free in malloc's heaps {:.1f} MiB\n", peak, cache,
-                 live_peak, heap_used, heap_free);
-      std::fflush(stdout);
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "{}\n", e.what());
-      _exit(1);
-    }
-    _exit(0);
-  }
-  int status = 0;
-  rusage usage{};
-  wait4(pid, &status, 0, &usage);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    fmt::print(stderr, "the training child failed\n");
-    std::exit(1);
-  }
-  return {static_cast<double>(usage.ru_maxrss) / 1024,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    });
+    TrainOptions o;
+    o.print = false;
+    o.overwrite = true;
+    train(cfg, data, o);
+    done = true;
+    monitor.join();
+    fmt::print("    at the sampled peak ({:.1f} MiB): CPU block cache {:.1f} MiB, peak of large "
+               "blocks in use {:.1f} MiB, malloc in use {:.1f} MiB, free in malloc's heaps {:.1f} MiB\n", peak, cache,
+               live_peak, heap_used, heap_free);
+  });
 }
 
 }  // namespace
@@ -162,8 +117,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   test::TempDir dir;
-  write_corpus(dir.file("train"), train_clips, seconds, 0);
-  write_corpus(dir.file("held"), *std::max_element(helds.begin(), helds.end()), seconds, 1000000);
+  bench::write_corpus(dir.file("train"), train_clips, seconds, 0);
+  bench::write_corpus(dir.file("held"), *std::max_element(helds.begin(), helds.end()), seconds, 1000000);
   fmt::print("main job, {} steps on {} clips, 4 thread ranks, then one validation; 16-bit WAV at 8 kHz, {:.0f} s "
              "per clip:\n", steps, train_clips, seconds);
   double base = 0;
