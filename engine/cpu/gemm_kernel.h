@@ -10,7 +10,13 @@
 // from the tile as stored in C: storing a float and loading it back changes
 // no bit, so every element is one fma chain over k ascending whatever KC,
 // MC or NC are, and whatever tile or thread computed it.
-#pragma once
+// Not `#pragma once`: a second inclusion in one translation unit (a unity
+// build merging two sets' files) must fail to compile, not silently give
+// the second set the first one's kernels.
+#ifdef VQDDP_GEMM_KERNEL_INCLUDED
+#error "gemm_kernel.h twice in one translation unit: each instruction set needs its own (unity builds: see engine/meson.build)"
+#endif
+#define VQDDP_GEMM_KERNEL_INCLUDED
 
 #include <immintrin.h>
 
