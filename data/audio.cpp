@@ -303,6 +303,22 @@ void read_audio_window(const std::string& path, int rate, int64_t first, int64_t
   std::copy(resampled.begin() + skip, resampled.begin() + skip + count, out);
 }
 
+std::vector<float> resample(const std::vector<float>& samples, int from, int to) {
+  VQDDP_CHECK(from > 0 && to > 0, "resample: rates must be positive, not {} Hz to {} Hz", from, to);
+  if (from == to || samples.empty()) return samples;
+  const size_t n = static_cast<size_t>(std::llround(static_cast<double>(samples.size()) * to / from));
+  std::vector<float> out(n);
+  const soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
+  const soxr_quality_spec_t quality = soxr_quality_spec(SOXR_HQ, 0);
+  size_t used = 0, made = 0;
+  soxr_error_t err = soxr_oneshot(static_cast<double>(from), static_cast<double>(to), 1, samples.data(), samples.size(),
+                                  &used, out.data(), out.size(), &made, &io, &quality, nullptr);
+  VQDDP_CHECK(err == nullptr, "resampling {} samples from {} Hz to {} Hz failed ({})", samples.size(), from, to, err);
+  out.resize(made);
+  out.resize(n, 0.0f);  // soxr may stop a sample short of the rounded length
+  return out;
+}
+
 const std::vector<std::string>& audio_extensions() {
   static const std::vector<std::string> ext{".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3",
                                             ".aif", ".aiff", ".au", ".caf", ".w64"};

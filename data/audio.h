@@ -105,6 +105,13 @@ constexpr int64_t kWindowContext = 1024;
 void read_audio_window(const std::string& path, int rate, int64_t first, int64_t count, float* out,
                        const AudioFileInfo* indexed = nullptr);
 
+// Samples at `from` Hz as samples at `to` Hz, by one soxr_oneshot (SOXR_HQ,
+// as files are read): round(n * to / from) samples, aligned with the input
+// (soxr compensates its filter's delay). Equal rates return a copy. For
+// signals already in memory: classic codecs at their own rates, STOI at
+// 10 kHz (tools and metrics, not the training data path).
+std::vector<float> resample(const std::vector<float>& samples, int from, int to);
+
 // The extensions a data directory's audio files may have (lower case, with
 // the dot): what the file name must end with to be read as a clip.
 const std::vector<std::string>& audio_extensions();

@@ -160,4 +160,11 @@ uint32_t data_fingerprint(const Dataset& data) {
   return data.validation.fingerprint(crc);
 }
 
+std::vector<std::string> held_out_clips(const Dataset& data) {
+  std::vector<std::string> paths;
+  if (const auto* windows = dynamic_cast<const AudioWindows*>(data.validation.source()))
+    for (const AudioClip& clip : windows->clips()) paths.push_back(clip.path);
+  return paths;
+}
+
 }  // namespace vqddp

@@ -50,4 +50,9 @@ Dataset load_dataset(const DataConfig& config);
 // error instead of shuffling differently. Paths are not part of it.
 uint32_t data_fingerprint(const Dataset& data);
 
+// The paths of the clips a wav_frames config holds out for validation
+// (holdout_every), in validation's order: what `vqddp eval --held-out`
+// scores. Empty for other data types.
+std::vector<std::string> held_out_clips(const Dataset& data);
+
 }  // namespace vqddp

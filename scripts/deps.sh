@@ -9,6 +9,7 @@ packages=(
   libopenblas-dev                    # CPU GEMM
   zlib1g-dev                         # gzip IDX files
   libsndfile1-dev libsoxr-dev        # audio files of any format, resampled to one rate
+  libopus-dev libcodec2-dev          # vqddp eval: classic codecs coded beside ours at equal bitrate
   libopenmpi-dev openmpi-bin         # the MPI backend (--backend mpi) and mpirun
   iproute2                           # tests/two_nodes.sh: two nodes as network namespaces
   asterisk-core-sounds-en-wav        # real speech: the default training run

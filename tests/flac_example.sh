@@ -18,8 +18,8 @@ test "$(ls runs/asterisk_flac/*.flac | wc -l)" -gt 100
 ckpt=runs/speech_codec_flac/checkpoint.safetensors
 "$vqddp" encode $ckpt runs/asterisk_flac/activated.flac --out codes
 "$vqddp" encode $ckpt runs/asterisk_flac/activated.flac --out codes-low --bitrate 3.2
-"$vqddp" decode $ckpt codes/activated.codes.safetensors --out decoded
-"$vqddp" decode $ckpt codes-low/activated.codes.safetensors --out decoded-low
+"$vqddp" decode $ckpt codes/activated.codes --out decoded
+"$vqddp" decode $ckpt codes-low/activated.codes --out decoded-low
 test -s decoded/activated.wav
 test -s decoded-low/activated.wav
 "$vqddp" report runs/speech_codec_flac

@@ -33,30 +33,42 @@ wav_header() {
 ck=run/checkpoint.safetensors
 echo precious > victim
 
-# Codes: bit-packed (10 s at 6.4 kbit/s: 8,000 bytes of codes), entropy printed, inspect reads them.
+# Codes: entropy-coded (10 s at 6.4 kbit/s packed: 8,000 bytes of codes), packed and coded rates printed,
+# inspect reads them without the checkpoint.
 { wav_header 8000 160000; head -c 160000 /dev/urandom; } > ten.wav
-"$v" encode $ck ten.wav --out codes | grep -q 'entropy' || fail "encode printed no entropy"
-size=$(wc -c < codes/ten.codes.safetensors)
+"$v" encode $ck ten.wav --out codes | grep -q 'packed 6.40 kbit/s, coded' || fail "encode printed no packed and coded rates"
+size=$(wc -c < codes/ten.codes)
 [ "$size" -le 12000 ] || fail "a 10 s codes file takes $size bytes"
-"$v" inspect codes/ten.codes.safetensors | grep -q 'packed 6.400 kbit/s' || fail "inspect of a codes file"
+"$v" inspect codes/ten.codes | grep -q 'packed 6.400 kbit/s (8000 bytes of codes), coded' || fail "inspect of a codes file"
 
 # A link planted under the old predictable temporary name is not followed.
 mkdir dec
-sh -c 'ln -s "$1/victim" "dec/ten.wav.tmp.$$"; exec "$2" decode "$3" codes/ten.codes.safetensors --out dec' _ \
+sh -c 'ln -s "$1/victim" "dec/ten.wav.tmp.$$"; exec "$2" decode "$3" codes/ten.codes --out dec' _ \
   "$work" "$v" $ck > /dev/null
 [ "$(cat victim)" = precious ] || fail "the victim of a planted temporary was overwritten"
 [ -f dec/ten.wav ] && [ ! -L dec/ten.wav ] || fail "decode's output is not a regular file"
 # A link where the output goes: refused, and --overwrite replaces the link, not its target.
 ln -sf "$work/victim" dec/ten.wav
-refused "a symbolic link" "$v" decode $ck codes/ten.codes.safetensors --out dec
-"$v" decode $ck codes/ten.codes.safetensors --out dec --overwrite > /dev/null
+refused "a symbolic link" "$v" decode $ck codes/ten.codes --out dec
+"$v" decode $ck codes/ten.codes --out dec --overwrite > /dev/null
 [ "$(cat victim)" = precious ] && [ ! -L dec/ten.wav ] || fail "--overwrite followed the link"
 
-# An edited codes file (samples 160000 -> 159999, same length) is refused by its checksum.
-LC_ALL=C sed 's/"samples":"80000"/"samples":"79999"/' codes/ten.codes.safetensors > edited.codes.safetensors
-cmp -s edited.codes.safetensors codes/ten.codes.safetensors && fail "the edit did not happen"
-refused "__metadata__ is damaged or was edited" "$v" decode $ck edited.codes.safetensors --out dec2
+# An edited codes file (a byte of the header's sample count) is refused by the header's checksum; a
+# flipped byte in the codes (the file's last) by its chunk's, named; --skip-damaged decodes around it.
+flip() {  # flip FILE OFFSET > OUT: the byte at OFFSET xor 1
+  b=$(od -An -tu1 -j"$2" -N1 "$1" | tr -d ' ')
+  head -c "$2" "$1"; printf "\\$(printf %03o $((b ^ 1)))"; tail -c +$(($2 + 2)) "$1"
+}
+flip codes/ten.codes 7 > edited.codes
+cmp -s edited.codes codes/ten.codes && fail "the edit did not happen"
+refused "the header is damaged or was edited" "$v" decode $ck edited.codes --out dec2
 [ ! -e dec2 ] || fail "a refused decode left its directory"
+flip codes/ten.codes $(($(wc -c < codes/ten.codes) - 1)) > damaged.codes
+refused "chunk 1 of 1 (frames 0-49, 0.00-10.00 s) is damaged: its checksum does not match" \
+  "$v" decode $ck damaged.codes --out dec2
+[ ! -e dec2 ] || fail "a refused decode left its directory"
+"$v" decode $ck damaged.codes --out dec2 --skip-damaged 2>&1 | grep -q '1 damaged chunk as silence' \
+  || fail "decode --skip-damaged"
 
 # Truncated audio is refused, naming what was promised; no directory is made.
 head -c 80044 ten.wav > half.wav

@@ -27,6 +27,7 @@
 #include "vq/quantizer_kind.h"
 #include "data/dataset.h"
 #include "tool/demo_mlp.h"
+#include "tool/eval.h"
 #include "tool/inspect.h"
 #include "engine/core/count_limits.h"
 #include "tool/replay.h"
@@ -56,18 +57,24 @@ void usage() {
       "        step: every step again on N ranks from the 1-rank state: quantizer state bit for bit, gradients\n"
       "        (before the optimizer step) and parameters within rtol/atol\n"
       "  encode CHECKPOINT AUDIO... --out DIR [--layers L | --bitrate KBIT/S] [--chunk FRAMES] [--overwrite]\n"
-      "        audio files of any format libsndfile reads -> DIR/NAME.codes.safetensors, coded in chunks of FRAMES\n"
-      "        model frames (default 256); --layers or --bitrate: the first L residual layers only (--bitrate: the\n"
-      "        most layers within that rate)\n"
-      "  decode CHECKPOINT CODES... --out DIR [--float] [--chunk FRAMES] [--overwrite]\n"
-      "        codes files -> DIR/NAME.wav (16-bit; --float: 32-bit float); codes of another codec are refused\n"
+      "        audio files of any format libsndfile reads -> DIR/NAME.codes (entropy-coded), coded in chunks of\n"
+      "        FRAMES model frames (default 256); --layers or --bitrate: the first L residual layers only (--bitrate:\n"
+      "        the most layers whose file, header included, is within that rate)\n"
+      "  decode CHECKPOINT CODES... --out DIR [--float] [--chunk FRAMES] [--overwrite] [--skip-damaged]\n"
+      "        codes files -> DIR/NAME.wav (16-bit; --float: 32-bit float); codes of another codec are refused, and\n"
+      "        so are damaged chunks (--skip-damaged: the others decode, silence in the damaged ones' place)\n"
+      "  eval CHECKPOINT [AUDIO...] [--held-out] [--layers L | --bitrate KBIT/S] [--against SPEC,...] [--json FILE]\n"
+      "        code the clips with the checkpoint's codec and with classic codecs (SPEC: opus:KBIT/S, codec2:MODE,\n"
+      "        e.g. opus:6,codec2:3200) and score each on the same aligned audio: kbit/s of the bytes stored, STOI,\n"
+      "        ESTOI, SI-SDR, SNR, log-mel L1, MR-STFT, real-time factor; --held-out: the clips the checkpoint's run\n"
+      "        held out (data.holdout_every); --json FILE: every figure per clip\n"
       "  convert AUDIO... --out DIR [--rate HZ] [--format flac|wav|float-wav] [--overwrite]\n"
       "        audio files of any format -> DIR/NAME.flac (or .wav), mono, resampled to HZ (default: as stored)\n"
       "  report RUN_DIR\n"
       "        RUN_DIR/report.html: one self-contained page of the run's curves, code usage, config and clips\n"
       "  inspect CHECKPOINT | CODES\n"
       "        a checkpoint: step, config, and per codebook: used and dead codes, perplexity; a codes file: its\n"
-      "        audio, layers, packed size and entropy\n"
+      "        audio, layers, chunks, packed and coded size\n"
       "  replay IN OUT [--world W] [--shards LIST]\n"
       "        recorded batches through one EMA codebook on W thread ranks (format: docs/vq.md)\n"
       "  launch --nproc N [--nnodes M --node-rank R --master-addr A --master-port P] [--exit-grace S]\n"
@@ -194,8 +201,9 @@ int run_train(int argc, char** argv) {
   if (!r.lead) return 0;  // another process of an nccl or mpi group: rank 0 reports
   fmt::print("done: {} steps in {:.1f} s | validation mse {:.6f}, snr {:.2f} dB{} | {:.0f} bits per example{}\n",
              r.steps, r.wall_seconds, r.validation_mse, r.validation_snr_db,
-             r.validation_log_mel >= 0 ? fmt::format(", log-mel L1 {:.3f}, MR-STFT {:.3f}", r.validation_log_mel,
-                                                     r.validation_stft_distance)
+             r.validation_log_mel >= 0 ? fmt::format("{}, log-mel L1 {:.3f}, MR-STFT {:.3f}",
+                                                     r.validation_stoi >= 0 ? fmt::format(", STOI {:.3f}", r.validation_stoi) : "",
+                                                     r.validation_log_mel, r.validation_stft_distance)
                                        : "",
              r.bits_per_example,
              r.bitrate > 0 ? fmt::format(", {:.2f} kbit/s", r.bitrate / 1000) : "");
@@ -250,11 +258,11 @@ void refuse_shared_outputs(const std::vector<std::string>& inputs, const std::st
   }
 }
 
-// The residual layers `vqddp encode` keeps: --layers L, or the most whose
-// bitrate is within --bitrate (kbit/s); all of them by default.
-int encode_layers(const CliArgs& args, const Codec& codec) {
+// The residual layers `vqddp encode` (or eval) keeps: --layers L, or the most
+// whose bitrate is within --bitrate (kbit/s); all of them by default.
+int chosen_layers(const CliArgs& args, const Codec& codec, const char* command) {
   const int q = static_cast<int>(codec.layer_sizes().size());
-  VQDDP_CHECK(!(args.has("layers") && args.has("bitrate")), "encode: give --layers or --bitrate, not both");
+  VQDDP_CHECK(!(args.has("layers") && args.has("bitrate")), "{}: give --layers or --bitrate, not both", command);
   if (args.has("layers")) return static_cast<int>(args.get_int("layers", q, limits::layers));
   if (!args.has("bitrate")) return q;
   const double target = args.get_double("bitrate", 0) * 1000;
@@ -266,8 +274,8 @@ int encode_layers(const CliArgs& args, const Codec& codec) {
                            codec.bitrate(l) / 1000);
     if (codec.bitrate(l) <= target * (1 + 1e-12)) best = l;
   }
-  VQDDP_CHECK(best > 0, "encode: no choice of layers codes within --bitrate {} kbit/s; this codec offers (kbit/s) {}",
-              target / 1000, choices);
+  VQDDP_CHECK(best > 0, "{}: no choice of layers codes within --bitrate {} kbit/s; this codec offers (kbit/s) {}",
+              command, target / 1000, choices);
   return best;
 }
 
@@ -279,24 +287,64 @@ int run_encode(int argc, char** argv) {
   refuse_shared_outputs(inputs, "encode", codes_file_name);
   Codec codec(args.positional()[0]);
   EncodeOptions o;
-  o.layers = encode_layers(args, codec);
+  // --bitrate: the most layers whose file (its real size) is within it, per file.
+  VQDDP_CHECK(!(args.has("layers") && args.has("bitrate")), "encode: give --layers or --bitrate, not both");
+  if (args.has("bitrate")) {
+    o.max_bitrate = args.get_double("bitrate", 0) * 1000;
+    VQDDP_CHECK(o.max_bitrate > 0, "encode: --bitrate {} kbit/s: must be positive", o.max_bitrate / 1000);
+  } else {
+    o.layers = chosen_layers(args, codec, "encode");
+  }
   o.chunk_frames = args.get_int("chunk", o.chunk_frames, limits::chunk_frames);
   o.overwrite = args.has("overwrite");
   OutputDir out(args.get("out", ""), "encode");
   for (size_t i = 1; i < args.positional().size(); ++i) {
     CodingResult r = encode_audio_file(codec, args.positional()[i], out, o);
     const double secs = static_cast<double>(r.samples) / codec.sample_rate();
-    fmt::print("encode: {}: {:.2f} s of audio in {:.2f} s ({:.0f}x real time) | {} frames x {} of {} layers, {:.2f} "
-               "kbit/s (entropy {:.2f} kbit/s: what an entropy coder would reach) -> {}\n", args.positional()[i], secs,
-               r.seconds, secs / std::max(r.seconds, 1e-9), r.frames, r.layers, codec.layer_sizes().size(),
-               r.packed_bitrate / 1000, r.entropy_bitrate / 1000, r.output);
+    fmt::print("encode: {}: {:.2f} s of audio in {:.2f} s ({:.0f}x real time) | {} frames x {} of {} layers, packed "
+               "{:.2f} kbit/s, coded {:.2f} kbit/s ({} bytes, header included; entropy of these codes {:.2f} kbit/s) "
+               "-> {}\n", args.positional()[i], secs, r.seconds, secs / std::max(r.seconds, 1e-9), r.frames, r.layers,
+               codec.layer_sizes().size(), r.packed_bitrate / 1000, r.coded_bitrate / 1000, r.bytes,
+               r.entropy_bitrate / 1000, r.output);
   }
   out.keep();
   return 0;
 }
 
+// Our codec and classic ones on the same clips (tool/eval.h). The classic
+// codecs are parsed first, so a mode that does not exist is refused before
+// the checkpoint is read.
+int run_eval(int argc, char** argv) {
+  CliArgs args("eval", argc, argv, 2, {"layers", "bitrate", "against", "json"}, {"held-out"});
+  VQDDP_CHECK(args.positional().size() >= 2 || (args.positional().size() == 1 && args.has("held-out")),
+              "eval: expected a checkpoint and at least one audio file (or --held-out: the clips its run held out)");
+  const std::vector<ClassicCodecSpec> against =
+      args.has("against") ? parse_classic_codecs(args.get("against", "")) : std::vector<ClassicCodecSpec>{};
+  Codec codec(args.positional()[0]);
+  const int layers = chosen_layers(args, codec, "eval");
+  std::vector<std::string> clips(args.positional().begin() + 1, args.positional().end());
+  if (args.has("held-out")) {
+    // The run's own held-out clips, found as training found them (its
+    // data section, from the checkpoint).
+    const Config cfg = parse_config(codec.config(), args.positional()[0] + ": __metadata__ 'config'");
+    const std::vector<std::string> held = held_out_clips(load_dataset(cfg.data));
+    VQDDP_CHECK(!held.empty(), "eval: {}: its run holds out no clips", args.positional()[0]);
+    clips.insert(clips.end(), held.begin(), held.end());
+  }
+  const EvalResult r = evaluate(codec, layers, clips, against, args.has("held-out"));
+  fmt::print("{}", eval_table(r));
+  if (args.has("json")) {
+    const std::string json = eval_json(r);
+    OutputFile f(args.get("json", ""));
+    f.write(json.data(), json.size());
+    f.commit();
+    fmt::print("eval: every figure per clip -> {}\n", args.get("json", ""));
+  }
+  return 0;
+}
+
 int run_decode(int argc, char** argv) {
-  CliArgs args("decode", argc, argv, 2, {"out", "chunk"}, {"float", "overwrite"});
+  CliArgs args("decode", argc, argv, 2, {"out", "chunk"}, {"float", "overwrite", "skip-damaged"});
   VQDDP_CHECK(args.positional().size() >= 2, "decode: expected a checkpoint and at least one codes file");
   VQDDP_CHECK(args.has("out"), "decode: --out DIR is required (where the WAV files go)");
   const std::vector<std::string> inputs(args.positional().begin() + 1, args.positional().end());
@@ -306,12 +354,17 @@ int run_decode(int argc, char** argv) {
   o.float_wav = args.has("float");
   o.chunk_frames = args.get_int("chunk", o.chunk_frames, limits::chunk_frames);
   o.overwrite = args.has("overwrite");
+  o.skip_damaged = args.has("skip-damaged");
   OutputDir out(args.get("out", ""), "decode");
   for (size_t i = 1; i < args.positional().size(); ++i) {
     CodingResult r = decode_codes_file(codec, args.positional()[i], out, o);
     const double secs = static_cast<double>(r.samples) / codec.sample_rate();
-    fmt::print("decode: {}: {:.2f} s of audio in {:.2f} s ({:.0f}x real time) from {} layers -> {}\n",
-               args.positional()[i], secs, r.seconds, secs / std::max(r.seconds, 1e-9), r.layers, r.output);
+    fmt::print("decode: {}: {:.2f} s of audio in {:.2f} s ({:.0f}x real time) from {} layers{} -> {}\n",
+               args.positional()[i], secs, r.seconds, secs / std::max(r.seconds, 1e-9), r.layers,
+               r.damaged_chunks ? fmt::format(", {} damaged chunk{} as silence", r.damaged_chunks,
+                                              r.damaged_chunks == 1 ? "" : "s")
+                                : "",
+               r.output);
   }
   out.keep();
   return 0;
@@ -407,6 +460,7 @@ int main(int argc, char** argv) {
     if (cmd == "inspect") return run_inspect(argc, argv);
     if (cmd == "encode") return run_encode(argc, argv);
     if (cmd == "decode") return run_decode(argc, argv);
+    if (cmd == "eval") return run_eval(argc, argv);
     if (cmd == "report") return run_report(argc, argv);
     if (cmd == "convert") return run_convert(argc, argv);
     if (cmd == "replay") return run_replay(argc, argv);

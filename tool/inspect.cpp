@@ -55,28 +55,53 @@ std::string inspect_checkpoint(const std::string& path) {
 }
 
 std::string inspect_codes(const std::string& path) {
-  const CodesFile c = read_codes_file(path);
-  std::string out = fmt::format("{}: codes file format {}, {}\n", path, c.format,
-                                c.metadata_checked ? "checksums verified (codes and metadata)"
-                                                   : "codes checksummed, metadata not (format 1)");
+  // Format 3: the header, then each chunk's length and checksum (its codes
+  // need the checkpoint's code model); formats 1 and 2: the whole file.
+  const CodesFile c = read_codes_header(path);
+  std::string checks = c.format == 1 ? "codes checksummed, metadata not (format 1)"
+                                     : "checksums verified (codes and metadata)";
+  if (c.format == 3) {
+    CodesReader reader(path);
+    CodesReader::Chunk k;
+    std::vector<std::string> damaged;
+    while (reader.next(k))
+      if (k.damaged) damaged.push_back(reader.describe(k.index));
+    checks = damaged.empty() ? fmt::format("checksums verified (header and {} chunk{} of {} frames)", c.chunks(),
+                                           c.chunks() == 1 ? "" : "s", c.chunk_frames)
+                             : fmt::format("header verified; {} of {} chunks DAMAGED: {}", damaged.size(), c.chunks(),
+                                           fmt::join(damaged, ", "));
+  }
+  std::string out = fmt::format("{}: codes file format {}, {}\n", path, c.format, checks);
   out += fmt::format("audio: {} samples at {} Hz ({:.2f} s), source {}\n", c.samples, c.sample_rate, c.seconds(),
                      c.source.empty() ? "(not recorded)" : shown(c.source));  // the encoder's input's name, as the file says
   out += fmt::format("codes: {} frames of {} samples x {} tokens = {} rows x {} layers\n", c.frames(), c.frame,
-                     c.tokens, c.rows(), c.layers);
+                     c.tokens, c.frames() * c.tokens, c.layers);
   if (!c.codebook_sizes.empty()) {
     std::vector<int> bits;
-    for (int64_t k : c.codebook_sizes) bits.push_back(code_bits(k));
-    out += fmt::format("codebooks: {} (bits {}); packed {:.3f} kbit/s, entropy {:.3f} kbit/s\n",
-                       fmt::join(c.codebook_sizes, ", "), fmt::join(bits, ", "), codes_packed_bitrate(c) / 1000,
-                       codes_entropy_bitrate(c) / 1000);
+    int64_t row_bits = 0;
+    for (int64_t k : c.codebook_sizes) {
+      bits.push_back(code_bits(k));
+      row_bits += bits.back();
+    }
+    const int64_t packed_bytes = (row_bits * c.frames() * c.tokens + 7) / 8;
+    out += fmt::format("codebooks: {} (bits {}); packed {:.3f} kbit/s ({} bytes of codes)", fmt::join(c.codebook_sizes, ", "),
+                       fmt::join(bits, ", "), codes_packed_bitrate(c) / 1000, packed_bytes);
+    if (c.format == 3)
+      out += fmt::format(", coded {:.3f} kbit/s ({} bytes in the file, header included): {:.3f} of packed\n",
+                         static_cast<double>(c.file_bytes) * 8 / c.seconds() / 1000, c.file_bytes,
+                         static_cast<double>(c.file_bytes) / static_cast<double>(std::max<int64_t>(packed_bytes, 1)));
+    else
+      out += fmt::format(", entropy {:.3f} kbit/s; file {} bytes\n", codes_entropy_bitrate(c) / 1000, c.file_bytes);
   } else {
     out += fmt::format("codebooks: not recorded (format 1); entropy {:.3f} kbit/s\n", codes_entropy_bitrate(c) / 1000);
   }
-  out += fmt::format("codec: weights fingerprint {}, checkpoint step {}\n", c.codec_fingerprint, c.checkpoint_step);
+  out += fmt::format("codec: weights fingerprint {}, checkpoint step {}{}\n", c.codec_fingerprint, c.checkpoint_step,
+                     c.format == 3 ? fmt::format(", code model CRC32C {:08x}", c.code_model_crc) : std::string());
   return out;
 }
 
 std::string inspect_file(const std::string& path) {
+  if (is_codes_file_format3(path)) return inspect_codes(path);
   const SafetensorsFile f = safetensors_load(path);
   auto format = f.metadata.find("format");
   if (format != f.metadata.end() && format->second.starts_with("vqddp-codes/")) return inspect_codes(path);

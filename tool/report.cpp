@@ -408,7 +408,7 @@ std::string facts_section(const fs::path& dir, const RunFacts& run, const Metric
     const ValidationLine& v = m.validation.back();
     final = fmt::format("step {}:", num(static_cast<double>(v.step)));
     for (const auto& [x, name, unit] : {std::tuple{v.mse, "MSE", ""}, std::tuple{v.snr_db, "SNR", " dB"},
-                                        std::tuple{v.log_mel_l1, "log-mel L1", ""},
+                                        std::tuple{v.stoi, "STOI", ""}, std::tuple{v.log_mel_l1, "log-mel L1", ""},
                                         std::tuple{v.stft_distance, "MR-STFT distance", ""}})
       if (x) final += fmt::format(" {} {}{},", name, num(*x), unit);
     final.pop_back();
@@ -457,6 +457,8 @@ std::string training_sections(const Metrics& m) {
                       .height = 220});
   };
   out += small("validation SNR", &ValidationLine::snr_db, "SNR (dB)", false);
+  if (std::any_of(m.validation.begin(), m.validation.end(), [](const ValidationLine& l) { return l.stoi.has_value(); }))
+    out += small("validation STOI", &ValidationLine::stoi, "STOI", false);
   if (std::any_of(m.validation.begin(), m.validation.end(), [](const ValidationLine& l) { return l.log_mel_l1.has_value(); }))
     out += small("validation log-mel L1", &ValidationLine::log_mel_l1, "log-mel L1", false);
   if (std::any_of(m.validation.begin(), m.validation.end(), [](const ValidationLine& l) { return l.stft_distance.has_value(); }))

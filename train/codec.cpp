@@ -1,10 +1,12 @@
 #include "train/codec.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "data/audio.h"
 #include "engine/core/error.h"
@@ -21,7 +23,8 @@ namespace vqddp {
 
 namespace {
 
-constexpr const char* kCodesSuffix = ".codes.safetensors";
+constexpr const char* kCodesSuffix = ".codes";
+constexpr const char* kOldCodesSuffix = ".codes.safetensors";  // formats 1 and 2
 
 using Clock = std::chrono::steady_clock;
 
@@ -39,6 +42,25 @@ std::string weights_fingerprint(const Module& model) {
   add(model.named_parameters());
   add(model.named_buffers());
   return fmt::format("{:08x}", crc);
+}
+
+// The code model (train/codes_file.h): layer l's EMA code counts, the
+// buffer quantizer.layer{l}.cluster_size (or the one cluster_size of a
+// codebook shared by every layer), where the quantizer keeps them.
+CodeModel code_model_of(const Module& model, const std::vector<int64_t>& sizes) {
+  std::map<std::string, std::vector<double>> found;
+  for (const auto& [name, t] : model.named_buffers())
+    if (name.ends_with(".cluster_size") && t.dtype() == DType::f32) {
+      const std::vector<float> v = t.to(Device::cpu()).to_vector<float>();
+      found[name] = std::vector<double>(v.begin(), v.end());
+    }
+  std::vector<std::vector<double>> counts(sizes.size());
+  for (size_t l = 0; l < sizes.size(); ++l) {
+    auto it = found.find(fmt::format("quantizer.layer{}.cluster_size", l));
+    if (it == found.end() && found.size() == 1) it = found.begin();
+    if (it != found.end() && static_cast<int64_t>(it->second.size()) == sizes[l]) counts[l] = it->second;
+  }
+  return CodeModel::from_counts(sizes, counts);
 }
 
 }  // namespace
@@ -65,6 +87,7 @@ Codec::Codec(const std::string& checkpoint) : path_(checkpoint) {
   sizes_ = model_->layer_sizes();
   residual_ = cfg.quantizer.kind().residual;
   fingerprint_ = weights_fingerprint(*model_);
+  code_model_ = code_model_of(*model_, sizes_);
 }
 
 double Codec::bitrate(int layers) const {
@@ -97,7 +120,8 @@ std::string codes_file_name(const std::string& input) {
 
 std::string decoded_file_name(const std::string& codes_path) {
   std::string stem = std::filesystem::path(codes_path).filename().string();
-  if (stem.ends_with(kCodesSuffix)) stem.resize(stem.size() - std::string(kCodesSuffix).size());
+  if (stem.ends_with(kOldCodesSuffix)) stem.resize(stem.size() - std::string(kOldCodesSuffix).size());
+  else if (stem.ends_with(kCodesSuffix)) stem.resize(stem.size() - std::string(kCodesSuffix).size());
   else stem = std::filesystem::path(stem).stem().string();
   return stem + ".wav";
 }
@@ -106,6 +130,7 @@ CodingResult encode_audio_file(const Codec& codec, const std::string& input, Out
                                const EncodeOptions& o) {
   const int q = static_cast<int>(codec.layer_sizes().size());
   const int layers = o.layers == 0 ? q : o.layers;
+  VQDDP_CHECK(o.max_bitrate == 0 || o.layers == 0, "encode: give --layers or --bitrate, not both");
   VQDDP_CHECK(layers >= 1 && layers <= q, "encode: --layers {} is not in 1..{} (the codec's layers)", o.layers, q);
   VQDDP_CHECK(layers == q || codec.layers_are_residual(), "encode: --layers {} of {}: this codec's quantizer (\"{}\") "
               "has no residual layers to leave out", layers, q, codec.config()["quantizer"].value("type", "?"));
@@ -138,8 +163,48 @@ CodingResult encode_audio_file(const Codec& codec, const std::string& input, Out
   c.codec_fingerprint = codec.fingerprint();
   c.checkpoint_step = codec.step();
   c.source = std::filesystem::path(input).filename().string();
+  c.chunk_frames = o.chunk_frames;
+  VQDDP_CHECK(r.samples > 0, "{}: no audio to code", input);
+  // The file's real size with `l` layers: with --bitrate, the most layers
+  // within it (the header and each chunk's length and CRC included).
+  auto with_layers = [&](int l) {
+    CodesFile k = c;
+    k.layers = l;
+    k.codebook_sizes.resize(static_cast<size_t>(l));
+    if (l < layers) {
+      k.codes.clear();
+      for (int64_t row = 0; row < c.rows(); ++row)
+        k.codes.insert(k.codes.end(), c.codes.begin() + row * layers, c.codes.begin() + row * layers + l);
+    }
+    return k;
+  };
+  std::string bytes = codes_file_bytes(c, codec.code_model());
+  if (o.max_bitrate > 0) {
+    std::string offered;
+    int chosen = 0;
+    for (int l = layers; l >= 1 && chosen == 0; --l) {
+      if (l < q && !codec.layers_are_residual()) break;
+      std::string b = l == layers ? bytes : codes_file_bytes(with_layers(l), codec.code_model());
+      const double rate = static_cast<double>(b.size()) * 8 / c.seconds();
+      offered += fmt::format("{}{} layer{}: {:.3f}", offered.empty() ? "" : ", ", l, l == 1 ? "" : "s", rate / 1000);
+      if (rate <= o.max_bitrate * (1 + 1e-12)) {
+        chosen = l;
+        bytes = std::move(b);
+      }
+    }
+    VQDDP_CHECK(chosen > 0, "encode: {}: no choice of layers codes within --bitrate {} kbit/s; its files would take "
+                "(kbit/s, header included) {}", input, o.max_bitrate / 1000, offered);
+    if (chosen < layers) c = with_layers(chosen);
+    r.layers = chosen;
+  }
   out.create();
-  write_codes_file(r.output, c);
+  {
+    OutputFile f(r.output);
+    f.write(bytes.data(), bytes.size());
+    f.commit();
+  }
+  r.bytes = static_cast<int64_t>(bytes.size());
+  r.coded_bitrate = static_cast<double>(bytes.size()) * 8 / c.seconds();
   r.entropy_bitrate = codes_entropy_bitrate(c);
   r.packed_bitrate = codes_packed_bitrate(c);
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -149,7 +214,7 @@ CodingResult encode_audio_file(const Codec& codec, const std::string& input, Out
 CodingResult decode_codes_file(const Codec& codec, const std::string& path, OutputDir& out, const DecodeOptions& o) {
   VQDDP_CHECK(o.chunk_frames > 0, "decode: chunks of {} frames", o.chunk_frames);
   const auto start = Clock::now();
-  const CodesFile c = read_codes_file(path);
+  const CodesFile c = read_codes_header(path);  // format 3: the header (the codes a chunk at a time below)
   VQDDP_CHECK(c.codec_fingerprint == codec.fingerprint(), "{}: coded by a codec whose weights have fingerprint '{}', "
               "but this checkpoint's (step {}) are '{}': decode with the checkpoint that encoded it", path,
               c.codec_fingerprint, codec.step(), codec.fingerprint());
@@ -170,9 +235,26 @@ CodingResult decode_codes_file(const Codec& codec, const std::string& path, Outp
     VQDDP_CHECK(c.codes[i] >= 0 && c.codes[i] < size, "{}: code {} of layer {} in row {} is outside its codebook of {}",
                 path, c.codes[i], l, static_cast<int64_t>(i) / layers, size);
   }
+  check_code_model(c, codec.code_model(), path);
+  if (c.format == 3) {
+    // Every chunk's checksum before any output: damaged chunks are refused,
+    // all of them named, unless asked to decode around them.
+    CodesReader scan(path);
+    CodesReader::Chunk k;
+    std::string first;
+    std::vector<std::string> others;
+    while (scan.next(k)) {
+      if (!k.damaged) continue;
+      if (first.empty()) first = k.why;
+      else others.push_back(scan.describe(k.index));
+    }
+    VQDDP_CHECK(first.empty() || o.skip_damaged, "{}{}; `vqddp decode --skip-damaged` decodes the other chunks, "
+                "silence in the damaged ones' place", first,
+                others.empty() ? std::string() : fmt::format(" (and {} more: {})", others.size(), fmt::join(others, ", ")));
+  }
   if (c.format == 1)
     fmt::print(stderr, "vqddp: note: {} is a format-1 codes file (8 bytes a code, metadata not under its checksum); "
-               "`vqddp encode` writes format 2\n", path);
+               "`vqddp encode` writes format 3\n", path);
   CodingResult r;
   r.layers = static_cast<int>(layers);
   r.frames = c.frames();
@@ -181,12 +263,34 @@ CodingResult decode_codes_file(const Codec& codec, const std::string& path, Outp
   out.create();
   AudioWriter writer(r.output, codec.sample_rate(), o.float_wav ? AudioEncoding::wav_float : AudioEncoding::wav16);
   const int64_t tokens = c.tokens, f = c.frame;
-  for (int64_t at = 0; at < r.frames; at += o.chunk_frames) {
-    const int64_t end = std::min(r.frames, at + o.chunk_frames);
-    std::vector<int64_t> rows(c.codes.begin() + at * tokens * layers, c.codes.begin() + end * tokens * layers);
-    std::vector<float> y = codec.decode(from_vector(rows, {(end - at) * tokens, layers}));
-    const int64_t keep = std::min<int64_t>(static_cast<int64_t>(y.size()), r.samples - at * f);  // the padding goes
-    writer.write(y.data(), static_cast<size_t>(keep));
+  // `frames` frames of codes from frame `first` on, decoded o.chunk_frames at a time.
+  auto decode_frames = [&](const int64_t* codes, int64_t first, int64_t frames) {
+    for (int64_t at = 0; at < frames; at += o.chunk_frames) {
+      const int64_t end = std::min(frames, at + o.chunk_frames);
+      std::vector<int64_t> rows(codes + at * tokens * layers, codes + end * tokens * layers);
+      std::vector<float> y = codec.decode(from_vector(rows, {(end - at) * tokens, layers}));
+      const int64_t keep = std::min<int64_t>(static_cast<int64_t>(y.size()), r.samples - (first + at) * f);  // the padding goes
+      writer.write(y.data(), static_cast<size_t>(keep));
+    }
+  };
+  if (c.format == 3) {
+    CodesReader reader(path);
+    CodesReader::Chunk k;
+    while (reader.next(k)) {
+      if (k.damaged) {
+        VQDDP_CHECK(o.skip_damaged, "{}", k.why);
+        fmt::print(stderr, "vqddp: warning: {}; silence written in its place\n", k.why);
+        const std::vector<float> silence(static_cast<size_t>(
+            std::min(k.frames * f, r.samples - k.first_frame * f)), 0.f);
+        writer.write(silence.data(), silence.size());
+        ++r.damaged_chunks;
+        continue;
+      }
+      const std::vector<int64_t> codes = reader.codes(k, codec.code_model());
+      decode_frames(codes.data(), k.first_frame, k.frames);
+    }
+  } else {
+    decode_frames(c.codes.data(), 0, r.frames);
   }
   writer.close();
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/tensor.h"
+#include "train/codes_file.h"
 #include "train/model.h"
 
 namespace vqddp {
@@ -42,6 +43,11 @@ class Codec {
   // Bits per second coding with the first `layers` layers.
   double bitrate(int layers) const;
   const std::string& fingerprint() const { return fingerprint_; }  // 8 hex digits
+  // The tables codes files are entropy-coded under (train/codes_file.h):
+  // per layer the checkpoint's EMA code counts (quantizer.layer{l}.cluster_size,
+  // the EMA of the training batches' code counts that EMA codebooks keep),
+  // uniform for a quantizer that keeps none.
+  const CodeModel& code_model() const { return code_model_; }
   const nlohmann::json& config() const { return config_; }
   int64_t step() const { return step_; }
 
@@ -60,13 +66,17 @@ class Codec {
   bool residual_ = false;
   std::string fingerprint_;
   int64_t step_ = 0;
+  CodeModel code_model_;
 };
 
 class OutputDir;
 
 struct EncodeOptions {
   int layers = 0;             // 0: every layer
-  int64_t chunk_frames = 256;  // frames coded at a time (memory: chunk_frames * F samples)
+  // Bits per second (0: none): the most layers whose coded file (bytes * 8
+  // over the seconds of audio, header included) is within it (layers must be 0).
+  double max_bitrate = 0;
+  int64_t chunk_frames = 256;  // frames coded at a time (memory: chunk_frames * F samples); the file's chunks
   bool overwrite = false;     // replace an existing codes file
 };
 
@@ -76,11 +86,14 @@ struct CodingResult {
   int64_t frames = 0;    // model frames coded
   int layers = 0;
   double seconds = 0;    // wall time of the coding
-  double packed_bitrate = 0;   // encode: bits per second of the packed codes
+  double packed_bitrate = 0;   // encode: bits per second of the packed codes (format 2, no header)
+  double coded_bitrate = 0;    // encode: bits per second of the file written (format 3, header included)
+  int64_t bytes = 0;           // encode: the file's size
+  int64_t damaged_chunks = 0;  // decode --skip-damaged: chunks written as silence
   double entropy_bitrate = 0;  // encode: what an entropy coder would reach (train/codes_file.h)
 };
 
-// `input` (any file data/audio.h reads) -> DIR/<stem>.codes.safetensors
+// `input` (any file data/audio.h reads) -> DIR/<stem>.codes
 // (train/codes_file.h). DIR is made only once the codes are ready, so an
 // input refused on reading leaves nothing behind.
 CodingResult encode_audio_file(const Codec& codec, const std::string& input, OutputDir& out,
@@ -90,19 +103,25 @@ struct DecodeOptions {
   bool float_wav = false;      // 32-bit float WAV instead of 16-bit
   int64_t chunk_frames = 256;
   bool overwrite = false;      // replace an existing WAV file
+  // A format-3 file with damaged chunks: decode the others, silence in the
+  // damaged ones' place (by default the file is refused, naming them).
+  bool skip_damaged = false;
 };
 
 // A codes file -> DIR/<stem>.wav (stem: the codes file's name without
-// ".codes.safetensors"). Refused, naming the file: not a codes file, damaged
+// ".codes", or ".codes.safetensors" for older files). Refused, naming the file: not a codes file, damaged
 // (checksums), another codec's codes (fingerprint), codes outside their
-// codebooks, a shape that does not fit the codec or the sample count.
+// codebooks, a shape that does not fit the codec or the sample count,
+// codes coded under other code model tables, damaged chunks (each named
+// with its frames and seconds; DecodeOptions::skip_damaged).
 CodingResult decode_codes_file(const Codec& codec, const std::string& codes_path, OutputDir& out,
                                const DecodeOptions& options);
 
-// The name a codes file for `input` gets: its stem + ".codes.safetensors".
+// The name a codes file for `input` gets: its stem + ".codes" (format 3 is
+// not safetensors; formats 1 and 2 were named ".codes.safetensors").
 std::string codes_file_name(const std::string& input);
 // The name the WAV decoded from `codes_path` gets: the codes file's name
-// without ".codes.safetensors" (or its extension) + ".wav".
+// without ".codes" or ".codes.safetensors" (or its extension) + ".wav".
 std::string decoded_file_name(const std::string& codes_path);
 
 }  // namespace vqddp

@@ -88,6 +88,7 @@ json to_json(const ValidationLine& l) {
   put(j, "validation_snr_db", l.snr_db);
   put(j, "validation_log_mel_l1", l.log_mel_l1);
   put(j, "validation_stft_distance", l.stft_distance);
+  put(j, "validation_stoi", l.stoi);
   if (l.skipped_rows > 0) j["validation_skipped_rows"] = l.skipped_rows;
   if (!l.layers.empty()) j["validation_layers"] = layers_json(l.layers);
   return j;
@@ -167,6 +168,7 @@ std::optional<ValidationLine> validation_line_from_json(const json& j) {
   l.snr_db = number(j, "validation_snr_db");
   l.log_mel_l1 = number(j, "validation_log_mel_l1");
   l.stft_distance = number(j, "validation_stft_distance");
+  l.stoi = number(j, "validation_stoi");
   l.layers = layers_of(j, "validation_layers");
   l.skipped_rows = integer(j, "validation_skipped_rows").value_or(0);
   return l;

@@ -49,7 +49,7 @@ struct TrainLine {
 
 struct ValidationLine {
   int64_t step = 0;
-  std::optional<double> mse, snr_db, log_mel_l1, stft_distance;  // log_mel_l1, stft_distance: audio runs only
+  std::optional<double> mse, snr_db, log_mel_l1, stft_distance, stoi;  // log_mel_l1, stft_distance, stoi: audio runs only
   std::vector<LayerUse> layers;
   int64_t skipped_rows = 0;
 };

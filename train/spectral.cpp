@@ -202,7 +202,12 @@ SumCount log_mel_l1(const LogMel& mel, const Tensor& x, const Tensor& y) {
   mel.stft().frames(x.size(1));  // a short signal fails with every N
   if (x.size(0) == 0) return {};
   NoGradGuard no_grad;
-  Tensor d = abs(sub(mel(x), mel(y)));
+  return log_mel_l1_against(mel, mel(x), y);
+}
+
+SumCount log_mel_l1_against(const LogMel& mel, const Tensor& mel_x, const Tensor& y) {
+  NoGradGuard no_grad;
+  Tensor d = abs(sub(mel_x, mel(y)));
   return {static_cast<double>(sum(d).item<float>()), static_cast<double>(d.numel())};
 }
 
@@ -214,9 +219,16 @@ SumCount stft_distance(const Stft& stft, const Tensor& x, const Tensor& y) {
   stft.frames(x.size(1));
   if (x.size(0) == 0) return {};
   NoGradGuard no_grad;
-  Tensor mx = stft.magnitude(x), my = stft.magnitude(y);
-  Tensor d = add(log_magnitude_error(mx, my), abs(sub(mx, my)));
+  return stft_distance_against(stft, stft.magnitude(x), y);
+}
+
+SumCount stft_distance_against(const Stft& stft, const Tensor& magnitude_x, const Tensor& y) {
+  NoGradGuard no_grad;
+  Tensor my = stft.magnitude(y);
+  Tensor d = add(log_magnitude_error(magnitude_x, my), abs(sub(magnitude_x, my)));
   return {static_cast<double>(sum(d).item<float>()), static_cast<double>(d.numel())};
 }
+
+LogMel held_out_log_mel(double sample_rate) { return LogMel(sample_rate, 256, 64, 40); }
 
 }  // namespace vqddp

@@ -143,6 +143,11 @@ class LogMel {
   std::shared_ptr<Cache> cache_;
 };
 
+// The log-mel of the held-out log-mel L1 distance (validation and `vqddp
+// eval`; docs/models.md): 256-sample windows, hop 64, 40 mels, which are
+// 32 ms windows and an 8 ms hop at 8 kHz.
+LogMel held_out_log_mel(double sample_rate);
+
 // The log-mel L1 distance in parts that add across batches and ranks: the
 // sum over elements of |logmel(x) - logmel(y)| and the element count
 // (N * n_mels * frames), as host doubles; the distance is sum / count.
@@ -160,5 +165,12 @@ SumCount log_mel_l1(const LogMel& mel, const Tensor& x, const Tensor& y);
 // the held-out distance (train/trainer.cpp) averages sum / count over the
 // resolutions. As log_mel_l1: no autograd, {0, 0} for N == 0.
 SumCount stft_distance(const Stft& stft, const Tensor& x, const Tensor& y);
+
+// The same two distances with the reference's half given, as mel(x) and
+// stft.magnitude(x) (of x [N, L], checked as above by the caller): for
+// scoring many outputs against one reference (`vqddp eval`), whose
+// features are then computed once. The same sums, bit for bit.
+SumCount log_mel_l1_against(const LogMel& mel, const Tensor& mel_x, const Tensor& y);
+SumCount stft_distance_against(const Stft& stft, const Tensor& magnitude_x, const Tensor& y);
 
 }  // namespace vqddp

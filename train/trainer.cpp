@@ -40,6 +40,7 @@
 #include "train/run_record.h"
 #include "train/schedule.h"
 #include "train/spectral.h"
+#include "train/stoi.h"
 #include "vq/code_stats.h"
 #include "vq/index_columns.h"
 #include "vq/perplexity.h"
@@ -199,6 +200,7 @@ struct Validation {
   double mse = 0, snr_db = 0;
   double log_mel = -1;  // log-mel L1 distance (audio; -1 for images)
   double stft_distance = -1;  // multi-resolution STFT distance (audio; -1 for images)
+  double stoi = -1;  // STOI (train/stoi.h), the mean over chunks long enough for it (audio; -1 for images or none)
   int64_t skipped = 0;  // held-out rows passed over (data.bad_files "skip"), all ranks
   std::vector<LayerUsage> usage;
   std::vector<float> histogram;  // every layer's code counts, layer after layer
@@ -238,18 +240,21 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
   const bool audio = data.examples_per_second > 0;
   const double rate = data.examples_per_second * static_cast<double>(data.example_dim);
   std::optional<LogMel> mel;
-  if (audio) mel.emplace(rate, 256, 64, 40);
+  if (audio) mel.emplace(held_out_log_mel(rate));
   // And the multi-resolution STFT distance, at the STFT loss's resolutions.
   std::vector<Stft> stfts;
   if (audio)
     for (auto [n_fft, hop] : kStftLossResolutions) stfts.emplace_back(n_fft, hop);
   // Per chunk: sum x^2, sum err^2, elements, log-mel sum and count, rows
   // skipped (data.bad_files "skip"), each STFT resolution's distance sum and
-  // count. The code histogram of every layer is counted per rank and summed
+  // count, the chunk's STOI and 1 (or 0 and 0 when the chunk is too short
+  // or too quiet for one STOI segment: its mean is over the chunks that have
+  // one). The code histogram of every layer is counted per rank and summed
   // by one all_reduce of integers (exact in any order): as a chunk's columns
   // it made each chunk's row 4 KiB for the main job, kept until the end, so
   // a rank's memory grew with the held-out set.
-  constexpr int64_t kFixed = 6 + 2 * static_cast<int64_t>(kStftLossResolutions.size());
+  constexpr int64_t kStftAt = 6, kStoiAt = kStftAt + 2 * static_cast<int64_t>(kStftLossResolutions.size());
+  constexpr int64_t kFixed = kStoiAt + 2;
   const int64_t width = kFixed;
   std::vector<float> packed, chunk_histogram;
   std::vector<int64_t> histogram(static_cast<size_t>(codes), 0);
@@ -285,6 +290,11 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
           d = stft_distance(stfts[r], reshape(x, {1, x.numel()}), reshape(y, {1, y.numel()}));
         row.insert(row.end(), {static_cast<float>(d.sum), static_cast<float>(d.count)});
       }
+      std::optional<double> intelligibility;
+      if (audio)
+        intelligibility = stoi_if_scorable(std::vector<float>(px, px + x.numel()), std::vector<float>(py, py + y.numel()),
+                                           static_cast<int>(std::lround(rate)));
+      row.insert(row.end(), {static_cast<float>(intelligibility.value_or(0)), intelligibility ? 1.f : 0.f});
       chunk_histogram.clear();
       append_histograms(out.indices, sizes, chunk_histogram);
       for (int64_t i = 0; i < codes; ++i) histogram[i] += static_cast<int64_t>(chunk_histogram[i]);
@@ -304,7 +314,8 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
     v.stft_distance = 0;
     const size_t res = kStftLossResolutions.size();
     for (size_t r = 0; r < res; ++r)
-      v.stft_distance += p[7 + 2 * r] > 0 ? p[6 + 2 * r] / p[7 + 2 * r] / static_cast<double>(res) : 0;
+      v.stft_distance += p[kStftAt + 1 + 2 * r] > 0 ? p[kStftAt + 2 * r] / p[kStftAt + 1 + 2 * r] / static_cast<double>(res) : 0;
+    if (p[kStoiAt + 1] > 0) v.stoi = p[kStoiAt] / p[kStoiAt + 1];
   }
   v.skipped = static_cast<int64_t>(p[5]);
   const int64_t* total = counts.data<int64_t>();
@@ -764,7 +775,8 @@ class RankRun {
   void validate_and_log(int64_t done) {
     val_ = validate(model_, data_, comm_, device_, done);
     if (!lead_ || !opt_.print) return;
-    progress("validation at step {}: mse {:.6f}  snr {:.2f} dB{}{}{}\n", done, val_.mse, val_.snr_db,
+    progress("validation at step {}: mse {:.6f}  snr {:.2f} dB{}{}{}{}\n", done, val_.mse, val_.snr_db,
+             val_.stoi >= 0 ? fmt::format("  STOI {:.3f}", val_.stoi) : "",
              val_.log_mel >= 0 ? fmt::format("  log-mel L1 {:.3f}", val_.log_mel) : "",
              val_.stft_distance >= 0 ? fmt::format("  MR-STFT {:.3f}", val_.stft_distance) : "",
              val_.skipped > 0 ? fmt::format("  skipped {}", val_.skipped) : "");
@@ -774,6 +786,7 @@ class RankRun {
                               .log_mel_l1 = val_.log_mel >= 0 ? std::optional<double>(val_.log_mel) : std::nullopt,
                               .stft_distance =
                                   val_.stft_distance >= 0 ? std::optional<double>(val_.stft_distance) : std::nullopt,
+                              .stoi = val_.stoi >= 0 ? std::optional<double>(val_.stoi) : std::nullopt,
                               .layers = layer_use(val_.usage),
                               .skipped_rows = val_.skipped};
     metrics_->write(to_json(line));
@@ -853,6 +866,7 @@ class RankRun {
     result.validation_snr_db = val_.snr_db;
     result.validation_log_mel = val_.log_mel;
     result.validation_stft_distance = val_.stft_distance;
+    result.validation_stoi = val_.stoi;
     result.usage = val_.usage;
     result.bits_per_example = model_.bits_per_example();
     result.bitrate = model_.bits_per_example() * data_.examples_per_second;

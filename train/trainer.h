@@ -46,6 +46,7 @@ struct TrainResult {
   // The multi-resolution STFT distance (train/spectral.h stft_distance) at
   // 8, 16 and 32 ms windows (at 8 kHz), averaged (audio; -1 for images).
   double validation_stft_distance = -1;
+  double validation_stoi = -1;  // STOI (train/stoi.h) of the held-out chunks long enough for it (audio; -1: none)
   double bits_per_example = 0;
   double bitrate = 0;              // bits per second (audio), 0 for images
   std::vector<LayerUsage> usage;   // per quantizer layer, on the validation set

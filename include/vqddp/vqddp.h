@@ -105,6 +105,7 @@
 #include "train/run_record.h"
 #include "train/schedule.h"
 #include "train/spectral.h"
+#include "train/stoi.h"
 #include "train/trainer.h"
 
 // data/

@@ -6,8 +6,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <numbers>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "data/audio.h"
 #include "data/dataset.h"
@@ -23,6 +25,9 @@
 #include "train/codes_file.h"
 #include "engine/core/output_file.h"
 #include "train/spectral.h"
+#include "tool/classic_codec.h"
+#include "tool/eval.h"
+#include "train/stoi.h"
 
 using namespace vqddp;
 using vqddp::test::TempDir;
@@ -155,6 +160,12 @@ TEST_CASE("encode then decode of a held-out clip gives the run's validation figu
   CHECK(t.result.validation_mse == fe / fn);
   CHECK(t.result.validation_snr_db == 10 * std::log10(double(fs) / fe));
   CHECK(t.result.validation_log_mel == static_cast<float>(l1.sum) / static_cast<float>(l1.count));
+  // STOI of the held-out chunk (the one clip's whole frames), as a float
+  // through the reduce.
+  const double intelligibility = stoi(std::vector<float>(x.begin(), x.begin() + n),
+                                      std::vector<float>(y.begin(), y.begin() + n), 8000);
+  CHECK(intelligibility > 0.1);  // 6 steps of a tiny codec: little, but a score
+  CHECK(t.result.validation_stoi == static_cast<float>(intelligibility));
 }
 
 TEST_CASE("a file coded in chunks has the codes and the audio of coding it whole; fewer layers code fewer bits") {
@@ -166,8 +177,8 @@ TEST_CASE("a file coded in chunks has the codes and the audio of coding it whole
   whole.chunk_frames = 1 << 20;
   two.layers = 2;
   const std::string input = t.clips[0];
-  const CodesFile a = read_codes_file(encode_into(codec, input, out.file("one"), one).output);
-  const CodesFile b = read_codes_file(encode_into(codec, input, out.file("whole"), whole).output);
+  const CodesFile a = read_codes_file(encode_into(codec, input, out.file("one"), one).output, &codec.code_model());
+  const CodesFile b = read_codes_file(encode_into(codec, input, out.file("whole"), whole).output, &codec.code_model());
   CHECK(a.codes == b.codes);
   CHECK(a.layers == 3);
   DecodeOptions dec_one = float_wav(), dec_whole = float_wav();
@@ -178,7 +189,7 @@ TEST_CASE("a file coded in chunks has the codes and the audio of coding it whole
         samples_of(decode_into(codec, codes, out.file("dec_whole"), dec_whole).output));
   // Two of three layers: the first two columns, decoded without the third.
   CodingResult e2 = encode_into(codec, input, out.file("two"), two);
-  const CodesFile c = read_codes_file(e2.output);
+  const CodesFile c = read_codes_file(e2.output, &codec.code_model());
   REQUIRE(c.layers == 2);
   REQUIRE(c.rows() == a.rows());
   const std::vector<int64_t>& va = a.codes;
@@ -223,7 +234,7 @@ TEST_CASE("decode refuses, naming the file, a damaged codes file, another codec'
   CHECK(msg.find("checksum") != std::string::npos);
   // Codes outside their codebook, in a file whose checksums fit: a format-1
   // file (int64 codes, as vqddp wrote before), which still decodes.
-  const CodesFile packed = read_codes_file(codes);
+  const CodesFile packed = read_codes_file(codes, &codec.code_model());
   std::map<std::string, std::string> meta = {
       {"format", "vqddp-codes/1"}, {"sample_rate", "8000"}, {"samples", std::to_string(packed.samples)},
       {"frame", "256"}, {"tokens", "32"}, {"layers", "3"}, {"codec_fingerprint", packed.codec_fingerprint},
@@ -262,6 +273,85 @@ TEST_CASE("decode refuses, naming the file, a damaged codes file, another codec'
   four.layers = 4;
   CHECK(error_of([&] { encode_into(codec, t.clips[1], out.file("c4"), four); }).find("--layers 4 is not in 1..3") !=
         std::string::npos);
+}
+
+TEST_CASE("a 10 s clip is entropy-coded under the checkpoint's code counts: decodes bit for bit as packed codes do, "
+          "its file within 1.03x the ideal length; a damaged chunk is named and the others still decode") {
+  const TrainedCodec& t = trained();
+  Codec codec(t.checkpoint);
+  const CodeModel& model = codec.code_model();
+  REQUIRE(model.layers() == 3);
+  // The tables are the EMA code counts (skewed), not uniform.
+  uint32_t top = 0;
+  for (int64_t l = 0; l < 3; ++l) {
+    CHECK(model.counted(l));
+    for (uint32_t f : model.frequencies(l)) top = std::max(top, f);
+  }
+  CHECK(top > 2 * 65536 / 16);
+  // 10 s of the asterisk prompts back to back.
+  std::vector<float> ten;
+  for (size_t i = 0; ten.size() < 80000; i = (i + 1) % t.clips.size()) {
+    const std::vector<float> x = samples_of(t.clips[i]);
+    ten.insert(ten.end(), x.begin(), x.begin() + std::min(x.size(), 80000 - ten.size()));
+  }
+  TempDir out;
+  {
+    AudioWriter w(out.file("ten.wav"), 8000, AudioEncoding::wav_float);
+    w.write(ten.data(), ten.size());
+    w.close();
+  }
+  EncodeOptions o;
+  o.chunk_frames = 100;  // 313 frames: 4 chunks
+  const CodingResult e = encode_into(codec, out.file("ten.wav"), out.file("codes"), o);
+  const CodesFile c = read_codes_file(e.output, &model);
+  CHECK(c.format == 3);
+  CHECK(c.chunks() == 4);
+  const double ideal_bytes = codes_ideal_bits(c, model) / 8;
+  const auto bytes = static_cast<double>(std::filesystem::file_size(e.output));
+  MESSAGE("10 s: packed ", codes_packed_bitrate(c) * 10 / 8, " bytes, coded ", bytes, " (file), ideal ", ideal_bytes);
+  CHECK(bytes <= 1.03 * ideal_bytes);
+  CHECK(bytes < codes_packed_bitrate(c) * 10 / 8);
+  CHECK(e.coded_bitrate == doctest::Approx(bytes * 8 / 10));
+  // The same codes as a format-2 file (packed, as vqddp wrote before)
+  // decode to the same samples.
+  write_codes_file_format2(out.file("ten2.codes.safetensors"), c);
+  const std::vector<float> y = samples_of(decode_into(codec, e.output, out.file("dec3"), float_wav()).output);
+  CHECK(y == samples_of(decode_into(codec, out.file("ten2.codes.safetensors"), out.file("dec2"), float_wav()).output));
+  REQUIRE(y.size() == ten.size());
+  // A flipped byte in the middle of the file lands in chunk 2 or 3: refused,
+  // naming it; --skip-damaged decodes the rest, silence in its place.
+  std::string bytes_of_file;
+  {
+    std::ifstream in(e.output, std::ios::binary);
+    bytes_of_file.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  bytes_of_file[bytes_of_file.size() / 2] ^= 0x10;
+  const std::string damaged = out.file("damaged.codes");
+  std::ofstream(damaged, std::ios::binary) << bytes_of_file;
+  const std::string msg = error_of([&] { decode_into(codec, damaged, out.file("dec_bad"), float_wav()); });
+  CHECK(msg.find(damaged) != std::string::npos);
+  const bool second = msg.find("chunk 2 of 4 (frames 100-199, 3.20-6.40 s) is damaged") != std::string::npos;
+  CHECK((second || msg.find("chunk 3 of 4 (frames 200-299, 6.40-9.60 s) is damaged") != std::string::npos));
+  CHECK(msg.find("--skip-damaged") != std::string::npos);
+  CHECK(!std::filesystem::exists(out.file("dec_bad")));
+  DecodeOptions skip = float_wav();
+  skip.skip_damaged = true;
+  const CodingResult d = decode_into(codec, damaged, out.file("dec_skip"), skip);
+  CHECK(d.damaged_chunks == 1);
+  const std::vector<float> z = samples_of(d.output);
+  REQUIRE(z.size() == y.size());
+  const size_t from = (second ? 100 : 200) * 256, to = from + 100 * 256;
+  for (size_t i = 0; i < z.size(); ++i) REQUIRE(z[i] == (i >= from && i < to ? 0.f : y[i]));
+  // --bitrate picks the most layers whose real file is within it.
+  EncodeOptions rate;
+  rate.max_bitrate = e.coded_bitrate * 0.9;
+  const CodingResult r = encode_into(codec, out.file("ten.wav"), out.file("rate"), rate);
+  CHECK(r.layers == 2);
+  CHECK(r.coded_bitrate <= rate.max_bitrate);
+  CHECK(static_cast<double>(std::filesystem::file_size(r.output)) * 8 / 10 == doctest::Approx(r.coded_bitrate));
+  rate.max_bitrate = 10;
+  CHECK(error_of([&] { encode_into(codec, out.file("ten.wav"), out.file("rate2"), rate); })
+            .find("no choice of layers codes within --bitrate 0.01 kbit/s") != std::string::npos);
 }
 
 namespace {
@@ -313,9 +403,10 @@ std::vector<uint8_t> base64_decoded(const std::string& text) {
 TEST_CASE("the report of an audio run has data in every plot and players whose audio decodes") {
   const TrainedCodec& t = trained();
   const std::string html = render_report(t.dir.file("run"));
-  // loss, lr, validation snr/log-mel/MR-STFT/mse, perplexity, codes used,
-  // and one usage histogram per layer.
-  CHECK(checked_plots(html) == 1 + 1 + 4 + 1 + 1 + 3);
+  // loss, lr, validation snr/STOI/log-mel/MR-STFT/mse, perplexity, codes
+  // used, and one usage histogram per layer.
+  CHECK(checked_plots(html) == 1 + 1 + 5 + 1 + 1 + 3);
+  CHECK(html.find("validation STOI") != std::string::npos);
   TempDir tmp;
   int clips = 0;
   for (size_t at : tags(html, "<audio ")) {
@@ -381,4 +472,101 @@ TEST_CASE("the report embeds only regular files inside the run directory, and hu
   std::ofstream(run / "metrics.jsonl", std::ios::app) << "{\"step\": 7, \"loss\": 1e308}\n{\"step\": 8, \"loss\": -1e308}\n";
   const std::string html = render_report(run.string());
   CHECK(html.find("nan") == std::string::npos);
+}
+
+TEST_CASE("eval scores the codec and classic codecs on the same clip, from the bytes each stores") {
+  const TrainedCodec& t = trained();
+  Codec codec(t.checkpoint);
+  const std::string clip = t.clips[3];  // held out, 5.2 s
+  const EvalResult r = evaluate(codec, 3, {clip}, parse_classic_codecs("opus:8,codec2:3200"));
+  REQUIRE(r.systems.size() == 3);
+  CHECK(r.systems[0].name == "vqddp 3 of 3 layers");
+  CHECK(r.systems[1].name == "opus 8 kbit/s");
+  CHECK(r.systems[2].name == "codec2 3200");
+  CHECK(r.clips == std::vector<std::string>{clip});
+  CHECK(r.left_out.empty());
+  const std::vector<float> x = samples_of(clip);
+  const double seconds = static_cast<double>(x.size()) / 8000;
+  // Ours: the bytes of the file encode writes, scored on what decode gives.
+  TempDir out;
+  CodingResult e = encode_into(codec, clip, out.file("codes"), EncodeOptions{});
+  CodingResult d = decode_into(codec, e.output, out.file("wav"), float_wav());
+  const std::vector<float> y = samples_of(d.output);
+  const EvalScores& ours = r.systems[0].clips.at(0);
+  CHECK(ours.bytes == static_cast<double>(std::filesystem::file_size(e.output)));
+  CHECK(ours.kbps == ours.bytes * 8 / seconds / 1000);
+  CHECK(ours.seconds == seconds);
+  CHECK(ours.stoi == stoi(x, y, 8000));
+  CHECK(ours.estoi == stoi(x, y, 8000, true));
+  CHECK(ours.snr_db == snr_db(x, y));
+  CHECK(ours.si_sdr_db == si_sdr_db(x, y));
+  const int64_t n = static_cast<int64_t>(x.size());
+  const SumCount mel = log_mel_l1(held_out_log_mel(8000), from_vector(x, {1, n}), from_vector(y, {1, n}));
+  CHECK(ours.log_mel_l1 == mel.sum / mel.count);
+  CHECK(ours.coding_seconds > 0);
+  // A classic codec: its packets' bytes, scored on its aligned output.
+  const ClassicCoded opus = code_classic(parse_classic_codec("opus:8"), x, 8000);
+  const EvalScores& o = r.systems[1].clips.at(0);
+  CHECK(o.bytes == static_cast<double>(opus.bytes));
+  CHECK(o.kbps == o.bytes * 8 / seconds / 1000);
+  CHECK(o.kbps > 6);
+  CHECK(o.kbps < 10);
+  CHECK(o.stoi == stoi(x, opus.samples, 8000));
+  CHECK(o.snr_db == snr_db(x, opus.samples));
+  // Codec 2 keeps no waveform (its SNR is below 0 dB), yet is intelligible.
+  const EvalScores& c2 = r.systems[2].clips.at(0);
+  CHECK(c2.kbps > 3.1);
+  CHECK(c2.kbps < 3.4);
+  CHECK(c2.snr_db < 0);
+  CHECK(c2.stoi > 0.6);
+  // One clip: the totals are its figures; the JSON has them all.
+  CHECK(r.systems[1].total.stoi == o.stoi);
+  CHECK(r.systems[1].total.kbps == o.kbps);
+  const nlohmann::json j = nlohmann::json::parse(eval_json(r));
+  CHECK(j["systems"][0]["clips"][0]["stoi"].get<double>() == ours.stoi);
+  CHECK(j["systems"][2]["total"]["kbps"].get<double>() == c2.kbps);
+  CHECK(j["clips"][0] == clip);
+  CHECK(eval_table(r).find("codec2 3200") != std::string::npos);
+}
+
+TEST_CASE("SI-SDR does not depend on the output's scale; SNR does") {
+  std::vector<float> x(8000), half(8000), noisy(8000);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<float>(std::sin(0.05 * static_cast<double>(i)));
+    half[i] = 0.5f * x[i];
+  }
+  CHECK(snr_db(x, half) == doctest::Approx(20 * std::log10(2.0)).epsilon(1e-6));
+  CHECK(si_sdr_db(x, half) > 100);
+  // Noise orthogonal to x (a cosine over whole periods) at a tenth of its
+  // amplitude: 20 dB either way.
+  const double w = 2 * std::numbers::pi * 40 / 8000;
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<float>(std::sin(w * static_cast<double>(i)));
+    noisy[i] = x[i] + 0.1f * static_cast<float>(std::cos(w * static_cast<double>(i)));
+  }
+  CHECK(snr_db(x, noisy) == doctest::Approx(20).epsilon(1e-4));
+  CHECK(si_sdr_db(x, noisy) == doctest::Approx(20).epsilon(1e-4));
+  CHECK_THROWS_WITH_AS(snr_db(x, std::vector<float>(3)), doctest::Contains("an output of 3"), Error);
+  CHECK_THROWS_WITH_AS(si_sdr_db(std::vector<float>(4, 0.f), std::vector<float>(4, 1.f)),
+                       doctest::Contains("the reference is silent"), Error);
+}
+
+TEST_CASE("eval refuses, naming it, a clip too short for STOI and no clips; held-out lists leave such a clip out") {
+  const TrainedCodec& t = trained();
+  Codec codec(t.checkpoint);
+  TempDir dir;
+  const std::string short_clip = dir.file("short.wav");
+  write_audio(short_clip, std::vector<float>(1600, 0.1f), 8000, AudioEncoding::wav16);  // 0.2 s
+  std::string msg = error_of([&] { evaluate(codec, 3, {short_clip}, {}); });
+  CHECK(msg.find(short_clip) != std::string::npos);
+  CHECK(msg.find("shorter than one STOI segment") != std::string::npos);
+  msg = error_of([&] { evaluate(codec, 3, {}, {}); });
+  CHECK(msg.find("no audio files") != std::string::npos);
+  msg = error_of([&] { parse_classic_codecs("opus:8,codec2:3000"); });
+  CHECK(msg.find("codec2:3000") != std::string::npos);
+  const EvalResult r = evaluate(codec, 2, {short_clip, t.clips[3]}, {}, true);
+  CHECK(r.left_out == std::vector<std::string>{short_clip});
+  CHECK(r.clips == std::vector<std::string>{t.clips[3]});
+  CHECK(r.systems.at(0).name == "vqddp 2 of 3 layers");
+  CHECK(r.systems.at(0).clips.size() == 1);
 }
