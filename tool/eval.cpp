@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <system_error>
 #include <thread>
 #include <cmath>
 #include <filesystem>
@@ -121,12 +122,21 @@ void for_each_concurrently(size_t n, const std::function<void(size_t)>& f,
       } catch (const std::exception& e) {
         errors[t] = e.what();
         failed[t] = 1;
+      } catch (...) {
+        errors[t] = "an unknown error";
+        failed[t] = 1;
       }
     }
   };
   const size_t threads = std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  for (size_t t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // fewer threads: slower, the same results
+    }
+  }
   work();
   for (std::thread& t : pool) t.join();
   for (size_t t = 0; t < n; ++t)
@@ -236,6 +246,7 @@ double snr_db(const std::vector<float>& x, const std::vector<float>& y) {
 EvalResult evaluate(const Codec& codec, int layers, const std::vector<std::string>& clips,
                     const std::vector<ClassicCodecSpec>& against, bool skip_unscorable) {
   VQDDP_CHECK(!clips.empty(), "eval: no audio files given");
+  codec.check_layers(layers, "eval");
   EvalResult r;
   r.sample_rate = codec.sample_rate();
   r.systems.push_back({fmt::format("vqddp {} of {} layers", layers, codec.layer_sizes().size()), {}, {}});
@@ -246,8 +257,10 @@ EvalResult evaluate(const Codec& codec, int layers, const std::vector<std::strin
     const std::string& clip = clips[i];
     const std::vector<float> x = read_audio(clip, rate).samples;
     // Whether a clip has a STOI segment depends on the clean signal alone.
+    VQDDP_CHECK(!x.empty(), "eval: {}: no audio in it", shown(clip));
     const StoiReference intelligibility(x, rate);
-    if (skip_unscorable && !intelligibility.scorable()) {
+    if (!intelligibility.scorable()) {
+      VQDDP_CHECK(skip_unscorable, "eval: {}: {}", shown(clip), intelligibility.why());
       r.left_out.push_back(clip);
       continue;
     }

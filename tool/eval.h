@@ -40,7 +40,7 @@ struct EvalScores {
 };
 
 struct EvalSystem {
-  std::string name;                // "vqddp 4 layers", "opus 6 kbit/s", ...
+  std::string name;                // "vqddp 4 of 4 layers", "opus 6 kbit/s", ...
   std::vector<EvalScores> clips;   // one per clip, in the order given
   EvalScores total;
 };
@@ -54,9 +54,10 @@ struct EvalResult {
 
 // `layers` of the codec's (1..Q). Each clip is read at the codec's rate;
 // errors name the clip (unreadable, empty, shorter than a STOI segment, too
-// short for the spectral measures). With `skip_unscorable` (a run's
-// held-out clips, which include short prompts) a clip that has no STOI
-// segment is left out for every system and listed in left_out instead.
+// short for the spectral measures), before the clip is coded. With
+// `skip_unscorable` (`--held-out`: a run's held-out clips include short
+// prompts) a clip that has no STOI segment is left out for every system
+// and listed in left_out instead; that applies to every clip of the call.
 EvalResult evaluate(const Codec& codec, int layers, const std::vector<std::string>& clips,
                     const std::vector<ClassicCodecSpec>& against, bool skip_unscorable = false);
 

@@ -90,6 +90,13 @@ Codec::Codec(const std::string& checkpoint) : path_(checkpoint) {
   code_model_ = code_model_of(*model_, sizes_);
 }
 
+void Codec::check_layers(int layers, const char* command) const {
+  const int q = static_cast<int>(sizes_.size());
+  VQDDP_CHECK(layers >= 1 && layers <= q, "{}: --layers {} is not in 1..{} (the codec's layers)", command, layers, q);
+  VQDDP_CHECK(layers == q || residual_, "{}: --layers {} of {}: this codec's quantizer (\"{}\") has no residual layers "
+              "to leave out", command, layers, q, config_["quantizer"].value("type", "?"));
+}
+
 double Codec::bitrate(int layers) const {
   double bits = 0;
   for (int l = 0; l < layers; ++l) bits += std::log2(static_cast<double>(sizes_[l]));
@@ -131,9 +138,7 @@ CodingResult encode_audio_file(const Codec& codec, const std::string& input, Out
   const int q = static_cast<int>(codec.layer_sizes().size());
   const int layers = o.layers == 0 ? q : o.layers;
   VQDDP_CHECK(o.max_bitrate == 0 || o.layers == 0, "encode: give --layers or --bitrate, not both");
-  VQDDP_CHECK(layers >= 1 && layers <= q, "encode: --layers {} is not in 1..{} (the codec's layers)", o.layers, q);
-  VQDDP_CHECK(layers == q || codec.layers_are_residual(), "encode: --layers {} of {}: this codec's quantizer (\"{}\") "
-              "has no residual layers to leave out", layers, q, codec.config()["quantizer"].value("type", "?"));
+  codec.check_layers(layers, "encode");
   VQDDP_CHECK(o.chunk_frames > 0, "encode: chunks of {} frames", o.chunk_frames);
   CodingResult r;
   r.layers = layers;

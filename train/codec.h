@@ -40,6 +40,9 @@ class Codec {
   // Whether fewer than Q layers decode to a meaningful output (residual
   // quantizers: each layer refines the sum of those before it).
   bool layers_are_residual() const { return residual_; }
+  // Refuses, naming `command`, a layer count outside 1..Q, or fewer than Q
+  // of a quantizer whose layers are not residual.
+  void check_layers(int layers, const char* command) const;
   // Bits per second coding with the first `layers` layers.
   double bitrate(int layers) const;
   const std::string& fingerprint() const { return fingerprint_; }  // 8 hex digits

@@ -74,7 +74,11 @@ std::string RangeEncoder::finish() {
     }
   }
   for (int i = 0; i < 5; ++i) shift_low();
-  while (!out_.empty() && out_.back() == '\0') out_.pop_back();  // the decoder reads zeros past the end
+  // The decoder reads zeros past the end, so the zero bytes the final value
+  // ends with need not be written: at most its 4 bytes. Zeros before them
+  // are codes' bits (a run of the most probable code under uniform tables
+  // is all zeros), which the reader's bound on a chunk's rows counts on.
+  for (int i = 0; i < 4 && !out_.empty() && out_.back() == '\0'; ++i) out_.pop_back();
   return std::move(out_);
 }
 

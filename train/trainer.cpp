@@ -291,9 +291,13 @@ Validation validate(CodecModel& model, const Dataset& data, Communicator& comm, 
         row.insert(row.end(), {static_cast<float>(d.sum), static_cast<float>(d.count)});
       }
       std::optional<double> intelligibility;
-      if (audio)
-        intelligibility = stoi_if_scorable(std::vector<float>(px, px + x.numel()), std::vector<float>(py, py + y.numel()),
-                                           static_cast<int>(std::lround(rate)));
+      if (audio) try {
+          intelligibility = stoi_if_scorable(std::vector<float>(px, px + x.numel()),
+                                             std::vector<float>(py, py + y.numel()), static_cast<int>(std::lround(rate)));
+        } catch (const Error& e) {
+          VQDDP_THROW("validation at step {}: STOI of held-out rows {} to {}: {}", done, c * kChunk,
+                      std::min(rows, (c + 1) * kChunk), e.what());
+        }
       row.insert(row.end(), {static_cast<float>(intelligibility.value_or(0)), intelligibility ? 1.f : 0.f});
       chunk_histogram.clear();
       append_histograms(out.indices, sizes, chunk_histogram);

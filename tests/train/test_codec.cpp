@@ -551,7 +551,7 @@ TEST_CASE("SI-SDR does not depend on the output's scale; SNR does") {
                        doctest::Contains("the reference is silent"), Error);
 }
 
-TEST_CASE("eval refuses, naming it, a clip too short for STOI and no clips; held-out lists leave such a clip out") {
+TEST_CASE("eval refuses, naming it, a clip too short for STOI, no clips and layers the codec lacks; held-out lists leave such a clip out") {
   const TrainedCodec& t = trained();
   Codec codec(t.checkpoint);
   TempDir dir;
@@ -562,6 +562,13 @@ TEST_CASE("eval refuses, naming it, a clip too short for STOI and no clips; held
   CHECK(msg.find("shorter than one STOI segment") != std::string::npos);
   msg = error_of([&] { evaluate(codec, 3, {}, {}); });
   CHECK(msg.find("no audio files") != std::string::npos);
+  // More layers than the codec has: refused before a code is read past a row.
+  msg = error_of([&] { evaluate(codec, 4, {t.clips[3]}, {}); });
+  CHECK(msg.find("eval: --layers 4 is not in 1..3") != std::string::npos);
+  const std::string empty_clip = dir.file("empty.wav");
+  write_audio(empty_clip, std::vector<float>(1, 0.f), 8000, AudioEncoding::wav16);
+  msg = error_of([&] { evaluate(codec, 3, {empty_clip}, {}); });
+  CHECK(msg.find(empty_clip) != std::string::npos);
   msg = error_of([&] { parse_classic_codecs("opus:8,codec2:3000"); });
   CHECK(msg.find("codec2:3000") != std::string::npos);
   const EvalResult r = evaluate(codec, 2, {short_clip, t.clips[3]}, {}, true);
