@@ -21,30 +21,22 @@
 #include "data/audio.h"
 #include "engine/core/error.h"
 #include "tool/classic_codec.h"
+#include "tool/eval.h"  // snr_db
 
 using namespace vqddp;
 
 namespace {
 
-constexpr const char* kAsterisk = "/usr/share/asterisk/sounds/en_US_f_Allison";
+constexpr const char* kCodecClipDir = "/usr/share/asterisk/sounds/en_US_f_Allison";
 
 // 30 s of one speaker's prompts at 8 kHz.
 const Audio& clip() {
-  static const Audio a = read_audio(std::string(kAsterisk) + "/demo-congrats.wav");
+  static const Audio a = read_audio(std::string(kCodecClipDir) + "/demo-congrats.wav");
   return a;
 }
 
-double duration(const std::vector<float>& x, int rate) { return static_cast<double>(x.size()) / rate; }
-double bitrate(const ClassicCoded& c, const std::vector<float>& x, int rate) { return c.bytes * 8.0 / duration(x, rate); }
-
-double snr_db(const std::vector<float>& x, const std::vector<float>& y) {
-  double s = 0, e = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    s += double(x[i]) * x[i];
-    e += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
-  }
-  return 10 * std::log10(s / e);
-}
+double seconds_of(const std::vector<float>& x, int rate) { return static_cast<double>(x.size()) / rate; }
+double bitrate(const ClassicCoded& c, const std::vector<float>& x, int rate) { return c.bytes * 8.0 / seconds_of(x, rate); }
 
 // The lag L in [-max_lag, max_lag] maximising sum_t a[t] * b[t + L],
 // normalised by the overlap's energies.
@@ -172,7 +164,7 @@ void check_codec(const std::string& s, const std::vector<float>& x, int rate) {
   const ClassicCodecSpec spec = parse_classic_codec(s);
   const ClassicCoded c = code_classic(spec, x, rate);
   REQUIRE(c.samples.size() == x.size());
-  const double seconds = duration(x, rate);
+  const double seconds = seconds_of(x, rate);
   const double bps = bitrate(c, x, rate);
   const double snr = snr_db(x, c.samples);
   const ClassicCodecDelay delay = classic_codec_delay(spec, rate);
@@ -220,7 +212,7 @@ void check_codec(const std::string& s, const std::vector<float>& x, int rate) {
 TEST_CASE("a classic codec codes speech at its bitrate, aligned with the input, at 8 kHz") {
   const Audio& a = clip();
   REQUIRE(a.sample_rate == 8000);
-  REQUIRE(duration(a.samples, 8000) > 25);
+  REQUIRE(seconds_of(a.samples, 8000) > 25);
   for (const char* s : {"opus:6", "opus:8", "codec2:3200", "codec2:1300"}) check_codec(s, a.samples, 8000);
 }
 

@@ -40,7 +40,7 @@ TEST_CASE("run record: each record reads back what it wrote; NaN and absent numb
   CHECK(tb.skipped_rows == 2);
 
   ValidationLine v{.step = 6, .mse = 0.1, .snr_db = 3.0, .log_mel_l1 = std::nullopt, .stft_distance = std::nullopt,
-                     .layers = {{4.0, 5}}, .skipped_rows = 0};
+                     .stoi = std::nullopt, .layers = {{4.0, 5}}, .skipped_rows = 0};
   const nlohmann::json vj = nlohmann::json::parse(to_json(v).dump());
   CHECK(is_validation_line(vj));
   CHECK_FALSE(train_line_from_json(vj).has_value());

@@ -24,13 +24,13 @@ using namespace vqddp;
 
 namespace {
 
-constexpr const char* kAsterisk = "/usr/share/asterisk/sounds/en_US_f_Allison";
+constexpr const char* kSpeechDir = "/usr/share/asterisk/sounds/en_US_f_Allison";
 
 // A few seconds of real speech at 8 kHz: 5 asterisk prompts (in name
 // order) one after the other.
 std::vector<float> speech() {
   std::vector<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(kAsterisk))
+  for (const auto& e : std::filesystem::directory_iterator(kSpeechDir))
     if (e.path().extension() == ".wav") names.push_back(e.path().string());
   std::sort(names.begin(), names.end());
   REQUIRE(names.size() >= 5);
