@@ -67,7 +67,8 @@ void usage() {
       "        code the clips with the checkpoint's codec and with classic codecs (SPEC: opus:KBIT/S, codec2:MODE,\n"
       "        e.g. opus:6,codec2:3200) and score each on the same aligned audio: kbit/s of the bytes stored, STOI,\n"
       "        ESTOI, SI-SDR, SNR, log-mel L1, MR-STFT, real-time factor; --held-out: the clips the checkpoint's run\n"
-      "        held out (data.holdout_every); --json FILE: every figure per clip\n"
+      "        held out (data.holdout_every); --bitrate: on each clip the most layers whose codes file is within it;\n"
+      "        --json FILE: every figure per clip\n"
       "  convert AUDIO... --out DIR [--rate HZ] [--format flac|wav|float-wav] [--overwrite]\n"
       "        audio files of any format -> DIR/NAME.flac (or .wav), mono, resampled to HZ (default: as stored)\n"
       "  report RUN_DIR\n"
@@ -258,25 +259,19 @@ void refuse_shared_outputs(const std::vector<std::string>& inputs, const std::st
   }
 }
 
-// The residual layers `vqddp encode` (or eval) keeps: --layers L, or the most
-// whose bitrate is within --bitrate (kbit/s); all of them by default.
-int chosen_layers(const CliArgs& args, const Codec& codec, const char* command) {
-  const int q = static_cast<int>(codec.layer_sizes().size());
+// The residual layers `vqddp encode` or `eval` keeps: --layers L (the codec
+// checks it), or 0 (every layer). --bitrate chooses per file, by the file's
+// real size (Codec::file_within), so not both.
+int chosen_layers(const CliArgs& args, const char* command) {
   VQDDP_CHECK(!(args.has("layers") && args.has("bitrate")), "{}: give --layers or --bitrate, not both", command);
-  if (args.has("layers")) return static_cast<int>(args.get_int("layers", q, limits::layers));
-  if (!args.has("bitrate")) return q;
-  const double target = args.get_double("bitrate", 0) * 1000;
-  std::string choices;
-  int best = 0;
-  for (int l = 1; l <= q; ++l) {
-    if (l < q && !codec.layers_are_residual()) continue;
-    choices += fmt::format("{}{} layer{}: {:.3f}", choices.empty() ? "" : ", ", l, l == 1 ? "" : "s",
-                           codec.bitrate(l) / 1000);
-    if (codec.bitrate(l) <= target * (1 + 1e-12)) best = l;
-  }
-  VQDDP_CHECK(best > 0, "{}: no choice of layers codes within --bitrate {} kbit/s; this codec offers (kbit/s) {}",
-              command, target / 1000, choices);
-  return best;
+  return args.has("layers") ? static_cast<int>(args.get_int("layers", 0, limits::layers)) : 0;
+}
+
+// --bitrate in bits per second (0 without it).
+double max_bitrate(const CliArgs& args, const char* command) {
+  const double b = args.get_double("bitrate", 0) * 1000;
+  VQDDP_CHECK(!args.has("bitrate") || b > 0, "{}: --bitrate {} kbit/s: must be positive", command, b / 1000);
+  return b;
 }
 
 int run_encode(int argc, char** argv) {
@@ -287,14 +282,8 @@ int run_encode(int argc, char** argv) {
   refuse_shared_outputs(inputs, "encode", codes_file_name);
   Codec codec(args.positional()[0]);
   EncodeOptions o;
-  // --bitrate: the most layers whose file (its real size) is within it, per file.
-  VQDDP_CHECK(!(args.has("layers") && args.has("bitrate")), "encode: give --layers or --bitrate, not both");
-  if (args.has("bitrate")) {
-    o.max_bitrate = args.get_double("bitrate", 0) * 1000;
-    VQDDP_CHECK(o.max_bitrate > 0, "encode: --bitrate {} kbit/s: must be positive", o.max_bitrate / 1000);
-  } else {
-    o.layers = chosen_layers(args, codec, "encode");
-  }
+  o.layers = chosen_layers(args, "encode");
+  o.max_bitrate = max_bitrate(args, "encode");  // the most layers whose file (its real size) is within it, per file
   o.chunk_frames = args.get_int("chunk", o.chunk_frames, limits::chunk_frames);
   o.overwrite = args.has("overwrite");
   OutputDir out(args.get("out", ""), "encode");
@@ -321,7 +310,8 @@ int run_eval(int argc, char** argv) {
   const std::vector<ClassicCodecSpec> against =
       args.has("against") ? parse_classic_codecs(args.get("against", "")) : std::vector<ClassicCodecSpec>{};
   Codec codec(args.positional()[0]);
-  const int layers = chosen_layers(args, codec, "eval");
+  const int chosen = chosen_layers(args, "eval");
+  const int layers = chosen > 0 ? chosen : static_cast<int>(codec.layer_sizes().size());
   std::vector<std::string> clips(args.positional().begin() + 1, args.positional().end());
   if (args.has("held-out")) {
     // The run's own held-out clips, found as training found them (its
@@ -331,7 +321,7 @@ int run_eval(int argc, char** argv) {
     VQDDP_CHECK(!held.empty(), "eval: {}: its run holds out no clips", args.positional()[0]);
     clips.insert(clips.end(), held.begin(), held.end());
   }
-  const EvalResult r = evaluate(codec, layers, clips, against, args.has("held-out"));
+  const EvalResult r = evaluate(codec, layers, clips, against, args.has("held-out"), max_bitrate(args, "eval"));
   fmt::print("{}", eval_table(r));
   if (args.has("json")) {
     const std::string json = eval_json(r);

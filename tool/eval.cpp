@@ -16,6 +16,7 @@
 
 #include "data/audio.h"
 #include "engine/core/error.h"
+#include "engine/core/output_file.h"
 #include "engine/core/shown.h"
 #include "engine/autograd.h"
 #include "engine/core/tensor.h"
@@ -53,53 +54,43 @@ class ScratchDir {
   std::string path_;
 };
 
-// Our codec on one clip, as encode and decode would: frames of F samples,
-// the last padded with zeros, coded in chunks; the codes go through a codes
-// file (written, its size taken, read back) and the decoded signal is cut
-// back to the clip's length.
+// Our codec on one clip, as encode and decode would (train/codec.h: the
+// same codes file, chunks of 256 frames, --bitrate by the file's real
+// size); the codes go through that file (written, its size taken, read
+// back) and the decoded signal is cut back to the clip's length.
 struct Coded {
   std::vector<float> samples;
   int64_t bytes = 0;
+  int layers = 0;
   double seconds = 0;
 };
 
-constexpr int64_t kChunkFrames = 32;  // frames coded at a time: equal chunks reuse the allocator's blocks (fewer page faults than 256)
+constexpr int64_t kPieceFrames = 32;  // frames coded at a time: equal pieces reuse the allocator's blocks (fewer page faults than 256)
 
-Coded code_ours(const Codec& codec, int layers, const std::vector<float>& x, const std::string& codes_path,
-                const std::string& source) {
+Coded code_ours(const Codec& codec, int layers, double max_bitrate, const std::vector<float>& x,
+                const std::string& codes_path, const std::string& clip) {
   const auto start = Clock::now();
-  const int64_t f = codec.frame(), q = static_cast<int64_t>(codec.layer_sizes().size());
-  const int64_t n = static_cast<int64_t>(x.size()), frames = (n + f - 1) / f;
-  CodesFile c;
-  c.layers = layers;
-  for (int64_t at = 0; at < frames; at += kChunkFrames) {
-    const int64_t end = std::min(frames, at + kChunkFrames);
-    std::vector<float> chunk(x.begin() + at * f, x.begin() + std::min(n, end * f));
-    chunk.resize(static_cast<size_t>((end - at) * f), 0.f);
-    Tensor t = codec.encode(chunk);
-    const int64_t* p = t.data<int64_t>();
-    for (int64_t row = 0; row < t.size(0); ++row) c.codes.insert(c.codes.end(), p + row * q, p + row * q + layers);
+  const int64_t f = codec.frame(), n = static_cast<int64_t>(x.size());
+  CodesFile c = codec.codes_for(layers, std::filesystem::path(clip).filename().string());
+  for (int64_t at = 0; at < n; at += kPieceFrames * f)
+    codec.append_codes(std::vector<float>(x.begin() + at, x.begin() + std::min(n, at + kPieceFrames * f)), c);
+  const std::string bytes = codec.file_within(c, max_bitrate, "eval: " + shown(clip));
+  {
+    OutputFile file(codes_path);
+    file.write(bytes.data(), bytes.size());
+    file.commit();
   }
-  c.sample_rate = codec.sample_rate();
-  c.samples = n;
-  c.frame = f;
-  c.tokens = codec.tokens();
-  c.codebook_sizes.assign(codec.layer_sizes().begin(), codec.layer_sizes().begin() + layers);
-  c.codec_fingerprint = codec.fingerprint();
-  c.checkpoint_step = codec.step();
-  c.source = source;
-  write_codes_file(codes_path, c, codec.code_model());  // format 3: entropy-coded, the bytes stored
   Coded out;
   struct stat st {};
   VQDDP_CHECK(::stat(codes_path.c_str(), &st) == 0, "eval: cannot stat {}", codes_path);
   out.bytes = static_cast<int64_t>(st.st_size);
+  out.layers = static_cast<int>(c.layers);
   const CodesFile back = read_codes_file(codes_path, &codec.code_model());
   VQDDP_CHECK(back.codes == c.codes, "eval: {}: the codes read back differ from those written", codes_path);
-  const int64_t tokens = back.tokens;
-  for (int64_t at = 0; at < frames; at += kChunkFrames) {
-    const int64_t end = std::min(frames, at + kChunkFrames);
-    std::vector<int64_t> rows(back.codes.begin() + at * tokens * layers, back.codes.begin() + end * tokens * layers);
-    std::vector<float> y = codec.decode(from_vector(rows, {(end - at) * tokens, int64_t{layers}}));
+  const int64_t frames = back.frames(), row = back.tokens * back.layers;
+  for (int64_t at = 0; at < frames; at += kPieceFrames) {
+    const std::vector<float> y =
+        codec.decode_frames(back.codes.data() + at * row, std::min(kPieceFrames, frames - at), back.layers);
     out.samples.insert(out.samples.end(), y.begin(), y.end());
   }
   out.samples.resize(static_cast<size_t>(n));
@@ -201,7 +192,8 @@ EvalScores summarize(const std::vector<EvalScores>& clips) {
     t.stft_distance += c.stft_distance;
   }
   const double n = static_cast<double>(clips.size());
-  for (double* v : {&t.stoi, &t.estoi, &t.si_sdr_db, &t.snr_db, &t.log_mel_l1, &t.stft_distance}) *v /= n;
+  for (const EvalScores& c : clips) t.layers += c.layers;
+  for (double* v : {&t.stoi, &t.estoi, &t.si_sdr_db, &t.snr_db, &t.log_mel_l1, &t.stft_distance, &t.layers}) *v /= n;
   t.kbps = t.bytes * 8 / t.seconds / 1000;
   t.rtf = t.coding_seconds / t.seconds;
   return t;
@@ -210,7 +202,8 @@ EvalScores summarize(const std::vector<EvalScores>& clips) {
 nlohmann::json scores_json(const EvalScores& s) {
   return {{"seconds", s.seconds}, {"bytes", s.bytes}, {"kbps", s.kbps}, {"stoi", s.stoi}, {"estoi", s.estoi},
           {"si_sdr_db", s.si_sdr_db}, {"snr_db", s.snr_db}, {"log_mel_l1", s.log_mel_l1},
-          {"stft_distance", s.stft_distance}, {"coding_seconds", s.coding_seconds}, {"rtf", s.rtf}};
+          {"stft_distance", s.stft_distance}, {"coding_seconds", s.coding_seconds}, {"rtf", s.rtf},
+          {"layers", s.layers}};
 }
 
 }  // namespace
@@ -244,12 +237,14 @@ double snr_db(const std::vector<float>& x, const std::vector<float>& y) {
 }
 
 EvalResult evaluate(const Codec& codec, int layers, const std::vector<std::string>& clips,
-                    const std::vector<ClassicCodecSpec>& against, bool skip_unscorable) {
+                    const std::vector<ClassicCodecSpec>& against, bool skip_unscorable, double max_bitrate) {
   VQDDP_CHECK(!clips.empty(), "eval: no audio files given");
   codec.check_layers(layers, "eval");
   EvalResult r;
   r.sample_rate = codec.sample_rate();
-  r.systems.push_back({fmt::format("vqddp {} of {} layers", layers, codec.layer_sizes().size()), {}, {}});
+  const size_t q = codec.layer_sizes().size();
+  r.systems.push_back({max_bitrate > 0 ? fmt::format("vqddp <= {:.2f} kbit/s", max_bitrate / 1000)
+                                       : fmt::format("vqddp {} of {} layers", layers, q), {}, {}});
   for (const ClassicCodecSpec& spec : against) r.systems.push_back({spec.label(), {}, {}});
   const int rate = codec.sample_rate();
   ScratchDir scratch;
@@ -275,9 +270,9 @@ EvalResult evaluate(const Codec& codec, int layers, const std::vector<std::strin
     std::vector<EvalScores> row(r.systems.size());
     for_each_concurrently(r.systems.size(), [&](size_t s) {
       if (s == 0) {
-        const Coded ours = code_ours(codec, layers, x, scratch.path() + fmt::format("/{}.codes", i),
-                                     std::filesystem::path(clip).filename().string());
+        const Coded ours = code_ours(codec, layers, max_bitrate, x, scratch.path() + fmt::format("/{}.codes", i), clip);
         row[s] = score(spectral, intelligibility, x, ours.samples, rate, ours.bytes, ours.seconds);
+        row[s].layers = ours.layers;
       } else {
         const ClassicCoded coded = code_classic(against[s - 1], x, rate);
         row[s] = score(spectral, intelligibility, x, coded.samples, rate, coded.bytes, coded.seconds);
@@ -288,6 +283,12 @@ EvalResult evaluate(const Codec& codec, int layers, const std::vector<std::strin
   VQDDP_CHECK(!r.clips.empty(), "eval: all {} clips are too short or quiet for one STOI segment (384 ms of speech)",
               clips.size());
   for (EvalSystem& s : r.systems) s.total = summarize(s.clips);
+  if (max_bitrate > 0) {  // the layers the files within it took
+    const auto [lo, hi] = std::minmax_element(r.systems[0].clips.begin(), r.systems[0].clips.end(),
+                                              [](const EvalScores& a, const EvalScores& b) { return a.layers < b.layers; });
+    r.systems[0].name += lo->layers == hi->layers ? fmt::format(" ({} of {} layers)", lo->layers, q)
+                                                  : fmt::format(" ({}-{} of {} layers)", lo->layers, hi->layers, q);
+  }
   return r;
 }
 

@@ -37,6 +37,7 @@ struct EvalScores {
   double stoi = 0, estoi = 0, si_sdr_db = 0, snr_db = 0, log_mel_l1 = 0, stft_distance = 0;
   double coding_seconds = 0;
   double rtf = 0;
+  double layers = 0;        // ours: residual layers coded (a system's row: their mean); classic: 0
 };
 
 struct EvalSystem {
@@ -52,14 +53,17 @@ struct EvalResult {
   std::vector<EvalSystem> systems;  // ours first, then the classic codecs as given
 };
 
-// `layers` of the codec's (1..Q). Each clip is read at the codec's rate;
+// `layers` of the codec's (1..Q); with max_bitrate > 0 (bits per second), on
+// each clip the most of them whose codes file is within it, as `encode
+// --bitrate` chooses (Codec::file_within). Each clip is read at the codec's rate;
 // errors name the clip (unreadable, empty, shorter than a STOI segment, too
 // short for the spectral measures), before the clip is coded. With
 // `skip_unscorable` (`--held-out`: a run's held-out clips include short
 // prompts) a clip that has no STOI segment is left out for every system
 // and listed in left_out instead; that applies to every clip of the call.
 EvalResult evaluate(const Codec& codec, int layers, const std::vector<std::string>& clips,
-                    const std::vector<ClassicCodecSpec>& against, bool skip_unscorable = false);
+                    const std::vector<ClassicCodecSpec>& against, bool skip_unscorable = false,
+                    double max_bitrate = 0);
 
 // The result as the table `vqddp eval` prints, and as the JSON `--json`
 // writes (every figure per clip and per system).

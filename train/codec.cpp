@@ -121,6 +121,63 @@ std::vector<float> Codec::decode(const Tensor& codes) const {
   return model_->decode(from_vector(full, {rows, q})).to_vector<float>();
 }
 
+CodesFile Codec::codes_for(int layers, const std::string& source) const {
+  CodesFile c;
+  c.layers = layers;
+  c.sample_rate = sample_rate_;
+  c.frame = frame();
+  c.tokens = tokens();
+  c.codebook_sizes.assign(sizes_.begin(), sizes_.begin() + layers);
+  c.codec_fingerprint = fingerprint_;
+  c.checkpoint_step = step_;
+  c.source = source;
+  return c;
+}
+
+void Codec::append_codes(std::vector<float> chunk, CodesFile& c) const {
+  const int64_t f = frame(), q = static_cast<int64_t>(sizes_.size()), layers = c.layers;
+  c.samples += static_cast<int64_t>(chunk.size());
+  chunk.resize((chunk.size() + f - 1) / f * f, 0.f);  // the last frame padded with zeros
+  Tensor t = encode(chunk);                            // (n * tokens, Q)
+  const int64_t* p = t.data<int64_t>();
+  for (int64_t row = 0; row < t.size(0); ++row) c.codes.insert(c.codes.end(), p + row * q, p + row * q + layers);
+}
+
+std::vector<float> Codec::decode_frames(const int64_t* codes, int64_t frames, int64_t layers) const {
+  const int64_t rows = frames * tokens();
+  return decode(from_vector(std::vector<int64_t>(codes, codes + rows * layers), {rows, layers}));
+}
+
+std::string Codec::file_within(CodesFile& c, double max_bitrate, const std::string& what) const {
+  std::string bytes = codes_file_bytes(c, code_model_);
+  if (max_bitrate <= 0) return bytes;
+  const int layers = static_cast<int>(c.layers), q = static_cast<int>(sizes_.size());
+  // The file with the first `l` layers of c's.
+  auto with_layers = [&](int l) {
+    CodesFile k = c;
+    k.layers = l;
+    k.codebook_sizes.resize(static_cast<size_t>(l));
+    k.codes.clear();
+    for (int64_t row = 0; row < c.rows(); ++row)
+      k.codes.insert(k.codes.end(), c.codes.begin() + row * layers, c.codes.begin() + row * layers + l);
+    return k;
+  };
+  std::string offered;
+  for (int l = layers; l >= 1; --l) {
+    if (l < q && !residual_) break;
+    CodesFile k = l == layers ? CodesFile{} : with_layers(l);
+    std::string b = l == layers ? std::move(bytes) : codes_file_bytes(k, code_model_);
+    const double rate = static_cast<double>(b.size()) * 8 / c.seconds();
+    offered += fmt::format("{}{} layer{}: {:.3f}", offered.empty() ? "" : ", ", l, l == 1 ? "" : "s", rate / 1000);
+    if (rate <= max_bitrate * (1 + 1e-12)) {
+      if (l < layers) c = std::move(k);
+      return b;
+    }
+  }
+  VQDDP_THROW("{}: no choice of layers codes within --bitrate {} kbit/s; its files would take (kbit/s, header "
+              "included) {}", what, max_bitrate / 1000, offered);
+}
+
 std::string codes_file_name(const std::string& input) {
   return std::filesystem::path(input).stem().string() + kCodesSuffix;
 }
@@ -141,67 +198,24 @@ CodingResult encode_audio_file(const Codec& codec, const std::string& input, Out
   codec.check_layers(layers, "encode");
   VQDDP_CHECK(o.chunk_frames > 0, "encode: chunks of {} frames", o.chunk_frames);
   CodingResult r;
-  r.layers = layers;
   r.output = out.path_for(codes_file_name(input), o.overwrite);
   const auto start = Clock::now();
-  const int64_t f = codec.frame();
   AudioReader reader(input, codec.sample_rate());
-  CodesFile c;
-  c.layers = layers;
+  CodesFile c = codec.codes_for(layers, std::filesystem::path(input).filename().string());
+  c.chunk_frames = o.chunk_frames;
   std::vector<float> chunk;  // (chunk_frames * F,): the only audio held at once
   for (;;) {
     chunk.clear();
-    const size_t got = reader.read(static_cast<size_t>(o.chunk_frames * f), chunk);
-    if (got == 0) break;
-    r.samples += static_cast<int64_t>(got);
-    chunk.resize((got + f - 1) / f * f, 0.f);  // the last frame padded with zeros
-    Tensor t = codec.encode(chunk);            // (n * tokens, Q)
-    const int64_t* p = t.data<int64_t>();
-    for (int64_t row = 0; row < t.size(0); ++row) c.codes.insert(c.codes.end(), p + row * q, p + row * q + layers);
-    r.frames += static_cast<int64_t>(chunk.size()) / f;
+    if (reader.read(static_cast<size_t>(o.chunk_frames * codec.frame()), chunk) == 0) break;
+    codec.append_codes(std::move(chunk), c);
   }
-  c.sample_rate = codec.sample_rate();
-  c.samples = r.samples;
-  c.frame = f;
-  c.tokens = codec.tokens();
-  c.codebook_sizes.assign(codec.layer_sizes().begin(), codec.layer_sizes().begin() + layers);
-  c.codec_fingerprint = codec.fingerprint();
-  c.checkpoint_step = codec.step();
-  c.source = std::filesystem::path(input).filename().string();
-  c.chunk_frames = o.chunk_frames;
-  VQDDP_CHECK(r.samples > 0, "{}: no audio to code", input);
-  // The file's real size with `l` layers: with --bitrate, the most layers
-  // within it (the header and each chunk's length and CRC included).
-  auto with_layers = [&](int l) {
-    CodesFile k = c;
-    k.layers = l;
-    k.codebook_sizes.resize(static_cast<size_t>(l));
-    if (l < layers) {
-      k.codes.clear();
-      for (int64_t row = 0; row < c.rows(); ++row)
-        k.codes.insert(k.codes.end(), c.codes.begin() + row * layers, c.codes.begin() + row * layers + l);
-    }
-    return k;
-  };
-  std::string bytes = codes_file_bytes(c, codec.code_model());
-  if (o.max_bitrate > 0) {
-    std::string offered;
-    int chosen = 0;
-    for (int l = layers; l >= 1 && chosen == 0; --l) {
-      if (l < q && !codec.layers_are_residual()) break;
-      std::string b = l == layers ? bytes : codes_file_bytes(with_layers(l), codec.code_model());
-      const double rate = static_cast<double>(b.size()) * 8 / c.seconds();
-      offered += fmt::format("{}{} layer{}: {:.3f}", offered.empty() ? "" : ", ", l, l == 1 ? "" : "s", rate / 1000);
-      if (rate <= o.max_bitrate * (1 + 1e-12)) {
-        chosen = l;
-        bytes = std::move(b);
-      }
-    }
-    VQDDP_CHECK(chosen > 0, "encode: {}: no choice of layers codes within --bitrate {} kbit/s; its files would take "
-                "(kbit/s, header included) {}", input, o.max_bitrate / 1000, offered);
-    if (chosen < layers) c = with_layers(chosen);
-    r.layers = chosen;
-  }
+  VQDDP_CHECK(c.samples > 0, "{}: no audio to code", input);
+  r.samples = c.samples;
+  r.frames = c.frames();
+  // With --bitrate, the most layers whose file (its real size: the header
+  // and each chunk's length and CRC included) is within it.
+  const std::string bytes = codec.file_within(c, o.max_bitrate, "encode: " + input);
+  r.layers = static_cast<int>(c.layers);
   out.create();
   {
     OutputFile f(r.output);
@@ -272,8 +286,7 @@ CodingResult decode_codes_file(const Codec& codec, const std::string& path, Outp
   auto decode_frames = [&](const int64_t* codes, int64_t first, int64_t frames) {
     for (int64_t at = 0; at < frames; at += o.chunk_frames) {
       const int64_t end = std::min(frames, at + o.chunk_frames);
-      std::vector<int64_t> rows(codes + at * tokens * layers, codes + end * tokens * layers);
-      std::vector<float> y = codec.decode(from_vector(rows, {(end - at) * tokens, layers}));
+      std::vector<float> y = codec.decode_frames(codes + at * tokens * layers, end - at, layers);
       const int64_t keep = std::min<int64_t>(static_cast<int64_t>(y.size()), r.samples - (first + at) * f);  // the padding goes
       writer.write(y.data(), static_cast<size_t>(keep));
     }

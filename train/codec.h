@@ -60,6 +60,22 @@ class Codec {
   // left out (residual quantizers only).
   std::vector<float> decode(const Tensor& codes) const;
 
+  // What encode and eval share, so both code a file alike:
+  // An empty codes file of this codec keeping `layers` layers (rate, frame,
+  // tokens, codebook sizes, fingerprint, step, source).
+  CodesFile codes_for(int layers, const std::string& source) const;
+  // Codes `chunk` (any length; its last frame padded with zeros) and appends
+  // its rows' first c.layers codes to c.codes and its length to c.samples.
+  void append_codes(std::vector<float> chunk, CodesFile& c) const;
+  // `frames` frames of codes (frames * tokens rows of `layers` codes, row-major)
+  // -> frames * F samples.
+  std::vector<float> decode_frames(const int64_t* codes, int64_t frames, int64_t layers) const;
+  // The file's bytes (format 3, under code_model()). With max_bitrate > 0
+  // (bits per second): the most layers, c.layers down, whose file (header
+  // included) is within it; c is cut to them. Refused, the rate of every
+  // choice named, when none is; `what` starts the message ("encode: a.wav").
+  std::string file_within(CodesFile& c, double max_bitrate, const std::string& what) const;
+
  private:
   std::string path_;
   std::unique_ptr<CodecModel> model_;

@@ -529,6 +529,33 @@ TEST_CASE("eval scores the codec and classic codecs on the same clip, from the b
   CHECK(eval_table(r).find("codec2 3200") != std::string::npos);
 }
 
+TEST_CASE("eval --bitrate keeps on each clip the layers encode --bitrate keeps: the most whose file is within it") {
+  const TrainedCodec& t = trained();
+  Codec codec(t.checkpoint);
+  const std::string clip = t.clips[3];
+  TempDir out;
+  const CodingResult all = encode_into(codec, clip, out.file("all"), EncodeOptions{});
+  // Just below the file of all 3 layers.
+  EncodeOptions below;
+  below.max_bitrate = all.coded_bitrate * 0.99;
+  const CodingResult e = encode_into(codec, clip, out.file("below"), below);
+  REQUIRE(e.layers < 3);
+  const EvalResult r = evaluate(codec, 3, {clip}, {}, false, below.max_bitrate);
+  const EvalScores& ours = r.systems.at(0).clips.at(0);
+  CHECK(ours.layers == e.layers);
+  CHECK(ours.bytes == static_cast<double>(e.bytes));
+  CHECK(ours.kbps * 1000 <= below.max_bitrate);
+  CHECK(r.systems[0].name == fmt::format("vqddp <= {:.2f} kbit/s ({} of 3 layers)", below.max_bitrate / 1000, e.layers));
+  // And it is what --layers gives.
+  const EvalResult fixed = evaluate(codec, e.layers, {clip}, {});
+  CHECK(fixed.systems[0].clips.at(0).stoi == ours.stoi);
+  CHECK(fixed.systems[0].clips.at(0).bytes == ours.bytes);
+  CHECK(fixed.systems[0].total.layers == e.layers);
+  // Nothing within it: refused, naming the clip and the choices.
+  const std::string msg = error_of([&] { evaluate(codec, 3, {clip}, {}, false, 10); });
+  CHECK(msg.find("eval: " + clip + ": no choice of layers codes within --bitrate 0.01 kbit/s") != std::string::npos);
+}
+
 TEST_CASE("SI-SDR does not depend on the output's scale; SNR does") {
   std::vector<float> x(8000), half(8000), noisy(8000);
   for (size_t i = 0; i < x.size(); ++i) {
