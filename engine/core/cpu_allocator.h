@@ -4,8 +4,8 @@
 // step. Straight from malloc, each 16 MiB tensor is a fresh mmap whose pages
 // fault in on first touch, which made elementwise ops over [16384, 256]
 // tensors 2-3x slower than memory bandwidth allows. Blocks of 64 KiB or
-// more are mapped from the kernel; freed ones are kept (by exact rounded
-// size) and handed out again. The cache is shared by all threads and holds
+// more are mapped from the kernel; freed ones are kept (by rounded size)
+// and handed out again, to a request of their size or of at least half it. The cache is shared by all threads and holds
 // at most VQDDP_CPU_CACHE_MB (default 2048) MiB, and never so much that it
 // and the blocks in use exceed the most blocks ever in use at once
 // (cpu_allocator.cpp says why). Small blocks go to the system allocator.

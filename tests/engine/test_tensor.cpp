@@ -160,6 +160,26 @@ TEST_CASE("large tensors reuse cached host blocks; their contents are not assume
   CHECK(sum(again).item<float>() == 0.f);
 }
 
+#if !defined(__SANITIZE_ADDRESS__)  // there blocks are reused at their exact size only
+TEST_CASE("a large request takes a cached block of up to twice its size, which gives back its own size") {
+  // Sizes no other test allocates, so no other cached block is nearer.
+  const size_t block_bytes = (37 << 20) + (3 << 16), request = 33 << 20;
+  void* block = cpu_alloc(block_bytes);
+  const size_t held = cpu_cache_bytes();
+  cpu_free(block, block_bytes);
+  CHECK(cpu_cache_bytes() == held + block_bytes);
+  void* p = cpu_alloc(request);  // within twice: the 37 MiB block, not a fresh 33 MiB one
+  CHECK(p == block);
+  CHECK(cpu_cache_bytes() == held);
+  cpu_free(p, request);  // freed under the request's size: the block's own size is what comes back
+  CHECK(cpu_cache_bytes() == held + block_bytes);
+  void* small = cpu_alloc(18 << 20);  // more than twice smaller: a block of its own
+  CHECK(small != block);
+  CHECK(cpu_cache_bytes() + (18 << 20) <= cpu_peak_live_bytes());  // and cache + live stay within the peak
+  cpu_free(small, 18 << 20);
+}
+#endif
+
 TEST_CASE("parse_int and parse_double take the whole string or nothing") {
   CHECK(parse_int("42") == 42);
   CHECK(parse_int("-7") == -7);
