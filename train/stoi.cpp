@@ -148,15 +148,27 @@ std::vector<std::vector<double>> band_envelopes(const std::vector<double>& x) {
   const auto& b = bands();
   const int64_t frames = frame_count(static_cast<int64_t>(x.size()));
   std::vector<std::vector<double>> env(kBands, std::vector<double>(static_cast<size_t>(frames)));
+  // Two real frames a transform (half the FFTs): frame f as the real part,
+  // frame f + 1 as the imaginary. With Z their transform and
+  // Zc[k] = conj(Z[(N - k) mod N]), frame f's DFT is (Z + Zc) / 2 and frame
+  // f + 1's is (Z - Zc) / 2i, so |X_f[k]|^2 = |Z[k] + Zc[k]|^2 / 4 and
+  // |X_f+1[k]|^2 = |Z[k] - Zc[k]|^2 / 4.
   std::array<std::complex<double>, kFft> buf;
-  for (int64_t f = 0; f < frames; ++f) {
-    for (int n = 0; n < kFrame; ++n) buf[n] = w[n] * x[f * kHop + n];
+  for (int64_t f = 0; f < frames; f += 2) {
+    const bool pair = f + 1 < frames;
+    for (int n = 0; n < kFrame; ++n)
+      buf[n] = {w[n] * x[f * kHop + n], pair ? w[n] * x[(f + 1) * kHop + n] : 0.0};
     std::fill(buf.begin() + kFrame, buf.end(), 0.0);
     fft(buf);
     for (int j = 0; j < kBands; ++j) {
-      double power = 0;
-      for (int k = b[j].lo; k < b[j].hi; ++k) power += std::norm(buf[k]);
-      env[j][f] = std::sqrt(power);
+      double even = 0, odd = 0;
+      for (int k = b[j].lo; k < b[j].hi; ++k) {
+        const std::complex<double> z = buf[k], zc = std::conj(buf[(kFft - k) % kFft]);
+        even += std::norm(z + zc);
+        odd += std::norm(z - zc);
+      }
+      env[j][f] = std::sqrt(even / 4);
+      if (pair) env[j][f + 1] = std::sqrt(odd / 4);
     }
   }
   return env;
