@@ -20,6 +20,7 @@
 #include "engine/core/shown.h"
 #include "engine/autograd.h"
 #include "engine/core/tensor.h"
+#include "engine/parallel.h"
 #include "train/codec.h"
 #include "train/codes_file.h"
 #include "train/spectral.h"
@@ -248,6 +249,10 @@ EvalResult evaluate(const Codec& codec, int layers, const std::vector<std::strin
   for (const ClassicCodecSpec& spec : against) r.systems.push_back({spec.label(), {}, {}});
   const int rate = codec.sample_rate();
   ScratchDir scratch;
+  // The systems run side by side (below), so our codec's kernels take their
+  // share of the cores, not all of them: more threads than cores only
+  // switched between them.
+  const CpuShareScope share(static_cast<int>(r.systems.size()));
   for (size_t i = 0; i < clips.size(); ++i) {
     const std::string& clip = clips[i];
     const std::vector<float> x = read_audio(clip, rate).samples;
