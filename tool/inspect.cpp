@@ -61,11 +61,8 @@ std::string inspect_codes(const std::string& path) {
   std::string checks = c.format == 1 ? "codes checksummed, metadata not (format 1)"
                                      : "checksums verified (codes and metadata)";
   if (c.format == 3) {
-    CodesReader reader(path);
-    CodesReader::Chunk k;
     std::vector<std::string> damaged;
-    while (reader.next(k))
-      if (k.damaged) damaged.push_back(reader.describe(k.index));
+    for (const DamagedChunk& d : damaged_chunks(path)) damaged.push_back(d.described);
     checks = damaged.empty() ? fmt::format("checksums verified (header and {} chunk{} of {} frames)", c.chunks(),
                                            c.chunks() == 1 ? "" : "s", c.chunk_frames)
                              : fmt::format("header verified; {} of {} chunks DAMAGED: {}", damaged.size(), c.chunks(),

@@ -258,17 +258,11 @@ CodingResult decode_codes_file(const Codec& codec, const std::string& path, Outp
   if (c.format == 3) {
     // Every chunk's checksum before any output: damaged chunks are refused,
     // all of them named, unless asked to decode around them.
-    CodesReader scan(path);
-    CodesReader::Chunk k;
-    std::string first;
+    const std::vector<DamagedChunk> damaged = damaged_chunks(path);
     std::vector<std::string> others;
-    while (scan.next(k)) {
-      if (!k.damaged) continue;
-      if (first.empty()) first = k.why;
-      else others.push_back(scan.describe(k.index));
-    }
-    VQDDP_CHECK(first.empty() || o.skip_damaged, "{}{}; `vqddp decode --skip-damaged` decodes the other chunks, "
-                "silence in the damaged ones' place", first,
+    for (size_t d = 1; d < damaged.size(); ++d) others.push_back(damaged[d].described);
+    VQDDP_CHECK(damaged.empty() || o.skip_damaged, "{}{}; `vqddp decode --skip-damaged` decodes the other chunks, "
+                "silence in the damaged ones' place", damaged.empty() ? "" : damaged[0].why,
                 others.empty() ? std::string() : fmt::format(" (and {} more: {})", others.size(), fmt::join(others, ", ")));
   }
   if (c.format == 1)

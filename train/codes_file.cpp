@@ -457,6 +457,15 @@ CodesReader::CodesReader(const std::string& path) : path_(path), in_(path, std::
   in_.seekg(at_);
 }
 
+std::vector<DamagedChunk> damaged_chunks(const std::string& path) {
+  CodesReader reader(path);
+  CodesReader::Chunk k;
+  std::vector<DamagedChunk> out;
+  while (reader.next(k))
+    if (k.damaged) out.push_back({k.why, reader.describe(k.index)});
+  return out;
+}
+
 std::string CodesReader::describe(int64_t index) const {
   const int64_t first = index * c_.chunk_frames, end = std::min(c_.frames(), first + c_.chunk_frames);
   const double sec = static_cast<double>(c_.frame) / static_cast<double>(c_.sample_rate);

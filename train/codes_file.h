@@ -175,6 +175,14 @@ class CodesReader {
   bool lost_ = false;      // a length could not be read: the rest cannot be found
 };
 
+// Every damaged chunk of a format-3 file, in order (its chunks read through
+// once): what is wrong (naming the file and the chunk) and the chunk's
+// frames and seconds (CodesReader::describe).
+struct DamagedChunk {
+  std::string why, described;
+};
+std::vector<DamagedChunk> damaged_chunks(const std::string& path);
+
 // Refuses, naming the file, a format-3 file coded under other tables than `model`'s.
 void check_code_model(const CodesFile& c, const CodeModel& model, const std::string& path);
 
