@@ -448,7 +448,7 @@ CodesReader::CodesReader(const std::string& path) : path_(path), in_(path, std::
   c_.metadata_checked = true;
   check_shape(c_, path, "the header");
   // Each chunk takes 5 bytes at least (a length and a CRC).
-  at_ = h.at;
+  at_ = first_chunk_at_ = h.at;
   const int64_t left = c_.file_bytes - at_;
   VQDDP_CHECK(c_.chunks() <= left / 5, "{}: the header promises {} chunks ({} frames in chunks of {}), but the {} "
               "bytes after it hold {} at most: the file is truncated or the header was crafted", path, c_.chunks(),
@@ -474,6 +474,55 @@ std::string CodesReader::describe(int64_t index) const {
                      std::min(static_cast<double>(end) * sec, c_.seconds()));
 }
 
+namespace {
+
+// A varint length at text[at..], at most 10 bytes; false if it does not end
+// inside `size` or overflows. `at` moves past it.
+bool read_length(const unsigned char* text, int64_t size, int64_t& at, uint64_t& length) {
+  length = 0;
+  for (int i = 0; i < 10 && at < size; ++i) {
+    const int b = text[at++];
+    length |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
+    if (!(b & 0x80)) return i < 9 || b <= 1;
+  }
+  return false;
+}
+
+}  // namespace
+
+int64_t CodesReader::find_chunk(int64_t from, int64_t index, int64_t first_try) {
+  // Where chunk `index` can start: within four mean chunks of `from` (its
+  // damaged predecessor's start), so a search costs about a chunk's bytes
+  // per candidate offset, not the file's.
+  const int64_t mean = (c_.file_bytes - first_chunk_at_) / std::max<int64_t>(c_.chunks(), 1);
+  const int64_t window = 4 * mean + 64;
+  const int64_t end = std::min(c_.file_bytes, from + 2 * window + 14);
+  std::string text(static_cast<size_t>(end - from), '\0');
+  in_.clear();
+  in_.seekg(from);
+  in_.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (!in_) return -1;
+  const auto* t = reinterpret_cast<const unsigned char*>(text.data());
+  const int64_t size = static_cast<int64_t>(text.size());
+  std::string n;
+  put_u32(n, static_cast<uint32_t>(index));
+  const uint32_t seed = crc32c(n.data(), n.size(), header_crc_);
+  auto chunk_at = [&](int64_t q) {
+    int64_t at = q;
+    uint64_t length = 0;
+    if (!read_length(t, size, at, length) || length > static_cast<uint64_t>(size - at - 4)) return false;
+    uint32_t stored = 0;
+    for (int i = 0; i < 4; ++i) stored |= static_cast<uint32_t>(t[at + i]) << (8 * i);
+    return crc32c(text.data() + at + 4, static_cast<size_t>(length), seed) == stored;
+  };
+  // Where the damaged chunk's length says first: a damaged payload is the
+  // likelier damage, and one check instead of a search.
+  if (first_try > from && first_try - from < size && chunk_at(first_try - from)) return first_try;
+  for (int64_t q = 1; q < std::min(size, window); ++q)
+    if (chunk_at(q)) return from + q;
+  return -1;
+}
+
 bool CodesReader::next(Chunk& k) {
   if (next_index_ >= c_.chunks()) {
     VQDDP_CHECK(lost_ || at_ == c_.file_bytes, "{}: {} bytes after the last chunk: the file was appended to or "
@@ -484,28 +533,41 @@ bool CodesReader::next(Chunk& k) {
   k.index = next_index_++;
   k.first_frame = k.index * c_.chunk_frames;
   k.frames = std::min(c_.frames(), k.first_frame + c_.chunk_frames) - k.first_frame;
+  const int64_t start = k.offset = at_;
+  // A damaged chunk: its length may be what was damaged, so the next chunk
+  // is searched for byte by byte from this one's start: its CRC covers its
+  // number, so the first match is that chunk (where this one's length says
+  // when only the payload was damaged). Not found (the next one is
+  // damaged too): the rest is lost, each chunk named.
   auto damaged = [&](const std::string& why) {
     k.damaged = true;
     k.why = fmt::format("{}: {} is damaged: {}", path_, describe(k.index), why);
+    if (lost_) return true;
+    // The last chunk: what follows it, if anything, is its own damage.
+    const int64_t found = next_index_ < c_.chunks() ? find_chunk(start, next_index_, at_) : -1;
+    if (found < 0) {
+      lost_ = true;
+    } else {
+      at_ = found;
+      in_.clear();
+      in_.seekg(at_);
+    }
     return true;
   };
-  if (lost_) return damaged("a length before it could not be read, so it cannot be found");
+  if (lost_) return damaged("a damaged chunk before it could not be told from the next, so it cannot be found");
   // The length: a varint of at most 10 bytes, inside the file.
+  unsigned char head[10];
+  const int64_t have = std::min<int64_t>(10, c_.file_bytes - at_);
+  in_.read(reinterpret_cast<char*>(head), have);
+  VQDDP_CHECK(in_, "{}: cannot read {}", path_, describe(k.index));
+  int64_t used = 0;
   uint64_t length = 0;
-  bool ok = false;
-  for (int i = 0; i < 10 && at_ < c_.file_bytes; ++i) {
-    const int b = in_.get();
-    ++at_;
-    if (b < 0) break;
-    length |= static_cast<uint64_t>(b & 0x7f) << (7 * i);
-    if (!(b & 0x80)) {
-      ok = i < 9 || b <= 1;
-      break;
-    }
-  }
+  const bool ok = read_length(head, have, used, length);
+  at_ += used;
+  in_.clear();
+  in_.seekg(at_);
   const int64_t left = c_.file_bytes - at_;
   if (!ok || left < 4 || length > static_cast<uint64_t>(left - 4)) {
-    lost_ = true;
     return damaged(ok ? fmt::format("its length ({} bytes) runs past the end of the file ({} bytes left): the file "
                                     "is truncated or the length is damaged", length, std::max<int64_t>(left - 4, 0))
                       : "its length is not a varint inside the file: the file is truncated or damaged");

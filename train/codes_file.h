@@ -36,8 +36,10 @@
 // and one chunk (6 bytes of length and CRC). Each chunk decodes alone: a damaged chunk (its CRC does not
 // match) is named with the frames and seconds it covers, and the others
 // still decode (CodesReader; `vqddp decode --skip-damaged` writes silence in
-// its place). A damaged length loses the chunks after it too (they cannot
-// be found): each is named damaged. Reading is chunk by chunk: the decoder
+// its place). After a damaged chunk the next is searched for byte by byte
+// (its CRC, which covers its number, says it is found), so a damaged length
+// loses only its own chunk; only when the next chunk is damaged too are the
+// rest lost, each named damaged. Reading is chunk by chunk: the decoder
 // holds one chunk's codes at a time.
 //
 // Format 2 (vqddp 2026-11 up to format 3): a safetensors file, its one
@@ -149,6 +151,7 @@ class CodesReader {
 
   struct Chunk {
     int64_t index = 0, first_frame = 0, frames = 0;
+    int64_t offset = 0;   // where in the file its length starts
     bool damaged = false;
     std::string why;      // damaged: what is wrong, naming the file and the chunk
     std::string payload;
@@ -170,9 +173,15 @@ class CodesReader {
   std::ifstream in_;
   CodesFile c_;
   uint32_t header_crc_ = 0;
+  // The offset of chunk `index` (a sound chunk of that number: length, CRC
+  // and payload): at `first_try` if it is there, else searched for from
+  // `from` + 1 on; -1 if not found.
+  int64_t find_chunk(int64_t from, int64_t index, int64_t first_try);
+
+  int64_t first_chunk_at_ = 0;
   int64_t at_ = 0;         // file offset of the next chunk
   int64_t next_index_ = 0;
-  bool lost_ = false;      // a length could not be read: the rest cannot be found
+  bool lost_ = false;      // a damaged chunk's successor was not found: the rest cannot be
 };
 
 // Every damaged chunk of a format-3 file, in order (its chunks read through

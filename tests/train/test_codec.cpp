@@ -342,6 +342,31 @@ TEST_CASE("a 10 s clip is entropy-coded under the checkpoint's code counts: deco
   REQUIRE(z.size() == y.size());
   const size_t from = (second ? 100 : 200) * 256, to = from + 100 * 256;
   for (size_t i = 0; i < z.size(); ++i) REQUIRE(z[i] == (i >= from && i < to ? 0.f : y[i]));
+  // A damaged length (chunk 2's, shorter or longer; the last chunk's) loses
+  // that chunk only: the next is found by its CRC, which covers its number.
+  std::vector<int64_t> starts;
+  {
+    CodesReader reader(e.output);
+    CodesReader::Chunk k;
+    while (reader.next(k)) starts.push_back(k.offset);
+  }
+  REQUIRE(starts.size() == 4);
+  for (auto [chunk, value] : {std::pair{1, 0x05}, std::pair{1, 0xff}, std::pair{3, 0x01}}) {
+    CAPTURE(chunk);
+    std::string b = bytes_of_file;
+    b[bytes_of_file.size() / 2] ^= 0x10;  // undo the payload damage above
+    b[static_cast<size_t>(starts[static_cast<size_t>(chunk)])] = static_cast<char>(value);
+    std::ofstream(damaged, std::ios::binary | std::ios::trunc) << b;
+    const std::vector<DamagedChunk> named = damaged_chunks(damaged);
+    REQUIRE(named.size() == 1);
+    CHECK(named[0].described.starts_with(fmt::format("chunk {} of 4", chunk + 1)));
+    const CodingResult r = decode_into(codec, damaged, out.file(fmt::format("dec_len{}_{}", chunk, value)), skip);
+    CHECK(r.damaged_chunks == 1);
+    const std::vector<float> v = samples_of(r.output);
+    REQUIRE(v.size() == y.size());
+    const size_t lo = static_cast<size_t>(chunk) * 100 * 256, hi = std::min(v.size(), lo + 100 * 256);
+    for (size_t i = 0; i < v.size(); ++i) REQUIRE(v[i] == (i >= lo && i < hi ? 0.f : y[i]));
+  }
   // --bitrate picks the most layers whose real file is within it.
   EncodeOptions rate;
   rate.max_bitrate = e.coded_bitrate * 0.9;
