@@ -510,7 +510,8 @@ int64_t CodesReader::find_chunk(int64_t from, int64_t index, int64_t first_try) 
   auto chunk_at = [&](int64_t q) {
     int64_t at = q;
     uint64_t length = 0;
-    if (!read_length(t, size, at, length) || length > static_cast<uint64_t>(size - at - 4)) return false;
+    if (!read_length(t, size, at, length) || size - at < 4 || length > static_cast<uint64_t>(size - at - 4))
+      return false;  // (size - at < 4 first: a length near the end must not wrap the bound below)
     uint32_t stored = 0;
     for (int i = 0; i < 4; ++i) stored |= static_cast<uint32_t>(t[at + i]) << (8 * i);
     return crc32c(text.data() + at + 4, static_cast<size_t>(length), seed) == stored;
