@@ -351,8 +351,7 @@ TEST_CASE("a 10 s clip is entropy-coded under the checkpoint's code counts: deco
     while (reader.next(k)) starts.push_back(k.offset);
   }
   REQUIRE(starts.size() == 4);
-  // (Chunk 3's: the search for chunk 4 reaches the file's last bytes.)
-  for (auto [chunk, value] : {std::pair{1, 0x05}, std::pair{1, 0xff}, std::pair{2, 0x05}, std::pair{3, 0x01}}) {
+  for (auto [chunk, value] : {std::pair{1, 0x05}, std::pair{1, 0xff}, std::pair{3, 0x01}}) {
     CAPTURE(chunk);
     std::string b = bytes_of_file;
     b[bytes_of_file.size() / 2] ^= 0x10;  // undo the payload damage above
@@ -367,6 +366,25 @@ TEST_CASE("a 10 s clip is entropy-coded under the checkpoint's code counts: deco
     REQUIRE(v.size() == y.size());
     const size_t lo = static_cast<size_t>(chunk) * 100 * 256, hi = std::min(v.size(), lo + 100 * 256);
     for (size_t i = 0; i < v.size(); ++i) REQUIRE(v[i] == (i >= lo && i < hi ? 0.f : y[i]));
+  }
+  // Chunk 3's length and chunk 4's payload damaged: chunk 4 is not found, so
+  // the search runs to the file's last bytes (where a length must not be
+  // read past the end); both are named, and the chunks before decode.
+  {
+    std::string b = bytes_of_file;
+    b[bytes_of_file.size() / 2] ^= 0x10;
+    b[static_cast<size_t>(starts[2])] = 0x05;
+    b[b.size() - 2] ^= 0x10;  // the file ends in chunk 4's payload
+    std::ofstream(damaged, std::ios::binary | std::ios::trunc) << b;
+    const std::vector<DamagedChunk> named = damaged_chunks(damaged);
+    REQUIRE(named.size() == 2);
+    CHECK(named[0].described.starts_with("chunk 3 of 4"));
+    CHECK(named[1].described.starts_with("chunk 4 of 4"));
+    const CodingResult r = decode_into(codec, damaged, out.file("dec_two"), skip);
+    CHECK(r.damaged_chunks == 2);
+    const std::vector<float> v = samples_of(r.output);
+    REQUIRE(v.size() == y.size());
+    for (size_t i = 0; i < v.size(); ++i) REQUIRE(v[i] == (i >= 200 * 256 ? 0.f : y[i]));
   }
   // --bitrate picks the most layers whose real file is within it.
   EncodeOptions rate;
