@@ -306,10 +306,15 @@ struct Cursor {
   }
 };
 
-uint32_t chunk_crc(uint32_t header_crc, int64_t index, const std::string& payload) {
+// A chunk's CRC before its payload: the header CRC, then the chunk number.
+uint32_t chunk_crc_seed(uint32_t header_crc, int64_t index) {
   std::string n;
   put_u32(n, static_cast<uint32_t>(index));
-  return crc32c(payload.data(), payload.size(), crc32c(n.data(), n.size(), header_crc));
+  return crc32c(n.data(), n.size(), header_crc);
+}
+
+uint32_t chunk_crc(uint32_t header_crc, int64_t index, const std::string& payload) {
+  return crc32c(payload.data(), payload.size(), chunk_crc_seed(header_crc, index));
 }
 
 std::vector<FrequencyTable> tables_of(const CodeModel& model, int64_t layers) {
@@ -504,9 +509,7 @@ int64_t CodesReader::find_chunk(int64_t from, int64_t index, int64_t first_try) 
   if (!in_) return -1;
   const auto* t = reinterpret_cast<const unsigned char*>(text.data());
   const int64_t size = static_cast<int64_t>(text.size());
-  std::string n;
-  put_u32(n, static_cast<uint32_t>(index));
-  const uint32_t seed = crc32c(n.data(), n.size(), header_crc_);
+  const uint32_t seed = chunk_crc_seed(header_crc_, index);  // the payload's CRC continues from it
   auto chunk_at = [&](int64_t q) {
     int64_t at = q;
     uint64_t length = 0;
