@@ -18,8 +18,6 @@
 #include "engine/core/error.h"
 #include "engine/core/output_file.h"
 #include "engine/core/shown.h"
-#include "engine/autograd.h"
-#include "engine/core/tensor.h"
 #include "engine/parallel.h"
 #include "train/codec.h"
 #include "train/codes_file.h"
@@ -141,15 +139,14 @@ void for_each_concurrently(size_t n, const std::function<void(size_t)>& f,
 struct Spectral {
   LogMel mel;
   std::vector<Stft> stfts;
-  Tensor mel_x;
-  std::vector<Tensor> magnitudes_x;
+  std::vector<float> mel_x;
+  std::vector<StftReference> stfts_x;
   Spectral(int rate, const std::vector<float>& x) : mel(held_out_log_mel(rate)) {
-    NoGradGuard no_grad;
-    const Tensor tx = from_vector(x, {1, static_cast<int64_t>(x.size())});
-    mel_x = mel(tx);
+    const int64_t n = static_cast<int64_t>(x.size());
+    mel_x = mel.host(x.data(), n);
     for (auto [n_fft, hop] : kStftLossResolutions) {
       stfts.emplace_back(n_fft, hop);
-      magnitudes_x.push_back(stfts.back().magnitude(tx));
+      stfts_x.push_back(stft_reference(stfts.back(), x.data(), n));
     }
   }
 };
@@ -167,11 +164,11 @@ EvalScores score(const Spectral& spectral, const StoiReference& intelligibility,
   s.estoi = both.estoi;
   s.si_sdr_db = si_sdr_db(x, y);
   s.snr_db = snr_db(x, y);
-  const Tensor ty = from_vector(y, {1, static_cast<int64_t>(y.size())});
-  const SumCount mel = log_mel_l1_against(spectral.mel, spectral.mel_x, ty);
+  const int64_t n = static_cast<int64_t>(y.size());
+  const SumCount mel = log_mel_l1_against(spectral.mel, spectral.mel_x, y.data(), n);
   s.log_mel_l1 = mel.sum / mel.count;
   for (size_t r = 0; r < spectral.stfts.size(); ++r) {
-    const SumCount d = stft_distance_against(spectral.stfts[r], spectral.magnitudes_x[r], ty);
+    const SumCount d = stft_distance_against(spectral.stfts[r], spectral.stfts_x[r], y.data(), n);
     s.stft_distance += d.sum / d.count / static_cast<double>(spectral.stfts.size());
   }
   return s;

@@ -3,10 +3,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <complex>
 #include <numbers>
+#include <optional>
 
 #include "engine/autograd.h"
+#include "engine/cpu/unary_loops.h"
+#include "engine/kernel_math.h"
 #include "engine/ops.h"
+#include "train/fft.h"
 #include "vq/losses.h"
 
 namespace vqddp {
@@ -22,12 +27,14 @@ std::pair<int, int> device_key(Device d) { return {static_cast<int>(d.kind), d.i
 // -w[n] sin(2 pi k n / n_fft) (the DFT's sign; the magnitude ignores it),
 // with w the periodic Hann window 0.5 - 0.5 cos(2 pi n / n_fft). Computed in
 // double and rounded once, so every run and device starts from the same bits.
+double hann(int64_t n, int64_t n_fft) { return 0.5 - 0.5 * std::cos(2 * std::numbers::pi * n / n_fft); }
+
 Tensor stft_kernels(int64_t n_fft) {
   const int64_t bins = n_fft / 2 + 1;
   const double two_pi = 2 * std::numbers::pi;
   std::vector<float> k(static_cast<size_t>(2 * bins * n_fft));
   for (int64_t n = 0; n < n_fft; ++n) {
-    double w = 0.5 - 0.5 * std::cos(two_pi * n / n_fft);
+    double w = hann(n, n_fft);
     for (int64_t f = 0; f < bins; ++f) {
       // (f * n) mod n_fft keeps the angle in [0, 2 pi): exact for large n_fft.
       double angle = two_pi * static_cast<double>((f * n) % n_fft) / n_fft;
@@ -87,6 +94,16 @@ Tensor log_magnitude_error(const Tensor& mx, const Tensor& my) {
   return abs(sub(log(add(mx, kLogEps)), log(add(my, kLogEps))));
 }
 
+// log(v + 1e-5) of every v, as the loss's add and log round it: the
+// engine's vectorized log loop (engine/cpu/unary_loops.h), the same bits as
+// kernel_math.h's log_rn on every CPU.
+std::vector<float> log_plus_eps(const std::vector<float>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = v[i] + kLogEps;
+  cpu_unary(UnaryFn{UnaryFn::Op::log}, out.data(), out.data(), static_cast<int64_t>(out.size()));
+  return out;
+}
+
 void check_waveforms(const char* what, const Tensor& x) {
   VQDDP_CHECK(x.defined() && x.dim() == 2 && x.dtype() == DType::f32, "{}: waveforms must be float32 [N, L], got {}",
               what, x.defined() ? x.desc() : "an undefined tensor");
@@ -96,10 +113,70 @@ void check_waveforms(const char* what, const Tensor& x) {
 
 // ---- Stft ------------------------------------------------------------------------
 
+// host_magnitude's constants: the window in double, and the FFT for a
+// power of two or else the DFT's cos and sin of 2 pi j / n_fft.
+struct Stft::HostPlan {
+  std::vector<double> window, cos, sin;
+  std::optional<Fft> fft;
+};
+
 Stft::Stft(int64_t n_fft, int64_t hop) : n_fft_(n_fft), hop_(hop), cache_(std::make_shared<Cache>()) {
   VQDDP_CHECK(n_fft >= 2, "Stft: n_fft must be at least 2, got {}", n_fft);
   VQDDP_CHECK(hop >= 1, "Stft: hop must be at least 1, got {} (n_fft {})", hop, n_fft);
   cache_->kernels.emplace(device_key(Device::cpu()), stft_kernels(n_fft));
+  auto plan = std::make_shared<HostPlan>();
+  for (int64_t n = 0; n < n_fft; ++n) plan->window.push_back(hann(n, n_fft));
+  if ((n_fft & (n_fft - 1)) == 0 && n_fft <= (int64_t{1} << 30)) {
+    plan->fft.emplace(static_cast<int>(n_fft));
+  } else {
+    for (int64_t j = 0; j < n_fft; ++j) {
+      plan->cos.push_back(std::cos(2 * std::numbers::pi * j / n_fft));
+      plan->sin.push_back(std::sin(2 * std::numbers::pi * j / n_fft));
+    }
+  }
+  host_ = std::move(plan);
+}
+
+std::vector<float> Stft::host_magnitude(const float* x, int64_t length) const {
+  const int64_t t = frames(length), b = bins(), n = n_fft_;
+  const std::vector<double>& w = host_->window;
+  std::vector<float> out(static_cast<size_t>(b * t));
+  auto put = [&](int64_t f, int64_t k, double power) {
+    out[k * t + f] = static_cast<float>(std::sqrt(power + kMagnitudeEps));
+  };
+  if (host_->fft) {
+    // Two frames a transform: frame f as the real part, f + 1 as the
+    // imaginary (Fft::split_power).
+    const Fft& fft = *host_->fft;
+    std::vector<std::complex<double>> z(static_cast<size_t>(n));
+    for (int64_t f = 0; f < t; f += 2) {
+      const bool pair = f + 1 < t;
+      const float* a = x + f * hop_;
+      const float* c = pair ? a + hop_ : a;
+      for (int64_t i = 0; i < n; ++i) z[i] = {w[i] * a[i], pair ? w[i] * c[i] : 0.0};
+      fft(z.data());
+      for (int64_t k = 0; k < b; ++k) {
+        const auto [pa, pc] = fft.split_power(z.data(), static_cast<int>(k));
+        put(f, k, pa);
+        if (pair) put(f + 1, k, pc);
+      }
+    }
+  } else {
+    std::vector<double> v(static_cast<size_t>(n));
+    for (int64_t f = 0; f < t; ++f) {
+      for (int64_t i = 0; i < n; ++i) v[i] = w[i] * x[f * hop_ + i];
+      for (int64_t k = 0; k < b; ++k) {
+        double re = 0, im = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t j = (k * i) % n;  // the angle's index, as the kernels take it
+          re += v[i] * host_->cos[j];
+          im -= v[i] * host_->sin[j];
+        }
+        put(f, k, re * re + im * im);
+      }
+    }
+  }
+  return out;
 }
 
 int64_t Stft::frames(int64_t length) const {
@@ -180,6 +257,21 @@ LogMel::LogMel(double sample_rate, int64_t n_fft, int64_t hop, int64_t n_mels)
               sample_rate);
   VQDDP_CHECK(n_mels >= 1, "LogMel: n_mels must be at least 1, got {}", n_mels);
   filterbank_ = mel_filterbank(sample_rate, n_fft, n_mels);
+  // The host path's filters as runs of nonzero bins (a triangle covers a
+  // few of the bins), so a frame costs their width, not bins * n_mels.
+  const std::vector<float> fb = filterbank_.to_vector<float>();
+  auto bands = std::make_shared<std::vector<Band>>(static_cast<size_t>(n_mels));
+  for (int64_t m = 0; m < n_mels; ++m) {
+    Band& band = (*bands)[m];
+    band.lo = stft_.bins();
+    for (int64_t k = 0; k < stft_.bins(); ++k)
+      if (fb[k * n_mels + m] != 0) {
+        band.lo = std::min(band.lo, k);
+        band.hi = k + 1;
+      }
+    for (int64_t k = band.lo; k < band.hi; ++k) band.weights.push_back(fb[k * n_mels + m]);
+  }
+  bands_ = std::move(bands);
   // [bins, n_mels] -> [n_mels, bins, 1]: transpose copies, then a view.
   cache_->weights.emplace(device_key(Device::cpu()), reshape(transpose(filterbank_), {n_mels, stft_.bins(), 1}));
 }
@@ -194,39 +286,92 @@ Tensor LogMel::operator()(const Tensor& x) const {
   return log(add(mel, kLogEps));
 }
 
-SumCount log_mel_l1(const LogMel& mel, const Tensor& x, const Tensor& y) {
-  check_waveforms("log_mel_l1 (x)", x);
-  check_waveforms("log_mel_l1 (y)", y);
-  VQDDP_CHECK(x.shape() == y.shape() && x.device() == y.device(),
-              "log_mel_l1: x {} and y {} must have one shape and device", x.desc(), y.desc());
-  mel.stft().frames(x.size(1));  // a short signal fails with every N
-  if (x.size(0) == 0) return {};
-  NoGradGuard no_grad;
-  return log_mel_l1_against(mel, mel(x), y);
+std::vector<float> LogMel::host(const float* x, int64_t length) const {
+  const std::vector<float> mag = stft_.host_magnitude(x, length);  // [bins, T]
+  const int64_t t = stft_.frames(length);
+  std::vector<float> out(static_cast<size_t>(n_mels_ * t));
+  std::vector<double> v(static_cast<size_t>(t));
+  for (int64_t m = 0; m < n_mels_; ++m) {
+    const Band& band = (*bands_)[m];
+    std::fill(v.begin(), v.end(), 0.0);
+    for (int64_t k = band.lo; k < band.hi; ++k) {  // bin by bin, each over every frame (contiguous rows)
+      const double weight = band.weights[k - band.lo];
+      const float* row = mag.data() + k * t;
+      for (int64_t f = 0; f < t; ++f) v[f] += weight * row[f];
+    }
+    for (int64_t f = 0; f < t; ++f) out[m * t + f] = static_cast<float>(v[f]);
+  }
+  return log_plus_eps(out);
 }
 
-SumCount log_mel_l1_against(const LogMel& mel, const Tensor& mel_x, const Tensor& y) {
-  NoGradGuard no_grad;
-  Tensor d = abs(sub(mel_x, mel(y)));
-  return {static_cast<double>(sum(d).item<float>()), static_cast<double>(d.numel())};
+namespace {
+
+// x and y as measurements take them: [N, L] of one shape and device, at
+// least one frame long; read to the host.
+void check_pair(const char* what, const Stft& stft, const Tensor& x, const Tensor& y) {
+  check_waveforms(what, x);
+  check_waveforms(what, y);
+  VQDDP_CHECK(x.shape() == y.shape() && x.device() == y.device(), "{}: x {} and y {} must have one shape and device",
+              what, x.desc(), y.desc());
+  stft.frames(x.size(1));  // a short signal fails with every N
+}
+
+// sum over rows of `row_sum(x row, y row)`, in row order.
+template <class RowSum>
+SumCount over_rows(const Tensor& x, const Tensor& y, RowSum row_sum) {
+  SumCount total;
+  if (x.size(0) == 0) return total;
+  const std::vector<float> hx = x.to_vector<float>(), hy = y.to_vector<float>();
+  const int64_t length = x.size(1);
+  for (int64_t r = 0; r < x.size(0); ++r) {
+    const SumCount part = row_sum(hx.data() + r * length, hy.data() + r * length, length);
+    total.sum += part.sum;
+    total.count += part.count;
+  }
+  return total;
+}
+
+}  // namespace
+
+SumCount log_mel_l1(const LogMel& mel, const Tensor& x, const Tensor& y) {
+  check_pair("log_mel_l1", mel.stft(), x, y);
+  return over_rows(x, y, [&](const float* a, const float* b, int64_t length) {
+    return log_mel_l1_against(mel, mel.host(a, length), b, length);
+  });
+}
+
+SumCount log_mel_l1_against(const LogMel& mel, const std::vector<float>& mel_x, const float* y, int64_t length) {
+  const std::vector<float> mel_y = mel.host(y, length);
+  VQDDP_CHECK(mel_x.size() == mel_y.size(), "log_mel_l1: the reference's log-mel has {} values and the output's {}",
+              mel_x.size(), mel_y.size());
+  double sum = 0;
+  for (size_t i = 0; i < mel_y.size(); ++i) sum += std::fabs(mel_x[i] - mel_y[i]);
+  return {sum, static_cast<double>(mel_y.size())};
 }
 
 SumCount stft_distance(const Stft& stft, const Tensor& x, const Tensor& y) {
-  check_waveforms("stft_distance (x)", x);
-  check_waveforms("stft_distance (y)", y);
-  VQDDP_CHECK(x.shape() == y.shape() && x.device() == y.device(),
-              "stft_distance: x {} and y {} must have one shape and device", x.desc(), y.desc());
-  stft.frames(x.size(1));
-  if (x.size(0) == 0) return {};
-  NoGradGuard no_grad;
-  return stft_distance_against(stft, stft.magnitude(x), y);
+  check_pair("stft_distance", stft, x, y);
+  return over_rows(x, y, [&](const float* a, const float* b, int64_t length) {
+    return stft_distance_against(stft, stft_reference(stft, a, length), b, length);
+  });
 }
 
-SumCount stft_distance_against(const Stft& stft, const Tensor& magnitude_x, const Tensor& y) {
-  NoGradGuard no_grad;
-  Tensor my = stft.magnitude(y);
-  Tensor d = add(log_magnitude_error(magnitude_x, my), abs(sub(magnitude_x, my)));
-  return {static_cast<double>(sum(d).item<float>()), static_cast<double>(d.numel())};
+StftReference stft_reference(const Stft& stft, const float* x, int64_t length) {
+  StftReference r;
+  r.magnitude = stft.host_magnitude(x, length);
+  r.log_magnitude = log_plus_eps(r.magnitude);
+  return r;
+}
+
+SumCount stft_distance_against(const Stft& stft, const StftReference& x, const float* y, int64_t length) {
+  const StftReference out = stft_reference(stft, y, length);
+  VQDDP_CHECK(x.magnitude.size() == out.magnitude.size(),
+              "stft_distance: the reference's magnitudes have {} values and the output's {}", x.magnitude.size(),
+              out.magnitude.size());
+  double sum = 0;
+  for (size_t i = 0; i < out.magnitude.size(); ++i)
+    sum += std::fabs(x.log_magnitude[i] - out.log_magnitude[i]) + std::fabs(x.magnitude[i] - out.magnitude[i]);
+  return {sum, static_cast<double>(out.magnitude.size())};
 }
 
 LogMel held_out_log_mel(double sample_rate) { return LogMel(sample_rate, 256, 64, 40); }

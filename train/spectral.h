@@ -6,7 +6,9 @@
 // kernels instead of an FFT: it uses only engine ops, so it is differentiable
 // and runs on every device (and is batch-invariant like conv1d) with no new
 // dependency. The cost, O(n_fft^2) per frame instead of O(n_fft log n_fft),
-// is small at the sizes a codec loss uses (n_fft <= 2048).
+// is small at the sizes a codec loss uses (n_fft <= 2048). The held-out
+// measurements (log_mel_l1, stft_distance), which need no gradient, run the
+// same formulas on the host with an FFT instead.
 //
 // The fixed kernels are plain tensors, never module parameters or buffers:
 // they must not reach an optimizer or a checkpoint (they are rebuilt
@@ -50,11 +52,23 @@ class Stft {
   // n_fft and the length when the signal is shorter than one frame.
   int64_t frames(int64_t length) const;
 
+  // The measurements' magnitudes (log_mel_l1, stft_distance below): one
+  // host waveform of `length` >= n_fft samples -> [bins, frames], row
+  // major. magnitude()'s formula computed in double, by an FFT (train/fft.h)
+  // when n_fft is a power of two and a direct DFT otherwise, each value
+  // rounded to float once: within float rounding of magnitude(), not bit for
+  // bit. No tensors, so no autograd and no allocation per op: a measurement
+  // needs neither, and the conv's O(n_fft^2) products per frame and the
+  // ops' temporaries were most of `vqddp eval`'s scoring time.
+  std::vector<float> host_magnitude(const float* x, int64_t length) const;
+
  private:
   // The kernels on `device` (copied there on first use, then cached).
   Tensor kernels_on(Device device) const;
 
   int64_t n_fft_, hop_;
+  struct HostPlan;  // the window and the FFT (or DFT table) of host_magnitude
+  std::shared_ptr<const HostPlan> host_;
   // Kernels per device, keyed by (kind, index); the CPU's entry is the host
   // original [2 * bins, 1, n_fft]: cosine rows, then sine rows, window
   // folded in. Shared by copies of this Stft (the values never change), so
@@ -128,11 +142,20 @@ class LogMel {
   const Stft& stft() const { return stft_; }
   // The host filterbank [n_fft / 2 + 1, n_mels]: column m is filter m.
   const Tensor& filterbank() const { return filterbank_; }
+  // operator()'s formula for the measurements: one host waveform ->
+  // [n_mels, frames], from Stft::host_magnitude with the filters' sums in
+  // double (within float rounding of operator(), not bit for bit).
+  std::vector<float> host(const float* x, int64_t length) const;
 
  private:
   Stft stft_;
   int64_t n_mels_;
   Tensor filterbank_;  // [bins, n_mels], host
+  struct Band {         // filter m's nonzero bins, [lo, hi), and their weights
+    int64_t lo = 0, hi = 0;
+    std::vector<double> weights;
+  };
+  std::shared_ptr<const std::vector<Band>> bands_;
   // The same filters as a kernel-size-1 conv1d weight [n_mels, bins, 1], so
   // [N, bins, T] maps to [N, n_mels, T] without transposes; one copy per
   // device as for the Stft kernels.
@@ -151,8 +174,10 @@ LogMel held_out_log_mel(double sample_rate);
 // The log-mel L1 distance in parts that add across batches and ranks: the
 // sum over elements of |logmel(x) - logmel(y)| and the element count
 // (N * n_mels * frames), as host doubles; the distance is sum / count.
-// x and y [N, L] on any one device; {0, 0} for N == 0. No autograd (runs
-// under its own NoGradGuard); one device-to-host read.
+// x and y [N, L] on any one device; {0, 0} for N == 0. A measurement, not a
+// loss: it reads x and y to the host and works there (LogMel::host), with
+// no autograd, and sums in double in row, mel, frame order, so a clip's sum
+// does not depend on the batch it came in.
 struct SumCount {
   double sum = 0;
   double count = 0;
@@ -163,14 +188,20 @@ SumCount log_mel_l1(const LogMel& mel, const Tensor& x, const Tensor& y);
 // add across batches and ranks: the sum over elements of
 // |log(|X| + 1e-5) - log(|Y| + 1e-5)| + ||X| - |Y|| and the element count;
 // the held-out distance (train/trainer.cpp) averages sum / count over the
-// resolutions. As log_mel_l1: no autograd, {0, 0} for N == 0.
+// resolutions. As log_mel_l1: on the host (Stft::host_magnitude), {0, 0}
+// for N == 0.
 SumCount stft_distance(const Stft& stft, const Tensor& x, const Tensor& y);
 
-// The same two distances with the reference's half given, as mel(x) and
-// stft.magnitude(x) (of x [N, L], checked as above by the caller): for
-// scoring many outputs against one reference (`vqddp eval`), whose
-// features are then computed once. The same sums, bit for bit.
-SumCount log_mel_l1_against(const LogMel& mel, const Tensor& mel_x, const Tensor& y);
-SumCount stft_distance_against(const Stft& stft, const Tensor& magnitude_x, const Tensor& y);
+// The same two distances for one host waveform y of `length` samples with
+// the reference's half given (of an x of the same length): for scoring many
+// outputs against one reference (`vqddp eval`), whose features are then
+// computed once. The same sums as above, bit for bit.
+SumCount log_mel_l1_against(const LogMel& mel, const std::vector<float>& mel_x, const float* y, int64_t length);
+// The reference's half of stft_distance: |X| and log(|X| + 1e-5).
+struct StftReference {
+  std::vector<float> magnitude, log_magnitude;
+};
+StftReference stft_reference(const Stft& stft, const float* x, int64_t length);
+SumCount stft_distance_against(const Stft& stft, const StftReference& x, const float* y, int64_t length);
 
 }  // namespace vqddp

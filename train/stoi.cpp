@@ -11,6 +11,7 @@
 
 #include "data/audio.h"
 #include "engine/core/error.h"
+#include "train/fft.h"
 
 namespace vqddp {
 
@@ -20,7 +21,6 @@ constexpr int kRate = 10000;     // Hz: the measure's rate
 constexpr int kFrame = 256;      // samples per frame (25.6 ms)
 constexpr int kHop = 128;        // half a frame
 constexpr int kFft = 512;        // DFT points (the frame zero-padded)
-constexpr int kLogFft = 9;
 constexpr int kBands = 15;       // one-third octaves
 constexpr double kLowestCentre = 150;  // Hz
 constexpr int kSegment = 30;     // frames per segment (384 ms)
@@ -66,43 +66,6 @@ const std::array<Band, kBands>& bands() {
   return b;
 }
 
-// An in-place radix-2 FFT of kFft points: a 512-point DFT per frame costs
-// 2304 butterflies instead of the 131072 products of a direct one (256
-// samples by 512 bins), so the DFTs are a small part of the ~0.1 s a minute
-// of audio takes.
-class Fft {
- public:
-  Fft() {
-    for (int i = 0; i < kFft; ++i) {
-      int r = 0;
-      for (int bit = 0; bit < kLogFft; ++bit) r |= ((i >> bit) & 1) << (kLogFft - 1 - bit);
-      reversed_[i] = r;
-    }
-    // exp(-2 pi i k / kFft) for k < kFft / 2, each from its own angle (no
-    // accumulated rounding).
-    for (int k = 0; k < kFft / 2; ++k) twiddle_[k] = std::polar(1.0, -2 * std::numbers::pi * k / kFft);
-  }
-
-  // x (kFft points) -> its DFT, sum_n x[n] exp(-2 pi i k n / kFft).
-  void operator()(std::array<std::complex<double>, kFft>& x) const {
-    for (int i = 0; i < kFft; ++i)
-      if (i < reversed_[i]) std::swap(x[i], x[reversed_[i]]);
-    for (int len = 2; len <= kFft; len *= 2) {
-      const int half = len / 2, stride = kFft / len;
-      for (int start = 0; start < kFft; start += len)
-        for (int k = 0; k < half; ++k) {
-          std::complex<double> t = twiddle_[k * stride] * x[start + k + half];
-          x[start + k + half] = x[start + k] - t;
-          x[start + k] += t;
-        }
-    }
-  }
-
- private:
-  std::array<int, kFft> reversed_{};
-  std::array<std::complex<double>, kFft / 2> twiddle_{};
-};
-
 // Step 2, decided by the clean signal alone: the frames whose energy is
 // within kDynamicRange dB of the loudest. `total` frames in all; `silent`
 // when every one of them is all zeros.
@@ -143,32 +106,31 @@ std::vector<double> overlap_add(const std::vector<double>& x, const std::vector<
 
 // Steps 3 and 4: the band envelopes of a signal, [band][frame].
 std::vector<std::vector<double>> band_envelopes(const std::vector<double>& x) {
-  static const Fft fft;
+  // A 512-point FFT per frame costs 2304 butterflies instead of the 131072
+  // products of a direct DFT (256 samples by 512 bins).
+  static const Fft fft(kFft);
   const auto& w = window();
   const auto& b = bands();
   const int64_t frames = frame_count(static_cast<int64_t>(x.size()));
   std::vector<std::vector<double>> env(kBands, std::vector<double>(static_cast<size_t>(frames)));
-  // Two real frames a transform (half the FFTs): frame f as the real part,
-  // frame f + 1 as the imaginary. With Z their transform and
-  // Zc[k] = conj(Z[(N - k) mod N]), frame f's DFT is (Z + Zc) / 2 and frame
-  // f + 1's is (Z - Zc) / 2i, so |X_f[k]|^2 = |Z[k] + Zc[k]|^2 / 4 and
-  // |X_f+1[k]|^2 = |Z[k] - Zc[k]|^2 / 4.
+  // Two real frames a transform (train/fft.h): frame f as the real part,
+  // frame f + 1 as the imaginary.
   std::array<std::complex<double>, kFft> buf;
   for (int64_t f = 0; f < frames; f += 2) {
     const bool pair = f + 1 < frames;
     for (int n = 0; n < kFrame; ++n)
       buf[n] = {w[n] * x[f * kHop + n], pair ? w[n] * x[(f + 1) * kHop + n] : 0.0};
     std::fill(buf.begin() + kFrame, buf.end(), 0.0);
-    fft(buf);
+    fft(buf.data());
     for (int j = 0; j < kBands; ++j) {
       double even = 0, odd = 0;
       for (int k = b[j].lo; k < b[j].hi; ++k) {
-        const std::complex<double> z = buf[k], zc = std::conj(buf[(kFft - k) % kFft]);
-        even += std::norm(z + zc);
-        odd += std::norm(z - zc);
+        const auto [pe, po] = fft.split_power(buf.data(), k);
+        even += pe;
+        odd += po;
       }
-      env[j][f] = std::sqrt(even / 4);
-      if (pair) env[j][f + 1] = std::sqrt(odd / 4);
+      env[j][f] = std::sqrt(even);
+      if (pair) env[j][f + 1] = std::sqrt(odd);
     }
   }
   return env;

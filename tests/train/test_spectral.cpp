@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <complex>
 #include <numbers>
 
 #include "comm/single.h"
@@ -13,6 +14,7 @@
 #include "engine/ops.h"
 #include "engine/core/random.h"
 #include "tests/engine/gradcheck.h"
+#include "train/fft.h"
 #include "train/spectral.h"
 
 using namespace vqddp;
@@ -239,4 +241,76 @@ TEST_CASE("spectral: a signal shorter than n_fft, or too many mels, is refused w
   CHECK_THROWS_WITH_AS(LogMel(16000, 64, 16, 80), doctest::Contains("n_mels 80 is too many for n_fft 64"), Error);
   CHECK_THROWS_WITH_AS(Stft(1, 1), doctest::Contains("n_fft"), Error);
   CHECK_THROWS_WITH_AS(MultiResolutionStftLoss({}), doctest::Contains("resolution"), Error);
+}
+
+TEST_CASE("spectral: Fft is the DFT for every power of two it takes, and refuses other sizes by name") {
+  Generator gen(21, 0);
+  for (int n = 2; n <= 1024; n *= 2) {
+    const std::vector<float> re = rand_uniform({n}, gen, -1.f, 1.f).to_vector<float>(),
+                             im = rand_uniform({n}, gen, -1.f, 1.f).to_vector<float>();
+    std::vector<std::complex<double>> z(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) z[i] = {re[i], im[i]};
+    const std::vector<std::complex<double>> x = z;
+    const Fft fft(n);
+    fft(z.data());
+    double worst = 0;
+    for (int k = 0; k < n; ++k) {
+      std::complex<double> want = 0;
+      for (int i = 0; i < n; ++i) want += x[i] * std::polar(1.0, -kTwoPi * static_cast<double>((k * i) % n) / n);
+      worst = std::max(worst, std::abs(z[k] - want));
+    }
+    CHECK_MESSAGE(worst < 1e-12 * n, "n = ", n, ": worst error ", worst);
+  }
+  CHECK_THROWS_WITH_AS(Fft(12), doctest::Contains("12 points"), Error);
+  CHECK_THROWS_WITH_AS(Fft(1), doctest::Contains("1 points"), Error);
+}
+
+TEST_CASE("spectral: the measurements' host magnitudes, log-mel and distances agree with the differentiable ops") {
+  // n_fft 64: the FFT with an odd frame count (the last frame of a pair
+  // alone); 48: the direct DFT. Within float rounding, not bit for bit.
+  Generator gen(22, 0);
+  for (auto [n_fft, hop, len] : {std::array<int64_t, 3>{64, 16, 64 + 16 * 10}, {64, 16, 64 + 16 * 11}, {48, 12, 300}}) {
+    CAPTURE(n_fft);
+    CAPTURE(len);
+    Stft stft(n_fft, hop);
+    const Tensor x = rand_uniform({2, len}, gen, -1.f, 1.f);
+    const Tensor y = add(x, rand_uniform({2, len}, gen, -0.1f, 0.1f));
+    const std::vector<float> hx = x.to_vector<float>(), hy = y.to_vector<float>();
+    const std::vector<float> want = stft.magnitude(x).to_vector<float>();
+    const int64_t per_row = stft.bins() * stft.frames(len);
+    for (int64_t r = 0; r < 2; ++r) {
+      const std::vector<float> got = stft.host_magnitude(hx.data() + r * len, len);
+      REQUIRE(static_cast<int64_t>(got.size()) == per_row);
+      for (int64_t i = 0; i < per_row; ++i)
+        REQUIRE(std::abs(got[i] - want[r * per_row + i]) <= 2e-5f * std::max(1.f, want[r * per_row + i]));
+    }
+    // The distance as the loss's ops compute it, summed in double.
+    const Tensor mx = stft.magnitude(x), my = stft.magnitude(y);
+    const std::vector<float> terms =
+        add(abs(sub(log(add(mx, 1e-5f)), log(add(my, 1e-5f)))), abs(sub(mx, my))).to_vector<float>();
+    double want_sum = 0;
+    for (float t : terms) want_sum += t;
+    const SumCount d = stft_distance(stft, x, y);
+    CHECK(d.count == static_cast<double>(terms.size()));
+    CHECK(d.sum == doctest::Approx(want_sum).epsilon(1e-4));
+    CHECK(stft_distance(stft, x, x).sum == 0.0);
+    // One row against its precomputed reference: the same sum, bit for bit.
+    const SumCount row = stft_distance(stft, slice_rows(x, 0, 1), slice_rows(y, 0, 1));
+    const SumCount against = stft_distance_against(stft, stft_reference(stft, hx.data(), len), hy.data(), len);
+    CHECK(against.sum == row.sum);
+    CHECK(against.count == row.count);
+  }
+  const int64_t len = 1600;
+  LogMel mel(8000, 256, 64, 40);
+  const Tensor x = rand_uniform({1, len}, gen, -1.f, 1.f), y = add(x, rand_uniform({1, len}, gen, -0.1f, 0.1f));
+  const std::vector<float> want = mel(x).to_vector<float>(), hx = x.to_vector<float>(), hy = y.to_vector<float>();
+  const std::vector<float> got = mel.host(hx.data(), len);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) REQUIRE(std::abs(got[i] - want[i]) <= 1e-4f * std::max(1.f, std::abs(want[i])));
+  const std::vector<float> terms = abs(sub(mel(x), mel(y))).to_vector<float>();
+  double want_sum = 0;
+  for (float t : terms) want_sum += t;
+  const SumCount l1 = log_mel_l1(mel, x, y);
+  CHECK(l1.sum == doctest::Approx(want_sum).epsilon(1e-3));
+  CHECK(log_mel_l1_against(mel, mel.host(hx.data(), len), hy.data(), len).sum == l1.sum);
 }
