@@ -28,8 +28,8 @@ void Fft::operator()(std::complex<double>* x) const {
   // rounded as the complex product rounds finite values.
   double* d = reinterpret_cast<double*>(x);  // re, im pairs (the standard's layout of complex)
   const double* w = reinterpret_cast<const double*>(twiddle_.data());
-  for (int len = 2; len <= n_; len *= 2) {
-    const int half = len / 2, stride = n_ / len;
+  for (int half = 1; half < n_; half *= 2) {  // counted by halves: len = n_ itself never overflows int
+    const int len = 2 * half, stride = n_ / len;
     for (int start = 0; start < n_; start += len)
       for (int k = 0; k < half; ++k) {
         double* a = d + 2 * (start + k);

@@ -193,9 +193,11 @@ SumCount log_mel_l1(const LogMel& mel, const Tensor& x, const Tensor& y);
 SumCount stft_distance(const Stft& stft, const Tensor& x, const Tensor& y);
 
 // The same two distances for one host waveform y of `length` samples with
-// the reference's half given (of an x of the same length): for scoring many
-// outputs against one reference (`vqddp eval`), whose features are then
-// computed once. The same sums as above, bit for bit.
+// the reference's half given: for scoring many outputs against one
+// reference (`vqddp eval`), whose features are then computed once. The
+// same sums as above for a one-row x, bit for bit. x must have y's length:
+// the features are checked by count only, which a length within one hop
+// of it would pass.
 SumCount log_mel_l1_against(const LogMel& mel, const std::vector<float>& mel_x, const float* y, int64_t length);
 // The reference's half of stft_distance: |X| and log(|X| + 1e-5).
 struct StftReference {
