@@ -134,10 +134,12 @@ TEST_CASE("a whole GAN run on W = 3, 4 and 7 thread ranks, and on uneven splits 
     CHECK(first_difference(w.tensors, one.tensors) == "");
     CHECK(w.updates == one.updates);
     CHECK(w.result.validation_log_mel == one.result.validation_log_mel);
+    CHECK(w.result.validation_stft_distance == one.result.validation_stft_distance);
     CHECK(w.result.validation_snr_db == one.result.validation_snr_db);
     CHECK(w.result.validation_stoi == one.result.validation_stoi);
   }
-  CHECK(one.result.validation_stoi > 0);  // scored: the check above compares a figure
+  CHECK(one.result.validation_stoi > 0);  // scored: the checks above compare figures
+  CHECK(one.result.validation_stft_distance > 0);
 }
 
 TEST_CASE("a GAN run on sim (every device path, the capture check of each step's sequence) is the CPU run, on 1 "

@@ -294,23 +294,38 @@ TEST_CASE("spectral: the measurements' host magnitudes, log-mel and distances ag
     CHECK(d.count == static_cast<double>(terms.size()));
     CHECK(d.sum == doctest::Approx(want_sum).epsilon(1e-4));
     CHECK(stft_distance(stft, x, x).sum == 0.0);
-    // One row against its precomputed reference: the same sum, bit for bit.
-    const SumCount row = stft_distance(stft, slice_rows(x, 0, 1), slice_rows(y, 0, 1));
-    const SumCount against = stft_distance_against(stft, stft_reference(stft, hx.data(), len), hy.data(), len);
-    CHECK(against.sum == row.sum);
-    CHECK(against.count == row.count);
+    // A clip's sum does not depend on the batch it came in (validation adds
+    // clips across chunks and ranks): the batch's sum is row 0's plus row
+    // 1's, each scored alone against its precomputed reference, bit for bit.
+    SumCount rows;
+    for (int64_t r = 0; r < 2; ++r) {
+      const SumCount one_row =
+          stft_distance_against(stft, stft_reference(stft, hx.data() + r * len, len), hy.data() + r * len, len);
+      rows.sum += one_row.sum;
+      rows.count += one_row.count;
+    }
+    CHECK(d.sum == rows.sum);
+    CHECK(d.count == rows.count);
   }
   const int64_t len = 1600;
   LogMel mel(8000, 256, 64, 40);
-  const Tensor x = rand_uniform({1, len}, gen, -1.f, 1.f), y = add(x, rand_uniform({1, len}, gen, -0.1f, 0.1f));
+  const Tensor x = rand_uniform({2, len}, gen, -1.f, 1.f), y = add(x, rand_uniform({2, len}, gen, -0.1f, 0.1f));
   const std::vector<float> want = mel(x).to_vector<float>(), hx = x.to_vector<float>(), hy = y.to_vector<float>();
-  const std::vector<float> got = mel.host(hx.data(), len);
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) REQUIRE(std::abs(got[i] - want[i]) <= 1e-4f * std::max(1.f, std::abs(want[i])));
+  const size_t per_row = want.size() / 2;
+  for (int64_t r = 0; r < 2; ++r) {
+    const std::vector<float> got = mel.host(hx.data() + r * len, len);
+    REQUIRE(got.size() == per_row);
+    for (size_t i = 0; i < per_row; ++i)
+      REQUIRE(std::abs(got[i] - want[r * per_row + i]) <= 1e-4f * std::max(1.f, std::abs(want[r * per_row + i])));
+  }
   const std::vector<float> terms = abs(sub(mel(x), mel(y))).to_vector<float>();
   double want_sum = 0;
   for (float t : terms) want_sum += t;
   const SumCount l1 = log_mel_l1(mel, x, y);
   CHECK(l1.sum == doctest::Approx(want_sum).epsilon(1e-3));
-  CHECK(log_mel_l1_against(mel, mel.host(hx.data(), len), hy.data(), len).sum == l1.sum);
+  // As for the STFT distance: the batch's sum is its rows' in order.
+  const SumCount row0 = log_mel_l1_against(mel, mel.host(hx.data(), len), hy.data(), len);
+  const SumCount row1 = log_mel_l1_against(mel, mel.host(hx.data() + len, len), hy.data() + len, len);
+  CHECK(l1.sum == row0.sum + row1.sum);
+  CHECK(l1.count == row0.count + row1.count);
 }
