@@ -224,7 +224,7 @@ AudioClip entry_clip(const AudioEntry& e, const std::map<std::string, AudioClip>
 }  // namespace
 
 std::vector<AudioClip> index_audio(const std::vector<AudioEntry>& entries, const std::string& cache,
-                                   IndexCounts* counts) {
+                                   IndexCounts* counts, bool skip_bad) {
   const std::map<std::string, AudioClip> cached = read_index_cache(cache);
   std::vector<AudioClip> clips(entries.size());
   std::vector<std::string> errors(entries.size());
@@ -248,10 +248,18 @@ std::vector<AudioClip> index_audio(const std::vector<AudioEntry>& entries, const
       }
     });
   for (std::thread& t : pool) t.join();
-  for (const std::string& e : errors) VQDDP_CHECK(e.empty(), "{}", e);  // the first bad entry in order
+  std::vector<std::string> skipped;
+  if (skip_bad) {
+    std::vector<AudioClip> kept;
+    for (size_t i = 0; i < entries.size(); ++i)
+      if (errors[i].empty()) kept.push_back(std::move(clips[i]));
+      else skipped.push_back(errors[i]);
+    clips = std::move(kept);
+  }
+  for (const std::string& e : errors) VQDDP_CHECK(skip_bad || e.empty(), "{}", e);  // the first bad entry in order
   std::string note;
-  if (!cache.empty() && reused != static_cast<int64_t>(entries.size())) note = write_index_cache(cache, clips);
-  if (counts) *counts = {static_cast<int64_t>(entries.size()), reused, note};
+  if (!cache.empty() && reused != static_cast<int64_t>(clips.size())) note = write_index_cache(cache, clips);
+  if (counts) *counts = {static_cast<int64_t>(entries.size()), reused, note, std::move(skipped)};
   return clips;
 }
 

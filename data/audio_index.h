@@ -64,13 +64,18 @@ std::string segment_text(double offset, double duration);
 struct IndexCounts {
   int64_t files = 0, reused = 0;  // files indexed, and of them taken from the cache
   std::string note;               // for the run's log: why the cache was not pruned ("" when it was)
+  std::vector<std::string> skipped;  // with skip_bad: each entry left out, as its error names it
 };
 
 // The clips of `entries` (their header facts from the cache where still
 // valid, else read, several files at a time), in order, with each entry's
-// segment and weight. `cache` is the cache file ("" for none).
+// segment and weight. `cache` is the cache file ("" for none). An entry
+// whose header cannot be read (an empty or truncated file, not audio) stops
+// the index naming it, or with `skip_bad` (data.bad_files "skip") is left
+// out and named in counts->skipped: every rank reads the same headers, so
+// every rank leaves out the same entries.
 std::vector<AudioClip> index_audio(const std::vector<AudioEntry>& entries, const std::string& cache,
-                                   IndexCounts* counts = nullptr);
+                                   IndexCounts* counts = nullptr, bool skip_bad = false);
 
 // The cache file for a source path under `index_dir` ("" for the default
 // directory, "off" for none: returns "").

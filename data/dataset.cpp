@@ -52,6 +52,19 @@ void refuse_twins(const std::vector<std::vector<AudioClip>>& clips) {
     }
 }
 
+// The log's account of the files data.bad_files "skip" left out at the
+// index: how many, and the first few as their errors name them.
+std::string skipped_text(const std::vector<std::string>& skipped) {
+  if (skipped.empty()) return "";
+  constexpr size_t kNamed = 5;
+  const size_t named = std::min(skipped.size(), kNamed);
+  std::string text = fmt::format("; {} unreadable file{} left out (data.bad_files \"skip\"): {}", skipped.size(),
+                                 skipped.size() == 1 ? "" : "s",
+                                 fmt::join(skipped.begin(), skipped.begin() + static_cast<ptrdiff_t>(named), "; "));
+  if (skipped.size() > named) text += fmt::format("; and {} more", skipped.size() - named);
+  return text;
+}
+
 Dataset load_wav_frames(const DataConfig& c) {
   Dataset d;
   d.example_dim = c.frame;
@@ -66,7 +79,11 @@ Dataset load_wav_frames(const DataConfig& c) {
     VQDDP_CHECK(!entries.empty(), "data source '{}' holds no audio files ({})", shown(src.path),
                 fmt::join(audio_extensions(), ", "));
     IndexCounts source_counts;
-    clips.push_back(index_audio(entries, audio_index_cache(c.index_dir, src.path), &source_counts));
+    clips.push_back(index_audio(entries, audio_index_cache(c.index_dir, src.path), &source_counts,
+                                c.bad_files == "skip"));
+    VQDDP_CHECK(!clips.back().empty(), "data source '{}' holds no readable audio files (the first: {})",
+                shown(src.path), source_counts.skipped.empty() ? "" : source_counts.skipped[0]);
+    for (std::string& why : source_counts.skipped) counts.skipped.push_back(std::move(why));
     counts.files += source_counts.files;
     counts.reused += source_counts.reused;
     if (counts.note.empty()) counts.note = source_counts.note;
@@ -100,8 +117,9 @@ Dataset load_wav_frames(const DataConfig& c) {
   d.examples_per_second = static_cast<double>(rate) / c.frame;
   d.sample_rate = rate;
   d.description = fmt::format("{} audio clips at {} Hz ({} resampled, {} held out), frames of {} samples, {} of {} "
-                              "headers from the index cache{}", count, rate, resampled, held, c.frame, counts.reused,
-                              counts.files, counts.note.empty() ? "" : " (" + counts.note + ")");
+                              "headers from the index cache{}{}", count, rate, resampled, held, c.frame, counts.reused,
+                              counts.files, counts.note.empty() ? "" : " (" + counts.note + ")",
+                              skipped_text(counts.skipped));
   return d;
 }
 

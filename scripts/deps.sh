@@ -12,7 +12,10 @@ packages=(
   libopus-dev libcodec2-dev          # vqddp eval: classic codecs coded beside ours at equal bitrate
   libopenmpi-dev openmpi-bin         # the MPI backend (--backend mpi) and mpirun
   iproute2                           # tests/two_nodes.sh: two nodes as network namespaces
-  asterisk-core-sounds-en-wav        # real speech: the default training run
+  asterisk-core-sounds-en-wav        # real speech: the default training run (Allison, English)
+  asterisk-core-sounds-es-wav        # more languages and voices for the codecs: Allison (Spanish),
+  asterisk-core-sounds-fr-wav        # June (French; held out of the speech codecs' training, docs/models.md)
+  asterisk-core-sounds-ru-wav        # and a Russian voice
   dataset-fashion-mnist              # real images: the VQ-VAE examples
 )
 

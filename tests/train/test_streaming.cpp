@@ -266,6 +266,37 @@ TEST_CASE("data.bad_files skip: unreadable rows are replaced alike on 1 and 3 ra
   CHECK_THROWS_WITH_AS(train(cfg, data, quiet()), doctest::Contains("reading this rank's batch"), Error);
 }
 
+TEST_CASE("data.bad_files skip: a file whose header cannot be read is left out at the index and named; error refuses it") {
+  TempDir dir;
+  write_corpus(dir.file("corpus"), 10);
+  Config cfg = streamed_config(dir.file("corpus"), dir.file("run"));
+  cfg.data.index_dir = "off";
+  const uint32_t clean = data_fingerprint(load_dataset(cfg.data));
+  // A header and no samples (Debian's ru_RU_f_IvrvoiceRU/is.wav is one), and
+  // bytes that are not audio, sorted among the good files.
+  std::string header = read_file(dir.file("corpus/00.wav")).substr(0, 44);
+  header.replace(4, 4, std::string("\x24\0\0\0", 4));  // RIFF size 36
+  header.replace(40, 4, std::string(4, '\0'));          // data size 0
+  write_bytes(dir.file("corpus/03b.wav"), header);
+  write_bytes(dir.file("corpus/07b.wav"), "not audio at all");
+  cfg.data.bad_files = "error";
+  CHECK_THROWS_WITH_AS(load_dataset(cfg.data), doctest::Contains((dir.file("corpus/03b.wav") + ": no samples").c_str()),
+                       Error);
+  cfg.data.bad_files = "skip";
+  const Dataset skipped = load_dataset(cfg.data);
+  CHECK(skipped.description.find("10 audio clips") != std::string::npos);
+  CHECK(skipped.description.find("2 unreadable files left out") != std::string::npos);
+  CHECK(skipped.description.find(dir.file("corpus/03b.wav") + ": no samples") != std::string::npos);
+  CHECK(skipped.description.find(dir.file("corpus/07b.wav")) != std::string::npos);
+  // The same clips, the same held-out split: the data of the clean corpus.
+  CHECK(data_fingerprint(skipped) == clean);
+  // A source with nothing readable is refused, naming it.
+  std::filesystem::create_directories(dir.file("bad"));
+  write_bytes(dir.file("bad/x.wav"), header);
+  cfg.data.sources = {{dir.file("bad"), 1.0, ""}};
+  CHECK_THROWS_WITH_AS(load_dataset(cfg.data), doctest::Contains("holds no readable audio files"), Error);
+}
+
 TEST_CASE("streamed audio: each rank reads only its own rows; an elastic resume mid-epoch (3 ranks, then 2) is exact") {
   TempDir dir;
   write_corpus(dir.file("corpus"), 10);
