@@ -44,6 +44,7 @@ void read_model(ConfigSection s, ModelConfig& m) {
     m.waveform_loss = s.choice("waveform_loss", m.waveform_loss, {"l1", "l2"});
     m.spectral_weight = s.number("spectral_weight", m.spectral_weight);
     m.mel_weight = s.number("mel_weight", m.mel_weight);
+    m.stoi_weight = s.number("stoi_weight", m.stoi_weight);
   }
   if (m.type == "conv_vqvae") m.channels = s.integers("channels", {32, 64}, limits::width);
   if (auto [key, why] = model_config_problem(m); !key.empty()) s.fail(key, why);

@@ -71,6 +71,7 @@ struct ModelConfig {
   std::string waveform_loss = "l2";  // conv_codec: l1 or l2 (mse) on the waveform
   double spectral_weight = 0;    // conv_codec: weight of the multi-resolution STFT loss
   double mel_weight = 0;         // conv_codec: weight of the multi-resolution log-mel loss (DAC's mel loss)
+  double stoi_weight = 0;        // conv_codec: weight of the band-envelope correlation loss (train/spectral.h StoiLoss)
   bool operator==(const ModelConfig&) const = default;
 };
 

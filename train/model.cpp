@@ -38,6 +38,7 @@ CodecModel::CodecModel(const ModelConfig& m, const QuantizerConfig& q, int64_t i
     spectral_ = std::make_unique<MultiResolutionStftLoss>(
         std::vector<std::pair<int64_t, int64_t>>(kStftLossResolutions.begin(), kStftLossResolutions.end()));
   }
+  if (m.stoi_weight > 0 && sample_rate > 0) stoi_ = std::make_unique<StoiLoss>(sample_rate);
   if (m.mel_weight > 0 && sample_rate > 0) {
     // DAC's mel loss scaled to short segments: windows of 8 to 64 ms at
     // 8 kHz, hop a quarter window, mel bands doubling with the window.
@@ -113,6 +114,11 @@ ModelOutput CodecModel::forward(const Tensor& x, Communicator& comm) {
     VQDDP_CHECK(mel_, "model.mel_weight needs the audio's sample rate: this model was built without one");
     out.reconstruction_loss =
         add(out.reconstruction_loss, mul((*mel_)(x, y, comm), static_cast<float>(mcfg_.mel_weight)));
+  }
+  if (mcfg_.stoi_weight > 0) {
+    VQDDP_CHECK(stoi_, "model.stoi_weight needs the audio's sample rate: this model was built without one");
+    out.reconstruction_loss =
+        add(out.reconstruction_loss, mul((*stoi_)(x, y, comm), static_cast<float>(mcfg_.stoi_weight)));
   }
   return out;
 }

@@ -70,6 +70,7 @@ class CodecModel : public Module {
   std::shared_ptr<Quantizer> quantizer_;
   std::unique_ptr<MultiResolutionStftLoss> spectral_;
   std::unique_ptr<MultiResolutionMelLoss> mel_;
+  std::unique_ptr<StoiLoss> stoi_;
 };
 
 }  // namespace vqddp

@@ -166,6 +166,9 @@ std::pair<std::string, std::string> model_config_problem(const ModelConfig& m) {
     return {"channels", "needs two entries for conv_vqvae (its two stages)"};
   if (!(m.spectral_weight >= 0)) return {"spectral_weight", "must be at least 0"};
   if (!(m.mel_weight >= 0)) return {"mel_weight", "must be at least 0"};
+  if (!(m.stoi_weight >= 0)) return {"stoi_weight", "must be at least 0"};
+  if (m.stoi_weight > 0 && m.type != "conv_codec")
+    return {"stoi_weight", fmt::format("applies to conv_codec only (a band-envelope loss on audio), not {}", m.type)};
   if (m.mel_weight > 0 && m.type != "conv_codec")
     return {"mel_weight", fmt::format("applies to conv_codec only (a log-mel loss on audio), not {}", m.type)};
   if (m.spectral_weight > 0 && m.type != "conv_codec")

@@ -12,6 +12,7 @@
 #include "engine/kernel_math.h"
 #include "engine/ops.h"
 #include "train/fft.h"
+#include "train/stoi.h"
 #include "vq/losses.h"
 
 namespace vqddp {
@@ -247,6 +248,57 @@ Tensor MultiResolutionMelLoss::operator()(const Tensor& x, const Tensor& y, Comm
     total = total.defined() ? add(total, term) : term;
   }
   return div(total, static_cast<float>(mels_.size()));
+}
+
+// ---- StoiLoss --------------------------------------------------------------------------
+
+namespace {
+
+// The power-of-two window nearest STOI's 25.6 ms frame (the lower of two
+// equally near).
+int64_t stoi_loss_window(double sample_rate) {
+  VQDDP_CHECK(std::isfinite(sample_rate) && sample_rate > 0, "StoiLoss: sample rate must be positive, got {}",
+              sample_rate);
+  const double want = 0.0256 * sample_rate;
+  int64_t n = 2;
+  while (n < (int64_t{1} << 20) && std::abs(2.0 * n - want) < std::abs(n - want)) n *= 2;
+  return n;
+}
+
+}  // namespace
+
+StoiLoss::StoiLoss(double sample_rate)
+    : stft_(stoi_loss_window(sample_rate), stoi_loss_window(sample_rate) / 4), cache_(std::make_shared<Cache>()) {
+  const int64_t bins = stft_.bins();
+  std::vector<float> w;
+  for (int band = 0; band < kThirdOctaveBands; ++band) {
+    const BinRange r = third_octave_bins(band, sample_rate, stft_.n_fft());
+    // A band whose lower edge reaches the Nyquist bin has nothing above it.
+    if (r.lo >= bins - 1 || r.hi <= r.lo) break;
+    for (int64_t k = 0; k < bins; ++k) w.push_back(k >= r.lo && k < r.hi ? 1.f : 0.f);
+    ++bands_;
+  }
+  VQDDP_CHECK(bands_ > 0, "StoiLoss: no one-third-octave band below {} Hz", sample_rate / 2);
+  cache_->weights.emplace(device_key(Device::cpu()), from_vector(w, {bands_, bins, 1}));
+}
+
+Tensor StoiLoss::envelopes(const Tensor& x) const {
+  Tensor power = square(stft_.magnitude(x));  // [N, bins, T], each at least 1e-7
+  if (x.size(0) == 0)  // zeros in x's graph: conv1d takes no empty batch (as LogMel)
+    return mul(reshape(sum(power), {1, 1, 1}), zeros({0, bands_, power.size(2)}, DType::f32, x.device()));
+  return sqrt(conv1d(power, cached_on(cache_->mu, cache_->weights, x.device()), Tensor()));
+}
+
+Tensor StoiLoss::operator()(const Tensor& x, const Tensor& y, Communicator& comm) const {
+  check_waveforms("StoiLoss (reference x)", x);
+  check_waveforms("StoiLoss (reconstruction y)", y);
+  const int64_t frames = stft_.frames(x.size(1));  // a short signal fails with every N
+  const float half = static_cast<float>(stft_.n_fft()) / 2;
+  const float eps = static_cast<float>(frames) * (1e-3f * half) * (1e-3f * half);
+  Tensor ex = envelopes(x), ey = envelopes(y);
+  Tensor cx = sub(ex, mean(ex, 2, true)), cy = sub(ey, mean(ey, 2, true));
+  Tensor corr = div(sum(mul(cx, cy), 2), sqrt(mul(add(sum(square(cx), 2), eps), add(sum(square(cy), 2), eps))));
+  return add(neg(mean_or_zero(corr, comm)), 1.f);
 }
 
 // ---- LogMel ----------------------------------------------------------------------------

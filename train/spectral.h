@@ -125,6 +125,44 @@ class MultiResolutionMelLoss {
   std::vector<std::shared_ptr<const LogMel>> mels_;
 };
 
+// A differentiable stand-in for STOI (train/stoi.h) as a training loss
+// (model.stoi_weight). STOI scores how well the envelope of each
+// one-third-octave band over time survives coding, by correlation: every
+// band counts alike, however little energy it has, which a waveform loss
+// (dominated by the loud low bands) and a log-mel loss (dominated by quiet
+// frames in the log) both miss. Here, at the training rate: an STFT with
+// the power-of-two window nearest STOI's 25.6 ms (256 samples at 8 kHz),
+// hop a quarter window; STOI's bands (third_octave_bins) up to the Nyquist
+// frequency; a band's envelope sqrt(sum of |X|^2 over its bins); and
+//   loss = mean over examples and bands of 1 - corr(env_x, env_y),
+// the correlation over the example's frames (means removed), each variance
+// plus eps = frames * (1e-3 * n_fft / 2)^2, the variance of an envelope
+// that moves by a -60 dBFS sine's, so a silent band gives no gradient
+// instead of amplifying noise. STOI's 384 ms segments, silent-frame removal
+// and clipping are left out: a training example is one segment (0.2 s for
+// the speech codecs), and the loss needs a gradient everywhere. Global-
+// batch means in an exact step, as MultiResolutionStftLoss.
+class StoiLoss {
+ public:
+  explicit StoiLoss(double sample_rate);
+  // x the reference, y the reconstruction, [N, L] on one device, L >= n_fft.
+  Tensor operator()(const Tensor& x, const Tensor& y, Communicator& comm) const;
+
+  const Stft& stft() const { return stft_; }
+  int64_t bands() const { return bands_; }
+
+ private:
+  Tensor envelopes(const Tensor& x) const;  // [N, L] -> [N, bands, frames]
+
+  Stft stft_;
+  int64_t bands_ = 0;
+  struct Cache {  // the bands as a conv1d weight [bands, bins, 1] of 0 and 1, per device
+    std::mutex mu;
+    std::map<std::pair<int, int>, Tensor> weights;
+  };
+  std::shared_ptr<Cache> cache_;
+};
+
 // Log-mel spectrogram, log(mel(|X|) + 1e-5), with triangular filters on the
 // HTK mel scale (2595 log10(1 + f / 700)) spaced evenly between 0 and
 // sample_rate / 2, unnormalised (each peaks at 1), applied to magnitudes

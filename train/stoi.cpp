@@ -21,7 +21,7 @@ constexpr int kRate = 10000;     // Hz: the measure's rate
 constexpr int kFrame = 256;      // samples per frame (25.6 ms)
 constexpr int kHop = 128;        // half a frame
 constexpr int kFft = 512;        // DFT points (the frame zero-padded)
-constexpr int kBands = 15;       // one-third octaves
+constexpr int kBands = kThirdOctaveBands;
 constexpr double kLowestCentre = 150;  // Hz
 constexpr int kSegment = 30;     // frames per segment (384 ms)
 constexpr double kBeta = -15;    // dB: the clipping's signal-to-distortion floor
@@ -51,15 +51,9 @@ struct Band {
 const std::array<Band, kBands>& bands() {
   static const std::array<Band, kBands> b = [] {
     std::array<Band, kBands> b{};
-    auto nearest_bin = [](double hz) {
-      int best = 0;
-      for (int k = 1; k <= kFft / 2; ++k)
-        if (std::abs(k * double(kRate) / kFft - hz) < std::abs(best * double(kRate) / kFft - hz)) best = k;
-      return best;
-    };
     for (int j = 0; j < kBands; ++j) {
-      double centre = kLowestCentre * std::pow(2.0, j / 3.0);
-      b[j] = {nearest_bin(centre * std::pow(2.0, -1.0 / 6)), nearest_bin(centre * std::pow(2.0, 1.0 / 6))};
+      const BinRange r = third_octave_bins(j, kRate, kFft);
+      b[j] = {static_cast<int>(r.lo), static_cast<int>(r.hi)};
     }
     return b;
   }();
@@ -279,6 +273,19 @@ std::optional<double> stoi_if_scorable(const std::vector<float>& clean, const st
   }
   const StoiReference::Scores s = reference.score(degraded);
   return extended ? s.estoi : s.stoi;
+}
+
+BinRange third_octave_bins(int band, double rate, int64_t n_fft) {
+  VQDDP_CHECK(band >= 0 && rate > 0 && n_fft >= 2, "third_octave_bins: band {} at {} Hz with {} points", band, rate,
+              n_fft);
+  auto nearest_bin = [&](double hz) {
+    int64_t best = 0;
+    for (int64_t k = 1; k <= n_fft / 2; ++k)
+      if (std::abs(k * rate / n_fft - hz) < std::abs(best * rate / n_fft - hz)) best = k;
+    return best;
+  };
+  const double centre = kLowestCentre * std::pow(2.0, band / 3.0);
+  return {nearest_bin(centre * std::pow(2.0, -1.0 / 6)), nearest_bin(centre * std::pow(2.0, 1.0 / 6))};
 }
 
 }  // namespace vqddp

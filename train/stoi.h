@@ -70,6 +70,19 @@
 
 namespace vqddp {
 
+// One-third-octave band `band` (0-based) as STOI defines it: centre
+// 150 * 2^(band / 3) Hz, edges a sixth of an octave either side, each
+// rounded to the nearest bin of an n_fft-point DFT at `rate` Hz (the first
+// of two equally near, bins 0 to n_fft / 2): the bins [lo, hi). STOI's own
+// bands (10 kHz, 512 points) and the training loss's (train/spectral.h
+// StoiLoss, at the training rate) come from this one formula.
+inline constexpr int kThirdOctaveBands = 15;  // STOI's: centres 150 Hz to 3.8 kHz
+struct BinRange {
+  int64_t lo = 0, hi = 0;
+};
+BinRange third_octave_bins(int band, double rate, int64_t n_fft);
+
+
 // STOI (ESTOI when `extended`) of `degraded` against `clean`, both at `rate`
 // Hz and of the same length. Refused with an Error: a non-positive rate,
 // signals of different lengths (both are named), a non-finite sample, a

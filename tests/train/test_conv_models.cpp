@@ -37,6 +37,7 @@ Dataset tones(int64_t f, int64_t rows, int64_t validation, uint64_t seed) {
   d.validation = make(validation);
   d.example_dim = f;
   d.examples_per_second = 8000.0 / f;  // audio: the validation computes the log-mel distance too
+  d.sample_rate = 8000;                // and the model builds its STOI loss
   d.description = "tones";
   return d;
 }
@@ -65,7 +66,8 @@ Dataset squares(int64_t rows, int64_t validation, uint64_t seed) {
 Config conv_config(const std::string& type, const std::string& dir) {
   nlohmann::json model = type == "conv_codec"
                              ? nlohmann::json{{"type", "conv_codec"}, {"channels", {4, 8, 8}}, {"strides", {2, 4}},
-                                              {"latent_dim", 4}, {"activation", "elu"}, {"spectral_weight", 0.1}}
+                                              {"latent_dim", 4}, {"activation", "elu"}, {"spectral_weight", 0.1},
+                                              {"stoi_weight", 0.1}}
                              : nlohmann::json{{"type", "conv_vqvae"}, {"channels", {4, 8}}, {"latent_dim", 4},
                                               {"activation", "leaky_relu"}, {"sigmoid_output", true}};
   nlohmann::json j = {
@@ -112,7 +114,7 @@ TEST_CASE("conv_codec and conv_vqvae: the validation error falls over a short 3-
 
 TEST_CASE("conv_codec: one token per product-of-strides samples, bitrate and latent layout follow") {
   Config cfg = conv_config("conv_codec", tmp("layout"));
-  CodecModel model(cfg.model, cfg.quantizer, 256, 1);
+  CodecModel model(cfg.model, cfg.quantizer, 256, 1, 8000);
   // 256 samples / (2 * 4) = 32 tokens of 2 x 4 bits.
   CHECK(model.bits_per_example() == 32 * 8);
   SingleCommunicator comm;
@@ -149,6 +151,8 @@ TEST_CASE("conv model sizes that do not fit are refused naming the key") {
   // Each type reads only its own keys: another type's key is unknown, never ignored.
   j["model"] = {{"type", "mlp"}, {"strides", {2}}};
   CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("unknown key 'model.strides'"));
+  j["model"] = {{"type", "conv_codec"}, {"stoi_weight", -0.5}};
+  CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("model.stoi_weight"));
   j["model"] = {{"type", "conv_vqvae"}, {"spectral_weight", 1}};
   CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("unknown key 'model.spectral_weight'"));
   j["model"] = {{"type", "conv_codec"}, {"hidden", 256}};

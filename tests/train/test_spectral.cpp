@@ -16,6 +16,7 @@
 #include "tests/engine/gradcheck.h"
 #include "train/fft.h"
 #include "train/spectral.h"
+#include "train/stoi.h"
 
 using namespace vqddp;
 using namespace vqddp::test;
@@ -328,4 +329,62 @@ TEST_CASE("spectral: the measurements' host magnitudes, log-mel and distances ag
   const SumCount row1 = log_mel_l1_against(mel, mel.host(hx.data() + len, len), hy.data() + len, len);
   CHECK(l1.sum == row0.sum + row1.sum);
   CHECK(l1.count == row0.count + row1.count);
+}
+
+TEST_CASE("spectral: StoiLoss takes STOI's bands and a 25.6 ms-like window at the training rate") {
+  CHECK(StoiLoss(8000).stft().n_fft() == 256);   // 204.8 samples: 256 is nearer than 128
+  CHECK(StoiLoss(8000).stft().hop() == 64);
+  CHECK(StoiLoss(10000).stft().n_fft() == 256);  // STOI's own frame
+  CHECK(StoiLoss(16000).stft().n_fft() == 512);
+  CHECK(StoiLoss(8000).bands() == 15);   // the top band (3.4 to 4.3 kHz) reaches past 4 kHz, kept to the Nyquist bin
+  CHECK(StoiLoss(16000).bands() == 15);  // STOI's 15 and no more: the bands stop at STOI's last
+  CHECK(StoiLoss(4000).bands() == 12);   // band 12's lower edge, 2.0 kHz, is the Nyquist frequency
+  // The formula STOI's own bands use, here at 10 kHz and 512 points: 150 Hz
+  // has edges 133.6 and 168.4 Hz, bins 7 and 9 (19.5 Hz apart).
+  CHECK(third_octave_bins(0, 10000, 512).lo == 7);
+  CHECK(third_octave_bins(0, 10000, 512).hi == 9);
+  CHECK_THROWS_WITH_AS(StoiLoss(0), doctest::Contains("sample rate must be positive"), Error);
+}
+
+TEST_CASE("spectral: StoiLoss is near 0 for y == x and any gain, near 1 for unrelated noise, and keeps N == 0 graphs") {
+  Generator gen(8, 1);
+  // Speech-like: noise under a syllable-rate envelope, so every band's
+  // envelope moves.
+  std::vector<float> v(2 * 1600);
+  for (size_t t = 0; t < v.size(); ++t)
+    v[t] = (0.6f + 0.5f * std::sin(0.012f * static_cast<float>(t))) * (gen.uniform() - 0.5f);
+  Tensor x = from_vector(v, {2, 1600});
+  StoiLoss loss(8000);
+  const float same = loss(x, x, one).item<float>();
+  CHECK(same >= 0.f);
+  CHECK(same < 0.02f);  // the eps in the variances keeps it just above 0
+  CHECK(std::abs(loss(x, mul(x, 3.f), one).item<float>() - same) < 0.01f);  // a correlation: gain is free
+  Tensor other = rand_uniform({2, 1600}, gen, -0.3f, 0.3f);
+  CHECK(loss(x, other, one).item<float>() > 0.7f);
+  // Half of x's bands lost costs about half the loss of losing them all:
+  // x lowpassed by a 2-tap mean (a zero at 4 kHz) keeps the low bands.
+  std::vector<float> low(v.size());
+  for (size_t t = 0; t < v.size(); ++t) low[t] = 0.5f * (v[t] + (t % 1600 ? v[t - 1] : 0.f));
+  const float lowpassed = loss(x, from_vector(low, {2, 1600}), one).item<float>();
+  CHECK(lowpassed > same);
+  CHECK(lowpassed < loss(x, other, one).item<float>());
+  Tensor e = zeros({0, 1600}).set_requires_grad(true), y = zeros({0, 1600}).set_requires_grad(true);
+  Tensor l = loss(e, y, one);
+  l.backward();
+  CHECK(y.grad().defined());
+  CHECK(e.grad().defined());
+  CHECK_THROWS_WITH_AS(loss(zeros({1, 200}), zeros({1, 200}), one), doctest::Contains("256"), Error);
+}
+
+TEST_CASE("spectral: gradcheck of StoiLoss, and the same bits on the simulated device") {
+  // At 625 Hz the window is 16 samples (hop 4) and four bands fit: a loss
+  // small enough to difference element by element.
+  StoiLoss loss(625);
+  REQUIRE(loss.stft().n_fft() == 16);
+  REQUIRE(loss.bands() == 4);
+  Tensor ref = param({2, 48}, 77, -1.f, 1.f).detach();
+  Tensor y = param({2, 48}, 78, -1.f, 1.f);
+  check_gradient("stoi loss", [&](const std::vector<Tensor>& in) { return loss(ref, in[0], one); }, {y}, 1e-3);
+  CHECK(loss(ref.to(Device::sim()), y.detach().to(Device::sim()), one).to(Device::cpu()).item<float>() ==
+        loss(ref, y.detach(), one).item<float>());
 }

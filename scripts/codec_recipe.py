@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""The speech codec's recipe, measured: trains the main job's config and each
+variant of it below (one choice changed), scores every checkpoint with
+`vqddp eval` on a speaker no run trains on, and prints docs/models.md's
+recipe table, the classic codecs on the same clips beside it.
+
+usage: scripts/codec_recipe.py [VQDDP_EXE] [--only NAME,...] [--dir D]
+                               [--base examples/speech_codec.json]
+
+The held-out speaker is June (Debian's asterisk-core-sounds-fr-wav,
+fr_CA_f_June): every prompt of its top directory of at least 1.5 s
+(24,000 bytes of 16-bit samples and header), which is long enough for
+STOI. The shipped speech configs train on Allison (English, Spanish) and
+the Russian voice, never on June. Each run is `vqddp train CONFIG --dir
+D/NAME --overwrite`, timed by the wall clock (so run it on an idle
+machine); every figure is `vqddp eval`'s total over the clips (kbit/s of
+the bytes stored, entropy coding included). Python 3 standard library only.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HELD_OUT = "/usr/share/asterisk/sounds/fr_CA_f_June"
+MIN_BYTES = 24000
+
+# name -> (what changes, the overrides: dotted keys of the base config).
+VARIANTS = {
+    "main": ("the main job (examples/speech_codec.json)", {}),
+}
+
+
+def held_out_clips():
+    if not os.path.isdir(HELD_OUT):
+        sys.exit(f"codec_recipe: {HELD_OUT} is missing (scripts/deps.sh installs asterisk-core-sounds-fr-wav)")
+    names = sorted(n for n in os.listdir(HELD_OUT) if n.endswith(".wav"))
+    return [os.path.join(HELD_OUT, n) for n in names if os.path.getsize(os.path.join(HELD_OUT, n)) >= MIN_BYTES]
+
+
+def json_without_comments(path):
+    with open(path) as f:
+        return json.loads("\n".join(l for l in f if not l.lstrip().startswith("//")))
+
+
+def configured(base, overrides, run_dir):
+    cfg = json.loads(json.dumps(base))
+    for key, value in overrides.items():
+        node = cfg
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    cfg["run"]["dir"] = run_dir
+    return cfg
+
+
+def evaluate(exe, checkpoint, clips, out, against=""):
+    cmd = [exe, "eval", checkpoint, *clips, "--json", out]
+    if against:
+        cmd += ["--against", against]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    with open(out) as f:
+        return json.load(f)["systems"]
+
+
+def row(system, what, seconds=None):
+    t = system["total"]
+    time_text = "" if seconds is None else f"{seconds:.0f} s"
+    return (f"| {what} | {t['kbps']:.2f} | {t['stoi']:.3f} | {t['estoi']:.3f} | {t['log_mel_l1']:.3f} | "
+            f"{t['stft_distance']:.3f} | {t['snr_db']:.2f} dB | {time_text} |")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("exe", nargs="?", default=os.path.join(ROOT, "build", "vqddp"))
+    ap.add_argument("--only", default="", help="comma-separated variant names")
+    ap.add_argument("--dir", default="/tmp/vqddp-recipe")
+    ap.add_argument("--base", default=os.path.join(ROOT, "examples", "speech_codec.json"))
+    ap.add_argument("--against", default="opus:6,opus:8,codec2:3200,codec2:1300")
+    a = ap.parse_args()
+    clips = held_out_clips()
+    base = json_without_comments(a.base)
+    os.makedirs(a.dir, exist_ok=True)
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout
+    print(f"commit {commit.strip()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}, base {os.path.relpath(a.base, ROOT)}; "
+          f"held out: {len(clips)} clips of {HELD_OUT}")
+    print("| variant | kbit/s stored | STOI | ESTOI | log-mel L1 | MR-STFT | SNR | train time |")
+    print("|---|---|---|---|---|---|---|---|")
+    only = set(filter(None, a.only.split(",")))
+    for name, (what, overrides) in VARIANTS.items():
+        if only and name not in only:
+            continue
+        run_dir = os.path.join(a.dir, name)
+        config = os.path.join(a.dir, name + ".json")
+        with open(config, "w") as f:
+            json.dump(configured(base, overrides, run_dir), f, indent=1)
+        start = time.monotonic()
+        subprocess.run([a.exe, "train", config, "--overwrite"], check=True, stdout=subprocess.DEVNULL)
+        seconds = time.monotonic() - start
+        systems = evaluate(a.exe, os.path.join(run_dir, "checkpoint.safetensors"), clips,
+                           os.path.join(run_dir, "held_out.json"))
+        print(row(systems[0], f"`{name}`: {what}", seconds))
+        sys.stdout.flush()
+    if a.against:
+        # The classic codecs need a checkpoint to run beside: the last run's.
+        systems = evaluate(a.exe, os.path.join(run_dir, "checkpoint.safetensors"), clips,
+                           os.path.join(a.dir, "classic.json"), a.against)
+        for s in systems[1:]:
+            print(row(s, s["name"]))
+
+
+if __name__ == "__main__":
+    main()
