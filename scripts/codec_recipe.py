@@ -28,8 +28,25 @@ HELD_OUT = "/usr/share/asterisk/sounds/fr_CA_f_June"
 MIN_BYTES = 24000
 
 # name -> (what changes, the overrides: dotted keys of the base config).
+ALLISON_EN = "/usr/share/asterisk/sounds/en_US_f_Allison"
 VARIANTS = {
-    "main": ("the main job (examples/speech_codec.json)", {}),
+    "main": ("the main job: 200 tokens/s x 2 x 256 codes, waveform L2 + STFT 0.01 + STOI loss 0.01, 3 voices", {}),
+    "one_voice": ("trained on Allison's English prompts alone (the main job's data before)",
+                  {"data.sources": [{"path": ALLISON_EN, "weight": 3}, {"path": ALLISON_EN + "/digits", "weight": 1}]}),
+    "waveform_only": ("waveform L2 alone (no STFT, no STOI loss)", {"model.spectral_weight": 0.0, "model.stoi_weight": 0.0}),
+    "no_stoi_loss": ("no STOI loss", {"model.stoi_weight": 0.0}),
+    "stoi_loss_0.1": ("STOI loss 0.1", {"model.stoi_weight": 0.1}),
+    "mel_not_stft": ("log-mel loss 0.3 (DAC's) instead of the STFT loss", {"model.spectral_weight": 0.0,
+                                                                         "model.mel_weight": 0.3}),
+    "100_tokens_per_s": ("100 tokens/s x 4 x 256 (strides 8-5-2, channels 8-64-128-128)",
+                         {"model.strides": [8, 5, 2], "model.channels": [8, 64, 128, 128],
+                          "quantizer.num_quantizers": 4}),
+    "50_tokens_per_s": ("50 tokens/s x 6 x 1024 (strides 8-5-4, channels 8-64-128-256)",
+                        {"model.strides": [8, 5, 4], "model.channels": [8, 64, 128, 256],
+                         "quantizer.num_quantizers": 6, "quantizer.codebook_size": 1024}),
+    "wider": ("channels 16-96-192", {"model.channels": [16, 96, 192]}),
+    "4_layers": ("4 x 256 codes: twice the bits (6.4 kbit/s)", {"quantizer.num_quantizers": 4}),
+    "twice_the_steps": ("6600 steps: twice the compute", {"schedule.steps": 6600}),
 }
 
 
@@ -90,6 +107,10 @@ def main():
     print("| variant | kbit/s stored | STOI | ESTOI | log-mel L1 | MR-STFT | SNR | train time |")
     print("|---|---|---|---|---|---|---|---|")
     only = set(filter(None, a.only.split(",")))
+    unknown = only - set(VARIANTS)
+    if unknown:
+        sys.exit(f"codec_recipe: no variant {', '.join(sorted(unknown))} (known: {', '.join(VARIANTS)})")
+    run_dir = ""
     for name, (what, overrides) in VARIANTS.items():
         if only and name not in only:
             continue
@@ -104,7 +125,7 @@ def main():
                            os.path.join(run_dir, "held_out.json"))
         print(row(systems[0], f"`{name}`: {what}", seconds))
         sys.stdout.flush()
-    if a.against:
+    if a.against and run_dir:
         # The classic codecs need a checkpoint to run beside: the last run's.
         systems = evaluate(a.exe, os.path.join(run_dir, "checkpoint.safetensors"), clips,
                            os.path.join(a.dir, "classic.json"), a.against)
