@@ -206,6 +206,16 @@ nlohmann::json scores_json(const EvalScores& s) {
 
 }  // namespace
 
+std::vector<std::vector<size_t>> eval_system_groups(const std::vector<ClassicCodecSpec>& against) {
+  std::vector<std::vector<size_t>> groups{{0}};
+  std::vector<size_t> codec2;
+  for (size_t k = 0; k < against.size(); ++k)
+    if (against[k].name == "codec2") codec2.push_back(k + 1);
+    else groups.push_back({k + 1});
+  if (!codec2.empty()) groups.push_back(codec2);
+  return groups;
+}
+
 double si_sdr_db(const std::vector<float>& x, const std::vector<float>& y) {
   VQDDP_CHECK(x.size() == y.size(), "SI-SDR: a reference of {} samples and an output of {}", x.size(), y.size());
   double xy = 0, xx = 0;
@@ -250,6 +260,7 @@ EvalResult evaluate(const Codec& codec, int layers, const std::vector<std::strin
   // share of the cores, not all of them: more threads than cores only
   // switched between them.
   const CpuShareScope share(static_cast<int>(r.systems.size()));
+  const std::vector<std::vector<size_t>> groups = eval_system_groups(against);
   for (size_t i = 0; i < clips.size(); ++i) {
     const std::string& clip = clips[i];
     const std::vector<float> x = read_audio(clip, rate).samples;
@@ -270,14 +281,17 @@ EvalResult evaluate(const Codec& codec, int layers, const std::vector<std::strin
     // up to the machine's cores: the classic codecs and the scores are
     // single-threaded (our codec's kernels share the engine's pool).
     std::vector<EvalScores> row(r.systems.size());
-    for_each_concurrently(r.systems.size(), [&](size_t s) {
-      if (s == 0) {
-        const Coded ours = code_ours(codec, layers, max_bitrate, x, scratch.path() + fmt::format("/{}.codes", i), clip);
-        row[s] = score(spectral, intelligibility, x, ours.samples, rate, ours.bytes, ours.seconds);
-        row[s].layers = ours.layers;
-      } else {
-        const ClassicCoded coded = code_classic(against[s - 1], x, rate);
-        row[s] = score(spectral, intelligibility, x, coded.samples, rate, coded.bytes, coded.seconds);
+    for_each_concurrently(groups.size(), [&](size_t g) {
+      for (const size_t s : groups[g]) {
+        if (s == 0) {
+          const Coded ours =
+              code_ours(codec, layers, max_bitrate, x, scratch.path() + fmt::format("/{}.codes", i), clip);
+          row[s] = score(spectral, intelligibility, x, ours.samples, rate, ours.bytes, ours.seconds);
+          row[s].layers = ours.layers;
+        } else {
+          const ClassicCoded coded = code_classic(against[s - 1], x, rate);
+          row[s] = score(spectral, intelligibility, x, coded.samples, rate, coded.bytes, coded.seconds);
+        }
       }
     }, [&](const std::string& what) { return fmt::format("eval: {}: {}", shown(clip), what); });
     for (size_t s = 0; s < row.size(); ++s) r.systems[s].clips.push_back(row[s]);

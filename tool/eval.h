@@ -65,6 +65,17 @@ EvalResult evaluate(const Codec& codec, int layers, const std::vector<std::strin
                     const std::vector<ClassicCodecSpec>& against, bool skip_unscorable = false,
                     double max_bitrate = 0);
 
+// Which systems code a clip side by side: one group a thread, each group's
+// systems one after the other in order; system 0 is ours, system k + 1 is
+// against[k]. Every system has a group of its own except Codec 2's modes,
+// which share one in the order given: libcodec2's decoder draws its
+// unvoiced phases from one process-wide generator (codec2_rand, a static),
+// so two modes decoding at once drew from it in whatever order the threads
+// ran, and Codec 2's figures changed from run to run (SI-SDR by up to 0.13
+// dB a clip on June's prompts). In one group, clip after clip, the same
+// command gives the same figures.
+std::vector<std::vector<size_t>> eval_system_groups(const std::vector<ClassicCodecSpec>& against);
+
 // The result as the table `vqddp eval` prints, and as the JSON `--json`
 // writes (every figure per clip and per system).
 std::string eval_table(const EvalResult& r);

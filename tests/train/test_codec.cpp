@@ -573,6 +573,16 @@ TEST_CASE("eval scores the codec and classic codecs on the same clip, from the b
   CHECK(eval_table(r).find("codec2 3200") != std::string::npos);
 }
 
+TEST_CASE("eval codes Codec 2's modes one after the other, every other system side by side") {
+  // libcodec2 keeps one process-wide generator for its decoders' phases:
+  // two modes at once made its figures depend on the threads' timing.
+  using Groups = std::vector<std::vector<size_t>>;
+  CHECK(eval_system_groups({}) == Groups{{0}});
+  CHECK(eval_system_groups(parse_classic_codecs("opus:8,codec2:3200,opus:6,codec2:1300")) ==
+        Groups{{0}, {1}, {3}, {2, 4}});
+  CHECK(eval_system_groups(parse_classic_codecs("codec2:1300,codec2:3200")) == Groups{{0}, {1, 2}});
+}
+
 TEST_CASE("eval --bitrate keeps on each clip the layers encode --bitrate keeps: the most whose file is within it") {
   const TrainedCodec& t = trained();
   Codec codec(t.checkpoint);
