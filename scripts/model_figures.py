@@ -25,8 +25,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # config -> the model column (what the config builds, in words).
 MODELS = {
-    "speech_codec": "conv_codec 8-64-128, strides 8 x 5, residual VQ 4 x 256",
-    "speech_codec_spectral": "the same + STFT loss 0.002",
+    "speech_codec": "conv_codec 8-64-128, strides 8 x 5, residual VQ 2 x 256, STFT and STOI losses, 3 voices",
+    "speech_codec_spectral": "the same with 4 x 256 codes, STFT loss 0.002, one voice (the main job before issue 61 + STFT loss)",
     "speech_codec_mlp": "mlp 256 x 2, residual VQ 4 x 256",
     "fashion_conv_vqvae": "conv_vqvae 32-64, 7 x 7 tokens, VQ 512",
     "fashion_vq": "mlp 512, 16 tokens, VQ 512",

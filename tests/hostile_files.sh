@@ -33,13 +33,13 @@ wav_header() {
 ck=run/checkpoint.safetensors
 echo precious > victim
 
-# Codes: entropy-coded (10 s at 6.4 kbit/s packed: 8,000 bytes of codes), packed and coded rates printed,
+# Codes: entropy-coded (10 s at 3.2 kbit/s packed: 4,000 bytes of codes), packed and coded rates printed,
 # inspect reads them without the checkpoint.
 { wav_header 8000 160000; head -c 160000 /dev/urandom; } > ten.wav
-"$v" encode $ck ten.wav --out codes | grep -q 'packed 6.40 kbit/s, coded' || fail "encode printed no packed and coded rates"
+"$v" encode $ck ten.wav --out codes | grep -q 'packed 3.20 kbit/s, coded' || fail "encode printed no packed and coded rates"
 size=$(wc -c < codes/ten.codes)
 [ "$size" -le 12000 ] || fail "a 10 s codes file takes $size bytes"
-"$v" inspect codes/ten.codes | grep -q 'packed 6.400 kbit/s (8000 bytes of codes), coded' || fail "inspect of a codes file"
+"$v" inspect codes/ten.codes | grep -q 'packed 3.200 kbit/s (4000 bytes of codes), coded' || fail "inspect of a codes file"
 
 # A link planted under the old predictable temporary name is not followed.
 mkdir dec

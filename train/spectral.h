@@ -137,7 +137,7 @@ class MultiResolutionMelLoss {
 //   loss = mean over examples and bands of 1 - corr(env_x, env_y),
 // the correlation over the example's frames (means removed), each variance
 // plus eps = frames * (1e-3 * n_fft / 2)^2, the variance of an envelope
-// that moves by a -60 dBFS sine's, so a silent band gives no gradient
+// that moves by about a -60 dBFS sine's, so a silent band gives no gradient
 // instead of amplifying noise. STOI's 384 ms segments, silent-frame removal
 // and clipping are left out: a training example is one segment (0.2 s for
 // the speech codecs), and the loss needs a gradient everywhere. Global-
