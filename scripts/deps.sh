@@ -16,6 +16,8 @@ packages=(
   asterisk-core-sounds-es-wav        # more languages and voices for the codecs: Allison (Spanish),
   asterisk-core-sounds-fr-wav        # June (French; held out of the speech codecs' training, docs/models.md)
   asterisk-core-sounds-ru-wav        # and a Russian voice
+  asterisk-core-sounds-it-wav        # two Italian voices, Carlo (a man) and Menardi:
+  asterisk-prompt-it-menardi-wav     # scripts/codec_recipe.py's five-voice variant
   dataset-fashion-mnist              # real images: the VQ-VAE examples
 )
 
