@@ -249,14 +249,15 @@ std::vector<AudioClip> index_audio(const std::vector<AudioEntry>& entries, const
     });
   for (std::thread& t : pool) t.join();
   std::vector<std::string> skipped;
-  if (skip_bad) {
+  if (!skip_bad) {
+    for (const std::string& e : errors) VQDDP_CHECK(e.empty(), "{}", e);  // the first bad entry in order
+  } else {
     std::vector<AudioClip> kept;
     for (size_t i = 0; i < entries.size(); ++i)
       if (errors[i].empty()) kept.push_back(std::move(clips[i]));
-      else skipped.push_back(errors[i]);
+      else skipped.push_back(std::move(errors[i]));
     clips = std::move(kept);
   }
-  for (const std::string& e : errors) VQDDP_CHECK(skip_bad || e.empty(), "{}", e);  // the first bad entry in order
   std::string note;
   if (!cache.empty() && reused != static_cast<int64_t>(clips.size())) note = write_index_cache(cache, clips);
   if (counts) *counts = {static_cast<int64_t>(entries.size()), reused, note, std::move(skipped)};

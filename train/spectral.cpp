@@ -89,6 +89,16 @@ Tensor cached_on(std::mutex& mu, std::map<std::pair<int, int>, Tensor>& cache, D
   return it->second;
 }
 
+// Spectra [N, bins, T] summed into bands by a kernel-size-1 conv1d weight
+// [bands, bins, 1] (LogMel's filters, StoiLoss's bands): [N, bands, T].
+// No rows: zeros that stay in the spectra's graph, so a rank without rows
+// runs the same backward as the others (conv1d takes no empty batch).
+Tensor bands_of(const Tensor& spectra, const Tensor& w) {
+  if (spectra.size(0) == 0)
+    return mul(reshape(sum(spectra), {1, 1, 1}), zeros({0, w.size(0), spectra.size(2)}, DType::f32, spectra.device()));
+  return conv1d(spectra, w, Tensor());
+}
+
 // |log(|X| + eps) - log(|Y| + eps)| elementwise: the loss's and the
 // distance's log term.
 Tensor log_magnitude_error(const Tensor& mx, const Tensor& my) {
@@ -284,9 +294,7 @@ StoiLoss::StoiLoss(double sample_rate)
 
 Tensor StoiLoss::envelopes(const Tensor& x) const {
   Tensor power = square(stft_.magnitude(x));  // [N, bins, T], each at least 1e-7
-  if (x.size(0) == 0)  // zeros in x's graph: conv1d takes no empty batch (as LogMel)
-    return mul(reshape(sum(power), {1, 1, 1}), zeros({0, bands_, power.size(2)}, DType::f32, x.device()));
-  return sqrt(conv1d(power, cached_on(cache_->mu, cache_->weights, x.device()), Tensor()));
+  return sqrt(bands_of(power, cached_on(cache_->mu, cache_->weights, x.device())));
 }
 
 Tensor StoiLoss::operator()(const Tensor& x, const Tensor& y, Communicator& comm) const {
@@ -330,12 +338,7 @@ LogMel::LogMel(double sample_rate, int64_t n_fft, int64_t hop, int64_t n_mels)
 
 Tensor LogMel::operator()(const Tensor& x) const {
   Tensor mag = stft_.magnitude(x);  // [N, bins, T]
-  Tensor w = cached_on(cache_->mu, cache_->weights, x.device());
-  // No rows: zeros that stay in x's graph, so a rank without rows runs the
-  // same backward as the others (conv1d takes no empty batch).
-  Tensor mel = x.size(0) == 0 ? mul(reshape(sum(mag), {1, 1, 1}), zeros({0, n_mels_, mag.size(2)}, DType::f32, x.device()))
-                              : conv1d(mag, w, Tensor());
-  return log(add(mel, kLogEps));
+  return log(add(bands_of(mag, cached_on(cache_->mu, cache_->weights, x.device())), kLogEps));
 }
 
 std::vector<float> LogMel::host(const float* x, int64_t length) const {
