@@ -5,16 +5,22 @@ variant of it below (one choice changed), scores every checkpoint with
 recipe table, the classic codecs on the same clips beside it.
 
 usage: scripts/codec_recipe.py [VQDDP_EXE] [--only NAME,...] [--dir D]
-                               [--base examples/speech_codec.json]
+                               [--base examples/speech_codec.json] [--bitrates KBIT/S,...]
 
 The held-out speaker is June (Debian's asterisk-core-sounds-fr-wav,
 fr_CA_f_June): every prompt of its top directory of at least 1.5 s
 (24,000 bytes of 16-bit samples and header), which is long enough for
 STOI. The shipped speech configs train on Allison (English, Spanish) and
-the Russian voice, never on June. Each run is `vqddp train CONFIG --dir
+the Russian voice (the large config on the two Italian voices too), never
+on June. Each run is `vqddp train CONFIG --dir
 D/NAME --overwrite`, timed by the wall clock (so run it on an idle
 machine); every figure is `vqddp eval`'s total over the clips (kbit/s of
-the bytes stored, entropy coding included). Python 3 standard library only.
+the bytes stored, entropy coding included). With --bitrates each checkpoint
+is also scored at each `vqddp eval --bitrate` (the most residual layers
+whose codes file is within it), a row each: a codec trained with quantize
+dropout at every rate it serves. With another --base, `main` is that config
+as shipped (`--base examples/speech_codec_large.json --only main --bitrates
+6,1.4`: the large config). Python 3 standard library only.
 """
 import argparse
 import json
@@ -81,10 +87,12 @@ def configured(base, overrides, run_dir):
     return cfg
 
 
-def evaluate(exe, checkpoint, clips, out, against=""):
+def evaluate(exe, checkpoint, clips, out, against="", bitrate=""):
     cmd = [exe, "eval", checkpoint, *clips, "--json", out]
     if against:
         cmd += ["--against", against]
+    if bitrate:
+        cmd += ["--bitrate", bitrate]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     with open(out) as f:
         return json.load(f)["systems"]
@@ -104,6 +112,7 @@ def main():
     ap.add_argument("--dir", default="/tmp/vqddp-recipe")
     ap.add_argument("--base", default=os.path.join(ROOT, "examples", "speech_codec.json"))
     ap.add_argument("--against", default="opus:6,opus:8,codec2:3200,codec2:1300")
+    ap.add_argument("--bitrates", default="", help="comma-separated kbit/s: also score each at --bitrate")
     a = ap.parse_args()
     clips = held_out_clips()
     base = json_without_comments(a.base)
@@ -128,9 +137,14 @@ def main():
         start = time.monotonic()
         subprocess.run([a.exe, "train", config, "--overwrite"], check=True, stdout=subprocess.DEVNULL)
         seconds = time.monotonic() - start
-        systems = evaluate(a.exe, os.path.join(run_dir, "checkpoint.safetensors"), clips,
-                           os.path.join(run_dir, "held_out.json"))
-        print(row(systems[0], f"`{name}`: {what}", seconds))
+        if name == "main" and os.path.basename(a.base) != "speech_codec.json":
+            what = f"`{os.path.basename(a.base)}` as shipped"
+        checkpoint = os.path.join(run_dir, "checkpoint.safetensors")
+        systems = evaluate(a.exe, checkpoint, clips, os.path.join(run_dir, "held_out.json"))
+        print(row(systems[0], f"`{name}`: {what}, every layer", seconds))
+        for rate in filter(None, a.bitrates.split(",")):
+            systems = evaluate(a.exe, checkpoint, clips, os.path.join(run_dir, f"held_out_{rate}.json"), bitrate=rate)
+            print(row(systems[0], f"`{name}` at --bitrate {rate}"))
         sys.stdout.flush()
     if a.against and run_dir:
         # The classic codecs need a checkpoint to run beside: the last run's.

@@ -17,7 +17,7 @@ packages=(
   asterisk-core-sounds-fr-wav        # June (French; held out of the speech codecs' training, docs/models.md)
   asterisk-core-sounds-ru-wav        # and a Russian voice
   asterisk-core-sounds-it-wav        # two Italian voices, Carlo (a man) and Menardi:
-  asterisk-prompt-it-menardi-wav     # scripts/codec_recipe.py's five-voice variant
+  asterisk-prompt-it-menardi-wav     # examples/speech_codec_large.json, codec_recipe.py's five_voices
   dataset-fashion-mnist              # real images: the VQ-VAE examples
 )
 
