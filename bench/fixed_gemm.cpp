@@ -1,7 +1,8 @@
 // Our batch-invariant GEMM (engine/cpu/fixed_gemm.h) against OpenBLAS sgemm of
 // the same shape, in the same process: the forward shapes of the default
 // speech codec (a rank's 128 rows and the whole 512-row batch through the
-// MLP encoder) and 16384x256 @ 256x1024, with 1 and 2 threads.
+// MLP encoder) and 16384x256 @ 256x1024, with 1 and 2 threads, and the GEMM
+// floor `vqddp train --profile` measures (engine/gemm_floor.h).
 // ratio = OpenBLAS time / our time (above 1: ours is faster).
 #include <fmt/format.h>
 
@@ -10,6 +11,7 @@
 #include "bench/timing.h"
 #include "engine/blas.h"
 #include "engine/cpu/fixed_gemm.h"
+#include "engine/gemm_floor.h"
 #include "engine/parallel.h"
 #include "engine/ops.h"
 #include "engine/core/random.h"
@@ -45,6 +47,9 @@ int main(int, char** argv) {
     run_shape("codec encoder hidden (batch)", 512, 256, 256);
     run_shape("codec decoder out (batch)", 512, 40, 256);
     run_shape("large", 16384, 1024, 256);
+    // What `vqddp train --profile` measures its steps against (the faster of
+    // the two on "large"), to give it with --gemm-floor.
+    fmt::print("GEMM floor, {} thread(s): {:.1f} GFLOP/s\n", threads, measure_gemm_floor(Device::cpu()));
   }
   return 0;
 }

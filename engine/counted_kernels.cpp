@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "engine/device_counters.h"
+#include "engine/kernel_flops.h"
 #include "engine/step_graph.h"
 
 namespace vqddp {
@@ -168,6 +169,7 @@ void CountedKernels::fill(void* p, DType dtype, int64_t n, double value) {
 }
 
 void CountedKernels::binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) {
+  flops(kernel_flops::binary(plan));
   int64_t n = 1;
   for (int i = 0; i < plan.ndim; ++i) n *= plan.shape[i];
   launch_if(n, "binary", {n, static_cast<int64_t>(op), plan.ndim});
@@ -175,12 +177,14 @@ void CountedKernels::binary(BinaryOp op, const float* a, const float* b, float* 
 }
 
 void CountedKernels::unary(const UnaryFn& fn, const float* x, float* out, int64_t n) {
+  flops(kernel_flops::unary(n));
   launch_if(n, "unary", {n, static_cast<int64_t>(fn.op)});
   issue("unary", [=, this] { k_.unary(fn, x, out, n); }, fn, x, out, n);
 }
 
 void CountedKernels::unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out,
                                     int64_t n) {
+  flops(kernel_flops::unary_backward(n));
   launch_if(n, "unary_backward", {n, static_cast<int64_t>(fn.op)});
   issue("unary_backward", [=, this] { k_.unary_backward(fn, x, y, g, out, n); }, fn, x, y, g, out, n);
 }
@@ -191,6 +195,7 @@ void CountedKernels::cast_f64_to_f32(const double* src, float* dst, int64_t n) {
 }
 
 void CountedKernels::reduce_sum(const float* x, float* out, const ReducePlan& plan) {
+  flops(kernel_flops::reduce_sum(plan));
   count_launch("reduce_sum", {plan.nkeep, plan.nred, plan.nkeep ? plan.keep_size[0] : 0, plan.red_size[0]});  // an empty reduction still writes its zeros
   issue("reduce_sum", [=, this] { k_.reduce_sum(x, out, plan); }, x, out, plan);
 }
@@ -221,6 +226,7 @@ void CountedKernels::min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64
 
 void CountedKernels::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  flops(kernel_flops::gemm(m, n, k));
   launch_if(m * n, "gemm", {m, n, k, ta * 2 + tb});
   issue("gemm", [=, this] { k_.gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc); }, ta, tb, m, n, k, alpha,
         a, lda, b, ldb, beta, c, ldc);
@@ -228,6 +234,7 @@ void CountedKernels::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, flo
 
 void CountedKernels::gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                                 const float* b, int64_t ldb, float* c, int64_t ldc, const GemmBatch& batch) {
+  flops(kernel_flops::gemm(m, n, k, batch.count));
   launch_if(m * n * batch.count, "gemm_fixed", {m, n, k, batch.count * 4 + ta * 2 + tb});
   issue("gemm_fixed", [=, this] { k_.gemm_fixed(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, batch); }, ta, tb, m, n, k, a,
         lda, b, ldb, c, ldc, batch);
@@ -256,6 +263,7 @@ void CountedKernels::copy_blocks(const CopyBlock* blocks, int64_t count, size_t 
 }
 
 void CountedKernels::unit_sums(const UnitSumBlock* blocks, int64_t count) {
+  flops(kernel_flops::unit_sums(blocks, count));
   if (count > 0) count_multi_tensor("unit_sums", count);
   std::span<const UnitSumBlock> list(blocks, static_cast<size_t>(count));
   issue("unit_sums", [=, this, v = std::vector<UnitSumBlock>(list.begin(), list.end())] {
@@ -270,6 +278,7 @@ void CountedKernels::gather_rows(const void* x, const int64_t* index, int64_t m,
 
 void CountedKernels::index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
                                     double* counts, double* sums, const double* grid_max) {
+  flops(kernel_flops::index_add_rows(n, d, true));
   launch_if(k, "index_add_rows", {n, d, k, grid_max != nullptr});
   issue("index_add_rows", [=, this] { k_.index_add_rows(src, index, n, d, k, counts, sums, grid_max); }, src, index,
         n, d, k, counts, sums, grid_max);
@@ -281,24 +290,28 @@ void CountedKernels::im2col(const float* x, float* cols, const ConvPlan& plan) {
 }
 
 void CountedKernels::col2im(const float* cols, float* x, const ConvPlan& plan) {
+  flops(kernel_flops::col2im(plan));
   count_launch("col2im", {plan.n, plan.c, plan.oh, plan.ow});
   issue("col2im", [=, this] { k_.col2im(cols, x, plan); }, cols, x, plan);
 }
 
 void CountedKernels::conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y,
                                 const ConvPlan& plan) {
+  flops(kernel_flops::conv(plan, cout) + (bias ? kernel_flops::conv_bias(plan, cout) : 0));
   count_launch("conv_fixed", {plan.n, plan.c, cout, plan.oh * plan.ow, bias != nullptr});
   issue("conv_fixed", [=, this] { k_.conv_fixed(x, w, bias, cout, y, plan); }, x, w, bias, cout, y, plan);
 }
 
 void CountedKernels::conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
                                      const ConvPlan& plan) {
+  flops(kernel_flops::conv(plan, cout) + (bias ? kernel_flops::conv_bias(plan, cout) : 0));
   count_launch("conv_fixed_data", {plan.n, plan.c, cout, plan.h * plan.w, bias != nullptr});
   issue("conv_fixed_data", [=, this] { k_.conv_fixed_data(g, w, bias, cout, dx, plan); }, g, w, bias, cout, dx, plan);
 }
 
 void CountedKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials,
                                        float* bias_partials, const ConvPlan& plan) {
+  flops(kernel_flops::conv(plan, cout) + (bias_partials ? kernel_flops::conv_bias(plan, cout) : 0));
   count_launch("conv_fixed_weight", {plan.n, plan.c, cout, plan.oh * plan.ow});
   issue("conv_fixed_weight", [=, this] { k_.conv_fixed_weight(x, g, cout, partials, bias_partials, plan); }, x, g,
         cout, partials, bias_partials, plan);
@@ -306,18 +319,21 @@ void CountedKernels::conv_fixed_weight(const float* x, const float* g, int64_t c
 
 void CountedKernels::index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                                      float* dst) {
+  flops(m * d);
   launch_if(m, "index_copy_rows", {m, d});
   issue("index_copy_rows", [=, this] { k_.index_copy_rows(src, index, m, d, scale, dst); }, src, index, m, d, scale,
         dst);
 }
 
 void CountedKernels::sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) {
+  flops(kernel_flops::sgd(n));
   launch_if(n, "sgd_step", {n});
   issue("sgd_step", [=, this] { k_.sgd_step(step, p, g, buf, n); }, step, p, g, buf, n);
 }
 
 // Multi-tensor calls: one launch per kMultiTensors tensors (device.h).
 void CountedKernels::adamw_step(const AdamWStep& step, const AdamWTensor* tensors, int64_t count) {
+  flops(kernel_flops::adamw(tensors, count));
   count_multi_tensor("adamw_step", count);
   std::span<const AdamWTensor> list(tensors, static_cast<size_t>(count));
   issue("adamw_step", [=, this, v = std::vector<AdamWTensor>(list.begin(), list.end())] {
@@ -326,6 +342,7 @@ void CountedKernels::adamw_step(const AdamWStep& step, const AdamWTensor* tensor
 }
 
 void CountedKernels::sum_squares(const float* const* xs, const int64_t* ns, int64_t count, double* acc) {
+  flops(2 * kernel_flops::total(ns, count));
   count_multi_tensor("sum_squares", count);
   std::span<const float* const> xl(xs, static_cast<size_t>(count));
   std::span<const int64_t> nl(ns, static_cast<size_t>(count));
@@ -337,6 +354,7 @@ void CountedKernels::sum_squares(const float* const* xs, const int64_t* ns, int6
 
 void CountedKernels::clip_scale(float* const* xs, const int64_t* ns, int64_t count, const double* total_sq,
                                 float max_norm) {
+  flops(kernel_flops::total(ns, count));
   count_multi_tensor("clip_scale", count);
   std::span<float* const> xl(xs, static_cast<size_t>(count));
   std::span<const int64_t> nl(ns, static_cast<size_t>(count));
@@ -347,11 +365,13 @@ void CountedKernels::clip_scale(float* const* xs, const int64_t* ns, int64_t cou
 }
 
 void CountedKernels::clip_norm(const double* total_sq, float* norm) {
+  flops(1);
   count_launch("clip_norm", {});
   issue("clip_norm", [=, this] { k_.clip_norm(total_sq, norm); }, total_sq, norm);
 }
 
 void CountedKernels::weight_norm(const WeightNormTensor* tensors, int64_t count) {
+  flops(kernel_flops::weight_norm(tensors, count, false));
   if (count > 0) count_multi_tensor("weight_norm", count);
   std::span<const WeightNormTensor> list(tensors, static_cast<size_t>(count));
   issue("weight_norm", [=, this, v = std::vector<WeightNormTensor>(list.begin(), list.end())] {
@@ -360,6 +380,7 @@ void CountedKernels::weight_norm(const WeightNormTensor* tensors, int64_t count)
 }
 
 void CountedKernels::weight_norm_backward(const WeightNormTensor* tensors, int64_t count) {
+  flops(kernel_flops::weight_norm(tensors, count, true));
   if (count > 0) count_multi_tensor("weight_norm_backward", count);
   std::span<const WeightNormTensor> list(tensors, static_cast<size_t>(count));
   issue("weight_norm_backward", [=, this, v = std::vector<WeightNormTensor>(list.begin(), list.end())] {
@@ -368,12 +389,14 @@ void CountedKernels::weight_norm_backward(const WeightNormTensor* tensors, int64
 }
 
 void CountedKernels::mse(const float* a, const float* b, int64_t n, float* out) {
+  flops(kernel_flops::mse(n));
   count_launch("mse", {n});
   issue("mse", [=, this] { k_.mse(a, b, n, out); }, a, b, n, out);
 }
 
 void CountedKernels::index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
                                         float* sums) {
+  flops(kernel_flops::index_add_rows(n, d, false));
   launch_if(k, "index_add_rows_f32", {n, d, k});
   issue("index_add_rows_f32", [=, this] { k_.index_add_rows_f32(src, index, n, d, k, sums); }, src, index, n, d, k,
         sums);

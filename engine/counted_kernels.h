@@ -18,12 +18,16 @@
 #pragma once
 
 #include "engine/device.h"
+#include "engine/device_counters.h"
 
 namespace vqddp {
 
 class CountedKernels final : public DeviceKernels {
  public:
-  explicit CountedKernels(DeviceKernels& inner) : k_(inner) {}
+  // `counts_flops`: this wrapper counts each call's FLOPs (engine/kernel_flops.h),
+  // for a table that does not count its own (CUDA's); the CPU's table,
+  // and so the simulated device's, counts them where it computes.
+  CountedKernels(DeviceKernels& inner, bool counts_flops) : k_(inner), counts_flops_(counts_flops) {}
 
   void* alloc(size_t bytes) override;
   void release(void* p, size_t bytes) override;
@@ -87,7 +91,11 @@ class CountedKernels final : public DeviceKernels {
   // of a graphed step with the signature of its arguments.
   template <class Run, class... Args>
   void issue(const char* kernel, Run&& run, const Args&... args);
+  void flops(int64_t n) const {
+    if (counts_flops_) count_flops(n);
+  }
   DeviceKernels& k_;
+  bool counts_flops_;
 };
 
 }  // namespace vqddp

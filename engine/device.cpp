@@ -51,7 +51,7 @@ int cuda_device_count() {
 // is, by one rule (counted_kernels.h).
 DeviceKernels& device_kernels(Device device) {
   if (device.kind == Device::Kind::sim) {
-    static CountedKernels counted(sim_kernels());
+    static CountedKernels counted(sim_kernels(), false);  // the CPU's arithmetic counts its FLOPs
     return counted;
   }
   if (device.is_cpu()) return cpu_kernels();

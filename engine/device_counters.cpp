@@ -33,7 +33,8 @@ DeviceCounters combine(const DeviceCounters& a, const DeviceCounters& b, Op op) 
           op(a.staged_to_device, b.staged_to_device),
           op(a.staged_waits, b.staged_waits),
           op(a.launches, b.launches),
-          op(a.layout_bytes, b.layout_bytes)};
+          op(a.layout_bytes, b.layout_bytes),
+          op(a.flops, b.flops)};
 }
 }  // namespace
 
@@ -118,6 +119,11 @@ std::string launch_sequence_difference(const std::vector<LaunchRecord>& before, 
 }
 void count_layout_bytes(int64_t bytes) {
   if (!t_staging) t_counts.layout_bytes += bytes;
+}
+
+// A collective's own sums (staging) are the backend's, as its copies are.
+void count_flops(int64_t flops) {
+  if (!t_staging) t_counts.flops += flops;
 }
 
 void count_wait() { ++(t_staging ? t_counts.staged_waits : t_counts.waits); }

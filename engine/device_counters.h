@@ -12,6 +12,9 @@
 //   waits     the host waited for the device (to_host reads, synchronize).
 //   launches  work queued on the device's stream, and layout_bytes the
 //             bytes layout copies wrote (engine/counted_kernels.h's rule).
+//   flops     the floating-point operations of the kernel-table calls the
+//             thread made (engine/kernel_flops.h), on every device, the
+//             CPU included: the profile's GFLOP (engine/op_profile.h).
 // Copies a communicator makes to stage a collective's tensors through the
 // host (the thread backend reduces in host memory) are counted apart, in
 // the staged_* fields, inside a CollectiveStagingScope: they are the cost
@@ -29,6 +32,7 @@ struct DeviceCounters {
   int64_t to_host_bytes = 0, to_device_bytes = 0;
   int64_t staged_to_host = 0, staged_to_device = 0, staged_waits = 0;
   int64_t launches = 0, layout_bytes = 0;
+  int64_t flops = 0;
 
   DeviceCounters operator-(const DeviceCounters& earlier) const;
   DeviceCounters operator+(const DeviceCounters& more) const;
@@ -48,6 +52,9 @@ void count_wait();
 // its shape, for a LaunchRecording.
 void count_launch(const char* kernel, std::initializer_list<int64_t> sizes);
 void count_layout_bytes(int64_t bytes);
+// A kernel-table call's floating-point operations (engine/kernel_flops.h):
+// by the backend that does the arithmetic, once per call.
+void count_flops(int64_t flops);
 
 // A launch as the capture check sees it: which kernel, on what sizes.
 struct LaunchRecord {

@@ -57,6 +57,7 @@ void op_profile_mark(const std::string& what) {
   const DeviceCounters counted = device_counters();
   e.launches += counted.launches - p.counted.launches;
   e.layout_bytes += counted.layout_bytes - p.counted.layout_bytes;
+  e.flops += counted.flops - p.counted.flops;
   p.last = now;
   p.counted = counted;
 }
@@ -78,24 +79,30 @@ std::vector<OpProfileEntry> op_profile_take() {
   return out;
 }
 
-std::string op_profile_table(const std::vector<OpProfileEntry>& entries, int64_t steps) {
-  double total = 0;
-  int64_t calls = 0, launches = 0, bytes = 0;
+std::string op_profile_table(const std::vector<OpProfileEntry>& entries, int64_t steps, const ProfileFloor& floor) {
+  OpProfileEntry sum;
   for (const OpProfileEntry& e : entries) {
-    total += e.seconds;
-    calls += e.calls;
-    launches += e.launches;
-    bytes += e.layout_bytes;
+    sum.seconds += e.seconds;
+    sum.calls += e.calls;
+    sum.launches += e.launches;
+    sum.layout_bytes += e.layout_bytes;
+    sum.flops += e.flops;
   }
   const double per = 1.0 / std::max<int64_t>(steps, 1);
-  std::string out = fmt::format("{:<40} {:>10} {:>7} {:>10} {:>10} {:>10}\n", "op (rank 0)", "ms/step", "share",
+  const bool floored = floor.gflops > 0;
+  std::string out = fmt::format("{:<40} {:>10} {:>7} {:>10} {:>8}{} {:>10} {:>10} {:>10}\n", "op (rank 0)", "ms/step",
+                                "share", "GFLOP/step", "GFLOP/s", floored ? fmt::format(" {:>7}", "floor") : "",
                                 "calls/step", "launches", "layout kB");
-  auto row = [&](const std::string& name, double seconds, int64_t c, int64_t l, int64_t b) {
-    out += fmt::format("{:<40} {:>10.3f} {:>6.1f}% {:>10.1f} {:>10.1f} {:>10.1f}\n", name, seconds * per * 1e3,
-                       total > 0 ? 100 * seconds / total : 0.0, c * per, l * per, b * per / 1e3);
+  auto row = [&](const std::string& name, const OpProfileEntry& e) {
+    const double gflops = e.seconds > 0 ? e.flops / e.seconds / 1e9 : 0.0;
+    out += fmt::format("{:<40} {:>10.3f} {:>6.1f}% {:>10.4f} {:>8.1f}{} {:>10.1f} {:>10.1f} {:>10.1f}\n", name,
+                       e.seconds * per * 1e3, sum.seconds > 0 ? 100 * e.seconds / sum.seconds : 0.0,
+                       e.flops * per / 1e9, gflops,
+                       floored ? fmt::format(" {:>6.1f}%", 100 * gflops / (floor.gflops * floor.share)) : "",
+                       e.calls * per, e.launches * per, e.layout_bytes * per / 1e3);
   };
-  for (const OpProfileEntry& e : entries) row(e.name, e.seconds, e.calls, e.launches, e.layout_bytes);
-  row("total", total, calls, launches, bytes);
+  for (const OpProfileEntry& e : entries) row(e.name, e);
+  row("total", sum);
   return out;
 }
 

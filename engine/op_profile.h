@@ -38,21 +38,34 @@ bool op_profile_enabled();  // inside a scope on this thread
 void op_profile_mark(const char* what);
 void op_profile_mark(const std::string& what);
 
-// Each charge also takes the launches and layout-copy bytes the thread's
-// device counted since the last one (device_counters.h), so the table says
-// which op launches what, on sim as on cuda.
+// Each charge also takes the launches, layout-copy bytes and FLOPs the
+// thread's device counted since the last one (device_counters.h), so the
+// table says which op launches what, on sim as on cuda, and how fast each
+// op computes (engine/kernel_flops.h), on every device.
 struct OpProfileEntry {
   std::string name;
   int64_t calls = 0;
   double seconds = 0;
   int64_t launches = 0, layout_bytes = 0;
+  int64_t flops = 0;
 };
 
 // This thread's charges since the last take, largest first; resets them.
 std::vector<OpProfileEntry> op_profile_take();
 
-// A table: each entry's ms per step, share of the total, calls, launches
-// and layout-copy kilobytes per step.
-std::string op_profile_table(const std::vector<OpProfileEntry>& entries, int64_t steps);
+// The GEMM floor a profile is measured against (engine/gemm_floor.h).
+struct ProfileFloor {
+  double gflops = 0;     // the machine's GEMM GFLOP/s; 0: no floor columns
+  // The profiled thread's part of the world's FLOPs (1 for a world of one,
+  // about 1/W for one of W ranks sharing the machine): its fair share of
+  // the floor is gflops * share.
+  double share = 1;
+};
+
+// A table: each entry's ms per step, share of the total, GFLOP per step,
+// GFLOP/s, its percent of the thread's share of the floor (with a floor),
+// calls, launches and layout-copy kilobytes per step; then the total.
+std::string op_profile_table(const std::vector<OpProfileEntry>& entries, int64_t steps,
+                             const ProfileFloor& floor = {});
 
 }  // namespace vqddp

@@ -45,9 +45,10 @@ void usage() {
       "usage: vqddp <command> [options]\n"
       "commands:\n"
       "  train [CONFIG] [--resume CKPT | --overwrite] [--world N] [--backend B] [--device cpu|cuda|sim] [--steps S] [--dir RUN_DIR]\n"
-      "        [--step-graphs on|off] [--profile]\n"
+      "        [--step-graphs on|off] [--profile [--gemm-floor GFLOPS]]\n"
       "        train from a JSON config (without one: the built-in speech codec run, examples/speech_codec.json);\n"
-      "        --profile prints where rank 0's training steps spent their time, op by op; --step-graphs sets\n"
+      "        --profile prints where rank 0's training steps spent their time and FLOPs, op by op, and the\n"
+      "        step's share of the GEMM floor (measured at the start, or --gemm-floor); --step-graphs sets\n"
       "        run.step_graphs (a world of one on cuda or sim replays one captured step graph per step)\n"
       "  check-ddp CONFIG (--world N | --backend mpi) [--steps S] [--mode run|step] [--rtol R] [--atol A]\n"
       "            [--device cpu|cuda|sim]\n"
@@ -170,7 +171,7 @@ void refuse_thread_ranks_under_launcher(const std::string& backend) {
 }
 
 int run_train(int argc, char** argv) {
-  CliArgs args("train", argc, argv, 2, {"resume", "world", "backend", "device", "steps", "dir", "step-graphs"},
+  CliArgs args("train", argc, argv, 2, {"resume", "world", "backend", "device", "steps", "dir", "step-graphs", "gemm-floor"},
                {"overwrite", "profile"});
   VQDDP_CHECK(args.positional().size() <= 1, "train: expected at most one config file, got {}", args.positional().size());
   Config cfg = config_from(args, true);
@@ -187,6 +188,11 @@ int run_train(int argc, char** argv) {
   opt.resume = args.get("resume", "");
   opt.overwrite = args.has("overwrite");
   opt.profile = args.has("profile");
+  VQDDP_CHECK(opt.profile || !args.has("gemm-floor"), "train: --gemm-floor is the floor --profile measures against: "
+              "give --profile with it");
+  opt.gemm_floor = args.get_double("gemm-floor", 0);
+  VQDDP_CHECK(!args.has("gemm-floor") || opt.gemm_floor > 0, "train: --gemm-floor must be a positive GFLOP/s, got {}",
+              opt.gemm_floor);
   opt.resume_hint = resume_command(argc, argv, cfg);
   VQDDP_CHECK(opt.resume.empty() || !opt.overwrite, "train: --overwrite starts a run afresh, --resume continues one: "
               "give one of them");
@@ -208,6 +214,10 @@ int run_train(int argc, char** argv) {
                                        : "",
              r.bits_per_example,
              r.bitrate > 0 ? fmt::format(", {:.2f} kbit/s", r.bitrate / 1000) : "");
+  if (r.profile.gemm_floor > 0)
+    fmt::print("profiled: {:.3f} GFLOP a step in {:.2f} ms, {:.1f}% of the GEMM floor ({:.1f} GFLOP/s)\n",
+               r.profile.gflop_per_step, r.profile.seconds_per_step * 1e3, 100 * r.profile.floor_share(),
+               r.profile.gemm_floor);
   for (size_t l = 0; l < r.usage.size(); ++l)
     fmt::print("  layer {}: {} of {} codes used on validation, perplexity {:.1f}\n", l, r.usage[l].codes_used,
                r.usage[l].codebook_size, r.usage[l].perplexity);

@@ -22,6 +22,7 @@
 #include "engine/device.h"
 #include "engine/device_counters.h"
 #include "engine/exact_batch.h"
+#include "engine/gemm_floor.h"
 #include "engine/core/file_io.h"
 #include "engine/core/output_file.h"
 #include "engine/op_profile.h"
@@ -433,8 +434,10 @@ class RankRun {
       const bool graphed = graph && step_ >= first_ + 2;
       if (graphed) graph->begin_step(step_ + 1);
       StepResult r;
+      const int64_t flops_before = device_counters().flops;
       try {
         r = train_step(sampler, batches);
+        step_flops_ += device_counters().flops - flops_before;
       } catch (...) {
         if (graphed) graph->abandon_step();
         throw;
@@ -485,9 +488,7 @@ class RankRun {
     // end would signal the others, and a second signal stops at once.
     if (stopped_by_) comm_.barrier();
     if (disk_low_at_) stop_for_disk();
-    if (lead_ && opt_.profile)
-      progress("profile of {} training steps, rank 0 of {} ({}):\n{}", step_ - first_, comm_.world_size(),
-               device_.str(), op_profile_table(op_profile_take(), step_ - first_));
+    if (opt_.profile) print_profile();
     if (lead_) report(result, result_mu);
   }
 
@@ -499,6 +500,11 @@ class RankRun {
   bool capture_check_ = false;
   // Steps run as a replay of the captured step graph (run()).
   int64_t graph_replays_ = 0;
+  // The FLOPs of this rank's training steps since the run started
+  // (engine/kernel_flops.h), and with --profile rank 0's figures against
+  // the GEMM floor (print_profile).
+  int64_t step_flops_ = 0;
+  TrainResult::Profile profile_;
   // Rows this rank's batches passed over (data.bad_files "skip"), since the run started.
   int64_t skipped_rows_ = 0;
   // The first error reading this rank's rows since the run started (train_step).
@@ -536,6 +542,31 @@ class RankRun {
   }
 
   const DiscriminatorState* discriminator() const { return disc_state_ ? &*disc_state_ : nullptr; }
+
+  // --profile, on every rank (the world's FLOPs are a gather): rank 0's
+  // table, op by op, and how far the world's steps are from the GEMM
+  // floor: its FLOPs per step at the floor's speed against rank 0's time
+  // per step (every rank waits for the others at each step's collectives).
+  void print_profile() {
+    int64_t world_flops = 0;
+    for (const std::vector<int64_t>& v : gather_values(comm_, {step_flops_})) world_flops += v[0];
+    if (!lead_) return;
+    const int64_t steps = std::max<int64_t>(step_ - first_, 1);
+    std::vector<OpProfileEntry> entries = op_profile_take();
+    double seconds = 0;
+    for (const OpProfileEntry& e : entries) seconds += e.seconds;
+    profile_ = {.gflop_per_step = static_cast<double>(world_flops) / steps / 1e9,
+                .seconds_per_step = seconds / steps,
+                .gemm_floor = opt_.gemm_floor};
+    if (!opt_.print) return;
+    const ProfileFloor floor{opt_.gemm_floor, world_flops > 0 ? static_cast<double>(step_flops_) / world_flops : 1.0};
+    progress("profile of {} training steps, rank 0 of {} ({}):\n{}", step_ - first_, comm_.world_size(),
+             device_.str(), op_profile_table(entries, step_ - first_, floor));
+    progress("the world's step: {:.3f} GFLOP (rank 0: {:.3f}) in {:.2f} ms, {:.1f} GFLOP/s: {:.1f}% of the GEMM "
+             "floor ({:.1f} GFLOP/s)\n", profile_.gflop_per_step, static_cast<double>(step_flops_) / steps / 1e9,
+             profile_.seconds_per_step * 1e3, profile_.gflop_per_step / profile_.seconds_per_step,
+             100 * profile_.floor_share(), opt_.gemm_floor);
+  }
 
   // Step 2 of a GAN step (train/gan.h): the discriminators learn to tell x
   // from the codec's y (detached), inside the step's exact scope, so their
@@ -868,6 +899,7 @@ class RankRun {
     result.steps = step_;
     result.stopped_by = stopped_by_;
     result.graph_replays = graph_replays_;
+    result.profile = profile_;
     result.validation_mse = val_.mse;
     result.validation_snr_db = val_.snr_db;
     result.validation_log_mel = val_.log_mel;
@@ -924,7 +956,10 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
   LaunchOptions launch{cfg.distributed.backend, cfg.distributed.world_size,
                        std::chrono::milliseconds(static_cast<int64_t>(cfg.distributed.timeout_s * 1000)),
                        cfg.distributed.check_collectives};
-  launch_ranks(launch, [&](Communicator& comm) { RankRun(cfg, data, opt, comm, sizes, fingerprint).run(result, result_mu); });
+  // The floor before the ranks share the cores out (engine/gemm_floor.h).
+  TrainOptions o = opt;
+  if (o.profile && !(o.gemm_floor > 0)) o.gemm_floor = measure_gemm_floor(parse_device(cfg.run.device, "run.device"));
+  launch_ranks(launch, [&](Communicator& comm) { RankRun(cfg, data, o, comm, sizes, fingerprint).run(result, result_mu); });
   result.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return result;
 }

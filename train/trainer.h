@@ -57,6 +57,16 @@ struct TrainResult {
   // Steps run as one replay of a captured step graph (run.step_graphs: a
   // world of one on cuda or sim), 0 where steps issue their launches.
   int64_t graph_replays = 0;
+  // With TrainOptions::profile (zeros without): the world's FLOPs per
+  // training step (engine/kernel_flops.h), rank 0's seconds per step under
+  // the profile, and the GEMM floor they are measured against.
+  struct Profile {
+    double gflop_per_step = 0, seconds_per_step = 0, gemm_floor = 0;
+    // The world's GFLOP/s as a share of the floor (0 to 1, or more).
+    double floor_share() const {
+      return seconds_per_step > 0 && gemm_floor > 0 ? gflop_per_step / seconds_per_step / gemm_floor : 0;
+    }
+  } profile;
 };
 
 struct TrainOptions {
@@ -74,6 +84,11 @@ struct TrainOptions {
   // Rank 0 times its training steps op by op (engine/op_profile.h) and
   // prints the table at the end (`vqddp train --profile`).
   bool profile = false;
+  // The GEMM floor the profile measures against, in GFLOP/s
+  // (engine/gemm_floor.h); 0: measured on the run's device at the start
+  // (half a second on 2 cores). Give it where processes share a machine
+  // (mpirun on one node), as each would measure only its share.
+  double gemm_floor = 0;
   // Called on every rank after every step (step = steps done), e.g. to
   // snapshot or checkpoint the state; `discriminator` is a GAN run's
   // discriminators and their optimizer (train/gan.h), null without "gan".

@@ -10,6 +10,9 @@
 // walk would, element by element in the same order: they change speed only.
 #include "engine/cpu/cpu_kernels.h"
 
+#include "engine/device_counters.h"
+#include "engine/kernel_flops.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -210,9 +213,9 @@ void fill_as(void* p, int64_t n, double value) {
 }  // namespace
 
 void* CpuKernels::alloc(size_t bytes) { return cpu_alloc(bytes); }
-                        
+
 void CpuKernels::release(void* p, size_t bytes) { cpu_free(p, bytes); }
-                         
+
 // memmove: a tensor may be copied onto itself or an overlapping view.
 void CpuKernels::copy(void* dst, bool, const void* src, bool, size_t bytes) {
   if (bytes > 0) std::memmove(dst, src, bytes);
@@ -227,8 +230,9 @@ void CpuKernels::fill(void* p, DType dtype, int64_t n, double value) {
 }
 
 void CpuKernels::synchronize() {}
-                             
+
 void CpuKernels::binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) {
+  count_flops(kernel_flops::binary(plan));
   switch (op) {
     case BinaryOp::add: binary_as<BinaryOp::add>(a, b, out, plan); break;
     case BinaryOp::sub: binary_as<BinaryOp::sub>(a, b, out, plan); break;
@@ -239,11 +243,13 @@ void CpuKernels::binary(BinaryOp op, const float* a, const float* b, float* out,
 
 // On the widest vectors the CPU has (fixed_gemm.h's instruction sets).
 void CpuKernels::unary(const UnaryFn& fn, const float* x, float* out, int64_t n) {
+  count_flops(kernel_flops::unary(n));
   parallel_for_ranges(n, 1, [&](int64_t b, int64_t e) { cpu_unary(fn, x + b, out + b, e - b); });
 }
 
 void CpuKernels::unary_backward(const UnaryFn& fn, const float* x, const float* y, const float* g, float* out,
                                 int64_t n) {
+  count_flops(kernel_flops::unary_backward(n));
   parallel_for_ranges(n, 1, [&](int64_t b, int64_t e) { cpu_unary_backward(fn, x + b, y + b, g + b, out + b, e - b); });
 }
 
@@ -256,6 +262,7 @@ void CpuKernels::cast_f64_to_f32(const double* src, float* dst, int64_t n) {
 // that reduces nothing (the backward of a sum, repeating g) divides each
 // element as it is, without the +0, so -0 stays -0.
 void CpuKernels::reduce_sum(const float* x, float* out, const ReducePlan& plan) {
+  count_flops(kernel_flops::reduce_sum(plan));
   if (product(plan.keep_size, plan.nkeep) == 0) return;
   double divisor = plan.divisor;
   if (plan.nred == 0) {
@@ -351,11 +358,17 @@ void CpuKernels::min_max_i64(const int64_t* x, int64_t n, int64_t* lo, int64_t* 
 
 void CpuKernels::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                       const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  count_flops(kernel_flops::gemm(m, n, k));
   blas_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void CpuKernels::gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                            int64_t ldb, float* c, int64_t ldc, const GemmBatch& batch) {
+namespace {
+
+// gemm_fixed's and col2im's work, for the convolutions' column path too,
+// which counts its FLOPs as a convolution's (the table's entries count
+// theirs once each).
+void gemm_fixed_batch(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                      int64_t ldb, float* c, int64_t ldc, const GemmBatch& batch) {
   if (batch.count == 1) {
     fixed_gemm(ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
     return;
@@ -365,6 +378,14 @@ void CpuKernels::gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, c
   parallel_for(batch.count, [&](int64_t i) {
     fixed_gemm(ta, tb, m, n, k, a + i * batch.stride_a, lda, b + i * batch.stride_b, ldb, c + i * batch.stride_c, ldc);
   });
+}
+
+}  // namespace
+
+void CpuKernels::gemm_fixed(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                            int64_t ldb, float* c, int64_t ldc, const GemmBatch& batch) {
+  count_flops(kernel_flops::gemm(m, n, k, batch.count));
+  gemm_fixed_batch(ta, tb, m, n, k, a, lda, b, ldb, c, ldc, batch);
 }
 
 void CpuKernels::strided_copy(const void* src, void* dst, size_t elem_size, const StridedCopyPlan& plan) {
@@ -416,6 +437,7 @@ void CpuKernels::max_abs_finite(const float* x, int64_t n, double* acc) {
 }
 
 void CpuKernels::unit_sums(const UnitSumBlock* blocks, int64_t count) {
+  count_flops(kernel_flops::unit_sums(blocks, count));
   for (int64_t b = 0; b < count; ++b) {
     const UnitSumBlock& u = blocks[b];
     parallel_for_ranges(u.n, u.units, [&](int64_t begin, int64_t end) {
@@ -426,6 +448,7 @@ void CpuKernels::unit_sums(const UnitSumBlock* blocks, int64_t count) {
 
 void CpuKernels::index_add_rows(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k, double* counts,
                                 double* sums, const double* grid_max) {
+  count_flops(kernel_flops::index_add_rows(n, d, true));
   if (counts) std::fill(counts, counts + k, 0.0);
   std::fill(sums, sums + k * d, 0.0);
   const double q = grid_max ? grid_quantum(*grid_max) : 0.0;
@@ -475,11 +498,20 @@ void CpuKernels::im2col(const float* x, float* cols, const ConvPlan& p) {
   });
 }
 
-void CpuKernels::col2im(const float* cols, float* x, const ConvPlan& plan) {
+namespace {
+
+void col2im_rows(const float* cols, float* x, const ConvPlan& plan) {
   parallel_for_ranges(plan.n * plan.c * plan.h, plan.w * plan.kh * plan.kw, [&](int64_t begin, int64_t end) {
     std::vector<double> acc(static_cast<size_t>(plan.w));
     for (int64_t row = begin; row < end; ++row) col2im_row(cols, plan, row, acc.data(), x);
   });
+}
+
+}  // namespace
+
+void CpuKernels::col2im(const float* cols, float* x, const ConvPlan& plan) {
+  count_flops(kernel_flops::col2im(plan));
+  col2im_rows(cols, x, plan);
 }
 
 namespace {
@@ -523,39 +555,42 @@ Scratch scratch(int64_t n) {
 // every device.
 void CpuKernels::conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y,
                             const ConvPlan& p) {
+  count_flops(kernel_flops::conv(p, cout) + (bias ? kernel_flops::conv_bias(p, cout) : 0));
   const int64_t pos = p.oh * p.ow, ck = p.col_width();
   if (direct_conv_pays(p)) {
     fixed_conv(p, x, cout, w, y);
   } else {
     Scratch cols = scratch(p.rows() * ck);
     im2col(x, cols.get(), p);
-    gemm_fixed(false, true, cout, pos, ck, w, ck, cols.get(), ck, y, pos, {p.n, 0, pos * ck, cout * pos});
+    gemm_fixed_batch(false, true, cout, pos, ck, w, ck, cols.get(), ck, y, pos, {p.n, 0, pos * ck, cout * pos});
   }
   if (bias) add_channel_bias(y, bias, p.n, cout, pos);
 }
 
 void CpuKernels::conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
                                  const ConvPlan& p) {
+  count_flops(kernel_flops::conv(p, cout) + (bias ? kernel_flops::conv_bias(p, cout) : 0));
   const int64_t pos = p.oh * p.ow, ck = p.col_width(), image = p.h * p.w;
   if (direct_conv_pays(p)) {
     fixed_conv_data(p, cout, g, w, dx);
   } else {
     Scratch cols = scratch(p.rows() * ck);
-    gemm_fixed(true, false, pos, ck, cout, g, pos, w, ck, cols.get(), ck, {p.n, cout * pos, 0, pos * ck});
-    col2im(cols.get(), dx, p);
+    gemm_fixed_batch(true, false, pos, ck, cout, g, pos, w, ck, cols.get(), ck, {p.n, cout * pos, 0, pos * ck});
+    col2im_rows(cols.get(), dx, p);
   }
   if (bias) add_channel_bias(dx, bias, p.n, p.c, image);
 }
 
 void CpuKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials,
                                    float* bias_partials, const ConvPlan& p) {
+  count_flops(kernel_flops::conv(p, cout) + (bias_partials ? kernel_flops::conv_bias(p, cout) : 0));
   const int64_t pos = p.oh * p.ow, ck = p.col_width();
   if (direct_conv_applies(p)) {
     fixed_conv_weight(p, x, cout, g, partials);
   } else {
     Scratch cols = scratch(p.rows() * ck);
     im2col(x, cols.get(), p);
-    gemm_fixed(false, false, cout, ck, pos, g, pos, cols.get(), ck, partials, ck,
+    gemm_fixed_batch(false, false, cout, ck, pos, g, pos, cols.get(), ck, partials, ck,
                {p.n, cout * pos, pos * ck, cout * ck});
   }
   if (bias_partials)
@@ -566,11 +601,13 @@ void CpuKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout,
 
 void CpuKernels::index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                                  float* dst) {
+  count_flops(m * d);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < d; ++j) dst[index[i] * d + j] = src[i * d + j] * scale;
 }
 
 void CpuKernels::sgd_step(const SgdStep& step, float* p, const float* g, float* buf, int64_t n) {
+  count_flops(kernel_flops::sgd(n));
   SgdStep s = step;
   s.lr = step.scalars[0];
   parallel_for_ranges(n, 4, [&](int64_t b, int64_t e) {
@@ -579,6 +616,7 @@ void CpuKernels::sgd_step(const SgdStep& step, float* p, const float* g, float* 
 }
 
 void CpuKernels::adamw_step(const AdamWStep& step, const AdamWTensor* tensors, int64_t count) {
+  count_flops(kernel_flops::adamw(tensors, count));
   for (int64_t t = 0; t < count; ++t) {
     const AdamWTensor& a = tensors[t];
     AdamWStep s = step;
@@ -592,6 +630,7 @@ void CpuKernels::adamw_step(const AdamWStep& step, const AdamWTensor* tensors, i
 }
 
 void CpuKernels::sum_squares(const float* const* xs, const int64_t* ns, int64_t count, double* acc) {
+  count_flops(2 * kernel_flops::total(ns, count));
   double total = *acc;  // one running sum over every tensor in turn
   for (int64_t t = 0; t < count; ++t)
     for (int64_t j = 0; j < ns[t]; ++j) total += double(xs[t][j]) * xs[t][j];
@@ -600,15 +639,20 @@ void CpuKernels::sum_squares(const float* const* xs, const int64_t* ns, int64_t 
 
 void CpuKernels::clip_scale(float* const* xs, const int64_t* ns, int64_t count, const double* total_sq,
                             float max_norm) {
+  count_flops(kernel_flops::total(ns, count));
   double factor = clip_factor(*total_sq, max_norm);
   if (!(factor < 1.0)) return;
   for (int64_t t = 0; t < count; ++t)
     for (int64_t j = 0; j < ns[t]; ++j) xs[t][j] = vqddp::scale_f64(xs[t][j], factor);
 }
 
-void CpuKernels::clip_norm(const double* total_sq, float* norm) { *norm = static_cast<float>(std::sqrt(*total_sq)); }
-                           
+void CpuKernels::clip_norm(const double* total_sq, float* norm) {
+  count_flops(1);
+  *norm = static_cast<float>(std::sqrt(*total_sq));
+}
+
 void CpuKernels::weight_norm(const WeightNormTensor* tensors, int64_t count) {
+  count_flops(kernel_flops::weight_norm(tensors, count, false));
   for (int64_t t = 0; t < count; ++t) {
     const WeightNormTensor& a = tensors[t];
     parallel_for(a.rows, [&](int64_t r) { weight_norm_row(a.v + r * a.cols, a.g[r], a.cols, a.w + r * a.cols); });
@@ -616,6 +660,7 @@ void CpuKernels::weight_norm(const WeightNormTensor* tensors, int64_t count) {
 }
 
 void CpuKernels::weight_norm_backward(const WeightNormTensor* tensors, int64_t count) {
+  count_flops(kernel_flops::weight_norm(tensors, count, true));
   for (int64_t t = 0; t < count; ++t) {
     const WeightNormTensor& a = tensors[t];
     parallel_for(a.rows, [&](int64_t r) {
@@ -625,6 +670,7 @@ void CpuKernels::weight_norm_backward(const WeightNormTensor* tensors, int64_t c
 }
 
 void CpuKernels::mse(const float* a, const float* b, int64_t n, float* out) {
+  count_flops(kernel_flops::mse(n));
   double acc = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     double d = double(a[i]) - b[i];
@@ -635,6 +681,7 @@ void CpuKernels::mse(const float* a, const float* b, int64_t n, float* out) {
 
 void CpuKernels::index_add_rows_f32(const float* src, const int64_t* index, int64_t n, int64_t d, int64_t k,
                                     float* sums) {
+  count_flops(kernel_flops::index_add_rows(n, d, false));
   std::fill(sums, sums + k * d, 0.f);
   for (int64_t i = 0; i < n; ++i) {
     int64_t c = index[i];

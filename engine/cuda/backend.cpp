@@ -528,7 +528,7 @@ DeviceKernels* backend_for(int device) {
   VQDDP_CHECK(device >= 0 && device < static_cast<int>(backends->size()),
               "device cuda:{} is not available: this machine has {} CUDA device(s)", device, backends->size());
   // Launches counted by the sim's rule (counted_kernels.h).
-  if (!(*backends)[device]) (*backends)[device] = new CountedKernels(*new CudaKernels(device));
+  if (!(*backends)[device]) (*backends)[device] = new CountedKernels(*new CudaKernels(device), true);
   return (*backends)[device];
 }
 

@@ -644,3 +644,38 @@ TEST_CASE("training on cuda without a CUDA device fails before the first step an
                        Error);
   CHECK_FALSE(std::filesystem::exists(dir.path() / "run"));
 }
+
+TEST_CASE("--profile: the world's FLOPs per step, summed over its ranks, against a given GEMM floor") {
+  // A world of 3 computes the 1-rank step's products split three ways plus
+  // what every rank repeats (its optimizer step, the codebooks' update): more
+  // FLOPs than one rank, fewer than three. Rank 0's own count alone (about a
+  // third) or a rank counted twice would fall outside.
+  TempDir tmp;
+  Dataset data = synthetic_data();
+  std::map<int, TrainResult::Profile> by_world;
+  for (int w : {1, 3}) {
+    Config cfg = small_config((tmp.path() / fmt::format("w{}", w)).string());
+    cfg.distributed.world_size = w;
+    cfg.schedule.steps = 3;
+    TrainOptions o = quiet();
+    o.validate = false;
+    o.checkpoints = false;
+    o.profile = true;
+    o.gemm_floor = 50;
+    by_world[w] = train(cfg, data, o).profile;
+  }
+  CHECK(by_world[1].gemm_floor == 50);
+  CHECK(by_world[1].seconds_per_step > 0);
+  CHECK(by_world[1].gflop_per_step > 0);
+  CHECK(by_world[3].gflop_per_step > by_world[1].gflop_per_step);
+  CHECK(by_world[3].gflop_per_step < 3 * by_world[1].gflop_per_step);
+  CHECK(by_world[1].floor_share() ==
+        doctest::Approx(by_world[1].gflop_per_step / by_world[1].seconds_per_step / 50).epsilon(1e-12));
+  // Without --profile nothing is measured.
+  Config cfg = small_config((tmp.path() / "plain").string());
+  cfg.schedule.steps = 1;
+  TrainOptions o = quiet();
+  o.validate = false;
+  o.checkpoints = false;
+  CHECK(train(cfg, data, o).profile.gemm_floor == 0);
+}

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "engine/cpu/fixed_gemm_argmin.h"
+#include "engine/device_counters.h"
+#include "engine/kernel_flops.h"
 #include "vq/kernels/vq_kernels.h"
 #include "vq/kernels/vq_math.h"
 
@@ -30,6 +32,7 @@ class CpuVqKernels final : public VqKernels {
  public:
   void assign(const Tensor& x, const Tensor& embed, bool cosine, Tensor& indices) override {
     int64_t n = x.size(0), k = embed.size(0), d = x.size(1);
+    count_flops(kernel_flops::vq_assign(n, k, d));
     const float* pe = ptr<float>(embed);
     // Per-code bias: |e_k|^2 for Euclidean (score = bias - 2 x.e, minimised);
     // cosine maximises x.e, i.e. minimises 0 - x.e, the same loop with bias 0
@@ -54,6 +57,7 @@ class CpuVqKernels final : public VqKernels {
 
   void ema_update(const Tensor& stats, const StatsLayout& layout, Tensor& cluster_size, Tensor& embed_avg,
                   Tensor& embed, float decay, float eps) override {
+    count_flops(kernel_flops::vq_ema_update(layout.k, layout.d));
     if (any_flag(stats, layout)) return;
     int64_t k = layout.k, d = layout.d;
     const double* counts = ptr<double>(stats);
@@ -113,6 +117,7 @@ class CpuVqKernels final : public VqKernels {
 
   void kmeans_update(const Tensor& stats, const StatsLayout& layout, Tensor& means, Tensor& bins) override {
     int64_t k = layout.k, d = layout.d;
+    count_flops(kernel_flops::vq_kmeans_update(k, d));
     const double* counts = ptr<double>(stats);
     const double* sums = counts + layout.sums();
     float* pm = ptr<float>(means);
@@ -125,6 +130,7 @@ class CpuVqKernels final : public VqKernels {
   }
 
   void fsq_indices(const Tensor& codes, const Tensor& half_width, const Tensor& basis, Tensor& out) override {
+    count_flops(kernel_flops::vq_scalar_codes(codes.numel()));
     int64_t m = codes.size(0), d = codes.size(1);
     const float *pc = ptr<float>(codes), *hw = ptr<float>(half_width);
     const int64_t* b = ptr<int64_t>(basis);
@@ -139,6 +145,7 @@ class CpuVqKernels final : public VqKernels {
   void fsq_codes(const Tensor& indices, const Tensor& levels, const Tensor& half_width, const Tensor& basis,
                  Tensor& out) override {
     int64_t m = indices.numel(), d = levels.numel();
+    count_flops(kernel_flops::vq_scalar_codes(m * d));
     const int64_t *pi = ptr<int64_t>(indices), *lv = ptr<int64_t>(levels), *b = ptr<int64_t>(basis);
     const float* hw = ptr<float>(half_width);
     float* po = ptr<float>(out);
@@ -147,6 +154,7 @@ class CpuVqKernels final : public VqKernels {
   }
 
   void lfq_indices(const Tensor& z, Tensor& out) override {
+    count_flops(kernel_flops::vq_scalar_codes(z.numel()));
     int64_t n = z.size(0), bits = z.size(1);
     const float* pz = ptr<float>(z);
     int64_t* po = ptr<int64_t>(out);
@@ -158,6 +166,7 @@ class CpuVqKernels final : public VqKernels {
   }
 
   void lfq_codes(const Tensor& indices, float scale, Tensor& out) override {
+    count_flops(kernel_flops::vq_scalar_codes(out.numel()));
     int64_t n = indices.numel(), bits = out.size(1);
     const int64_t* pi = ptr<int64_t>(indices);
     float* po = ptr<float>(out);
