@@ -265,7 +265,7 @@ struct UnaryFn {
       }
       case Op::round: return ::roundf(v);  // half away from zero, as std::round
       case Op::elu: return select_bits(v > 0.f, v, low * expm1_rn(v));
-      case Op::leaky_relu: return v > 0.f ? v : low * v;
+      case Op::leaky_relu: return select_bits(v > 0.f, v, low * v);
       case Op::silu: return div_rn(v, add_rn(1.f, exp_rn(-v)));
       case Op::abs: return ::fabsf(v);
       case Op::floor: return ::floorf(v);
@@ -294,7 +294,7 @@ struct UnaryFn {
       case Op::sqrt: return 0.5f / y;
       case Op::exp: return y;
       case Op::log: return 1.f / v;
-      case Op::relu: return v > 0.f ? 1.f : 0.f;
+      case Op::relu: return select_bits(v > 0.f, 1.f, 0.f);
       case Op::gelu: {
         double cdf = 0.5 * (1.0 + ::erf(v * kInvSqrt2));
         double pdf = kInvSqrt2Pi * ::exp(-0.5 * double(v) * v);
@@ -302,15 +302,15 @@ struct UnaryFn {
       }
       case Op::tanh: return 1.f - y * y;
       case Op::sigmoid: return y * (1.f - y);
-      case Op::clamp: return v >= low && v <= high ? 1.f : 0.f;
+      case Op::clamp: return select_bits((v >= low) & (v <= high), 1.f, 0.f);
       case Op::round: return 0.f;  // a step function (FSQ passes the gradient straight through instead)
-      case Op::elu: return v > 0.f ? 1.f : y + low;  // alpha e^v = y + alpha
-      case Op::leaky_relu: return v > 0.f ? 1.f : low;
+      case Op::elu: return select_bits(v > 0.f, 1.f, y + low);  // alpha e^v = y + alpha
+      case Op::leaky_relu: return select_bits(v > 0.f, 1.f, low);
       case Op::silu: {
         float s = sigmoid_rn(v);
         return s * (1.f + v * (1.f - s));
       }
-      case Op::abs: return v > 0.f ? 1.f : v < 0.f ? -1.f : 0.f;  // 0 at the kink, as PyTorch
+      case Op::abs: return select_bits(v > 0.f, 1.f, select_bits(v < 0.f, -1.f, 0.f));  // 0 at the kink, as PyTorch
       case Op::floor: return 0.f;     // step functions
       case Op::positive: return 0.f;
       case Op::erf: return static_cast<float>(2.0 * kInvSqrt2Pi * kSqrt2 * ::exp(-double(v) * v));  // 2/sqrt(pi) e^-v^2
