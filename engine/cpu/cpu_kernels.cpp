@@ -559,12 +559,30 @@ void CpuKernels::conv_fixed(const float* x, const float* w, const float* bias, i
   const int64_t pos = p.oh * p.ow, ck = p.col_width();
   if (direct_conv_pays(p)) {
     fixed_conv(p, x, cout, w, y);
-  } else {
-    Scratch cols = scratch(p.rows() * ck);
-    im2col(x, cols.get(), p);
-    gemm_fixed_batch(false, true, cout, pos, ck, w, ck, cols.get(), ck, y, pos, {p.n, 0, pos * ck, cout * pos});
+    if (bias) add_channel_bias(y, bias, p.n, cout, pos);
+    return;
   }
-  if (bias) add_channel_bias(y, bias, p.n, cout, pos);
+  // One product over every sample's positions, [n pos, cout] (a sample's
+  // own product has only its pos columns, 22 to 40 for the codec's strided
+  // convolutions and the STFT's: 1.4-1.8x slower), then into y's layout
+  // with the bias added on the way. Each element is the same chain with
+  // fma's operands swapped, and fma's product is exact: the same bits.
+  Scratch cols = scratch(p.rows() * ck);
+  im2col(x, cols.get(), p);
+  Scratch rows = scratch(p.rows() * cout);
+  gemm_fixed_batch(false, true, p.rows(), cout, ck, cols.get(), ck, w, ck, rows.get(), cout, {});
+  const float* t = rows.get();
+  parallel_for_ranges(p.n * cout, pos, [&](int64_t begin, int64_t end) {
+    for (int64_t e = begin; e < end; ++e) {
+      const int64_t s = e / cout, co = e % cout;
+      const float* from = t + s * pos * cout + co;
+      float* to = y + e * pos;
+      if (bias)
+        for (int64_t i = 0; i < pos; ++i) to[i] = add_rn(from[i * cout], bias[co]);
+      else
+        for (int64_t i = 0; i < pos; ++i) to[i] = from[i * cout];
+    }
+  });
 }
 
 void CpuKernels::conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
@@ -574,8 +592,19 @@ void CpuKernels::conv_fixed_data(const float* g, const float* w, const float* bi
   if (direct_conv_pays(p)) {
     fixed_conv_data(p, cout, g, w, dx);
   } else {
+    // g as rows [n pos, cout], then one product over every sample's
+    // positions (1.3-1.5x a product per sample), the same chains.
+    Scratch rows = scratch(p.rows() * cout);
+    float* t = rows.get();
+    parallel_for_ranges(p.n * pos, cout, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t s = r / pos, i = r % pos;
+        const float* from = g + s * cout * pos + i;
+        for (int64_t co = 0; co < cout; ++co) t[r * cout + co] = from[co * pos];
+      }
+    });
     Scratch cols = scratch(p.rows() * ck);
-    gemm_fixed_batch(true, false, pos, ck, cout, g, pos, w, ck, cols.get(), ck, {p.n, cout * pos, 0, pos * ck});
+    gemm_fixed_batch(false, false, p.rows(), ck, cout, t, cout, w, ck, cols.get(), ck, {});
     col2im_rows(cols.get(), dx, p);
   }
   if (bias) add_channel_bias(dx, bias, p.n, p.c, image);

@@ -59,11 +59,13 @@ PaddedInput pad_input(const ConvPlan& p, const float* x, int64_t slack) {
         std::fill_n(to, in.wp, 0.f);
         continue;
       }
+      // Columns q < pw and q >= pw + w are padding, the rest x's row: one
+      // copy between two fills, not a bounds test per float.
       const float* from = x + (plane * p.h + iy) * p.w;
-      for (int64_t q = 0; q < in.wp; ++q) {
-        const int64_t ix = q - p.pw;
-        to[q] = ix >= 0 && ix < p.w ? from[ix] : 0.f;
-      }
+      const int64_t lo = std::min(p.pw, in.wp), hi = std::max(lo, std::min(p.pw + p.w, in.wp));
+      std::fill(to, to + lo, 0.f);
+      std::copy(from + (lo - p.pw), from + (hi - p.pw), to + lo);
+      std::fill(to + hi, to + in.wp, 0.f);
     }
   });
   std::fill_n(padded + rows * in.wp, slack, 0.f);
@@ -213,13 +215,20 @@ void fixed_conv_weight(const ConvPlan& p, const float* x, int64_t cout, const fl
   thread_local std::vector<float> rows_v, out_v;
   // g [n, cout, positions] as rows [n positions, o_pad], zero past cout: the tile's loads.
   float* rows = cpu::scratch(rows_v, p.n * positions * o_pad);
-  parallel_for_ranges(p.n, o_pad * positions, [&](int64_t begin, int64_t end) {
-    for (int64_t s = begin; s < end; ++s)
-      for (int64_t i = 0; i < positions; ++i) {
-        float* to = rows + (s * positions + i) * o_pad;
-        for (int64_t q = 0; q < cout; ++q) to[q] = g[(s * cout + q) * positions + i];
-        std::fill(to + cout, to + o_pad, 0.f);
+  // In blocks of 16 positions: each channel's run is read in order and the
+  // block's rows stay in cache while its columns are written.
+  constexpr int64_t kBlock = 16;
+  const int64_t pos_blocks = (positions + kBlock - 1) / kBlock;
+  parallel_for_ranges(p.n * pos_blocks, o_pad * kBlock, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t s = t / pos_blocks, i0 = t % pos_blocks * kBlock, i1 = std::min(positions, i0 + kBlock);
+      float* block = rows + (s * positions + i0) * o_pad;
+      for (int64_t q = 0; q < cout; ++q) {
+        const float* from = g + (s * cout + q) * positions;
+        for (int64_t i = i0; i < i1; ++i) block[(i - i0) * o_pad + q] = from[i];
       }
+      for (int64_t i = i0; i < i1; ++i) std::fill(block + (i - i0) * o_pad + cout, block + (i - i0 + 1) * o_pad, 0.f);
+    }
   });
   float* out_t = cpu::scratch(out_v, p.n * ck * o_pad);
   const int64_t blocks = (ck + kernels.mr - 1) / kernels.mr;
@@ -238,10 +247,16 @@ void fixed_conv_weight(const ConvPlan& p, const float* x, int64_t cout, const fl
     args.out_t = out_t + s * ck * o_pad;
     kernels.conv1d_weight(args);
   });
-  // [ck, o_pad] per sample -> [cout, ck].
-  for (int64_t s = 0; s < p.n; ++s)
-    for (int64_t q = 0; q < cout; ++q)
-      for (int64_t j = 0; j < ck; ++j) partials[(s * cout + q) * ck + j] = out_t[(s * ck + j) * o_pad + q];
+  // [ck, o_pad] per sample -> [cout, ck], a row of partials per (s, q) on
+  // the engine's threads.
+  parallel_for_ranges(p.n * cout, ck, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t s = row / cout, q = row % cout;
+      const float* from = out_t + s * ck * o_pad + q;
+      float* to = partials + row * ck;
+      for (int64_t j = 0; j < ck; ++j) to[j] = from[j * o_pad];
+    }
+  });
 }
 
 void fixed_conv_data(const ConvPlan& p, int64_t cout, const float* g, const float* w, float* dx) {
