@@ -311,23 +311,35 @@ void conv1d_weight(const Conv1dWeightArgs& g) {
       typename Isa::V acc[MR][2];
 #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = Isa::zero();
-      for (int64_t s = 0; s < g.samples; ++s) {
-        const float* xs = g.xp + s * g.sample_stride;
-        const float* gs = g.g + s * g.lout * g.o_pad + q0;
-        for (int64_t i = 0; i < g.lout; ++i) {
-          typename Isa::V b0 = Isa::load(gs + i * g.o_pad), b1 = Isa::load(gs + i * g.o_pad + W);
+      // The samples' positions in one loop: a sample's run of lout, then
+      // the next's (g's rows follow one another).
+      const float* xs = g.xp;
+      const float* gs = g.g + q0;
+      const int64_t total = g.samples * g.lout;
+      for (int64_t t = 0, i = 0; t < total; ++t) {
+        typename Isa::V b0 = Isa::load(gs), b1 = Isa::load(gs + W);
 #pragma GCC unroll 16
-          for (int r = 0; r < MR; ++r) {
-            typename Isa::V a = Isa::bcast(xs + off[r] + i);
-            acc[r][0] = Isa::fma(a, b0, acc[r][0]);
-            acc[r][1] = Isa::fma(a, b1, acc[r][1]);
-          }
+        for (int r = 0; r < MR; ++r) {
+          typename Isa::V a = Isa::bcast(xs + off[r] + i);
+          acc[r][0] = Isa::fma(a, b0, acc[r][0]);
+          acc[r][1] = Isa::fma(a, b1, acc[r][1]);
+        }
+        gs += g.o_pad;
+        if (++i == g.lout) {
+          i = 0;
+          xs += g.sample_stride;
         }
       }
-      for (int64_t r = 0; r < rows; ++r) {
-        Isa::store(g.out_t + (j0 + r) * g.o_pad + q0, acc[r][0]);
-        Isa::store(g.out_t + (j0 + r) * g.o_pad + q0 + W, acc[r][1]);
+      // Through a tile with the loop's constant bounds: an accumulator
+      // indexed by `rows` made g++ keep them all in memory, storing every
+      // one at every position (4.5x slower than the forward kernel).
+      alignas(64) float tile[MR * NR];
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        Isa::store(tile + r * NR, acc[r][0]);
+        Isa::store(tile + r * NR + W, acc[r][1]);
       }
+      for (int64_t r = 0; r < rows; ++r) std::copy_n(tile + r * NR, NR, g.out_t + (j0 + r) * g.o_pad + q0);
     }
   }
 }
