@@ -622,10 +622,27 @@ void CpuKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout,
     gemm_fixed_batch(false, false, cout, ck, pos, g, pos, cols.get(), ck, partials, ck,
                {p.n, cout * pos, pos * ck, cout * ck});
   }
-  if (bias_partials)
-    parallel_for_ranges(p.n * cout, pos, [&](int64_t begin, int64_t end) {
-      for (int64_t e = begin; e < end; ++e) bias_partials[e] = conv_bias_value(g, p, e);
-    });
+  if (!bias_partials) return;
+  // conv_bias_value's chains, eight rows at a time: each row's double sum
+  // is a chain of dependent additions, so one row at a time waited an
+  // addition's latency per float; eight interleaved keep the adder busy.
+  // Each chain is the same, in the same order: the same bits.
+  constexpr int64_t kRows = 8;
+  const int64_t rows = p.n * cout;
+  parallel_for_ranges((rows + kRows - 1) / kRows, kRows * pos, [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t e0 = b * kRows;
+      if (e0 + kRows > rows) {
+        for (int64_t e = e0; e < rows; ++e) bias_partials[e] = conv_bias_value(g, p, e);
+        continue;
+      }
+      double acc[kRows] = {};
+      const float* row = g + e0 * pos;
+      for (int64_t i = 0; i < pos; ++i)
+        for (int64_t r = 0; r < kRows; ++r) acc[r] += row[r * pos + i];
+      for (int64_t r = 0; r < kRows; ++r) bias_partials[e0 + r] = static_cast<float>(acc[r]);
+    }
+  });
 }
 
 void CpuKernels::index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
