@@ -27,11 +27,14 @@ same call, so the ratios compare one machine at one moment.
 It trains the twin for W warm-up steps, then times N steps and prints
     torch twin: N steps in S s, X steps/s (torch VERSION, T threads, P parameters)
 With --vqddp it then runs, in turn and on the same cores,
-    vqddp train examples/speech_codec.json --steps N --dir TMP --overwrite
-    (the config's 4 thread ranks) and the same with --world 1,
+    vqddp train TWIN_JOB --steps N --dir TMP --overwrite
+    (the main job without the two losses the twin lacks, below; the config's
+    4 thread ranks) and the same with --world 1,
 reads the steps/s of the last "step ..." line each prints, and prints
-    vqddp (4 thread ranks): Y steps/s; ratio vqddp/torch Z
-(a ratio above 1: vqddp is faster). vqddp's rate is measured from the start of
+    vqddp (4 thread ranks, ...): Y steps/s; vqddp/torch eager-fp32 Z
+(a ratio above 1: vqddp is faster), then the main job itself on both. With
+--rounds R it does all of that R times in turn and prints each ratio's median
+over the rounds, so a machine's drift touches both sides alike. vqddp's rate is measured from the start of
 its training loop, so it includes its first (k-means) step and its logging;
 the twin's excludes its warm-up steps. The twin feeds synthetic sine-mixture
 frames of the real shapes ([16, 1, 1600]) from a fixed pool (or, with --wav
@@ -64,7 +67,7 @@ weight_norm true; 235,626 trainable parameters in both):
       ResUnit(8)
       elu, Conv1d(8, 1, k 7, p 3)
   * Quantizer (vq/residual_vq.cpp, vq/codebook.cpp, vq/kernels/
-    cpu_vq_kernels.cpp): residual VQ of 4 EMA codebooks of 256 x 16 (buffers,
+    cpu_vq_kernels.cpp): residual VQ of 2 EMA codebooks of 256 x 16 (buffers,
     not parameters), no projection (codebook_dim = dim). Per layer: k-means
     init on the first training step (10 iterations, initial means drawn from
     the batch's rows); nearest code by |e|^2 - 2 x.e (matmul) and argmin;
@@ -75,8 +78,12 @@ weight_norm true; 235,626 trainable parameters in both):
     row * threshold) and cluster_size (= threshold) together; loss
     0.25 * mse(code.detach(), residual); straight-through output
     residual + (code - residual).detach(); residual -= output.detach().
-  * Loss: mse(reconstruction, x) + the 4 layers' commitment losses
-    (spectral_weight 0: no STFT loss). AdamW(lr 0.002, betas (0.8, 0.99),
+  * Loss: mse(reconstruction, x) + the 2 layers' commitment losses. The main
+    job also weighs in a multi-resolution STFT loss and a STOI loss (0.01
+    each), which the twin does not compute: vqddp trains the twin's job,
+    the main job with model.spectral_weight and model.stoi_weight 0 (a
+    config written next to its run), and then the main job itself, whose
+    rate is printed beside (no ratio: the twin does less). AdamW(lr 0.002, betas (0.8, 0.99),
     eps 1e-8, weight_decay 0), gradients clipped to norm 1.0, cosine
     learning rate from lr to 0.1 lr over the run (train/schedule.cpp
     learning_rate), batch 16 (the global batch; vqddp splits it over its
@@ -89,6 +96,7 @@ torch.randperm rather than vqddp's shared-stream sampler. Works with torch
 """
 import argparse
 import array
+import json
 import math
 import os
 import re
@@ -119,7 +127,7 @@ SIZES = {
     "10x": ([32, 128, 256], 8000, 64, "bench/speech_codec_10x.json", None),
 }
 DEVICE = torch.device("cpu")
-NUM_QUANTIZERS = 4
+NUM_QUANTIZERS = 2  # examples/speech_codec.json
 CODEBOOK_SIZE = 256
 DECAY = 0.99
 EPS = 1e-5  # CodebookOptions.eps default (vq/codebook.h); the config does not set it
@@ -345,8 +353,21 @@ def cosine_lr(step, total):
     return LR * (FINAL_LR_FRACTION + (1 - FINAL_LR_FRACTION) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+def twin_job(config, path):
+    """The twin's job: `config` without the losses the twin does not compute."""
+    with open(os.path.join(REPO_ROOT, config)) as f:
+        job = json.load(f)
+    job["model"]["spectral_weight"] = 0
+    job["model"]["stoi_weight"] = 0
+    with open(path, "w") as f:
+        json.dump(job, f)
+    return path
+
+
 def run_vqddp(binary, config, steps, extra):
     with tempfile.TemporaryDirectory(prefix="torch_codec_twin_") as tmp:
+        if config == "twin":
+            config = twin_job(CONFIG, os.path.join(tmp, "twin_job.json"))
         cmd = [binary, "train", config, "--steps", str(steps), "--dir", os.path.join(tmp, "run"), "--overwrite"]
         cmd += extra
         p = subprocess.run(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -430,9 +451,11 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--size", default="main", choices=sorted(SIZES))
     ap.add_argument("--mode", default="eager-fp32", choices=["eager-fp32", "eager-default", "compile", "all"])
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="with --vqddp: twin and vqddp in turn this many times, each round's ratios and their median")
     a = ap.parse_args()
-    if a.steps < 1 or a.warmup < 0 or a.threads < 1:
-        ap.error("--steps and --threads must be positive, --warmup not negative")
+    if a.steps < 1 or a.warmup < 0 or a.threads < 1 or a.rounds < 1:
+        ap.error("--steps, --threads and --rounds must be positive, --warmup not negative")
     if a.wav and a.size != "main":
         ap.error("--wav cuts frames of the main job's size only")
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -442,25 +465,45 @@ def main():
 
     torch.set_num_threads(a.threads)
     modes = ["eager-fp32", "eager-default", "compile"] if a.mode == "all" else [a.mode]
-    rates = {}
-    for mode in modes:
-        try:
-            rates[mode] = time_twin(mode, a, expected)
-        except Exception as e:  # a mode this PyTorch cannot run is reported, the others still run
-            print(f"torch twin ({mode}): failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-
-    if a.vqddp:
-        binary = os.path.abspath(a.vqddp)
-        device = ["--device", a.device]
-        runs = [("4 thread ranks", device + ["--world", "4"]), ("world 1", device + ["--world", "1"])]
+    binary = os.path.abspath(a.vqddp) if a.vqddp else None
+    device = ["--device", a.device]
+    runs = [("4 thread ranks", device + ["--world", "4"]), ("world 1", device + ["--world", "1"])]
+    ratios = {}  # (label, mode) -> each round's vqddp/torch
+    for round_ in range(1, a.rounds + 1):
+        if a.rounds > 1:
+            print(f"round {round_} of {a.rounds}")
+        rates = {}
+        for mode in modes:
+            try:
+                rates[mode] = time_twin(mode, a, expected)
+            except Exception as e:  # a mode this PyTorch cannot run is reported, the others still run
+                print(f"torch twin ({mode}): failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        if not binary:
+            continue
+        # The twin's job (the main job without the losses the twin lacks),
+        # then, for the main size, the main job itself.
+        job = "twin" if a.size == "main" else config
+        what = ", the twin's job" if job == "twin" else ""
         for label, extra in runs:
-            y = run_vqddp(binary, config, a.steps, extra)
+            y = run_vqddp(binary, job, a.steps, extra)
             if y is None:
                 print(f"vqddp ({label}, {a.device}, size {a.size}): no rate (see above)")
                 continue
-            ratios = ", ".join(f"vqddp/torch {m} {y / r:.2f}" for m, r in rates.items())
-            print(f"vqddp ({label}, {a.device}, size {a.size}): {y:.2f} steps/s; {ratios}")
-
+            for m, r in rates.items():
+                ratios.setdefault((label, m), []).append(y / r)
+            shown = ", ".join(f"vqddp/torch {m} {y / r:.2f}" for m, r in rates.items())
+            print(f"vqddp ({label}, {a.device}, size {a.size}{what}): {y:.2f} steps/s; {shown}", flush=True)
+        if a.size == "main":
+            for label, extra in runs:
+                y = run_vqddp(binary, config, a.steps, extra)
+                if y is not None:
+                    print(f"vqddp ({label}, {a.device}, the main job with its STFT and STOI losses): {y:.2f} steps/s",
+                          flush=True)
+    if a.rounds > 1:
+        for (label, m), v in ratios.items():
+            v = sorted(v)
+            print(f"median over {len(v)} rounds: vqddp ({label}) / torch {m} {v[len(v) // 2]:.2f} "
+                  f"(from {v[0]:.2f} to {v[-1]:.2f})")
 
 if __name__ == "__main__":
     main()
