@@ -502,7 +502,8 @@ def main():
     if a.rounds > 1:
         for (label, m), v in ratios.items():
             v = sorted(v)
-            print(f"median over {len(v)} rounds: vqddp ({label}) / torch {m} {v[len(v) // 2]:.2f} "
+            median = (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
+            print(f"median over {len(v)} rounds: vqddp ({label}) / torch {m} {median:.2f} "
                   f"(from {v[0]:.2f} to {v[-1]:.2f})")
 
 if __name__ == "__main__":
