@@ -210,7 +210,11 @@ void fixed_conv_weight(const ConvPlan& p, const float* x, int64_t cout, const fl
   if (p.n == 0) return;
   const int64_t ck = p.col_width(), positions = p.oh * p.ow;
   const cpu::GemmIsa& kernels = isa_for_columns(cout);
-  const int64_t o_pad = (cout + kernels.nr - 1) / kernels.nr * kernels.nr;
+  // One vector a row of g where the channels fit in it (the kernel's
+  // narrow tiles, twice as many rows j each), else whole register tiles.
+  const bool narrow = cout <= kernels.nr / 2;
+  const int64_t o_pad = narrow ? kernels.nr / 2 : (cout + kernels.nr - 1) / kernels.nr * kernels.nr;
+  const int64_t rows_j = narrow ? 2 * kernels.mr : kernels.mr;
   const PaddedInput in = pad_input(p, x, 0);
   thread_local std::vector<float> rows_v, out_v;
   // g [n, cout, positions] as rows [n positions, o_pad], zero past cout: the tile's loads.
@@ -231,12 +235,12 @@ void fixed_conv_weight(const ConvPlan& p, const float* x, int64_t cout, const fl
     }
   });
   float* out_t = cpu::scratch(out_v, p.n * ck * o_pad);
-  const int64_t blocks = (ck + kernels.mr - 1) / kernels.mr;
+  const int64_t blocks = (ck + rows_j - 1) / rows_j;
   parallel_for(p.n * blocks, [&](int64_t t) {
     const int64_t s = t / blocks, b = t % blocks;
     cpu::Conv1dWeightArgs args;
-    args.j_begin = b * kernels.mr;
-    args.j_end = std::min(ck, args.j_begin + kernels.mr);
+    args.j_begin = b * rows_j;
+    args.j_end = std::min(ck, args.j_begin + rows_j);
     args.o_pad = o_pad;
     args.samples = p.oh;
     args.lout = p.ow;

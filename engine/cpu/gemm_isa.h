@@ -77,7 +77,8 @@ struct Conv1dArgs {
 // (conv1d_weight in gemm_kernel.h): out_t [ck, o_pad] rows [j_begin,
 // j_end) with out_t[j, q] = chain over the unit's rows r = (s, i) ascending
 // of fma(xp_s[off[j] + i], g[r, q], acc). g has o_pad floats a row (zero
-// past o), o_pad a multiple of nr; j_begin a multiple of mr.
+// past o), o_pad a multiple of nr, or nr / 2 (one vector) where o is at
+// most that; j_begin a multiple of mr.
 struct Conv1dWeightArgs {
   int64_t j_begin = 0, j_end = 0, o_pad = 0, samples = 0, lout = 0, sample_stride = 0;
   const float* xp = nullptr;  // the unit's first run's padded input

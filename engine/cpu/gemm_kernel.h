@@ -298,50 +298,62 @@ void conv1d_sample(const Conv1dArgs& g) {
   }
 }
 
-// See Conv1dWeightArgs: a tile of MR rows j (each broadcast from the
-// padded input, the row's own offset) by NR columns q (loaded from g's
+// See Conv1dWeightArgs: a tile of R rows j (each broadcast from the padded
+// input, the row's own offset) by V vectors of W columns q (loaded from g's
 // row r) accumulates over every row r of the unit in ascending order.
-void conv1d_weight(const Conv1dWeightArgs& g) {
-  const int64_t ck_end = g.j_end;
-  for (int64_t j0 = g.j_begin; j0 < ck_end; j0 += MR) {
-    const int64_t rows = std::min<int64_t>(MR, ck_end - j0);
-    int64_t off[MR];
-    for (int r = 0; r < MR; ++r) off[r] = g.off[j0 + std::min<int64_t>(r, rows - 1)];
-    for (int64_t q0 = 0; q0 < g.o_pad; q0 += NR) {
-      typename Isa::V acc[MR][2];
+template <int R, int V>
+void conv1d_weight_tile(const Conv1dWeightArgs& g, int64_t j0, int64_t rows, int64_t q0) {
+  int64_t off[R];
+  for (int r = 0; r < R; ++r) off[r] = g.off[j0 + std::min<int64_t>(r, rows - 1)];
+  typename Isa::V acc[R][V];
 #pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = Isa::zero();
-      // The samples' positions in one loop: a sample's run of lout, then
-      // the next's (g's rows follow one another).
-      const float* xs = g.xp;
-      const float* gs = g.g + q0;
-      const int64_t total = g.samples * g.lout;
-      for (int64_t t = 0, i = 0; t < total; ++t) {
-        typename Isa::V b0 = Isa::load(gs), b1 = Isa::load(gs + W);
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) acc[r][v] = Isa::zero();
+  // The samples' positions in one loop: a sample's run of lout, then the
+  // next's (g's rows follow one another).
+  const float* xs = g.xp;
+  const float* gs = g.g + q0;
+  const int64_t total = g.samples * g.lout;
+  for (int64_t t = 0, i = 0; t < total; ++t) {
+    typename Isa::V b[V];
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) b[v] = Isa::load(gs + v * W);
 #pragma GCC unroll 16
-        for (int r = 0; r < MR; ++r) {
-          typename Isa::V a = Isa::bcast(xs + off[r] + i);
-          acc[r][0] = Isa::fma(a, b0, acc[r][0]);
-          acc[r][1] = Isa::fma(a, b1, acc[r][1]);
-        }
-        gs += g.o_pad;
-        if (++i == g.lout) {
-          i = 0;
-          xs += g.sample_stride;
-        }
-      }
-      // Through a tile with the loop's constant bounds: an accumulator
-      // indexed by `rows` made g++ keep them all in memory, storing every
-      // one at every position (4.5x slower than the forward kernel).
-      alignas(64) float tile[MR * NR];
-#pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r) {
-        Isa::store(tile + r * NR, acc[r][0]);
-        Isa::store(tile + r * NR + W, acc[r][1]);
-      }
-      for (int64_t r = 0; r < rows; ++r) std::copy_n(tile + r * NR, NR, g.out_t + (j0 + r) * g.o_pad + q0);
+    for (int r = 0; r < R; ++r) {
+      typename Isa::V a = Isa::bcast(xs + off[r] + i);
+#pragma GCC unroll 2
+      for (int v = 0; v < V; ++v) acc[r][v] = Isa::fma(a, b[v], acc[r][v]);
+    }
+    gs += g.o_pad;
+    if (++i == g.lout) {
+      i = 0;
+      xs += g.sample_stride;
     }
   }
+  // Through a tile with the loop's constant bounds: an accumulator indexed
+  // by `rows` made g++ keep them all in memory, storing every one at every
+  // position (4.5x slower than the forward kernel).
+  alignas(64) float tile[R * V * W];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < V; ++v) Isa::store(tile + (r * V + v) * W, acc[r][v]);
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(tile + r * V * W, V * W, g.out_t + (j0 + r) * g.o_pad + q0);
+}
+
+// Tiles of MR rows by NR columns; where g's rows are one vector wide
+// (o_pad == W: at most W output channels), of 2 MR rows by one vector, so
+// no lane computes a padding column's zeros (half the work at 8 output
+// channels on AVX2's 16-column tile).
+void conv1d_weight(const Conv1dWeightArgs& g) {
+  if (g.o_pad == W) {
+    for (int64_t j0 = g.j_begin; j0 < g.j_end; j0 += 2 * MR)
+      conv1d_weight_tile<2 * MR, 1>(g, j0, std::min<int64_t>(2 * MR, g.j_end - j0), 0);
+    return;
+  }
+  for (int64_t j0 = g.j_begin; j0 < g.j_end; j0 += MR)
+    for (int64_t q0 = 0; q0 < g.o_pad; q0 += NR) conv1d_weight_tile<MR, 2>(g, j0, std::min<int64_t>(MR, g.j_end - j0), q0);
 }
 
 // See Conv1dDataArgs: a tile of MR channels (weights broadcast) by NR
