@@ -183,16 +183,17 @@ int run_train(int argc, char** argv) {
               "--world does not apply to --backend mpi: its world is the MPI job's, one process per rank (start them "
               "with `mpirun -np N vqddp train ... --backend mpi`)");
   refuse_thread_ranks_under_launcher(cfg.distributed.backend);
+  VQDDP_CHECK(args.has("profile") || !args.has("gemm-floor"), "train: --gemm-floor is the floor --profile measures "
+              "against: give --profile with it");
+  const double gemm_floor = args.get_double("gemm-floor", 0);
+  VQDDP_CHECK(!args.has("gemm-floor") || gemm_floor > 0, "train: --gemm-floor must be a positive GFLOP/s, got {}",
+              gemm_floor);
   Dataset data = load_dataset(cfg.data);
   TrainOptions opt;
   opt.resume = args.get("resume", "");
   opt.overwrite = args.has("overwrite");
   opt.profile = args.has("profile");
-  VQDDP_CHECK(opt.profile || !args.has("gemm-floor"), "train: --gemm-floor is the floor --profile measures against: "
-              "give --profile with it");
-  opt.gemm_floor = args.get_double("gemm-floor", 0);
-  VQDDP_CHECK(!args.has("gemm-floor") || opt.gemm_floor > 0, "train: --gemm-floor must be a positive GFLOP/s, got {}",
-              opt.gemm_floor);
+  opt.gemm_floor = gemm_floor;
   opt.resume_hint = resume_command(argc, argv, cfg);
   VQDDP_CHECK(opt.resume.empty() || !opt.overwrite, "train: --overwrite starts a run afresh, --resume continues one: "
               "give one of them");
