@@ -21,11 +21,7 @@ void count_multi_tensor(const char* kernel, int64_t count) {
   for (int64_t l = 0; l < multi_tensor_launches(count); ++l) count_launch(kernel, {count});
 }
 
-int64_t plan_elements(const StridedCopyPlan& p) {
-  int64_t n = 1;
-  for (int i = 0; i < p.ndim; ++i) n *= p.shape[i];
-  return n;
-}
+int64_t plan_elements(const StridedCopyPlan& p) { return kernel_flops::elements(p.shape, p.ndim); }
 
 
 template <class T>
@@ -169,9 +165,8 @@ void CountedKernels::fill(void* p, DType dtype, int64_t n, double value) {
 }
 
 void CountedKernels::binary(BinaryOp op, const float* a, const float* b, float* out, const BroadcastPlan& plan) {
-  flops(kernel_flops::binary(plan));
-  int64_t n = 1;
-  for (int i = 0; i < plan.ndim; ++i) n *= plan.shape[i];
+  const int64_t n = kernel_flops::binary(plan);  // its elements: one FLOP each
+  flops(n);
   launch_if(n, "binary", {n, static_cast<int64_t>(op), plan.ndim});
   issue("binary", [=, this] { k_.binary(op, a, b, out, plan); }, op, a, b, out, plan);
 }
@@ -297,21 +292,21 @@ void CountedKernels::col2im(const float* cols, float* x, const ConvPlan& plan) {
 
 void CountedKernels::conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y,
                                 const ConvPlan& plan) {
-  flops(kernel_flops::conv(plan, cout) + (bias ? kernel_flops::conv_bias(plan, cout) : 0));
+  flops(kernel_flops::conv_fixed(plan, cout, bias != nullptr));
   count_launch("conv_fixed", {plan.n, plan.c, cout, plan.oh * plan.ow, bias != nullptr});
   issue("conv_fixed", [=, this] { k_.conv_fixed(x, w, bias, cout, y, plan); }, x, w, bias, cout, y, plan);
 }
 
 void CountedKernels::conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
                                      const ConvPlan& plan) {
-  flops(kernel_flops::conv(plan, cout) + (bias ? kernel_flops::conv_bias(plan, cout) : 0));
+  flops(kernel_flops::conv_fixed(plan, cout, bias != nullptr));
   count_launch("conv_fixed_data", {plan.n, plan.c, cout, plan.h * plan.w, bias != nullptr});
   issue("conv_fixed_data", [=, this] { k_.conv_fixed_data(g, w, bias, cout, dx, plan); }, g, w, bias, cout, dx, plan);
 }
 
 void CountedKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials,
                                        float* bias_partials, const ConvPlan& plan) {
-  flops(kernel_flops::conv(plan, cout) + (bias_partials ? kernel_flops::conv_bias(plan, cout) : 0));
+  flops(kernel_flops::conv_fixed(plan, cout, bias_partials != nullptr));
   count_launch("conv_fixed_weight", {plan.n, plan.c, cout, plan.oh * plan.ow});
   issue("conv_fixed_weight", [=, this] { k_.conv_fixed_weight(x, g, cout, partials, bias_partials, plan); }, x, g,
         cout, partials, bias_partials, plan);
@@ -319,7 +314,7 @@ void CountedKernels::conv_fixed_weight(const float* x, const float* g, int64_t c
 
 void CountedKernels::index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                                      float* dst) {
-  flops(m * d);
+  flops(kernel_flops::index_copy_rows(m, d));
   launch_if(m, "index_copy_rows", {m, d});
   issue("index_copy_rows", [=, this] { k_.index_copy_rows(src, index, m, d, scale, dst); }, src, index, m, d, scale,
         dst);
@@ -342,7 +337,7 @@ void CountedKernels::adamw_step(const AdamWStep& step, const AdamWTensor* tensor
 }
 
 void CountedKernels::sum_squares(const float* const* xs, const int64_t* ns, int64_t count, double* acc) {
-  flops(2 * kernel_flops::total(ns, count));
+  flops(kernel_flops::sum_squares(ns, count));
   count_multi_tensor("sum_squares", count);
   std::span<const float* const> xl(xs, static_cast<size_t>(count));
   std::span<const int64_t> nl(ns, static_cast<size_t>(count));
@@ -354,7 +349,7 @@ void CountedKernels::sum_squares(const float* const* xs, const int64_t* ns, int6
 
 void CountedKernels::clip_scale(float* const* xs, const int64_t* ns, int64_t count, const double* total_sq,
                                 float max_norm) {
-  flops(kernel_flops::total(ns, count));
+  flops(kernel_flops::clip_scale(ns, count));
   count_multi_tensor("clip_scale", count);
   std::span<float* const> xl(xs, static_cast<size_t>(count));
   std::span<const int64_t> nl(ns, static_cast<size_t>(count));
@@ -365,7 +360,7 @@ void CountedKernels::clip_scale(float* const* xs, const int64_t* ns, int64_t cou
 }
 
 void CountedKernels::clip_norm(const double* total_sq, float* norm) {
-  flops(1);
+  flops(kernel_flops::kClipNorm);
   count_launch("clip_norm", {});
   issue("clip_norm", [=, this] { k_.clip_norm(total_sq, norm); }, total_sq, norm);
 }

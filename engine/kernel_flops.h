@@ -44,6 +44,11 @@ inline int64_t conv(const ConvPlan& p, int64_t cout) { return 2 * p.rows() * cou
 // The bias: one addition per output element (forward), or one term of its
 // gradient's sum per output element.
 inline int64_t conv_bias(const ConvPlan& p, int64_t cout) { return p.rows() * cout; }
+// A conv_fixed, conv_fixed_data or conv_fixed_weight call: the product and,
+// where it has one, the bias (or the bias partials).
+inline int64_t conv_fixed(const ConvPlan& p, int64_t cout, bool bias) {
+  return conv(p, cout) + (bias ? conv_bias(p, cout) : 0);
+}
 // col2im adds each column value into its image position.
 inline int64_t col2im(const ConvPlan& p) { return p.rows() * p.col_width(); }
 inline int64_t unit_sums(const UnitSumBlock* blocks, int64_t count) {
@@ -59,6 +64,12 @@ inline int64_t total(const int64_t* ns, int64_t count) {
 // Per element: a scale, a count and a sum (index_add_rows with counts), or
 // one addition (index_add_rows_f32).
 inline int64_t index_add_rows(int64_t n, int64_t d, bool counts) { return n * d + (counts ? n : 0); }
+// index_copy_rows scales each copied element.
+inline int64_t index_copy_rows(int64_t m, int64_t d) { return m * d; }
+// sum_squares: a square and an addition an element; clip_scale a product.
+inline int64_t sum_squares(const int64_t* ns, int64_t count) { return 2 * total(ns, count); }
+inline int64_t clip_scale(const int64_t* ns, int64_t count) { return total(ns, count); }
+inline constexpr int64_t kClipNorm = 1;  // the square root
 // Momentum: buf = mu buf + g, p -= lr buf (and its weight decay): 4.
 inline int64_t sgd(int64_t n) { return 4 * n; }
 // AdamW per element: two moments (3 and 4), their bias corrections (2), the

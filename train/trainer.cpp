@@ -488,7 +488,7 @@ class RankRun {
     // end would signal the others, and a second signal stops at once.
     if (stopped_by_) comm_.barrier();
     if (disk_low_at_) stop_for_disk();
-    if (opt_.profile) print_profile();
+    if (opt_.profile) gather_and_print_profile();
     if (lead_) report(result, result_mu);
   }
 
@@ -502,7 +502,7 @@ class RankRun {
   int64_t graph_replays_ = 0;
   // The FLOPs of this rank's training steps since the run started
   // (engine/kernel_flops.h), and with --profile rank 0's figures against
-  // the GEMM floor (print_profile).
+  // the GEMM floor (gather_and_print_profile).
   int64_t step_flops_ = 0;
   TrainResult::Profile profile_;
   // Rows this rank's batches passed over (data.bad_files "skip"), since the run started.
@@ -547,7 +547,7 @@ class RankRun {
   // table, op by op, and how far the world's steps are from the GEMM
   // floor: its FLOPs per step at the floor's speed against rank 0's time
   // per step (every rank waits for the others at each step's collectives).
-  void print_profile() {
+  void gather_and_print_profile() {
     int64_t world_flops = 0;
     for (const std::vector<int64_t>& v : gather_values(comm_, {step_flops_})) world_flops += v[0];
     if (!lead_) return;

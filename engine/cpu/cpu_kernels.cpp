@@ -555,7 +555,7 @@ Scratch scratch(int64_t n) {
 // every device.
 void CpuKernels::conv_fixed(const float* x, const float* w, const float* bias, int64_t cout, float* y,
                             const ConvPlan& p) {
-  count_flops(kernel_flops::conv(p, cout) + (bias ? kernel_flops::conv_bias(p, cout) : 0));
+  count_flops(kernel_flops::conv_fixed(p, cout, bias != nullptr));
   const int64_t pos = p.oh * p.ow, ck = p.col_width();
   if (direct_conv_pays(p)) {
     fixed_conv(p, x, cout, w, y);
@@ -587,7 +587,7 @@ void CpuKernels::conv_fixed(const float* x, const float* w, const float* bias, i
 
 void CpuKernels::conv_fixed_data(const float* g, const float* w, const float* bias, int64_t cout, float* dx,
                                  const ConvPlan& p) {
-  count_flops(kernel_flops::conv(p, cout) + (bias ? kernel_flops::conv_bias(p, cout) : 0));
+  count_flops(kernel_flops::conv_fixed(p, cout, bias != nullptr));
   const int64_t pos = p.oh * p.ow, ck = p.col_width(), image = p.h * p.w;
   if (direct_conv_pays(p)) {
     fixed_conv_data(p, cout, g, w, dx);
@@ -612,7 +612,7 @@ void CpuKernels::conv_fixed_data(const float* g, const float* w, const float* bi
 
 void CpuKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout, float* partials,
                                    float* bias_partials, const ConvPlan& p) {
-  count_flops(kernel_flops::conv(p, cout) + (bias_partials ? kernel_flops::conv_bias(p, cout) : 0));
+  count_flops(kernel_flops::conv_fixed(p, cout, bias_partials != nullptr));
   const int64_t pos = p.oh * p.ow, ck = p.col_width();
   if (direct_conv_applies(p)) {
     fixed_conv_weight(p, x, cout, g, partials);
@@ -647,7 +647,7 @@ void CpuKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout,
 
 void CpuKernels::index_copy_rows(const float* src, const int64_t* index, int64_t m, int64_t d, float scale,
                                  float* dst) {
-  count_flops(m * d);
+  count_flops(kernel_flops::index_copy_rows(m, d));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < d; ++j) dst[index[i] * d + j] = src[i * d + j] * scale;
 }
@@ -676,7 +676,7 @@ void CpuKernels::adamw_step(const AdamWStep& step, const AdamWTensor* tensors, i
 }
 
 void CpuKernels::sum_squares(const float* const* xs, const int64_t* ns, int64_t count, double* acc) {
-  count_flops(2 * kernel_flops::total(ns, count));
+  count_flops(kernel_flops::sum_squares(ns, count));
   double total = *acc;  // one running sum over every tensor in turn
   for (int64_t t = 0; t < count; ++t)
     for (int64_t j = 0; j < ns[t]; ++j) total += double(xs[t][j]) * xs[t][j];
@@ -685,7 +685,7 @@ void CpuKernels::sum_squares(const float* const* xs, const int64_t* ns, int64_t 
 
 void CpuKernels::clip_scale(float* const* xs, const int64_t* ns, int64_t count, const double* total_sq,
                             float max_norm) {
-  count_flops(kernel_flops::total(ns, count));
+  count_flops(kernel_flops::clip_scale(ns, count));
   double factor = clip_factor(*total_sq, max_norm);
   if (!(factor < 1.0)) return;
   for (int64_t t = 0; t < count; ++t)
@@ -693,7 +693,7 @@ void CpuKernels::clip_scale(float* const* xs, const int64_t* ns, int64_t count, 
 }
 
 void CpuKernels::clip_norm(const double* total_sq, float* norm) {
-  count_flops(1);
+  count_flops(kernel_flops::kClipNorm);
   *norm = static_cast<float>(std::sqrt(*total_sq));
 }
 
