@@ -108,10 +108,9 @@ void conv_rows(const ConvPlan& p, const float* x, int64_t cout, const float* w, 
 
 // Input row (s, iy) gathers, for each tap (ky, kx) ascending whose output
 // row oy = (iy + ph - ky dh) / sh exists, the chains of output row oy's
-// gradient shifted by pw - kx dw: one call of the row kernel (conv1d_data)
-// per tap, each adding its chains to the row's double sums in col2im's
-// order. The sums are laid out [n, h, c, w] so a row's channels are the
-// kernel's rows, then rounded into dx [n, c, h, w].
+// gradient shifted by pw - kx dw, and adds them in double in that order,
+// col2im's: one call of the row kernel (conv1d_data) per input row, with
+// the row's taps listed, writes the row's channels of dx [n, c, h, w].
 void conv_data_rows(const ConvPlan& p, int64_t cout, const float* g, const float* w, float* dx) {
   if (p.n == 0) return;
   const cpu::GemmIsa& kernels = isa_for_columns(p.w);
@@ -124,13 +123,13 @@ void conv_data_rows(const ConvPlan& p, int64_t cout, const float* g, const float
   // beyond every read.
   const int64_t left = (p.kw - 1) * p.dw, lg = left + std::max(p.ow, p.pw + p.w + kernels.nr + 1);
   thread_local std::vector<float> padded_v;
-  thread_local std::vector<double> acc_v;
   float* padded = cpu::scratch(padded_v, p.n * cout * p.oh * lg);
-  double* acc = cpu::scratch(acc_v, p.n * p.h * p.c * p.w);
   pad_rows(p.n * cout * p.oh, p.ow, g, left, lg, padded);
   const int64_t blocks = (p.c + kernels.mr - 1) / kernels.mr;
   parallel_for_ranges(p.n * p.h * blocks, p.kh * p.kw * cout * p.w * kernels.mr / (16 * p.sh),
                       [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> taps(p.kh * p.kw);  // one range's lists: no allocation per row
+    std::vector<const float*> rows(p.kh * p.kw);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t s = task / (p.h * blocks), iy = task / blocks % p.h, b = task % blocks;
       cpu::Conv1dDataArgs args;
@@ -142,24 +141,22 @@ void conv_data_rows(const ConvPlan& p, int64_t cout, const float* g, const float
       args.ck = p.col_width();
       args.k = p.kh * p.kw;
       args.w = w;
-      args.acc = acc + (s * p.h + iy) * p.c * p.w;
-      std::fill(args.acc + args.ch_begin * p.w, args.acc + args.ch_end * p.w, 0.0);
       for (int64_t ky = 0; ky < p.kh; ++ky) {  // taps ascending: each element's double sum in col2im's order
         const int64_t ty = iy + p.ph - ky * p.dh;
         if (ty < 0 || ty % p.sh != 0 || ty / p.sh >= p.oh) continue;
         for (int64_t kx = 0; kx < p.kw; ++kx) {
-          args.tap = ky * p.kw + kx;
-          args.gp = padded + (s * cout * p.oh + ty / p.sh) * lg + left + p.pw - kx * p.dw;
-          kernels.conv1d_data(args);
+          taps[args.taps] = ky * p.kw + kx;
+          rows[args.taps++] = padded + (s * cout * p.oh + ty / p.sh) * lg + left + p.pw - kx * p.dw;
         }
       }
-      for (int64_t ch = args.ch_begin; ch < args.ch_end; ++ch)
-        for (int64_t ix = 0; ix < p.w; ++ix)
-          dx[((s * p.c + ch) * p.h + iy) * p.w + ix] = static_cast<float>(args.acc[ch * p.w + ix]);
+      args.tap = taps.data();
+      args.gp = rows.data();
+      args.dx = dx + (s * p.c * p.h + iy) * p.w;
+      args.dx_stride = p.h * p.w;
+      kernels.conv1d_data(args);
     }
   });
 }
-
 
 // A kernel one column wide with no width padding (a period discriminator's)
 // reads, for output (oy, ox), input column ox of rows oy sh - ph + ky dh:

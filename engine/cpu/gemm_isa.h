@@ -87,17 +87,24 @@ struct Conv1dWeightArgs {
   float* out_t = nullptr;     // [ck, o_pad]
 };
 
-// One tap of the input gradient of a convolution whose width stride is 1,
-// for one input row (conv1d_data in gemm_kernel.h): for channels [ch_begin, ch_end) and
-// positions iy in [0, l), the fixed chain over q ascending of
-// fma(gp[q * lg + iy], w[q * ck + ch * k + tap], acc), added (in double) to
-// acc[ch * l + iy]. gp is the sample's gradient rows, zero-padded and
-// already shifted for this tap; ch_begin a multiple of mr.
+// The input gradient of a convolution whose width stride is 1, for one
+// input row (conv1d_data in gemm_kernel.h): for channels [ch_begin, ch_end)
+// and positions ix in [0, l), the double sum over the row's taps in the
+// order given of each tap's fixed chain over q ascending of
+// fma(gp[t][q * lg + ix], w[q * ck + ch * k + tap[t]], acc), rounded to
+// float into dx[ch * dx_stride + ix]. gp[t] is the sample's gradient rows,
+// zero-padded and already shifted for tap t; ch_begin a multiple of mr.
+// The sums stay in registers across the taps: a tap of few output
+// channels is a chain of a few fmas, and a trip through memory per tap
+// would cost more than the chain.
 struct Conv1dDataArgs {
-  int64_t ch_begin = 0, ch_end = 0, o = 0, l = 0, lg = 0, ck = 0, k = 0, tap = 0;
-  const float* gp = nullptr;
+  int64_t ch_begin = 0, ch_end = 0, o = 0, l = 0, lg = 0, ck = 0, k = 0;
+  int64_t taps = 0;
+  const int64_t* tap = nullptr;      // each tap's index in the kernel, ky kw + kx
+  const float* const* gp = nullptr;  // and its gradient rows
   const float* w = nullptr;
-  double* acc = nullptr;
+  float* dx = nullptr;
+  int64_t dx_stride = 0;
 };
 
 struct GemmIsa {

@@ -52,6 +52,11 @@ namespace vqddp::cpu {
 namespace {
 
 #if VQDDP_GEMM_ISA == 512
+// GCC 12's own AVX-512 conversions (cvtps_pd, cvtpd_ps, extractf64x4) pass
+// an undefined vector as the merge source of a full mask, which
+// -Wmaybe-uninitialized reports at every caller: a false alarm in the
+// header, not in our code.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 struct Isa {
   using V = __m512;
   static constexpr int W = 16, MR = 8;
@@ -60,6 +65,20 @@ struct Isa {
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
   static V bcast(const float* p) { return _mm512_set1_ps(*p); }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  // Doubles: H vectors of them per V; DR rows of conv1d_data's float and
+  // double sums (2 + 2 H vectors a row) fit the 32 registers.
+  using D = __m512d;
+  static constexpr int H = 2, DR = 4;
+  static D dzero() { return _mm512_setzero_pd(); }
+  static D dadd(D a, D b) { return _mm512_add_pd(a, b); }
+  static void widen(V v, D* d) {
+    d[0] = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    d[1] = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  }
+  static V narrow(const D* d) {
+    const __m512d lo = _mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(d[0])));
+    return _mm512_castpd_ps(_mm512_insertf64x4(lo, _mm256_castps_pd(_mm512_cvtpd_ps(d[1])), 1));
+  }
 };
 #elif VQDDP_GEMM_ISA == 256
 struct Isa {
@@ -70,6 +89,15 @@ struct Isa {
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static V bcast(const float* p) { return _mm256_broadcast_ss(p); }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  using D = __m256d;  // 2 + 2 H vectors a row of conv1d_data: 2 rows in 16 registers
+  static constexpr int H = 2, DR = 2;
+  static D dzero() { return _mm256_setzero_pd(); }
+  static D dadd(D a, D b) { return _mm256_add_pd(a, b); }
+  static void widen(V v, D* d) {
+    d[0] = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+    d[1] = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+  }
+  static V narrow(const D* d) { return _mm256_set_m128(_mm256_cvtpd_ps(d[1]), _mm256_cvtpd_ps(d[0])); }
 };
 #else
 struct Isa {
@@ -80,6 +108,12 @@ struct Isa {
   static void store(float* p, V v) { *p = v; }
   static V bcast(const float* p) { return *p; }
   static V fma(V a, V b, V c) { return std::fma(a, b, c); }
+  using D = double;
+  static constexpr int H = 1, DR = 4;
+  static D dzero() { return 0.0; }
+  static D dadd(D a, D b) { return a + b; }
+  static void widen(V v, D* d) { d[0] = v; }
+  static V narrow(const D* d) { return static_cast<float>(d[0]); }
 };
 #endif
 
@@ -361,34 +395,51 @@ void conv1d_weight(const Conv1dWeightArgs& g) {
 // accumulates over q ascending; each chain is then added to its element's
 // double sum.
 void conv1d_data(const Conv1dDataArgs& g) {
-  for (int64_t ch0 = g.ch_begin; ch0 < g.ch_end; ch0 += MR) {
-    const int64_t rows = std::min<int64_t>(MR, g.ch_end - ch0);
-    const float* wr[MR];
-    for (int r = 0; r < MR; ++r) wr[r] = g.w + (ch0 + std::min<int64_t>(r, rows - 1)) * g.k + g.tap;
+  constexpr int DR = Isa::DR, H = Isa::H;
+  for (int64_t ch0 = g.ch_begin; ch0 < g.ch_end; ch0 += DR) {
+    const int64_t rows = std::min<int64_t>(DR, g.ch_end - ch0);
+    const float* wr[DR];
+    for (int r = 0; r < DR; ++r) wr[r] = g.w + (ch0 + std::min<int64_t>(r, rows - 1)) * g.k;
     for (int64_t i0 = 0; i0 < g.l; i0 += NR) {
-      const int64_t cols = std::min<int64_t>(NR, g.l - i0);
-      typename Isa::V acc[MR][2];
+      typename Isa::D sum[DR][2 * H];
 #pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = Isa::zero();
-      for (int64_t q = 0; q < g.o; ++q) {
-        const float* bp = g.gp + q * g.lg + i0;
-        typename Isa::V b0 = Isa::load(bp), b1 = Isa::load(bp + W);
+      for (int r = 0; r < DR; ++r)
 #pragma GCC unroll 16
-        for (int r = 0; r < MR; ++r) {
-          typename Isa::V a = Isa::bcast(wr[r] + q * g.ck);
-          acc[r][0] = Isa::fma(a, b0, acc[r][0]);
-          acc[r][1] = Isa::fma(a, b1, acc[r][1]);
+        for (int h = 0; h < 2 * H; ++h) sum[r][h] = Isa::dzero();
+      for (int64_t t = 0; t < g.taps; ++t) {
+        const float* gp = g.gp[t] + i0;
+        const int64_t tap = g.tap[t];
+        typename Isa::V acc[DR][2];
+#pragma GCC unroll 16
+        for (int r = 0; r < DR; ++r) acc[r][0] = acc[r][1] = Isa::zero();
+        for (int64_t q = 0; q < g.o; ++q) {
+          const float* bp = gp + q * g.lg;
+          typename Isa::V b0 = Isa::load(bp), b1 = Isa::load(bp + W);
+#pragma GCC unroll 16
+          for (int r = 0; r < DR; ++r) {
+            typename Isa::V a = Isa::bcast(wr[r] + tap + q * g.ck);
+            acc[r][0] = Isa::fma(a, b0, acc[r][0]);
+            acc[r][1] = Isa::fma(a, b1, acc[r][1]);
+          }
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < DR; ++r) {  // each chain rounded to double, added in tap order
+          typename Isa::D d[2 * H];
+          Isa::widen(acc[r][0], d);
+          Isa::widen(acc[r][1], d + H);
+#pragma GCC unroll 16
+          for (int h = 0; h < 2 * H; ++h) sum[r][h] = Isa::dadd(sum[r][h], d[h]);
         }
       }
-      alignas(64) float tile[MR * NR];
+      const int64_t cols = std::min<int64_t>(NR, g.l - i0);
 #pragma GCC unroll 16
-      for (int r = 0; r < MR; ++r) {
-        Isa::store(tile + r * NR, acc[r][0]);
-        Isa::store(tile + r * NR + W, acc[r][1]);
-      }
-      for (int64_t r = 0; r < rows; ++r) {
-        double* d = g.acc + (ch0 + r) * g.l + i0;
-        for (int64_t i = 0; i < cols; ++i) d[i] += tile[r * NR + i];
+      for (int r = 0; r < DR; ++r) {  // unrolled, so that sum stays in registers
+        if (r >= rows) break;
+        float* out = g.dx + (ch0 + r) * g.dx_stride + i0;
+        alignas(64) float tile[NR];
+        Isa::store(cols == NR ? out : tile, Isa::narrow(sum[r]));
+        Isa::store((cols == NR ? out : tile) + W, Isa::narrow(sum[r] + H));
+        if (cols < NR) std::copy_n(tile, cols, out);
       }
     }
   }
