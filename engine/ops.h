@@ -127,6 +127,13 @@ struct ConvOptions {  // per dimension (h, w) for 2-D
 };
 struct Conv1dOptions {
   int64_t stride = 1, padding = 0, dilation = 1, output_padding = 0, groups = 1;
+  // Causal (padding and output_padding 0): output t sees input up to its
+  // own stride's last sample, never later. A convolution pads
+  // dil (K - 1) - (stride - 1) zeros on the left only (L -> L / stride for
+  // L a multiple of it); a transposed one cuts dil (K - 1) + 1 - stride
+  // samples off its right end (L -> L stride), so its output never waits
+  // for a later input frame (EnCodec's and Mimi's causal layers).
+  bool causal = false;
 };
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o = {});
 Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o = {});
@@ -144,6 +151,11 @@ Tensor fold(const Tensor& cols, const Shape& image, int64_t kh, int64_t kw, cons
 Tensor reshape(const Tensor& x, const Shape& shape);
 // View of rows [begin, end) of the first dimension (same storage).
 Tensor slice_rows(const Tensor& x, int64_t begin, int64_t end);
+// The last dimension with `left` zeros before it and `right` after (a
+// causal convolution's left padding, model.causal); a negative count cuts
+// that many entries off that end instead (a causal transposed
+// convolution's overhang). Each is the other's backward.
+Tensor pad_last(const Tensor& x, int64_t left, int64_t right);
 // Copy with dimensions d0 and d1 swapped (default: the two of a matrix).
 Tensor transpose(const Tensor& x, int64_t d0 = 0, int64_t d1 = 1);
 // Joins tensors along `dim`; all other dimensions must match.

@@ -310,6 +310,15 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o) {
   VQDDP_CHECK(x.dim() == 3 && weight.dim() == 3, "conv1d: x {} must be [N, C, L] and weight {} [C_out, C / groups, K]",
               x.desc(), weight.desc());
+  if (o.causal) {
+    const int64_t left = o.dilation * (weight.size(2) - 1) - (o.stride - 1);
+    VQDDP_CHECK(o.padding == 0 && o.output_padding == 0 && left >= 0,
+                "conv1d: a causal convolution takes no padding and a kernel at least its stride (kernel {}, stride "
+                "{}, padding {})", weight.size(2), o.stride, o.padding);
+    Conv1dOptions plain = o;
+    plain.causal = false;
+    return conv1d(pad_last(x, left, 0), weight, bias, plain);
+  }
   Tensor y = conv2d(reshape(x, as_2d(x.shape())), reshape(weight, as_2d(weight.shape())), bias, options_2d(o));
   return reshape(y, {y.size(0), y.size(1), y.size(3)});
 }
@@ -317,6 +326,15 @@ Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o) {
   VQDDP_CHECK(x.dim() == 3 && weight.dim() == 3,
               "conv_transpose1d: x {} must be [N, C, L] and weight {} [C, C_out / groups, K]", x.desc(), weight.desc());
+  if (o.causal) {
+    const int64_t overhang = o.dilation * (weight.size(2) - 1) + 1 - o.stride;
+    VQDDP_CHECK(o.padding == 0 && o.output_padding == 0 && overhang >= 0,
+                "conv_transpose1d: a causal transposed convolution takes no padding and a kernel at least its stride "
+                "(kernel {}, stride {}, padding {})", weight.size(2), o.stride, o.padding);
+    Conv1dOptions plain = o;
+    plain.causal = false;
+    return pad_last(conv_transpose1d(x, weight, bias, plain), 0, -overhang);
+  }
   Tensor y = conv_transpose2d(reshape(x, as_2d(x.shape())), reshape(weight, as_2d(weight.shape())), bias,
                               options_2d(o));
   return reshape(y, {y.size(0), y.size(1), y.size(3)});

@@ -1,5 +1,8 @@
 // Shape ops: views (reshape, slice_rows) and copies (transpose, concat,
 // index_select), each with its backward.
+#include <algorithm>
+#include <vector>
+
 #include "engine/autograd.h"
 #include "engine/device_plans.h"
 #include "engine/exact_batch.h"
@@ -70,6 +73,30 @@ Tensor slice_rows(const Tensor& x, int64_t begin, int64_t end) {
                      device_of("slice_rows backward", {&g}).copy_blocks(blocks, 3, sizeof(float));
                      return {gx};
                    });
+}
+
+Tensor pad_last(const Tensor& x, int64_t left, int64_t right) {
+  VQDDP_CHECK(x.dim() >= 1, "pad_last on a 0-d tensor");
+  const int64_t len = x.shape().back(), kept = len + std::min<int64_t>(left, 0) + std::min<int64_t>(right, 0);
+  VQDDP_CHECK(kept >= 0 && kept + std::max<int64_t>(left, 0) + std::max<int64_t>(right, 0) >= 1,
+              "pad_last: padding ({}, {}) leaves nothing of {}", left, right, x.desc());
+  Shape shape = x.shape();
+  shape.back() = kept + std::max<int64_t>(left, 0) + std::max<int64_t>(right, 0);
+  const int64_t rows = x.numel() / std::max<int64_t>(len, 1), width = shape.back();
+  Tensor out = empty(shape, x.dtype(), x.device());
+  const size_t es = dtype_size(x.dtype());
+  char* to = static_cast<char*>(out.raw_ptr());
+  // Zeros, the kept columns, zeros: one launch.
+  std::vector<CopyBlock> blocks;
+  if (left > 0) blocks.push_back({nullptr, to, rows, left, 0, width});
+  if (kept > 0)
+    blocks.push_back({static_cast<const char*>(x.raw_ptr()) + std::max<int64_t>(-left, 0) * es,
+                      to + std::max<int64_t>(left, 0) * es, rows, kept, len, width});
+  if (right > 0) blocks.push_back({nullptr, to + (width - right) * es, rows, right, 0, width});
+  device_of("pad_last", {&x}).copy_blocks(blocks.data(), static_cast<int64_t>(blocks.size()), es);
+  return record_op("pad_last", out, {x}, [left, right](const Tensor& g) -> std::vector<Tensor> {
+    return {pad_last(g, -left, -right)};
+  });
 }
 
 Tensor transpose(const Tensor& x, int64_t d0, int64_t d1) {

@@ -59,6 +59,8 @@ VARIANTS = {
     "wider": ("channels 16-96-192", {"model.channels": [16, 96, 192]}),
     "4_layers": ("4 x 256 codes: twice the bits (6.4 kbit/s)", {"quantizer.num_quantizers": 4}),
     "twice_the_steps": ("6600 steps: twice the compute", {"schedule.steps": 6600}),
+    "causal": ("causal (model.causal): every convolution sees only the past, a 5 ms frame of latency",
+               {"model.causal": True}),
 }
 
 

@@ -41,6 +41,7 @@ void read_model(ConfigSection s, ModelConfig& m) {
     m.channels = s.integers("channels", {32, 64, 128, 256}, limits::width);
     m.strides = s.integers("strides", {2, 4, 5}, limits::conv_stride);
     m.residual_units = s.integer("residual_units", m.residual_units, limits::residual_units);
+    m.causal = s.boolean("causal", m.causal);
     m.waveform_loss = s.choice("waveform_loss", m.waveform_loss, {"l1", "l2"});
     m.spectral_weight = s.number("spectral_weight", m.spectral_weight);
     m.mel_weight = s.number("mel_weight", m.mel_weight);

@@ -67,6 +67,7 @@ struct ModelConfig {
   std::vector<int64_t> channels;
   std::vector<int64_t> strides;  // conv_codec: downsampling per stage (their product per token)
   int64_t residual_units = 1;    // conv_codec: dilated residual units per stage (dilation 1, 3, 9, ...)
+  bool causal = false;           // conv_codec: every convolution sees only the past (engine/ops.h Conv1dOptions)
   bool weight_norm = true;       // conv types: every convolution weight-normalized
   std::string waveform_loss = "l2";  // conv_codec: l1 or l2 (mse) on the waveform
   double spectral_weight = 0;    // conv_codec: weight of the multi-resolution STFT loss

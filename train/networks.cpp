@@ -48,12 +48,19 @@ Network mlp_network(const ModelConfig& m, int64_t input_dim, Generator& gen) {
 }
 
 // ---- conv_codec ------------------------------------------------------------------
-// SoundStream's encoder block, non-causal (symmetric padding: the codec
-// sees a whole segment): residual units act -> Conv1d(k 3, dilation d) ->
-// act -> Conv1d(k 1) with d = 1, 3, 9, ..., then act -> a Conv1d of kernel
-// 2s and stride s, padding ceil(s/2), which maps length L (a multiple of s)
-// to exactly L / s. The decoder mirrors it with ConvTranspose1d(k 2s,
-// stride s, same padding, output_padding 2 ceil(s/2) - s): L -> L s.
+// SoundStream's encoder block: residual units act -> Conv1d(k 3, dilation
+// d) -> act -> Conv1d(k 1) with d = 1, 3, 9, ..., then act -> a Conv1d of
+// kernel 2s and stride s, which maps length L (a multiple of s) to exactly
+// L / s. The decoder mirrors it with ConvTranspose1d(k 2s, stride s):
+// L -> L s.
+//
+// Non-causal (the default): symmetric padding, the codec sees a whole
+// segment; a stride-s layer pads ceil(s/2) and its transposed mirror takes
+// output_padding 2 ceil(s/2) - s. Causal (model.causal): every layer pads
+// on the left only and a transposed layer cuts its overhang on the right
+// (Conv1dOptions::causal), so a latent frame depends on the samples up to
+// its last one and a decoded sample on the frames up to its own: the
+// codec can code a stream as it arrives.
 
 // Padding of a stride-s layer of kernel 2s: L -> L / s down, L -> L s up.
 int64_t stride_padding(int64_t s) { return (s + 1) / 2; }
@@ -61,11 +68,22 @@ int64_t stride_padding(int64_t s) { return (s + 1) / 2; }
 struct Conv1dMaker {
   Generator& gen;
   ConvLayerOptions layer;
-  std::shared_ptr<Layer> operator()(int64_t in, int64_t out, int64_t k, Conv1dOptions o = {}) const {
+  bool causal;
+  // A stride-1 convolution of kernel k (odd) and dilation d: length kept.
+  std::shared_ptr<Layer> operator()(int64_t in, int64_t out, int64_t k, int64_t d = 1) const {
+    Conv1dOptions o{.padding = causal ? 0 : d * (k - 1) / 2, .dilation = d, .causal = causal};
     return std::make_shared<Conv1d>(in, out, k, gen, o, layer);
   }
-  std::shared_ptr<Layer> up(int64_t in, int64_t out, int64_t k, Conv1dOptions o) const {
-    return std::make_shared<ConvTranspose1d>(in, out, k, gen, o, layer);
+  // Kernel 2s, stride s: L -> L / s.
+  std::shared_ptr<Layer> down(int64_t in, int64_t out, int64_t s) const {
+    Conv1dOptions o{.stride = s, .padding = causal ? 0 : stride_padding(s), .causal = causal};
+    return std::make_shared<Conv1d>(in, out, 2 * s, gen, o, layer);
+  }
+  // Its mirror: L -> L s.
+  std::shared_ptr<Layer> up(int64_t in, int64_t out, int64_t s) const {
+    const int64_t pad = causal ? 0 : stride_padding(s);
+    Conv1dOptions o{.stride = s, .padding = pad, .output_padding = causal ? 0 : 2 * pad - s, .causal = causal};
+    return std::make_shared<ConvTranspose1d>(in, out, 2 * s, gen, o, layer);
   }
 };
 
@@ -74,7 +92,7 @@ void residual_units(Sequential& net, const ModelConfig& m, int64_t ch, const Con
   for (int64_t u = 0; u < m.residual_units; ++u, dilation *= 3) {
     auto unit = std::make_shared<Sequential>();
     unit->add(activation(m.activation))
-        .add(conv(ch, ch, 3, {.stride = 1, .padding = dilation, .dilation = dilation}))
+        .add(conv(ch, ch, 3, dilation))
         .add(activation(m.activation))
         .add(conv(ch, ch, 1));
     net.add(std::make_shared<Residual>(unit));
@@ -85,28 +103,25 @@ Network conv_codec_network(const ModelConfig& m, int64_t input_dim, Generator& g
   int64_t hop = *limits::product(m.strides);  // bounded by model_config_problem
   VQDDP_CHECK(input_dim % hop == 0, "data.frame {} must be a multiple of the product of model.strides ({}) for "
               "conv_codec: each token covers that many samples", input_dim, hop);
-  Conv1dMaker conv{gen, {.weight_norm = m.weight_norm, .bias = true}};
+  Conv1dMaker conv{gen, {.weight_norm = m.weight_norm, .bias = true}, m.causal};
   const std::vector<int64_t>& ch = m.channels;
   size_t stages = m.strides.size();
   Network n;
   n.encoder = std::make_shared<Sequential>();
-  n.encoder->add(conv(1, ch[0], 7, {.padding = 3}));
+  n.encoder->add(conv(1, ch[0], 7));
   for (size_t i = 0; i < stages; ++i) {
-    int64_t s = m.strides[i];
     residual_units(*n.encoder, m, ch[i], conv);
-    n.encoder->add(activation(m.activation)).add(conv(ch[i], ch[i + 1], 2 * s, {.stride = s, .padding = stride_padding(s)}));
+    n.encoder->add(activation(m.activation)).add(conv.down(ch[i], ch[i + 1], m.strides[i]));
   }
-  n.encoder->add(activation(m.activation)).add(conv(ch[stages], m.latent_dim, 3, {.padding = 1}));
+  n.encoder->add(activation(m.activation)).add(conv(ch[stages], m.latent_dim, 3));
 
   n.decoder = std::make_shared<Sequential>();
-  n.decoder->add(conv(m.latent_dim, ch[stages], 7, {.padding = 3}));
+  n.decoder->add(conv(m.latent_dim, ch[stages], 7));
   for (size_t i = stages; i-- > 0;) {
-    int64_t s = m.strides[i], pad = stride_padding(s);
-    n.decoder->add(activation(m.activation))
-        .add(conv.up(ch[i + 1], ch[i], 2 * s, {.stride = s, .padding = pad, .output_padding = 2 * pad - s}));
+    n.decoder->add(activation(m.activation)).add(conv.up(ch[i + 1], ch[i], m.strides[i]));
     residual_units(*n.decoder, m, ch[i], conv);
   }
-  n.decoder->add(activation(m.activation)).add(conv(ch[0], 1, 7, {.padding = 3}));
+  n.decoder->add(activation(m.activation)).add(conv(ch[0], 1, 7));
   n.input = {1, input_dim};
   n.latent = {m.latent_dim, input_dim / hop};
   n.tokens = input_dim / hop;

@@ -224,6 +224,12 @@ inline std::vector<OpCase> op_table() {
   in_step({});
   t.push_back({"concat cols", {in({4, 3}), in({4, 2})}, [](const V& v) { return square(concat({v[0], v[1]}, 1)); }});
   in_step({0, 1});
+  // Each row padded on the left and cut on the right (a causal
+  // convolution's padding), and the other way round.
+  t.push_back({"pad_last", {in({4, 3})}, [](const V& v) { return square(pad_last(v[0], 2, -1)); }});
+  in_step({0});
+  t.push_back({"pad_last cut left pad right", {in({4, 3})}, [](const V& v) { return square(pad_last(v[0], -1, 2)); }});
+  in_step({0});
   // A table's rows picked by a batch's indices: the embedding lookup.
   t.push_back({"index_select", {in({4, 3}), fixed(idx, false)},
                [](const V& v) { return square(index_select(v[0], v[1])); }});
@@ -242,6 +248,17 @@ inline std::vector<OpCase> op_table() {
                [=](const V& v) { return conv_transpose1d(v[0], v[1], v[2], o1(1, 1, 1, 1)); }, true, 3 * 3});
   t.push_back({"conv_transpose1d stride 2 padding 1 output_padding 1 groups 2", {in({2, 4, 4}), in({4, 3, 4}), in({6})},
                [=](const V& v) { return conv_transpose1d(v[0], v[1], v[2], o1(2, 1, 1, 2, 1)); }, true, 2 * 4});
+  // Causal (model.causal's layers): padded on the left, the overhang cut.
+  auto causal = [](Conv1dOptions o) {
+    o.causal = true;
+    return o;
+  };
+  t.push_back({"conv1d causal stride 2 dilation 1", {in({2, 3, 8}), in({4, 3, 4}), in({4})},
+               [=](const V& v) { return conv1d(v[0], v[1], v[2], causal(o1(2, 0, 1, 1))); }, true, 3 * 4});
+  t.push_back({"conv1d causal stride 1 dilation 3", {in({2, 3, 9}), in({2, 3, 3}), in({2})},
+               [=](const V& v) { return conv1d(v[0], v[1], v[2], causal(o1(1, 0, 3, 1))); }, true, 3 * 3});
+  t.push_back({"conv_transpose1d causal stride 2", {in({2, 3, 4}), in({3, 2, 4}), in({2})},
+               [=](const V& v) { return conv_transpose1d(v[0], v[1], v[2], causal(o1(2, 0, 1, 1))); }, true, 3 * 4});
   t.push_back({"conv2d stride (2, 1) padding 1 dilation (1, 2)", {in({2, 2, 5, 6}), in({3, 2, 3, 3}), in({3})},
                [=](const V& v) { return conv2d(v[0], v[1], v[2], o2(2, 1, 1, 1, 1, 2, 1)); }, true, 2 * 9});
   // The adversarial discriminators' kernels (train/discriminators.h): a

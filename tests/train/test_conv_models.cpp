@@ -8,6 +8,7 @@
 #include "comm/single.h"
 #include "engine/autograd.h"
 #include "engine/ops.h"
+#include "tests/engine/causality.h"
 #include "tests/train/small_run.h"
 #include "tool/check_ddp.h"
 #include "train/model.h"
@@ -133,6 +134,44 @@ TEST_CASE("conv_codec: one token per product-of-strides samples, bitrate and lat
   ModelOutput one = model.forward(slice_rows(x, 1, 2).clone(), comm);
   std::vector<int64_t> all = out.indices.to_vector<int64_t>(), mine = one.indices.to_vector<int64_t>();
   CHECK(std::vector<int64_t>(all.begin() + 64, all.begin() + 128) == mine);
+}
+
+TEST_CASE("conv_codec with model.causal: a latent frame waits for its own samples and no later one, a decoded "
+          "sample for its own frame and no later one") {
+  Config cfg = conv_config("conv_codec", tmp("causal"));
+  cfg.model.residual_units = 2;  // dilations 1 and 3
+  const int64_t hop = 8, f = 256;
+  NoGradGuard no_grad;
+  for (bool causal : {true, false}) {
+    CAPTURE(causal);
+    cfg.model.causal = causal;
+    Generator gen(1, 0), data(2, 0);
+    Network net = make_network(cfg.model, f, gen);
+    Tensor x = rand_normal({2, 1, f}, data);
+    Tensor z = net.encoder->forward(x);
+    REQUIRE(z.shape() == Shape{2, 4, f / hop});
+    // Samples from p on changed: the frames before p / hop keep their bits
+    // (causal), frame p / hop changes (p is among its samples).
+    for (int64_t p : {int64_t{100}, int64_t{103}, int64_t{104}, f - 1}) {
+      CAPTURE(p);
+      auto [same, differs] = test::same_before(z, net.encoder->forward(test::future_changed(x, p)), p / hop);
+      CHECK(same == causal);  // the symmetric codec looks ahead: its earlier frames change too
+      CHECK(differs);
+    }
+    Tensor y = net.decoder->forward(z);
+    REQUIRE(y.shape() == Shape{2, 1, f});
+    for (int64_t t : {int64_t{1}, int64_t{16}, f / hop - 1}) {
+      CAPTURE(t);
+      auto [same, differs] = test::same_before(y, net.decoder->forward(test::future_changed(z, t)), t * hop);
+      CHECK(same == causal);
+      CHECK(differs);
+    }
+  }
+  // The key is conv_codec's: read from a config, unknown to the other types.
+  nlohmann::json j = {{"model", {{"type", "conv_codec"}, {"causal", true}}}, {"data", {{"sources", {{{"path", "x"}}}}}}};
+  CHECK(parse_config(j, "c.json").model.causal);
+  j["model"] = {{"type", "conv_vqvae"}, {"causal", true}};
+  CHECK_THROWS_WITH(parse_config(j, "c.json"), doctest::Contains("unknown key 'model.causal'"));
 }
 
 TEST_CASE("conv model sizes that do not fit are refused naming the key") {
