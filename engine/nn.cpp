@@ -170,6 +170,29 @@ Tensor Residual::forward(const Tensor& x) {
   return add(x, y);
 }
 
+Tensor Residual::stream(const Tensor& x, StreamState& state) {
+  Tensor y = inner_->stream(x, state);  // always: its layers' slots stay in order
+  VQDDP_CHECK(y.shape() == x.shape(), "Residual: the block streams {} to {}; it must give an output per input",
+              x.desc(), y.desc());
+  return x.numel() == 0 ? x : add(x, y);
+}
+
+Tensor& StreamState::next(const std::function<Tensor()>& init) {
+  if (at_ == slots_.size()) slots_.push_back(init());
+  return slots_[at_++];
+}
+
+int64_t StreamState::bytes() const {
+  int64_t n = 0;
+  for (const Tensor& t : slots_) n += t.numel() * static_cast<int64_t>(dtype_size(t.dtype()));
+  return n;
+}
+
+Tensor Layer::stream(const Tensor&, StreamState&) {
+  VQDDP_THROW("this layer cannot stream: only causal convolutions (Conv1dOptions::causal), elementwise activations "
+             "and stacks and residual blocks of them can");
+}
+
 Tensor Linear::forward(const Tensor& x) {
   VQDDP_CHECK(x.dim() == 2 && x.size(1) == weight.size(1), "Linear: expected input [N, {}], got {}", weight.size(1),
               x.desc());
@@ -186,6 +209,12 @@ Sequential& Sequential::add(std::shared_ptr<Layer> layer) {
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
   for (auto& layer : layers_) y = layer->forward(y);
+  return y;
+}
+
+Tensor Sequential::stream(const Tensor& x, StreamState& state) {
+  Tensor y = x;
+  for (auto& layer : layers_) y = layer->stream(y, state);
   return y;
 }
 

@@ -106,11 +106,41 @@ class Module {
   bool training_ = true;
 };
 
+// What a causal layer stack carries from one stretch of an endless input to
+// the next (Layer::stream): one tensor per layer that keeps any, in the
+// order the stack visits them, every call visiting every one. The tensors
+// are values: a layer replaces its slot and never writes into it, so a
+// copy of a StreamState is a fork of the stream.
+class StreamState {
+ public:
+  // The next layer's slot: `init()` on the stream's first stretch.
+  Tensor& next(const std::function<Tensor()>& init);
+  // Back to the first slot, before a stretch (the stack's owner calls it).
+  void rewind() { at_ = 0; }
+  // The stream's start again: every slot dropped.
+  void clear() {
+    slots_.clear();
+    at_ = 0;
+  }
+  int64_t bytes() const;  // what the slots hold
+
+ private:
+  std::vector<Tensor> slots_;
+  size_t at_ = 0;
+};
+
 // A module that maps one tensor to one tensor: what Sequential chains.
 class Layer : public Module {
  public:
   virtual Tensor forward(const Tensor& x) = 0;
   Tensor operator()(const Tensor& x) { return forward(x); }
+  // The forward over the next stretch x [N, C, m] (m >= 0) of an endless
+  // input [N, C, ...], given what the stretches before left in `state`:
+  // the outputs that x completes, the same bits as forward() over the whole
+  // input gives at their positions. Causal layers only (a stride-s layer
+  // gives an output per s inputs, when its last one arrives); the others
+  // refuse.
+  virtual Tensor stream(const Tensor& x, StreamState& state);
 };
 
 // y = x W^T + b, x [N, in] -> y [N, out]. Initialised like PyTorch's
@@ -161,6 +191,8 @@ class Activation : public Layer {
  public:
   explicit Activation(std::function<Tensor(const Tensor&)> fn) : fn_(std::move(fn)) {}
   Tensor forward(const Tensor& x) override { return fn_(x); }
+  // Elementwise: each stretch on its own.
+  Tensor stream(const Tensor& x, StreamState&) override { return x.numel() == 0 ? x : fn_(x); }
 
  private:
   std::function<Tensor(const Tensor&)> fn_;
@@ -172,6 +204,7 @@ class Residual : public Layer {
  public:
   explicit Residual(std::shared_ptr<Layer> inner);
   Tensor forward(const Tensor& x) override;
+  Tensor stream(const Tensor& x, StreamState& state) override;  // inner must give an output per input
 
  private:
   std::shared_ptr<Layer> inner_;
@@ -183,6 +216,7 @@ class Sequential : public Layer {
   Sequential() = default;
   Sequential& add(std::shared_ptr<Layer> layer);
   Tensor forward(const Tensor& x) override;
+  Tensor stream(const Tensor& x, StreamState& state) override;
   size_t size() const { return layers_.size(); }
 
  private:

@@ -70,11 +70,14 @@ WeightNormBatch::WeightNormBatch(Module& root) {
   });
   if (layers_.empty()) return;
   std::vector<Tensor> ws = weight_norm_all(vs, gs);
-  for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->batched_ = ws[i];
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    outer_.push_back(layers_[i]->batched_);
+    layers_[i]->batched_ = ws[i];
+  }
 }
 
 WeightNormBatch::~WeightNormBatch() {
-  for (ConvLayer* layer : layers_) layer->batched_ = Tensor();
+  for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->batched_ = outer_[i];
 }
 
 ConvLayer::ConvLayer(const Shape& shape, int64_t out_channels, Generator& gen, bool normalize, bool with_bias) {
@@ -109,6 +112,53 @@ Shape conv_weight_shape(bool transposed, int64_t in, int64_t out, const Shape& k
   Shape shape = transposed ? Shape{in, out / groups} : Shape{out, in / groups};
   shape.insert(shape.end(), kernel.begin(), kernel.end());
   return shape;
+}
+
+Tensor conv1d_stream(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o,
+                     StreamState& state) {
+  VQDDP_CHECK(o.causal, "a non-causal Conv1d cannot stream: it pads both sides and reads ahead (model.causal)");
+  VQDDP_CHECK(x.dim() == 3, "conv1d stream: a stretch must be [N, C, m], got {}", x.desc());
+  const int64_t span = o.dilation * (weight.size(2) - 1) + 1, left = span - o.stride;
+  Tensor& pending = state.next([&] { return zeros({x.size(0), x.size(1), left}, x.dtype(), x.device()); });
+  VQDDP_CHECK(pending.size(0) == x.size(0) && pending.size(1) == x.size(1),
+              "conv1d stream: a stretch {} does not continue the stream's [{}, {}, ...]", x.desc(), pending.size(0),
+              pending.size(1));
+  Tensor all = x.size(2) == 0 ? pending : pending.size(2) == 0 ? x : concat({pending, x}, 2);
+  const int64_t len = all.size(2), outs = len < span ? 0 : (len - span) / o.stride + 1;
+  Tensor y = empty({x.size(0), weight.size(0), 0}, x.dtype(), x.device());
+  if (outs > 0) {
+    Conv1dOptions plain = o;
+    plain.causal = false;
+    const int64_t used = (outs - 1) * o.stride + span;
+    y = conv1d(used == len ? all : pad_last(all, 0, used - len), weight, bias, plain);
+  }
+  pending = outs == 0 ? all : pad_last(all, -outs * o.stride, 0);
+  return y;
+}
+
+Tensor conv_transpose1d_stream(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o,
+                               StreamState& state) {
+  VQDDP_CHECK(o.causal, "a non-causal ConvTranspose1d cannot stream: it cuts both ends (model.causal)");
+  VQDDP_CHECK(x.dim() == 3, "conv_transpose1d stream: a stretch must be [N, C, m], got {}", x.desc());
+  const int64_t over = o.dilation * (weight.size(2) - 1) + 1 - o.stride, cout = weight.size(1) * o.groups;
+  VQDDP_CHECK(over >= 0 && over <= o.stride,
+              "a causal ConvTranspose1d streams only where a sample takes at most two frames: kernel {} dilation {} "
+              "spans more than two strides of {}", weight.size(2), o.dilation, o.stride);
+  Tensor& carry = state.next([&] { return zeros({x.size(0), cout, over}, x.dtype(), x.device()); });
+  VQDDP_CHECK(carry.size(0) == x.size(0), "conv_transpose1d stream: a stretch {} does not continue the stream's [{}, "
+              "...]", x.desc(), carry.size(0));
+  const int64_t len = x.size(2) * o.stride;
+  if (len == 0) return empty({x.size(0), cout, 0}, x.dtype(), x.device());
+  Conv1dOptions plain = o;
+  plain.causal = false;
+  Tensor full = conv_transpose1d(x, weight, Tensor(), plain);  // [N, cout, len + over]: chains, no bias
+  Tensor y = full;
+  if (over > 0) {
+    Tensor head = add(carry, pad_last(full, 0, -len));  // the two frames' chains, summed as the whole op's double sum rounds
+    y = len == over ? head : concat({head, pad_last(full, -over, -over)}, 2);
+    carry = pad_last(full, -len, 0);
+  }
+  return bias.defined() ? add(y, reshape(bias, {cout, 1})) : y;
 }
 
 }  // namespace vqddp

@@ -43,7 +43,9 @@ class ConvLayer : public Layer {
 // a model's forward makes one, so a step launches one weight-norm kernel
 // each way instead of one per layer, with the same bits. Build it where the
 // parameters will not change before the forward ends (not across an
-// optimizer step).
+// optimizer step). They nest: one built while another lives gives the
+// layers back the other's weights when it ends (an inference codec keeps
+// one for its life, train/codec.h, and its encode makes its own).
 class WeightNormBatch {
  public:
   explicit WeightNormBatch(Module& root);
@@ -53,6 +55,7 @@ class WeightNormBatch {
 
  private:
   std::vector<ConvLayer*> layers_;
+  std::vector<Tensor> outer_;  // each layer's weight before this one
 };
 
 struct ConvLayerOptions {
@@ -66,6 +69,20 @@ struct ConvLayerOptions {
 Shape conv_weight_shape(int dims, bool transposed, int64_t in, int64_t out, int64_t kernel, int64_t groups);
 // The same with one size per dimension (a 2-D kernel kh x kw).
 Shape conv_weight_shape(bool transposed, int64_t in, int64_t out, const Shape& kernel, int64_t groups);
+
+// The streams of the causal 1-D layers (Layer::stream). A convolution
+// keeps the inputs its next output needs, which starts as its left
+// padding: dil (K - 1) - (stride - 1) zeros. A transposed one keeps its
+// last frame's overhang (the first dil (K - 1) + 1 - stride samples of the
+// next frame's span, without the bias) and adds it to the next frame's: a
+// sum of two chains, which float addition gives in the bits of the
+// double sum the whole-input op rounds (two floats' double sum rounds to
+// their float sum), so it streams where a sample takes at most two frames:
+// an overhang of at most the stride (kernel 2 stride, the codec's).
+Tensor conv1d_stream(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o,
+                     StreamState& state);
+Tensor conv_transpose1d_stream(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o,
+                               StreamState& state);
 
 // A convolution layer: `Op` (ops.h) with its options, the weight and bias of
 // ConvLayer: square kernels from one size, or a size per dimension.
@@ -86,6 +103,12 @@ class Conv : public ConvLayer {
                   layer.weight_norm, layer.bias),
         options(o) {}
   Tensor forward(const Tensor& x) override { return Op(x, weight(), bias, options); }
+  Tensor stream(const Tensor& x, StreamState& state) override {
+    if constexpr (Dims == 1)
+      return (Transposed ? conv_transpose1d_stream : conv1d_stream)(x, weight(), bias, options, state);
+    else
+      return Layer::stream(x, state);
+  }
   Options options;
 };
 

@@ -91,6 +91,70 @@ Tensor CodecModel::decode(const Tensor& codes) const {
   return mcfg_.sigmoid_output ? sigmoid(y) : y;
 }
 
+void CodecModel::check_causal(const char* what) const {
+  VQDDP_CHECK(mcfg_.type == "conv_codec" && mcfg_.causal,
+              "{}: the codec is not causal (model.causal is false): it reads ahead, so it codes frames, not a "
+              "stream", what);
+  VQDDP_CHECK(!is_training(), "{}: the model must be in eval mode (call eval() first)", what);
+}
+
+Tensor CodecModel::codes_of_latent(const Tensor& z) {
+  const int64_t t = z.size(2);
+  if (t == 0) return empty({0, num_layers()}, DType::i64);
+  SingleCommunicator local;  // eval: the quantizer issues no collective
+  return quantizer_->quantize(transpose(reshape(z, {mcfg_.latent_dim, t}), 0, 1), local).indices;
+}
+
+Tensor CodecModel::latent_of_codes(const Tensor& codes, const char* what) const {
+  VQDDP_CHECK(codes.dim() == 2 && codes.size(1) >= 1 && codes.size(1) <= num_layers() && codes.dtype() == DType::i64,
+              "{}: codes must be int64 [frames, 1..{}], got {}", what, num_layers(), codes.desc());
+  const int64_t t = codes.size(0);
+  if (t == 0) return empty({1, mcfg_.latent_dim, 0});
+  Tensor all = codes;
+  if (codes.size(1) < num_layers()) {  // the layers left out: -1 (residual quantizers' decode)
+    Tensor absent = full({t, num_layers() - codes.size(1)}, -1.0, DType::i64);
+    all = concat({codes, absent}, 1);
+  }
+  return reshape(transpose(quantizer_->decode(all), 0, 1), {1, mcfg_.latent_dim, t});
+}
+
+Tensor CodecModel::encode_sequence(const Tensor& samples) {
+  check_causal("encode_sequence");
+  VQDDP_CHECK(samples.dim() == 1 && samples.size(0) % hop() == 0,
+              "encode_sequence: samples must be [L] with L a multiple of {} (a token's samples), got {}", hop(),
+              samples.desc());
+  NoGradGuard no_grad;
+  if (samples.size(0) == 0) return empty({0, num_layers()}, DType::i64);
+  return codes_of_latent(net_.encoder->forward(reshape(samples, {1, 1, samples.size(0)})));
+}
+
+Tensor CodecModel::decode_sequence(const Tensor& codes) const {
+  check_causal("decode_sequence");
+  NoGradGuard no_grad;
+  Tensor z = latent_of_codes(codes, "decode_sequence");
+  if (z.size(2) == 0) return empty({0});
+  Tensor y = net_.decoder->forward(z);
+  return reshape(mcfg_.sigmoid_output ? sigmoid(y) : y, {y.size(2)});
+}
+
+Tensor CodecModel::encode_stream(const Tensor& samples, StreamState& state) {
+  check_causal("encode_stream");
+  VQDDP_CHECK(samples.dim() == 1, "encode_stream: samples must be [m], got {}", samples.desc());
+  NoGradGuard no_grad;
+  state.rewind();
+  return codes_of_latent(net_.encoder->stream(reshape(samples, {1, 1, samples.size(0)}), state));
+}
+
+Tensor CodecModel::decode_stream(const Tensor& codes, StreamState& state) const {
+  check_causal("decode_stream");
+  NoGradGuard no_grad;
+  Tensor z = latent_of_codes(codes, "decode_stream");
+  state.rewind();
+  Tensor y = net_.decoder->stream(z, state);
+  if (y.size(2) > 0 && mcfg_.sigmoid_output) y = sigmoid(y);
+  return reshape(y, {y.size(2)});
+}
+
 ModelOutput CodecModel::forward(const Tensor& x, Communicator& comm) {
   VQDDP_CHECK(x.dim() == 2 && x.size(1) == input_dim_, "rank {}: model expects [N, {}], got {}", comm.rank(),
               input_dim_, x.desc());

@@ -51,6 +51,21 @@ class CodecModel : public Module {
   Tensor encode(const Tensor& x);
   Tensor decode(const Tensor& codes) const;
 
+  // A causal conv codec (model.causal) over one recording as a sequence,
+  // not in frames: samples [L] (L a multiple of hop()) -> codes [L / hop, Q];
+  // codes [T, L <= Q] -> samples [T hop]. Eval mode, no grad.
+  Tensor encode_sequence(const Tensor& samples);
+  Tensor decode_sequence(const Tensor& codes) const;
+  // The same over a stream's next stretch (any length), with what the
+  // stretches before left in `state` (engine/nn.h StreamState; one per
+  // stream and direction): the codes of every hop the stretch completes,
+  // the samples of every frame of codes; each the bits the *_sequence
+  // call over the whole stream gives there (train/streaming.h).
+  Tensor encode_stream(const Tensor& samples, StreamState& state);
+  Tensor decode_stream(const Tensor& codes, StreamState& state) const;
+  bool causal() const { return mcfg_.causal; }
+  int64_t hop() const { return input_dim_ / net_.tokens; }  // samples per token (conv_codec)
+
   int64_t input_dim() const { return input_dim_; }
   int64_t tokens_per_example() const { return net_.tokens; }
   int num_layers() const;                // quantizer layers Q
@@ -63,6 +78,11 @@ class CodecModel : public Module {
   // (n, F) -> (n * tokens, D) and back.
   Tensor tokens_of(const Tensor& latent, int64_t n) const;
   Tensor latent_of(const Tensor& tokens, int64_t n) const;
+  // Refuses, naming `what`, a model that cannot code a sequence or a stream.
+  void check_causal(const char* what) const;
+  // The encoder's [1, D, T] -> codes [T, Q]; codes -> the decoder's [1, D, T].
+  Tensor codes_of_latent(const Tensor& z);
+  Tensor latent_of_codes(const Tensor& codes, const char* what) const;
 
   ModelConfig mcfg_;
   int64_t input_dim_;

@@ -93,6 +93,7 @@
 // train/
 #include "train/checkpoint.h"
 #include "train/codec.h"
+#include "train/codec_stream.h"
 #include "train/codes_file.h"
 #include "train/config.h"
 #include "train/ddp.h"
