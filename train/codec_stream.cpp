@@ -7,6 +7,7 @@ namespace vqddp {
 EncoderStream::EncoderStream(CodecModel& model) : model_(&model) {
   model.encode_stream(empty({0}), state_);  // refuses a model that cannot stream, here and not at the first push
   state_.clear();
+  weights_ = std::make_shared<WeightNormBatch>(model);
 }
 
 Tensor EncoderStream::push(const float* samples, int64_t n) {
@@ -29,9 +30,10 @@ void EncoderStream::reset() {
   samples_ = 0;
 }
 
-DecoderStream::DecoderStream(const CodecModel& model) : model_(&model) {
+DecoderStream::DecoderStream(CodecModel& model) : model_(&model) {
   model.decode_stream(empty({0, model.num_layers()}, DType::i64), state_);
   state_.clear();
+  weights_ = std::make_shared<WeightNormBatch>(model);
 }
 
 std::vector<float> DecoderStream::push(const Tensor& codes) {

@@ -8,7 +8,9 @@
 // inputs (its kernel's span less a stride) and each transposed one's
 // overhang, a few KiB for the main job's codec, whatever the stream's
 // length. Copying a stream forks it: both go on from the same point, each
-// on its own (engine/nn.h StreamState).
+// on its own (engine/nn.h StreamState). A stream and its copies keep the
+// model's weight-normalized weights computed once (a WeightNormBatch), not
+// once per push.
 //
 //   EncoderStream enc(model);             // model: a causal CodecModel in eval mode
 //   Tensor codes = enc.push(pcm, n);      // [frames, Q] int64, frames >= 0
@@ -18,10 +20,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/core/tensor.h"
 #include "engine/nn.h"
+#include "engine/nn_conv.h"
 #include "train/model.h"
 
 namespace vqddp {
@@ -42,13 +46,14 @@ class EncoderStream {
 
  private:
   CodecModel* model_;
+  std::shared_ptr<WeightNormBatch> weights_;
   StreamState state_;
   int64_t samples_ = 0;
 };
 
 class DecoderStream {
  public:
-  explicit DecoderStream(const CodecModel& model);
+  explicit DecoderStream(CodecModel& model);
   // codes [frames, L] int64 (L <= Q; the layers left out of a residual
   // quantizer) -> frames * hop samples.
   std::vector<float> push(const Tensor& codes);
@@ -57,6 +62,7 @@ class DecoderStream {
 
  private:
   const CodecModel* model_;
+  std::shared_ptr<WeightNormBatch> weights_;
   StreamState state_;
 };
 
