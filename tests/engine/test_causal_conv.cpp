@@ -19,7 +19,7 @@ using vqddp::test::same_bits;
 
 namespace {
 
-Tensor randn(const Shape& s, uint64_t seed, bool grad = false) {
+Tensor causal_input(const Shape& s, uint64_t seed, bool grad = false) {
   Generator g(seed, 0);
   Tensor t = rand_normal(s, g);
   t.set_requires_grad(grad);
@@ -36,8 +36,8 @@ TEST_CASE("pad_last pads with zeros or cuts either end of the last dimension, an
   CHECK(pad_last(x, -2, -1).shape() == Shape{2, 0});  // a stream's empty stretch
   CHECK_THROWS_WITH(pad_last(x, -2, -2), doctest::Contains("pad_last: padding (-2, -2) cuts more than float32[2, 3]"));
   // d/dx sum(pad_last(x) * r) is r's entries over x's positions.
-  Tensor xg = randn({2, 3, 5}, 1, true);
-  Tensor r = randn({2, 3, 6}, 2);
+  Tensor xg = causal_input({2, 3, 5}, 1, true);
+  Tensor r = causal_input({2, 3, 6}, 2);
   sum(mul(pad_last(xg, 2, -1), r)).backward();
   CHECK(same_bits(xg.grad(), pad_last(r, -2, 1)));
 }
@@ -51,7 +51,7 @@ TEST_CASE("a causal conv1d is the plain one on the input padded on the left: L -
     CAPTURE(c.k);
     CAPTURE(c.stride);
     CAPTURE(c.dilation);
-    Tensor x = randn({3, c.cin, c.len}, 3), w = randn({c.cout, c.cin, c.k}, 4), b = randn({c.cout}, 5);
+    Tensor x = causal_input({3, c.cin, c.len}, 3), w = causal_input({c.cout, c.cin, c.k}, 4), b = causal_input({c.cout}, 5);
     Conv1dOptions causal{.stride = c.stride, .dilation = c.dilation, .causal = true};
     Tensor y = conv1d(x, w, b, causal);
     CHECK(y.shape() == Shape{3, c.cout, c.len / c.stride});
@@ -76,7 +76,7 @@ TEST_CASE("a causal conv_transpose1d cuts the plain one's overhang: L -> L strid
   for (Case c : {Case{5, 3, 10, 5, 9}, Case{16, 8, 16, 8, 6}, Case{4, 4, 7, 1, 11}, Case{3, 2, 4, 4, 5}}) {
     CAPTURE(c.k);
     CAPTURE(c.stride);
-    Tensor x = randn({2, c.cin, c.len}, 6), w = randn({c.cin, c.cout, c.k}, 7), b = randn({c.cout}, 8);
+    Tensor x = causal_input({2, c.cin, c.len}, 6), w = causal_input({c.cin, c.cout, c.k}, 7), b = causal_input({c.cout}, 8);
     Conv1dOptions causal{.stride = c.stride, .causal = true};
     Tensor y = conv_transpose1d(x, w, b, causal);
     CHECK(y.shape() == Shape{2, c.cout, c.len * c.stride});
@@ -91,15 +91,15 @@ TEST_CASE("a causal conv_transpose1d cuts the plain one's overhang: L -> L strid
   }
   // The gradient flows through the cut: d/dx of the causal output is the
   // plain one's with the overhang's gradient zero.
-  Tensor x = randn({2, 3, 4}, 9, true), w = randn({3, 2, 6}, 10), r = randn({2, 2, 12}, 11);
+  Tensor x = causal_input({2, 3, 4}, 9, true), w = causal_input({3, 2, 6}, 10), r = causal_input({2, 2, 12}, 11);
   sum(mul(conv_transpose1d(x, w, Tensor(), {.stride = 3, .causal = true}), r)).backward();
-  Tensor xp = randn({2, 3, 4}, 9, true);
+  Tensor xp = causal_input({2, 3, 4}, 9, true);
   sum(mul(conv_transpose1d(xp, w, Tensor(), {.stride = 3}), pad_last(r, 0, 3))).backward();
   CHECK(same_bits(x.grad(), xp.grad()));
 }
 
 TEST_CASE("a causal convolution with padding or a kernel shorter than its stride is refused, naming both") {
-  Tensor x = randn({1, 2, 8}, 12), w = randn({3, 2, 3}, 13), wt = randn({2, 3, 3}, 14);
+  Tensor x = causal_input({1, 2, 8}, 12), w = causal_input({3, 2, 3}, 13), wt = causal_input({2, 3, 3}, 14);
   CHECK_THROWS_WITH(conv1d(x, w, Tensor(), {.padding = 1, .causal = true}),
                     doctest::Contains("conv1d: a causal convolution takes no padding and a kernel at least its stride "
                                       "(kernel 3, stride 1, padding 1)"));
