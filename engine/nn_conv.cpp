@@ -71,13 +71,14 @@ WeightNormBatch::WeightNormBatch(Module& root) {
   if (layers_.empty()) return;
   std::vector<Tensor> ws = weight_norm_all(vs, gs);
   for (size_t i = 0; i < layers_.size(); ++i) {
-    outer_.push_back(layers_[i]->batched_);
     layers_[i]->batched_ = ws[i];
+    ++layers_[i]->batches_;
   }
 }
 
 WeightNormBatch::~WeightNormBatch() {
-  for (size_t i = 0; i < layers_.size(); ++i) layers_[i]->batched_ = outer_[i];
+  for (ConvLayer* layer : layers_)
+    if (--layer->batches_ == 0) layer->batched_ = Tensor();
 }
 
 ConvLayer::ConvLayer(const Shape& shape, int64_t out_channels, Generator& gen, bool normalize, bool with_bias) {
@@ -118,7 +119,7 @@ Tensor conv1d_stream(const Tensor& x, const Tensor& weight, const Tensor& bias, 
                      StreamState& state) {
   VQDDP_CHECK(o.causal, "a non-causal Conv1d cannot stream: it pads both sides and reads ahead (model.causal)");
   VQDDP_CHECK(x.dim() == 3, "conv1d stream: a stretch must be [N, C, m], got {}", x.desc());
-  const int64_t span = o.dilation * (weight.size(2) - 1) + 1, left = span - o.stride;
+  const int64_t left = causal_padding(weight.size(2), o, false), span = left + o.stride;
   Tensor& pending = state.next([&] { return zeros({x.size(0), x.size(1), left}, x.dtype(), x.device()); });
   VQDDP_CHECK(pending.size(0) == x.size(0) && pending.size(1) == x.size(1),
               "conv1d stream: a stretch {} does not continue the stream's [{}, {}, ...]", x.desc(), pending.size(0),
@@ -140,8 +141,8 @@ Tensor conv_transpose1d_stream(const Tensor& x, const Tensor& weight, const Tens
                                StreamState& state) {
   VQDDP_CHECK(o.causal, "a non-causal ConvTranspose1d cannot stream: it cuts both ends (model.causal)");
   VQDDP_CHECK(x.dim() == 3, "conv_transpose1d stream: a stretch must be [N, C, m], got {}", x.desc());
-  const int64_t over = o.dilation * (weight.size(2) - 1) + 1 - o.stride, cout = weight.size(1) * o.groups;
-  VQDDP_CHECK(over >= 0 && over <= o.stride,
+  const int64_t over = causal_padding(weight.size(2), o, true), cout = weight.size(1) * o.groups;
+  VQDDP_CHECK(over <= o.stride,
               "a causal ConvTranspose1d streams only where a sample takes at most two frames: kernel {} dilation {} "
               "spans more than two strides of {}", weight.size(2), o.dilation, o.stride);
   Tensor& carry = state.next([&] { return zeros({x.size(0), cout, over}, x.dtype(), x.device()); });

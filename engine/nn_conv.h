@@ -35,7 +35,8 @@ class ConvLayer : public Layer {
  private:
   friend class WeightNormBatch;
   Tensor weight_, g_, v_;
-  Tensor batched_;  // this forward's weight from a WeightNormBatch, while one lives
+  Tensor batched_;  // the newest live WeightNormBatch's weight, while one lives
+  int batches_ = 0;  // how many live
 };
 
 // While it lives, every weight-normalized layer under `root` uses the
@@ -43,9 +44,10 @@ class ConvLayer : public Layer {
 // a model's forward makes one, so a step launches one weight-norm kernel
 // each way instead of one per layer, with the same bits. Build it where the
 // parameters will not change before the forward ends (not across an
-// optimizer step). They nest: one built while another lives gives the
-// layers back the other's weights when it ends (an inference codec keeps
-// one for its life, train/codec.h, and its encode makes its own).
+// optimizer step). They nest, ending in any order: each computes the
+// weights afresh, and the layers keep the newest until the last one ends
+// (a stream keeps one for its life, train/codec_stream.h, and a forward
+// beside it makes its own).
 class WeightNormBatch {
  public:
   explicit WeightNormBatch(Module& root);
@@ -55,7 +57,6 @@ class WeightNormBatch {
 
  private:
   std::vector<ConvLayer*> layers_;
-  std::vector<Tensor> outer_;  // each layer's weight before this one
 };
 
 struct ConvLayerOptions {

@@ -135,6 +135,11 @@ struct Conv1dOptions {
   // for a later input frame (EnCodec's and Mimi's causal layers).
   bool causal = false;
 };
+// The one formula of both causal padings, dil (K - 1) + 1 - stride: a
+// convolution's left zeros, a transposed one's overhang cut. Refused,
+// naming the op, with padding or output_padding, or a kernel shorter than
+// its stride.
+int64_t causal_padding(int64_t kernel, const Conv1dOptions& o, bool transposed);
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o = {});
 Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o = {});
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvOptions& o = {});

@@ -307,14 +307,20 @@ Tensor conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bia
   return add_bias(y, bias, "conv_transpose2d");
 }
 
+int64_t causal_padding(int64_t kernel, const Conv1dOptions& o, bool transposed) {
+  const int64_t pad = o.dilation * (kernel - 1) + 1 - o.stride;
+  VQDDP_CHECK(o.padding == 0 && o.output_padding == 0 && pad >= 0,
+              "{}: a causal {}convolution takes no padding and a kernel at least its stride (kernel {}, stride {}, "
+              "padding {})", transposed ? "conv_transpose1d" : "conv1d", transposed ? "transposed " : "", kernel,
+              o.stride, o.padding);
+  return pad;
+}
+
 Tensor conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv1dOptions& o) {
   VQDDP_CHECK(x.dim() == 3 && weight.dim() == 3, "conv1d: x {} must be [N, C, L] and weight {} [C_out, C / groups, K]",
               x.desc(), weight.desc());
   if (o.causal) {
-    const int64_t left = o.dilation * (weight.size(2) - 1) - (o.stride - 1);
-    VQDDP_CHECK(o.padding == 0 && o.output_padding == 0 && left >= 0,
-                "conv1d: a causal convolution takes no padding and a kernel at least its stride (kernel {}, stride "
-                "{}, padding {})", weight.size(2), o.stride, o.padding);
+    const int64_t left = causal_padding(weight.size(2), o, false);
     Conv1dOptions plain = o;
     plain.causal = false;
     return conv1d(pad_last(x, left, 0), weight, bias, plain);
@@ -327,10 +333,7 @@ Tensor conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bia
   VQDDP_CHECK(x.dim() == 3 && weight.dim() == 3,
               "conv_transpose1d: x {} must be [N, C, L] and weight {} [C, C_out / groups, K]", x.desc(), weight.desc());
   if (o.causal) {
-    const int64_t overhang = o.dilation * (weight.size(2) - 1) + 1 - o.stride;
-    VQDDP_CHECK(o.padding == 0 && o.output_padding == 0 && overhang >= 0,
-                "conv_transpose1d: a causal transposed convolution takes no padding and a kernel at least its stride "
-                "(kernel {}, stride {}, padding {})", weight.size(2), o.stride, o.padding);
+    const int64_t overhang = causal_padding(weight.size(2), o, true);
     Conv1dOptions plain = o;
     plain.causal = false;
     return pad_last(conv_transpose1d(x, weight, bias, plain), 0, -overhang);

@@ -81,7 +81,7 @@ Tensor pad_last(const Tensor& x, int64_t left, int64_t right) {
   VQDDP_CHECK(kept >= 0, "pad_last: padding ({}, {}) cuts more than {} has", left, right, x.desc());
   Shape shape = x.shape();
   shape.back() = kept + std::max<int64_t>(left, 0) + std::max<int64_t>(right, 0);
-  const int64_t rows = x.numel() / std::max<int64_t>(len, 1), width = shape.back();
+  const int64_t rows = shape_numel(Shape(shape.begin(), shape.end() - 1)), width = shape.back();
   Tensor out = empty(shape, x.dtype(), x.device());
   const size_t es = dtype_size(x.dtype());
   char* to = static_cast<char*>(out.raw_ptr());

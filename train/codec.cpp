@@ -110,16 +110,7 @@ Tensor Codec::encode(const std::vector<float>& samples) const {
   return model_->encode(from_vector(samples, {static_cast<int64_t>(samples.size()) / f, f}));
 }
 
-std::vector<float> Codec::decode(const Tensor& codes) const {
-  const int64_t rows = codes.size(0), have = codes.size(1), q = static_cast<int64_t>(sizes_.size());
-  if (have == q) return model_->decode(codes).to_vector<float>();
-  // The layers left out: -1, which a residual quantizer's decode skips.
-  std::vector<int64_t> full(static_cast<size_t>(rows * q), -1);
-  const int64_t* p = codes.data<int64_t>();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t l = 0; l < have; ++l) full[r * q + l] = p[r * have + l];
-  return model_->decode(from_vector(full, {rows, q})).to_vector<float>();
-}
+std::vector<float> Codec::decode(const Tensor& codes) const { return model_->decode(codes).to_vector<float>(); }
 
 CodesFile Codec::codes_for(int layers, const std::string& source) const {
   CodesFile c;

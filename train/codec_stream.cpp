@@ -5,8 +5,7 @@
 namespace vqddp {
 
 EncoderStream::EncoderStream(CodecModel& model) : model_(&model) {
-  model.encode_stream(empty({0}), state_);  // refuses a model that cannot stream, here and not at the first push
-  state_.clear();
+  model.check_causal("EncoderStream");  // here, not at the first push
   weights_ = std::make_shared<WeightNormBatch>(model);
 }
 
@@ -31,8 +30,7 @@ void EncoderStream::reset() {
 }
 
 DecoderStream::DecoderStream(CodecModel& model) : model_(&model) {
-  model.decode_stream(empty({0, model.num_layers()}, DType::i64), state_);
-  state_.clear();
+  model.check_causal("DecoderStream");
   weights_ = std::make_shared<WeightNormBatch>(model);
 }
 

@@ -10,7 +10,7 @@
 // length. Copying a stream forks it: both go on from the same point, each
 // on its own (engine/nn.h StreamState). A stream and its copies keep the
 // model's weight-normalized weights computed once (a WeightNormBatch), not
-// once per push.
+// once per push: the model's parameters must not change while one lives.
 //
 //   EncoderStream enc(model);             // model: a causal CodecModel in eval mode
 //   Tensor codes = enc.push(pcm, n);      // [frames, Q] int64, frames >= 0

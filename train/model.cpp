@@ -55,17 +55,34 @@ std::vector<int64_t> CodecModel::layer_sizes() const { return quantizer_->layer_
 
 double CodecModel::bits_per_example() const { return quantizer_->bits() * static_cast<double>(net_.tokens); }
 
-Tensor CodecModel::tokens_of(const Tensor& latent, int64_t n) const {
-  if (!net_.channels_first) return reshape(latent, {n * net_.tokens, mcfg_.latent_dim});
-  // [n, D, positions] -> [n, positions, D]: one row per token.
-  Tensor flat = reshape(latent, {n, mcfg_.latent_dim, net_.tokens});
-  return reshape(transpose(flat, 1, 2), {n * net_.tokens, mcfg_.latent_dim});
+// The positions of a latent [n, D, positions...] (channels first) or
+// [n, tokens * D]: read from its shape, so a sequence of any length (a
+// causal codec's) goes through the same two formulas as a batch of frames.
+Tensor CodecModel::tokens_of(const Tensor& latent) const {
+  if (!net_.channels_first) return reshape(latent, {-1, mcfg_.latent_dim});
+  const int64_t n = latent.size(0);
+  int64_t positions = 1;
+  for (int64_t d = 2; d < latent.dim(); ++d) positions *= latent.size(d);
+  Tensor flat = reshape(latent, {n, mcfg_.latent_dim, positions});
+  return reshape(transpose(flat, 1, 2), {n * positions, mcfg_.latent_dim});
 }
 
-Tensor CodecModel::latent_of(const Tensor& tokens, int64_t n) const {
-  if (!net_.channels_first) return reshape(tokens, batched(n, net_.latent));
-  Tensor rows = reshape(tokens, {n, net_.tokens, mcfg_.latent_dim});
-  return reshape(transpose(rows, 1, 2), batched(n, net_.latent));
+Tensor CodecModel::latent_of(const Tensor& tokens, const Shape& latent) const {
+  if (!net_.channels_first) return reshape(tokens, latent);
+  int64_t positions = 1;
+  for (size_t d = 2; d < latent.size(); ++d) positions *= latent[d];
+  Tensor rows = reshape(tokens, {latent[0], positions, mcfg_.latent_dim});
+  return reshape(transpose(rows, 1, 2), latent);
+}
+
+Tensor CodecModel::with_every_layer(const Tensor& codes, int64_t rows_per, const char* what) const {
+  const int64_t q = num_layers();
+  VQDDP_CHECK(codes.dim() == 2 && codes.size(1) >= 1 && codes.size(1) <= q && codes.size(0) % rows_per == 0 &&
+                  codes.dtype() == DType::i64,
+              "{}: codes must be int64 [n * {}, 1..{}], got {}", what, rows_per, q, codes.desc());
+  if (codes.size(1) == q) return codes;
+  // The layers left out: -1, which a residual quantizer's decode skips.
+  return concat({codes, full({codes.size(0), q - codes.size(1)}, -1.0, DType::i64, codes.device())}, 1);
 }
 
 Tensor CodecModel::encode(const Tensor& x) {
@@ -76,18 +93,15 @@ Tensor CodecModel::encode(const Tensor& x) {
   SingleCommunicator local;  // eval: the quantizer issues no collective
   const int64_t n = x.size(0);
   WeightNormBatch weights(*net_.encoder);
-  return quantizer_->quantize(tokens_of(net_.encoder->forward(reshape(x, batched(n, net_.input))), n), local).indices;
+  return quantizer_->quantize(tokens_of(net_.encoder->forward(reshape(x, batched(n, net_.input)))), local).indices;
 }
 
 Tensor CodecModel::decode(const Tensor& codes) const {
-  const int64_t q = num_layers();
-  VQDDP_CHECK(codes.dim() == 2 && codes.size(1) == q && codes.size(0) % net_.tokens == 0 &&
-                  codes.dtype() == DType::i64,
-              "decode: codes must be int64 [n * {}, {}], got {}", net_.tokens, q, codes.desc());
+  Tensor all = with_every_layer(codes, net_.tokens, "decode");
   NoGradGuard no_grad;
   const int64_t n = codes.size(0) / net_.tokens;
   WeightNormBatch weights(*net_.decoder);
-  Tensor y = reshape(net_.decoder->forward(latent_of(quantizer_->decode(codes), n)), {n, input_dim_});
+  Tensor y = reshape(net_.decoder->forward(latent_of(quantizer_->decode(all), batched(n, net_.latent))), {n, input_dim_});
   return mcfg_.sigmoid_output ? sigmoid(y) : y;
 }
 
@@ -99,23 +113,16 @@ void CodecModel::check_causal(const char* what) const {
 }
 
 Tensor CodecModel::codes_of_latent(const Tensor& z) {
-  const int64_t t = z.size(2);
-  if (t == 0) return empty({0, num_layers()}, DType::i64);
+  if (z.size(2) == 0) return empty({0, num_layers()}, DType::i64);
   SingleCommunicator local;  // eval: the quantizer issues no collective
-  return quantizer_->quantize(transpose(reshape(z, {mcfg_.latent_dim, t}), 0, 1), local).indices;
+  return quantizer_->quantize(tokens_of(z), local).indices;
 }
 
 Tensor CodecModel::latent_of_codes(const Tensor& codes, const char* what) const {
-  VQDDP_CHECK(codes.dim() == 2 && codes.size(1) >= 1 && codes.size(1) <= num_layers() && codes.dtype() == DType::i64,
-              "{}: codes must be int64 [frames, 1..{}], got {}", what, num_layers(), codes.desc());
+  Tensor all = with_every_layer(codes, 1, what);
   const int64_t t = codes.size(0);
   if (t == 0) return empty({1, mcfg_.latent_dim, 0});
-  Tensor all = codes;
-  if (codes.size(1) < num_layers()) {  // the layers left out: -1 (residual quantizers' decode)
-    Tensor absent = full({t, num_layers() - codes.size(1)}, -1.0, DType::i64);
-    all = concat({codes, absent}, 1);
-  }
-  return reshape(transpose(quantizer_->decode(all), 0, 1), {1, mcfg_.latent_dim, t});
+  return latent_of(quantizer_->decode(all), {1, mcfg_.latent_dim, t});
 }
 
 Tensor CodecModel::encode_sequence(const Tensor& samples) {
@@ -161,12 +168,12 @@ ModelOutput CodecModel::forward(const Tensor& x, Communicator& comm) {
   int64_t n = x.size(0);
   ModelOutput out;
   WeightNormBatch weights(*this);  // every layer's weight norm in one launch each way
-  Tensor z = tokens_of(net_.encoder->forward(reshape(x, batched(n, net_.input))), n);
+  Tensor z = tokens_of(net_.encoder->forward(reshape(x, batched(n, net_.input))));
   QuantizerOutput o = quantizer_->quantize(z, comm);
   out.quantizer_loss = o.loss;
   out.indices = o.indices;
   out.metrics = std::move(o.metrics);
-  Tensor y = reshape(net_.decoder->forward(latent_of(o.quantized, n)), {n, input_dim_});
+  Tensor y = reshape(net_.decoder->forward(latent_of(o.quantized, batched(n, net_.latent))), {n, input_dim_});
   if (mcfg_.sigmoid_output) y = sigmoid(y);
   out.reconstruction = y;
   out.reconstruction_loss =

@@ -47,7 +47,8 @@ class CodecModel : public Module {
   // (n * tokens, Q) int64, token t of example n in row n * tokens + t;
   // decode: such codes -> the reconstruction (n, F), the same bits as
   // forward()'s reconstruction of x (the quantizers' decode gives their eval
-  // output). A residual quantizer's decode takes -1 for a layer left out.
+  // output). It takes codes of the first L <= Q layers too: a residual
+  // quantizer's decode then leaves the others out.
   Tensor encode(const Tensor& x);
   Tensor decode(const Tensor& codes) const;
 
@@ -64,6 +65,9 @@ class CodecModel : public Module {
   Tensor encode_stream(const Tensor& samples, StreamState& state);
   Tensor decode_stream(const Tensor& codes, StreamState& state) const;
   bool causal() const { return mcfg_.causal; }
+  // Refuses, naming `what`, a model that cannot code a sequence or a
+  // stream: not a causal conv codec, or not in eval mode.
+  void check_causal(const char* what) const;
   int64_t hop() const { return input_dim_ / net_.tokens; }  // samples per token (conv_codec)
 
   int64_t input_dim() const { return input_dim_; }
@@ -76,10 +80,11 @@ class CodecModel : public Module {
  private:
 
   // (n, F) -> (n * tokens, D) and back.
-  Tensor tokens_of(const Tensor& latent, int64_t n) const;
-  Tensor latent_of(const Tensor& tokens, int64_t n) const;
-  // Refuses, naming `what`, a model that cannot code a sequence or a stream.
-  void check_causal(const char* what) const;
+  Tensor tokens_of(const Tensor& latent) const;
+  Tensor latent_of(const Tensor& tokens, const Shape& latent) const;
+  // codes [n * rows_per, L <= Q] -> [n * rows_per, Q], the layers left out
+  // -1 (residual quantizers' decode skips them); refused naming `what`.
+  Tensor with_every_layer(const Tensor& codes, int64_t rows_per, const char* what) const;
   // The encoder's [1, D, T] -> codes [T, Q]; codes -> the decoder's [1, D, T].
   Tensor codes_of_latent(const Tensor& z);
   Tensor latent_of_codes(const Tensor& codes, const char* what) const;

@@ -8,6 +8,7 @@
 
 #include "engine/autograd.h"
 #include "engine/core/random.h"
+#include "engine/nn_conv.h"
 #include "engine/ops.h"
 #include "tests/engine/causality.h"
 #include "tests/engine/same_bits.h"
@@ -34,6 +35,7 @@ TEST_CASE("pad_last pads with zeros or cuts either end of the last dimension, an
   CHECK(pad_last(x, 0, -1).to_vector<float>() == std::vector<float>{1, 2, 4, 5});
   CHECK(pad_last(x, -1, 2).to_vector<float>() == std::vector<float>{2, 3, 0, 0, 5, 6, 0, 0});
   CHECK(pad_last(x, -2, -1).shape() == Shape{2, 0});  // a stream's empty stretch
+  CHECK(pad_last(pad_last(x, -2, -1), 1, 2).to_vector<float>() == std::vector<float>(6, 0.f));  // and padded again
   CHECK_THROWS_WITH(pad_last(x, -2, -2), doctest::Contains("pad_last: padding (-2, -2) cuts more than float32[2, 3]"));
   // d/dx sum(pad_last(x) * r) is r's entries over x's positions.
   Tensor xg = causal_input({2, 3, 5}, 1, true);
@@ -105,5 +107,11 @@ TEST_CASE("a causal convolution with padding or a kernel shorter than its stride
                                       "(kernel 3, stride 1, padding 1)"));
   CHECK_THROWS_WITH(conv1d(x, w, Tensor(), {.stride = 4, .causal = true}), doctest::Contains("(kernel 3, stride 4"));
   CHECK_THROWS_WITH(conv_transpose1d(x, wt, Tensor(), {.stride = 4, .causal = true}),
+                    doctest::Contains("conv_transpose1d: a causal transposed convolution takes no padding"));
+  // Their streams refuse alike (one formula, one check).
+  StreamState state;
+  CHECK_THROWS_WITH(conv1d_stream(x, w, Tensor(), {.padding = 1, .causal = true}, state),
+                    doctest::Contains("conv1d: a causal convolution takes no padding"));
+  CHECK_THROWS_WITH(conv_transpose1d_stream(x, wt, Tensor(), {.stride = 4, .causal = true}, state),
                     doctest::Contains("conv_transpose1d: a causal transposed convolution takes no padding"));
 }

@@ -413,6 +413,30 @@ TEST_CASE("weight_norm_all and WeightNormBatch: every layer's weight and gradien
   }
 }
 
+TEST_CASE("WeightNormBatch: batches nest and end in any order; each computes the weights afresh, and after the last "
+          "the layer computes its own again") {
+  // A stream keeps a batch for its life while forwards beside it make
+  // their own (train/codec_stream.h): no batch may leave another's weight
+  // behind, whichever ends first.
+  Generator gen(6, 0);
+  Conv1d layer(3, 4, 3, gen, opts1(1, 1, 1, 1), ConvLayerOptions{true, true});
+  NamedTensors params = layer.named_parameters();
+  Tensor g = params[0].second, v = params[1].second;  // weight_g, weight_v: the layer's own storage
+  auto change_v = [&](float by) { v.data<float>()[0] += by; };
+  auto fresh = [&] { return weight_norm(v.detach(), g.detach()); };
+  NoGradGuard no_grad;
+  auto outer = std::make_unique<WeightNormBatch>(layer);
+  CHECK(same_bits(layer.weight(), fresh()));
+  change_v(1.f);
+  auto inner = std::make_unique<WeightNormBatch>(layer);
+  CHECK(same_bits(layer.weight(), fresh()));  // the inner one computed them afresh
+  outer.reset();                              // the outer ends first
+  CHECK(same_bits(layer.weight(), fresh()));
+  inner.reset();
+  change_v(2.f);
+  CHECK(same_bits(layer.weight(), fresh()));  // no batch's weight left behind
+}
+
 TEST_CASE("the CPU's conv kernels give the per-element formulas' bits on every path they take: forward, input "
           "gradient and per-example weight partials") {
   // The CPU's kernel table takes engine/cpu/fixed_conv.h's direct kernels
