@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -443,6 +444,16 @@ int run_replay(int argc, char** argv) {
   return 0;
 }
 
+// The error that ends the process, on stderr, and its exit status 1. Never
+// throws: fmt::print throws when the write fails (stderr a file on the
+// full disk that stopped a run, or /dev/full), and an exception out of a
+// handler here would abort the process (status 134) with nothing said.
+int last_words(const std::string& message) {
+  std::fputs(message.c_str(), stderr);
+  std::fflush(stderr);
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -475,19 +486,15 @@ int main(int argc, char** argv) {
     // request (engine/core/error.h).
     const char* pos = std::getenv("VQDDP_ERROR_POSITIONS");
     bool show = pos && std::string(pos) == "1" && !e.where().empty();
-    fmt::print(stderr, "vqddp: error: {}{}\n", e.what(), show ? fmt::format(" [{}]", e.where()) : "");
-    return 1;
+    return last_words(fmt::format("vqddp: error: {}{}\n", e.what(), show ? fmt::format(" [{}]", e.where()) : ""));
   } catch (const std::filesystem::filesystem_error& e) {
     // The library's own wording ("filesystem error: ... [path]") put in ours.
-    fmt::print(stderr, "vqddp: error: {}{}: {}\n", e.path1().empty() ? "(an empty path)" : e.path1().string(),
-               e.path2().empty() ? "" : " -> " + e.path2().string(), e.code().message());
-    return 1;
+    return last_words(fmt::format("vqddp: error: {}{}: {}\n", e.path1().empty() ? "(an empty path)" : e.path1().string(),
+                                  e.path2().empty() ? "" : " -> " + e.path2().string(), e.code().message()));
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "vqddp: error: out of memory (an allocation failed; a smaller data set, batch or chunk needs "
-               "less)\n");
-    return 1;
+    return last_words("vqddp: error: out of memory (an allocation failed; a smaller data set, batch or chunk needs "
+                      "less)\n");
   } catch (const std::exception& e) {
-    fmt::print(stderr, "vqddp: error: {}\n", e.what());
-    return 1;
+    return last_words(fmt::format("vqddp: error: {}\n", e.what()));
   }
 }
