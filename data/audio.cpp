@@ -391,7 +391,7 @@ void AudioWriter::write(const float* samples, size_t n) {
   } else {
     s_->pcm.resize(n);
     for (size_t i = 0; i < n; ++i)
-      s_->pcm[i] = static_cast<short>(std::clamp(std::nearbyint(samples[i] * 32768.f), -32768.f, 32767.f));
+      s_->pcm[i] = to_pcm16(samples[i]);
     wrote = sf_writef_short(s_->file.get(), s_->pcm.data(), static_cast<sf_count_t>(n));
   }
   VQDDP_CHECK(wrote == static_cast<sf_count_t>(n), "{}: writing failed ({})", path_, sf_strerror(s_->file.get()));

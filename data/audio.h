@@ -27,12 +27,22 @@
 //   round trip of 16-bit samples is exact. A non-finite sample is refused.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace vqddp {
+
+// The 16-bit rules above, for raw PCM (`vqddp encode --stream` reads it,
+// `decode --stream` writes it) as for files.
+inline float from_pcm16(int16_t v) { return static_cast<float>(v) * (1.f / 32768.f); }
+inline int16_t to_pcm16(float x) {
+  const float v = std::nearbyint(x * 32768.f);
+  if (std::isnan(v)) return 0;  // files refuse one before; a raw stream has no way to say it
+  return static_cast<int16_t>(v < -32768.f ? -32768.f : v > 32767.f ? 32767.f : v);
+}
 
 struct Audio {
   int sample_rate = 0;         // Hz, after resampling

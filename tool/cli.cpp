@@ -5,7 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <csignal>
 #include <exception>
+#include <fcntl.h>
+#include <unistd.h>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -19,6 +22,7 @@
 #include "data/audio.h"
 #include "engine/blas.h"
 #include "engine/core/error.h"
+#include "engine/core/file_io.h"
 #include "engine/core/json_strict.h"
 #include "engine/core/output_file.h"
 #include "tool/check_ddp.h"
@@ -30,6 +34,7 @@
 #include "tool/demo_mlp.h"
 #include "tool/eval.h"
 #include "tool/inspect.h"
+#include "tool/packet_stream.h"
 #include "engine/core/count_limits.h"
 #include "tool/replay.h"
 #include "tool/report.h"
@@ -62,6 +67,14 @@ void usage() {
       "        audio files of any format libsndfile reads -> DIR/NAME.codes (entropy-coded), coded in chunks of\n"
       "        FRAMES model frames (default 256); --layers or --bitrate: the first L residual layers only (--bitrate:\n"
       "        the most layers whose file, header included, is within that rate)\n"
+      "  encode --stream CHECKPOINT [AUDIO | -] [--raw] [--rate HZ] [--layers L] [--packet-frames N]\n"
+      "        a causal codec (model.causal) as a live link: audio (an audio file, or raw 16-bit little-endian mono\n"
+      "        PCM on standard input or, --raw, from a file; --rate: its rate, which must be the codec's) -> packets\n"
+      "        of codes on standard output as frames complete, N frames a packet (default: 20 ms)\n"
+      "  decode --stream CHECKPOINT [--float]\n"
+      "        packets on standard input -> raw PCM on standard output as they arrive (16-bit little-endian; --float:\n"
+      "        32-bit float); a lost or damaged packet is named and concealed (the last frame's codes repeated);\n"
+      "        exit status 3: the stream was damaged\n"
       "  decode CHECKPOINT CODES... --out DIR [--float] [--chunk FRAMES] [--overwrite] [--skip-damaged]\n"
       "        codes files -> DIR/NAME.wav (16-bit; --float: 32-bit float); codes of another codec are refused, and\n"
       "        so are damaged chunks (--skip-damaged: the others decode, silence in the damaged ones' place)\n"
@@ -286,7 +299,93 @@ double max_bitrate(const CliArgs& args, const char* command) {
   return b;
 }
 
+// Whether a command's arguments ask for its stream mode.
+bool streaming(int argc, char** argv) {
+  for (int i = 2; i < argc; ++i)
+    if (std::strcmp(argv[i], "--stream") == 0) return true;
+  return false;
+}
+
+// Packets on stdout and PCM on stdout are bytes for a pipe or a file, not
+// for a terminal; a reader that goes away (EPIPE) ends the command cleanly,
+// so SIGPIPE must not end it first.
+void stream_output(const char* command) {
+  VQDDP_CHECK(!isatty(STDOUT_FILENO), "{}: standard output is a terminal; pipe it on (to decode --stream, aplay) or "
+              "into a file", command);
+  std::signal(SIGPIPE, SIG_IGN);
+}
+
+// encode --stream CHECKPOINT [AUDIO | -]: tool/packet_stream.h.
+int run_encode_stream(int argc, char** argv) {
+  CliArgs args("encode", argc, argv, 2, {"layers", "packet-frames", "rate"}, {"stream", "raw"});
+  VQDDP_CHECK(args.positional().size() == 1 || args.positional().size() == 2, "encode --stream: expected a "
+              "checkpoint and at most one input (an audio file; - or none: raw 16-bit PCM on standard input)");
+  Codec codec(args.positional()[0]);
+  StreamEncodeOptions o;
+  o.layers = chosen_layers(args, "encode --stream");
+  o.frames_per_packet = args.get_int("packet-frames", 0, limits::packet_frames);
+  StreamInput in;
+  in.name = args.positional().size() == 2 ? args.positional()[1] : "-";
+  in.rate = args.get_int("rate", 0, limits::sample_rate);
+  if (in.name == "-") {
+    in.name = "standard input";
+    in.fd = STDIN_FILENO;
+  } else if (args.has("raw")) {
+    require_regular_file(in.name);
+    in.fd = ::open(in.name.c_str(), O_RDONLY | O_CLOEXEC);
+    VQDDP_CHECK(in.fd >= 0, "encode --stream: {}: {}", in.name, std::strerror(errno));
+  }
+  VQDDP_CHECK(!args.has("rate") || in.fd >= 0, "encode --stream: --rate states raw PCM's rate; {} is an audio file, "
+              "whose header says its rate", in.name);
+  stream_output("encode --stream");
+  const StreamReport r = encode_packet_stream(codec, in, STDOUT_FILENO, o);
+  if (in.fd > STDIN_FILENO) ::close(in.fd);
+  const double secs = static_cast<double>(r.samples) / codec.sample_rate();
+  if (r.stray_byte)
+    fmt::print(stderr, "encode --stream: {} ended inside a sample: its odd last byte was left out (16-bit PCM has two "
+               "bytes a sample)\n", in.name);
+  if (r.output_closed) {
+    fmt::print(stderr, "encode --stream: standard output closed by its reader after {} packets ({:.2f} s of audio): "
+               "stopped\n", r.packets, secs);
+    return 0;
+  }
+  fmt::print(stderr, "encode --stream: {:.2f} s of audio -> {} frames of {} layers in {} packets, {} bytes: codes {:.2f} "
+             "kbit/s, with the packets' framing {:.2f} kbit/s; the codec's compute {:.3f} s ({:.0f}x real time)\n",
+             secs, r.frames, r.layers, r.packets, r.bytes, codec.bitrate(r.layers) / 1000,
+             secs > 0 ? static_cast<double>(r.bytes) * 8 / secs / 1000 : 0.0, r.seconds,
+             secs / std::max(r.seconds, 1e-9));
+  return 0;
+}
+
+// decode --stream CHECKPOINT: packets on standard input -> PCM on standard
+// output. Exit 3: the stream was damaged (each damage named); the rest decoded.
+int run_decode_stream(int argc, char** argv) {
+  CliArgs args("decode", argc, argv, 2, {}, {"stream", "float"});
+  args.expect_positional(1, "a checkpoint (the packets come on standard input)");
+  Codec codec(args.positional()[0]);
+  stream_output("decode --stream");
+  const StreamReport r = decode_packet_stream(codec, STDIN_FILENO, STDOUT_FILENO, args.has("float"),
+                                              [](const std::string& what) {
+                                                fmt::print(stderr, "decode --stream: {}\n", what);
+                                              });
+  const double secs = static_cast<double>(r.samples) / codec.sample_rate();
+  if (r.output_closed) {
+    fmt::print(stderr, "decode --stream: standard output closed by its reader after {:.2f} s of audio: stopped\n",
+               secs);
+    return 0;
+  }
+  fmt::print(stderr, "decode --stream: {} packets, {} bytes -> {:.2f} s of {} Hz {} mono{}; the codec's compute {:.3f} "
+             "s ({:.0f}x real time)\n", r.packets, r.bytes, secs, codec.sample_rate(),
+             args.has("float") ? "32-bit float" : "16-bit", r.damaged
+                 ? fmt::format("; damaged: {} packets lost, {} frames concealed, {} bytes skipped", r.lost_packets,
+                               r.concealed_frames, r.damaged_bytes)
+                 : "",
+             r.seconds, secs / std::max(r.seconds, 1e-9));
+  return r.damaged ? 3 : 0;
+}
+
 int run_encode(int argc, char** argv) {
+  if (streaming(argc, argv)) return run_encode_stream(argc, argv);
   CliArgs args("encode", argc, argv, 2, {"out", "layers", "bitrate", "chunk"}, {"overwrite"});
   VQDDP_CHECK(args.positional().size() >= 2, "encode: expected a checkpoint and at least one audio file");
   VQDDP_CHECK(args.has("out"), "encode: --out DIR is required (where the codes files go)");
@@ -346,6 +445,7 @@ int run_eval(int argc, char** argv) {
 }
 
 int run_decode(int argc, char** argv) {
+  if (streaming(argc, argv)) return run_decode_stream(argc, argv);
   CliArgs args("decode", argc, argv, 2, {"out", "chunk"}, {"float", "overwrite", "skip-damaged"});
   VQDDP_CHECK(args.positional().size() >= 2, "decode: expected a checkpoint and at least one codes file");
   VQDDP_CHECK(args.has("out"), "decode: --out DIR is required (where the WAV files go)");

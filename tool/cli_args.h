@@ -17,6 +17,7 @@ namespace vqddp {
 namespace limits {
 inline constexpr CountRange demo_steps{1, 100000000};
 inline constexpr CountRange chunk_frames{1, int64_t{1} << 20};  // encode/decode --chunk (model frames)
+inline constexpr CountRange packet_frames{1, 255};              // encode --stream --packet-frames
 }  // namespace limits
 
 class CliArgs {

@@ -103,6 +103,24 @@ double Codec::bitrate(int layers) const {
   return bits * static_cast<double>(tokens()) * sample_rate_ / static_cast<double>(frame());
 }
 
+namespace {
+void check_streams(const Codec& codec, const std::string& path, const char* command) {
+  VQDDP_CHECK(codec.causal(), "{}: {}: the codec is not causal (its model.causal is false): each frame's codes depend "
+              "on samples after it, so it codes files, not streams; train with model.causal true "
+              "(examples/speech_codec_causal.json)", command, path);
+}
+}  // namespace
+
+EncoderStream Codec::encoder_stream(const char* command) const {
+  check_streams(*this, path_, command);
+  return EncoderStream(*model_);
+}
+
+DecoderStream Codec::decoder_stream(const char* command) const {
+  check_streams(*this, path_, command);
+  return DecoderStream(*model_);
+}
+
 Tensor Codec::encode(const std::vector<float>& samples) const {
   const int64_t f = frame();
   VQDDP_CHECK(static_cast<int64_t>(samples.size()) % f == 0, "encode: {} samples are not whole frames of {}",

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/tensor.h"
+#include "train/codec_stream.h"
 #include "train/codes_file.h"
 #include "train/model.h"
 
@@ -46,6 +47,7 @@ class Codec {
   // Bits per second coding with the first `layers` layers.
   double bitrate(int layers) const;
   const std::string& fingerprint() const { return fingerprint_; }  // 8 hex digits
+  const std::string& path() const { return path_; }  // the checkpoint's
   // The tables codes files are entropy-coded under (train/codes_file.h):
   // per layer the checkpoint's EMA code counts (quantizer.layer{l}.cluster_size,
   // the EMA of the training batches' code counts that EMA codebooks keep),
@@ -53,6 +55,15 @@ class Codec {
   const CodeModel& code_model() const { return code_model_; }
   const nlohmann::json& config() const { return config_; }
   int64_t step() const { return step_; }
+
+  // A causal codec (model.causal) codes a stream: hop() samples a row of
+  // codes, each row's only from the samples up to its end.
+  bool causal() const { return model_->causal(); }
+  int64_t hop() const { return model_->hop(); }
+  // Its streams (train/codec_stream.h); refused, naming `command` and the
+  // checkpoint, for a codec that is not causal.
+  EncoderStream encoder_stream(const char* command) const;
+  DecoderStream decoder_stream(const char* command) const;
 
   // samples (n * F) -> codes (n * tokens, Q).
   Tensor encode(const std::vector<float>& samples) const;

@@ -117,19 +117,15 @@ void read_format2(const SafetensorsFile& f, CodesFile& c) {
   VQDDP_CHECK(static_cast<int64_t>(packed.size()) == (total_bits + 7) / 8, "{}: tensor 'codes' has {} bytes; {} "
               "samples in frames of {} are {} rows of {} bits: {} bytes", f.path, packed.size(), c.samples, c.frame,
               rows, row_bits, (total_bits + 7) / 8);
-  c.codes.resize(static_cast<size_t>(rows * c.layers));
-  const auto* p = reinterpret_cast<const unsigned char*>(packed.data());
-  int64_t at = 0;  // bit position
+  const bool padding_zero =
+      unpack_codes(reinterpret_cast<const unsigned char*>(packed.data()), rows, c.codebook_sizes, c.codes);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t l = 0; l < c.layers; ++l) {
-      int64_t v = 0;
-      for (int64_t b = 0; b < bits[l]; ++b, ++at) v |= int64_t{(p[at >> 3] >> (at & 7)) & 1} << b;
+      const int64_t v = c.codes[static_cast<size_t>(r * c.layers + l)];
       VQDDP_CHECK(v < c.codebook_sizes[l], "{}: code {} of layer {} in row {} is outside its codebook of {}", f.path,
                   v, l, r, c.codebook_sizes[l]);
-      c.codes[static_cast<size_t>(r * c.layers + l)] = v;
     }
-  for (; at < static_cast<int64_t>(packed.size()) * 8; ++at)
-    VQDDP_CHECK(((p[at >> 3] >> (at & 7)) & 1) == 0, "{}: the padding bits after the last code are not zero", f.path);
+  VQDDP_CHECK(padding_zero, "{}: the padding bits after the last code are not zero", f.path);
 }
 
 }  // namespace
@@ -140,6 +136,43 @@ int code_bits(int64_t size) {
   return b;
 }
 
+namespace {
+int64_t row_bits_of(const std::vector<int64_t>& sizes) {
+  int64_t bits = 0;
+  for (int64_t k : sizes) bits += code_bits(k);
+  return bits;
+}
+}  // namespace
+
+std::string pack_codes(const int64_t* codes, int64_t rows, const std::vector<int64_t>& sizes) {
+  const int64_t layers = static_cast<int64_t>(sizes.size());
+  std::string packed(static_cast<size_t>((rows * row_bits_of(sizes) + 7) / 8), '\0');
+  int64_t at = 0;  // bit position
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t l = 0; l < layers; ++l) {
+      const int64_t v = codes[r * layers + l];
+      for (int b = 0; b < code_bits(sizes[l]); ++b, ++at)
+        packed[static_cast<size_t>(at >> 3)] |= static_cast<char>(((v >> b) & 1) << (at & 7));
+    }
+  return packed;
+}
+
+bool unpack_codes(const unsigned char* bytes, int64_t rows, const std::vector<int64_t>& sizes,
+                  std::vector<int64_t>& codes) {
+  const int64_t layers = static_cast<int64_t>(sizes.size()), total = rows * row_bits_of(sizes);
+  codes.assign(static_cast<size_t>(rows * layers), 0);
+  int64_t at = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t l = 0; l < layers; ++l) {
+      int64_t v = 0;
+      for (int b = 0; b < code_bits(sizes[l]); ++b, ++at) v |= int64_t{(bytes[at >> 3] >> (at & 7)) & 1} << b;
+      codes[static_cast<size_t>(r * layers + l)] = v;
+    }
+  for (; at < (total + 7) / 8 * 8; ++at)
+    if ((bytes[at >> 3] >> (at & 7)) & 1) return false;
+  return true;
+}
+
 void write_codes_file_format2(const std::string& path, const CodesFile& c) {
   const int64_t layers = static_cast<int64_t>(c.codebook_sizes.size());
   VQDDP_CHECK(layers == c.layers && layers > 0 && c.samples > 0 && c.frame > 0 && c.tokens > 0,
@@ -148,23 +181,17 @@ void write_codes_file_format2(const std::string& path, const CodesFile& c) {
   VQDDP_CHECK(rows <= kMaxCodes / layers && static_cast<int64_t>(c.codes.size()) == rows * layers,
               "{}: {} codes for {} rows of {} layers (at most {} codes a file)", path, c.codes.size(), rows, layers,
               kMaxCodes);
-  std::vector<int64_t> bits;
-  int64_t row_bits = 0;
-  for (int64_t k : c.codebook_sizes) {
-    bits.push_back(code_bits(k));
-    row_bits += bits.back();
-  }
-  VQDDP_CHECK(row_bits > 0, "{}: every layer's codebook holds one code: its codes carry no bits", path);
-  std::string packed(static_cast<size_t>((rows * row_bits + 7) / 8), '\0');
-  int64_t at = 0;
+  VQDDP_CHECK(row_bits_of(c.codebook_sizes) > 0, "{}: every layer's codebook holds one code: its codes carry no "
+              "bits", path);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t l = 0; l < layers; ++l) {
       const int64_t v = c.codes[static_cast<size_t>(r * layers + l)];
       VQDDP_CHECK(v >= 0 && v < c.codebook_sizes[l], "{}: code {} of layer {} in row {} is outside its codebook of {}",
                   path, v, l, r, c.codebook_sizes[l]);
-      for (int64_t b = 0; b < bits[l]; ++b, ++at)
-        packed[static_cast<size_t>(at >> 3)] |= static_cast<char>(((v >> b) & 1) << (at & 7));
     }
+  const std::string packed = pack_codes(c.codes.data(), rows, c.codebook_sizes);
+  std::vector<int64_t> bits;
+  for (int64_t k : c.codebook_sizes) bits.push_back(code_bits(k));
   safetensors_save(path, {},
                    {{"format", kFormat2},
                     {"sample_rate", std::to_string(c.sample_rate)},

@@ -122,6 +122,17 @@ inline constexpr int64_t kMaxCodes = int64_t{1} << 30;
 // Bits a code of a codebook of `size` takes when packed: ceil(log2 size).
 int code_bits(int64_t size);
 
+// Codes (rows x sizes.size(), row-major), each in code_bits(size) bits,
+// least significant first, row after row, the last byte padded with zero
+// bits: ceil(rows * row bits / 8) bytes (format 2, stream packets). The
+// caller has checked the codes are inside their codebooks.
+std::string pack_codes(const int64_t* codes, int64_t rows, const std::vector<int64_t>& sizes);
+// The inverse over exactly those bytes: rows x sizes.size() codes, not
+// checked against their codebooks (the caller names a bad one); false when
+// a padding bit is not zero.
+bool unpack_codes(const unsigned char* bytes, int64_t rows, const std::vector<int64_t>& sizes,
+                  std::vector<int64_t>& codes);
+
 // `c` as format 3 under `model` (its first c.layers tables, which must have
 // c's codebook sizes), in chunks of c.chunk_frames frames: the file's bytes.
 // Checks that every code is inside its codebook and that rows match
