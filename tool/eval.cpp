@@ -71,8 +71,9 @@ Coded code_ours(const Codec& codec, int layers, double max_bitrate, const std::v
   const auto start = Clock::now();
   const int64_t f = codec.frame(), n = static_cast<int64_t>(x.size());
   CodesFile c = codec.codes_for(layers, std::filesystem::path(clip).filename().string());
+  Codec::Pieces pieces;  // a causal codec: the clip coded as one stream
   for (int64_t at = 0; at < n; at += kPieceFrames * f)
-    codec.append_codes(std::vector<float>(x.begin() + at, x.begin() + std::min(n, at + kPieceFrames * f)), c);
+    codec.append_codes(std::vector<float>(x.begin() + at, x.begin() + std::min(n, at + kPieceFrames * f)), c, pieces);
   const std::string bytes = codec.file_within(c, max_bitrate, "eval: " + shown(clip));
   {
     OutputFile file(codes_path);
@@ -89,7 +90,7 @@ Coded code_ours(const Codec& codec, int layers, double max_bitrate, const std::v
   const int64_t frames = back.frames(), row = back.tokens * back.layers;
   for (int64_t at = 0; at < frames; at += kPieceFrames) {
     const std::vector<float> y =
-        codec.decode_frames(back.codes.data() + at * row, std::min(kPieceFrames, frames - at), back.layers);
+        codec.decode_frames(back.codes.data() + at * row, std::min(kPieceFrames, frames - at), back.layers, pieces);
     out.samples.insert(out.samples.end(), y.begin(), y.end());
   }
   out.samples.resize(static_cast<size_t>(n));

@@ -143,18 +143,20 @@ CodesFile Codec::codes_for(int layers, const std::string& source) const {
   return c;
 }
 
-void Codec::append_codes(std::vector<float> chunk, CodesFile& c) const {
+void Codec::append_codes(std::vector<float> chunk, CodesFile& c, Pieces& pieces) const {
   const int64_t f = frame(), q = static_cast<int64_t>(sizes_.size()), layers = c.layers;
   c.samples += static_cast<int64_t>(chunk.size());
   chunk.resize((chunk.size() + f - 1) / f * f, 0.f);  // the last frame padded with zeros
-  Tensor t = encode(chunk);                            // (n * tokens, Q)
+  Tensor t = causal() ? model_->encode_stream(from_vector(chunk, {static_cast<int64_t>(chunk.size())}), pieces.encoder)
+                      : encode(chunk);  // (n * tokens, Q)
   const int64_t* p = t.data<int64_t>();
   for (int64_t row = 0; row < t.size(0); ++row) c.codes.insert(c.codes.end(), p + row * q, p + row * q + layers);
 }
 
-std::vector<float> Codec::decode_frames(const int64_t* codes, int64_t frames, int64_t layers) const {
+std::vector<float> Codec::decode_frames(const int64_t* codes, int64_t frames, int64_t layers, Pieces& pieces) const {
   const int64_t rows = frames * tokens();
-  return decode(from_vector(std::vector<int64_t>(codes, codes + rows * layers), {rows, layers}));
+  Tensor t = from_vector(std::vector<int64_t>(codes, codes + rows * layers), {rows, layers});
+  return causal() ? model_->decode_stream(t, pieces.decoder).to_vector<float>() : decode(t);
 }
 
 std::string Codec::file_within(CodesFile& c, double max_bitrate, const std::string& what) const {
@@ -213,10 +215,11 @@ CodingResult encode_audio_file(const Codec& codec, const std::string& input, Out
   CodesFile c = codec.codes_for(layers, std::filesystem::path(input).filename().string());
   c.chunk_frames = o.chunk_frames;
   std::vector<float> chunk;  // (chunk_frames * F,): the only audio held at once
+  Codec::Pieces pieces;
   for (;;) {
     chunk.clear();
     if (reader.read(static_cast<size_t>(o.chunk_frames * codec.frame()), chunk) == 0) break;
-    codec.append_codes(std::move(chunk), c);
+    codec.append_codes(std::move(chunk), c, pieces);
   }
   VQDDP_CHECK(c.samples > 0, "{}: no audio to code", input);
   r.samples = c.samples;
@@ -285,11 +288,15 @@ CodingResult decode_codes_file(const Codec& codec, const std::string& path, Outp
   out.create();
   AudioWriter writer(r.output, codec.sample_rate(), o.float_wav ? AudioEncoding::wav_float : AudioEncoding::wav16);
   const int64_t tokens = c.tokens, f = c.frame;
+  // A causal codec decodes the file as one sequence; a damaged chunk's
+  // silence does not enter its state, which goes on from the last chunk
+  // decoded.
+  Codec::Pieces pieces;
   // `frames` frames of codes from frame `first` on, decoded o.chunk_frames at a time.
   auto decode_frames = [&](const int64_t* codes, int64_t first, int64_t frames) {
     for (int64_t at = 0; at < frames; at += o.chunk_frames) {
       const int64_t end = std::min(frames, at + o.chunk_frames);
-      std::vector<float> y = codec.decode_frames(codes + at * tokens * layers, end - at, layers);
+      std::vector<float> y = codec.decode_frames(codes + at * tokens * layers, end - at, layers, pieces);
       const int64_t keep = std::min<int64_t>(static_cast<int64_t>(y.size()), r.samples - (first + at) * f);  // the padding goes
       writer.write(y.data(), static_cast<size_t>(keep));
     }

@@ -11,6 +11,12 @@
 // frame's codes do not depend on the frames coded beside it. The last frame
 // is padded with zeros; decoding cuts the output back to the file's length.
 //
+// A causal codec (model.causal) is the exception: each row of its codes
+// depends on the samples up to its end, across frames, so it codes a file
+// as one sequence (Codec::Pieces): the bits of `encode --stream`, and of
+// the whole recording coded at once. Its training and validation code
+// frames on their own, each from silence.
+//
 // Codes files: train/codes_file.h.
 #pragma once
 
@@ -71,16 +77,24 @@ class Codec {
   // left out (residual quantizers only).
   std::vector<float> decode(const Tensor& codes) const;
 
-  // What encode and eval share, so both code a file alike:
+  // What encode and eval share, so both code a file alike. A recording is
+  // coded a piece at a time, in order, through one Pieces: a causal codec
+  // codes the recording as one sequence (its streams' state carried from
+  // piece to piece: the bits of the whole recording coded at once, and of
+  // `encode --stream`); other codecs code each frame on its own and keep
+  // nothing in it.
+  struct Pieces {
+    StreamState encoder, decoder;
+  };
   // An empty codes file of this codec keeping `layers` layers (rate, frame,
   // tokens, codebook sizes, fingerprint, step, source).
   CodesFile codes_for(int layers, const std::string& source) const;
   // Codes `chunk` (any length; its last frame padded with zeros) and appends
   // its rows' first c.layers codes to c.codes and its length to c.samples.
-  void append_codes(std::vector<float> chunk, CodesFile& c) const;
+  void append_codes(std::vector<float> chunk, CodesFile& c, Pieces& pieces) const;
   // `frames` frames of codes (frames * tokens rows of `layers` codes, row-major)
   // -> frames * F samples.
-  std::vector<float> decode_frames(const int64_t* codes, int64_t frames, int64_t layers) const;
+  std::vector<float> decode_frames(const int64_t* codes, int64_t frames, int64_t layers, Pieces& pieces) const;
   // The file's bytes (format 3, under code_model()). With max_bitrate > 0
   // (bits per second): the most layers, c.layers down, whose file (header
   // included) is within it; c is cut to them. Refused, the rate of every

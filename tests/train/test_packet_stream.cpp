@@ -25,7 +25,9 @@
 #include "tests/engine/tmpdir.h"
 #include "tests/train/small_run.h"
 #include "tool/packet_stream.h"
+#include "engine/core/output_file.h"
 #include "train/code_packets.h"
+#include "train/codes_file.h"
 #include "train/config.h"
 #include "train/trainer.h"
 
@@ -250,4 +252,40 @@ TEST_CASE("decode --stream refuses another codec's stream and noise; encode --st
   CHECK(d.output_closed);
   ::close(fi);
   ::close(fds[1]);
+}
+
+TEST_CASE("a causal codec's codes file holds the stream's codes and decodes to the stream's samples, in any chunks") {
+  const Codec& codec = causal_codec();
+  TempDir dir;
+  const std::string packets = encode_to(codec, {kStreamClip, -1, 0}, dir.file("a.vqs"), {});
+  const Decoded streamed = decode_from(codec, packets, dir, true);
+  for (int64_t chunk : {int64_t{1}, int64_t{3}, int64_t{256}}) {
+    CAPTURE(chunk);
+    const std::string out = dir.file(fmt::format("chunk{}", chunk));
+    EncodeOptions eo;
+    eo.chunk_frames = chunk;
+    {
+      OutputDir o(out, "encode");
+      encode_audio_file(codec, kStreamClip, o, eo);
+      o.keep();
+    }
+    // The file's last frame is padded to a whole F samples, the stream's to
+    // a hop: the file holds the stream's rows, then those of the padding.
+    const CodesFile c = read_codes_file(out + "/agent-alreadyon.codes", &codec.code_model());
+    const std::vector<int64_t> rows = codes_of(codec, packets);
+    REQUIRE(c.codes.size() >= rows.size());
+    CHECK(c.codes.size() - rows.size() < static_cast<size_t>(codec.tokens() * 3));
+    CHECK(std::vector<int64_t>(c.codes.begin(), c.codes.begin() + static_cast<ptrdiff_t>(rows.size())) == rows);
+    DecodeOptions d;
+    d.float_wav = true;
+    d.chunk_frames = chunk;
+    {
+      OutputDir o(out, "decode");
+      decode_codes_file(codec, out + "/agent-alreadyon.codes", o, d);
+      o.keep();
+    }
+    const std::vector<float> y = read_audio(out + "/agent-alreadyon.wav").samples;
+    REQUIRE(y.size() * 4 == streamed.pcm.size());
+    CHECK(std::memcmp(y.data(), streamed.pcm.data(), streamed.pcm.size()) == 0);
+  }
 }
