@@ -294,6 +294,12 @@ class StreamDecoder {
     decode(codes, frames, layers, -1);
   }
 
+  // A push's frames at most (1.28 s of the causal main job): its
+  // activations stay in the caches. 10 minutes of packets read 64 KiB
+  // (~14,000 frames) at a time decoded in 4.05 s pushed whole, in 1.33 s
+  // 256 frames a push (one core of the Xeon).
+  static constexpr int64_t kMostFrames = 256;
+
   // `frames` frames of codes; `kept` >= 1: the last frame is cut to it.
   // Frames wait until flush() (after each read, and before anything else
   // is written), so the packets that came in one read decode in one push:
@@ -305,7 +311,7 @@ class StreamDecoder {
     pending_frames_ += frames;
     pending_layers_ = layers;
     last_.assign(codes.end() - layers, codes.end());
-    if (kept >= 1) flush(kept);
+    if (kept >= 1 || pending_frames_ >= kMostFrames) flush(kept);
   }
 
  public:
