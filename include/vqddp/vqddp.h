@@ -94,6 +94,7 @@
 #include "train/checkpoint.h"
 #include "train/codec.h"
 #include "train/codec_stream.h"
+#include "train/code_packets.h"
 #include "train/codes_file.h"
 #include "train/config.h"
 #include "train/ddp.h"
