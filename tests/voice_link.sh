@@ -34,8 +34,10 @@ head -c $bytes /dev/urandom > "$tmp/in.raw"
 "$vqddp" decode --stream "$ck" < "$tmp/clean.vqs" > "$tmp/clean.raw" 2> "$tmp/err" || fail "decode of the clean stream exited $?"
 [ "$(wc -c < "$tmp/clean.raw")" -eq $bytes ] || fail "the clean stream decoded to $(wc -c < "$tmp/clean.raw") bytes, not $bytes"
 # The same through one pipe, as a link runs.
-"$vqddp" encode --stream "$ck" < "$tmp/in.raw" 2> /dev/null | "$vqddp" decode --stream "$ck" 2> "$tmp/err" |
-  cmp -s - "$tmp/clean.raw" || fail "encode | decode differs from the stream decoded from its file"
+{ "$vqddp" encode --stream "$ck" < "$tmp/in.raw" 2> /dev/null; echo $? > "$tmp/rc.enc"; } |
+  { "$vqddp" decode --stream "$ck" 2> "$tmp/err"; echo $? > "$tmp/rc.dec"; } | cmp -s - "$tmp/clean.raw" ||
+  fail "encode | decode differs from the stream decoded from its file"
+[ "$(cat "$tmp/rc.enc") $(cat "$tmp/rc.dec")" = "0 0" ] || fail "encode | decode exited $(cat "$tmp/rc.enc") and $(cat "$tmp/rc.dec")"
 
 # Damage: one byte flipped a third of the way in, 40 bytes cut out two
 # thirds of the way in.
@@ -61,7 +63,6 @@ cmp -s "$tmp/clean.head" "$tmp/damaged.head" || fail "the samples before the dam
 tail -c $((bytes / 4)) "$tmp/clean.raw" > "$tmp/clean.tail"
 tail -c $((bytes / 4)) "$tmp/damaged.raw" > "$tmp/damaged.tail"
 cmp -s "$tmp/clean.tail" "$tmp/damaged.tail" || fail "the samples long after the damage differ from the clean stream's"
-cmp -s "$tmp/clean.raw" "$tmp/damaged.raw" && fail "the damaged stream decoded to the clean samples (no damage done?)"
 
 # A reader that goes away: either side stops with status 0.
 { "$vqddp" decode --stream "$ck" < "$tmp/clean.vqs" 2> "$tmp/err"; echo $? > "$tmp/rc"; } | head -c 1000 > /dev/null
@@ -69,6 +70,7 @@ cmp -s "$tmp/clean.raw" "$tmp/damaged.raw" && fail "the damaged stream decoded t
 grep -q "standard output closed by its reader" "$tmp/err" || fail "decode did not say its reader went"
 { "$vqddp" encode --stream "$ck" < "$tmp/in.raw" 2> "$tmp/err"; echo $? > "$tmp/rc"; } | head -c 100 > /dev/null
 [ "$(cat "$tmp/rc")" = 0 ] || fail "encode with its reader gone exited $(cat "$tmp/rc")"
+grep -q "standard output closed by its reader" "$tmp/err" || fail "encode did not say its reader went"
 # The input's writer gone mid-packet: the cut packet is named, status 3.
 head -c $((size / 2)) "$tmp/clean.vqs" | "$vqddp" decode --stream "$ck" > /dev/null 2> "$tmp/err"
 rc=$?

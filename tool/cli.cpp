@@ -372,7 +372,7 @@ int run_decode_stream(int argc, char** argv) {
   if (r.output_closed) {
     fmt::print(stderr, "decode --stream: standard output closed by its reader after {:.2f} s of audio: stopped\n",
                secs);
-    return 0;
+    return r.damaged ? 3 : 0;
   }
   fmt::print(stderr, "decode --stream: {} packets, {} bytes -> {:.2f} s of {} Hz {} mono{}; the codec's compute {:.3f} "
              "s ({:.0f}x real time)\n", r.packets, r.bytes, secs, codec.sample_rate(),

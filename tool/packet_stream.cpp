@@ -1,6 +1,7 @@
 #include "tool/packet_stream.h"
 
 #include <fmt/format.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,13 +22,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Up to `n` bytes as they arrive (0: the end of the input).
 size_t read_some(int fd, char* buf, size_t n, const std::string& name) {
   for (;;) {
     const ssize_t got = ::read(fd, buf, n);
     if (got >= 0) return static_cast<size_t>(got);
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {  // a non-blocking descriptor: wait for bytes
+      pollfd w{fd, POLLIN, 0};
+      ::poll(&w, 1, -1);
+      continue;
+    }
     VQDDP_CHECK(errno == EINTR, "reading {}: {}", name, std::strerror(errno));
   }
 }
@@ -41,6 +47,11 @@ bool write_all(int fd, const char* data, size_t n, const char* what) {
     if (wrote < 0) {
       if (errno == EINTR) continue;
       if (errno == EPIPE) return false;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {  // a non-blocking descriptor: wait for room
+        pollfd w{fd, POLLOUT, 0};
+        ::poll(&w, 1, -1);
+        continue;
+      }
       throw Error(fmt::format("{}: writing standard output: {}", what, std::strerror(errno)));
     }
     data += wrote;
@@ -157,7 +168,7 @@ StreamReport encode_packet_stream(const Codec& codec, const StreamInput& input, 
     if (x.empty()) break;
     const auto t0 = Clock::now();
     take(enc.push(x.data(), static_cast<int64_t>(x.size())));
-    r.seconds += since(t0);
+    r.seconds += seconds_since(t0);
     r.samples += static_cast<int64_t>(x.size());
     int64_t sent = 0;
     for (; pending_frames() - sent >= per_packet && !r.output_closed; sent += per_packet)
@@ -170,7 +181,7 @@ StreamReport encode_packet_stream(const Codec& codec, const StreamInput& input, 
   // in the last packet, which says how much of its last frame is sound.
   const auto t0 = Clock::now();
   take(enc.flush());
-  r.seconds += since(t0);
+  r.seconds += seconds_since(t0);
   const int64_t partial = r.samples % hop;
   const int64_t kept = pending.empty() ? 0 : partial > 0 ? partial : hop;
   send(codes_packet(sequence, pending.data(), pending_frames(), sizes, fingerprint, true, kept));
@@ -178,6 +189,10 @@ StreamReport encode_packet_stream(const Codec& codec, const StreamInput& input, 
 }
 
 namespace {
+
+// Packets up to this far behind the one due are taken as late or repeated
+// (left out); a packet further from it starts a loss.
+constexpr int kLateWindow = 64;
 
 // The decoding side of one stream: what its packets said, what was
 // decoded, and the last frame's codes for concealment.
@@ -194,18 +209,26 @@ class StreamDecoder {
     r_.damaged_bytes += p.damaged_before;
     ++r_.packets;
     if (p.type == 'S') return start(p);
-    if (!started_) {
-      damage(fmt::format("the stream's start packet is missing: decoding from packet {}", p.sequence));
+    if (!started_ || ended_) {
+      // No start packet came for this stream (lost, or the stream joined
+      // late): it decodes from here, from silence.
+      damage(fmt::format("{}the stream's start packet is missing: decoding from packet {}",
+                         ended_ ? "a packet after the last stream's last packet: " : "", p.sequence));
+      if (ended_) {
+        flush();
+        dec_.reset();
+        last_.clear();
+      } else {
+        per_packet_ = std::max<int64_t>(p.frames, 1);
+      }
       started_ = true;
-      per_packet_ = std::max<int64_t>(p.frames, 1);
+      ended_ = false;
       expected_ = p.sequence;
-    } else if (ended_) {
-      damage(fmt::format("packet {} came after the stream's last packet (and no new stream's start): left out",
-                         p.sequence));
-      return;
     }
+    // Late or twice: a packet a little behind the one due. Any other jump
+    // is a loss (an outage longer than the concealment is cut to it).
     const uint16_t gap = static_cast<uint16_t>(p.sequence - expected_);
-    if (gap >= 0x8000) {
+    if (gap >= 0x10000 - kLateWindow) {
       damage(fmt::format("packet {} came late or twice (packet {} was due): left out", p.sequence, expected_));
       return;
     }
@@ -307,9 +330,14 @@ class StreamDecoder {
   void decode(const std::vector<int64_t>& codes, int64_t frames, int64_t layers, int64_t kept) {
     if (frames == 0 || r_.output_closed) return;
     if (pending_frames_ > 0 && layers != pending_layers_) flush();
-    pending_.insert(pending_.end(), codes.begin(), codes.end());
-    pending_frames_ += frames;
     pending_layers_ = layers;
+    for (int64_t at = 0; at < frames;) {
+      const int64_t take = std::min(frames - at, kMostFrames - pending_frames_);
+      pending_.insert(pending_.end(), codes.begin() + at * layers, codes.begin() + (at + take) * layers);
+      pending_frames_ += take;
+      at += take;
+      if (pending_frames_ == kMostFrames && at < frames) flush();
+    }
     last_.assign(codes.end() - layers, codes.end());
     if (kept >= 1 || pending_frames_ >= kMostFrames) flush(kept);
   }
@@ -319,7 +347,7 @@ class StreamDecoder {
     if (pending_frames_ == 0 || r_.output_closed) return;
     const auto t0 = Clock::now();
     std::vector<float> y = dec_.push(from_vector(pending_, {pending_frames_, pending_layers_}));
-    r_.seconds += since(t0);
+    r_.seconds += seconds_since(t0);
     r_.frames += pending_frames_;
     pending_.clear();
     pending_frames_ = 0;
@@ -371,7 +399,7 @@ StreamReport decode_packet_stream(const Codec& codec, int in_fd, int out_fd, boo
   Packet p;
   int64_t read_bytes = 0;
   for (bool more = true; more && !d.closed();) {
-    const size_t got = read_some(in_fd, buf.data(), buf.size(), "standard input");
+    const size_t got = read_some(in_fd, buf.data(), buf.size(), "the packets' input");
     read_bytes += static_cast<int64_t>(got);
     if (got == 0) {
       reader.end();

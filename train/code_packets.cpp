@@ -1,6 +1,7 @@
 #include "train/code_packets.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "engine/core/error.h"
@@ -53,7 +54,9 @@ void seal(std::string& packet, uint32_t fingerprint) {
 std::string start_packet(const StreamStart& s) {
   VQDDP_CHECK(!s.codebook_sizes.empty() && static_cast<int64_t>(s.codebook_sizes.size()) <= kMaxLayers &&
                   s.frames_per_packet >= 1 && s.frames_per_packet <= kMaxPacketFrames && s.sample_rate > 0 &&
-                  s.hop > 0,
+                  s.sample_rate <= UINT32_MAX && s.hop > 0 && s.hop <= kMaxHop &&
+                  std::all_of(s.codebook_sizes.begin(), s.codebook_sizes.end(),
+                              [](int64_t k) { return k >= 1 && k <= UINT32_MAX; }),
               "a stream of {} layers, {} frames a packet, {} Hz, hop {}: not one packets can carry",
               s.codebook_sizes.size(), s.frames_per_packet, s.sample_rate, s.hop);
   std::string p;
@@ -76,9 +79,10 @@ std::string start_packet(const StreamStart& s) {
 std::string codes_packet(uint16_t sequence, const int64_t* codes, int64_t frames, const std::vector<int64_t>& sizes,
                          uint32_t fingerprint, bool last, int64_t kept) {
   const int64_t layers = static_cast<int64_t>(sizes.size());
-  VQDDP_CHECK(frames >= 0 && frames <= kMaxPacketFrames && layers >= 1 && layers <= kMaxLayers,
-              "a codes packet of {} frames of {} layers: at most {} frames of at most {} layers", frames, layers,
-              kMaxPacketFrames, kMaxLayers);
+  VQDDP_CHECK(frames >= 0 && frames <= kMaxPacketFrames && layers >= 1 && layers <= kMaxLayers && kept >= 0 &&
+                  kept <= kMaxHop,
+              "a codes packet of {} frames of {} layers, {} samples kept: at most {} frames of at most {} layers, "
+              "at most {} samples", frames, layers, kept, kMaxPacketFrames, kMaxLayers, kMaxHop);
   for (int64_t i = 0; i < frames * layers; ++i)
     VQDDP_CHECK(codes[i] >= 0 && codes[i] < sizes[i % layers], "a codes packet: code {} of layer {} is outside its "
                 "codebook of {}", codes[i], i % layers, sizes[i % layers]);
@@ -147,6 +151,9 @@ bool PacketReader::parse(size_t at, int64_t size, Packet& p) const {
     p.start.hop = static_cast<int64_t>(get(s + 5, 4));
     p.start.frames_per_packet = s[9];
     p.start.fingerprint = static_cast<uint32_t>(get(s + 10, 4));
+    // The start packet's checksum is its own: what it says is checked.
+    if (p.start.sample_rate == 0 || p.start.hop == 0 || p.start.hop > kMaxHop || p.start.frames_per_packet == 0)
+      return false;
     for (int64_t l = 0; l < s[14]; ++l) p.start.codebook_sizes.push_back(static_cast<int64_t>(get(s + 15 + 4 * l, 4)));
     return true;
   }
@@ -164,11 +171,24 @@ bool PacketReader::parse(size_t at, int64_t size, Packet& p) const {
   return true;
 }
 
+bool PacketReader::whole_packet_after(size_t from) const {
+  Packet scratch;
+  for (size_t at = from; at < buf_.size(); ++at) {
+    if (static_cast<unsigned char>(buf_[at]) != kSync) continue;
+    const int64_t size = packet_size(at);
+    if (size > 0 && static_cast<int64_t>(buf_.size() - at) >= size && parse(at, size, scratch)) return true;
+  }
+  return false;
+}
+
 bool PacketReader::next(Packet& p) {
   while (at_ < buf_.size()) {
     const int64_t size = packet_size(at_);
     const bool whole = size > 0 && static_cast<int64_t>(buf_.size() - at_) >= size;
-    if (!whole && size != 0 && !ended_) return false;  // more to come
+    // More to come, unless a whole packet with a good checksum is already
+    // behind this start: a damaged header claiming a long packet must not
+    // hold back the packets of a live link that came after it.
+    if (!whole && size != 0 && !ended_ && !whole_packet_after(at_ + 1)) return false;
     if (whole && parse(at_, size, p)) {
       p.damaged_before = damaged_;
       p.damaged_at = damaged_at_;

@@ -34,6 +34,7 @@ namespace vqddp {
 
 inline constexpr int kPacketVersion = 1;
 inline constexpr int64_t kMaxPacketFrames = 255;
+inline constexpr int64_t kMaxHop = 0xffff;  // samples a frame (the last packet's kept is a u16)
 
 struct StreamStart {
   int64_t sample_rate = 0;
@@ -88,6 +89,8 @@ class PacketReader {
   // the header is not one (-1: more bytes are needed to tell).
   int64_t packet_size(size_t at) const;
   bool parse(size_t at, int64_t size, Packet& p) const;
+  // Whether a whole packet with a good checksum starts at or after `from`.
+  bool whole_packet_after(size_t from) const;
 
   uint32_t fingerprint_;
   std::vector<int64_t> sizes_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/file_io.h"
 #include "engine/core/random.h"
 #include "train/code_packets.h"
 #include "train/codes_file.h"
@@ -29,7 +30,7 @@ std::vector<int64_t> packet_codes(int64_t frames, int64_t layers, uint64_t seed)
   return c;
 }
 
-std::vector<int64_t> first(int64_t layers) { return {kPacketSizes.begin(), kPacketSizes.begin() + layers}; }
+std::vector<int64_t> sizes_of(int64_t layers) { return {kPacketSizes.begin(), kPacketSizes.begin() + layers}; }
 
 // A stream: start, `n` codes packets of 4 frames of 2 layers, the last of 3
 // frames (2 samples of its last frame kept); and the codes of each.
@@ -45,11 +46,11 @@ PacketStream packet_stream(int n) {
     s.starts.push_back(s.bytes.size());
     s.bytes += p;
   };
-  add(start_packet({8000, 40, 4, kPrint, first(2)}));
+  add(start_packet({8000, 40, 4, kPrint, sizes_of(2)}));
   for (int i = 0; i < n; ++i) {
     const bool last = i == n - 1;
     s.codes.push_back(packet_codes(last ? 3 : 4, 2, static_cast<uint64_t>(i)));
-    add(codes_packet(static_cast<uint16_t>(i + 1), s.codes.back().data(), last ? 3 : 4, first(2), kPrint, last,
+    add(codes_packet(static_cast<uint16_t>(i + 1), s.codes.back().data(), last ? 3 : 4, sizes_of(2), kPrint, last,
                      last ? 2 : 0));
   }
   return s;
@@ -85,7 +86,7 @@ TEST_CASE("code packets read back as written, fed whole or a byte at a time") {
     CHECK(got[0].start.hop == 40);
     CHECK(got[0].start.frames_per_packet == 4);
     CHECK(got[0].start.fingerprint == kPrint);
-    CHECK(got[0].start.codebook_sizes == first(2));
+    CHECK(got[0].start.codebook_sizes == sizes_of(2));
     for (int i = 0; i < 6; ++i) {
       const Packet& p = got[static_cast<size_t>(i + 1)];
       CHECK(p.type == (i == 5 ? 'L' : 'C'));
@@ -150,11 +151,29 @@ TEST_CASE("another codec's packets, bytes that are no packet, and a cut end are 
   const std::vector<Packet> behind = read_all(claim, claim.size());
   REQUIRE(behind.size() == 4);
   CHECK(behind[1].damaged_before == 6);
+  // ... and, on a live link, before the stream ends: the whole packets
+  // behind the claim are not held back waiting for its bytes.
+  PacketReader live(kPrint, kPacketSizes);
+  live.feed(claim.data(), claim.size());
+  int read_live = 0;
+  Packet lp;
+  while (live.next(lp)) ++read_live;
+  CHECK(read_live == 4);
+
+  // A start packet that says 0 frames a packet (checksum and all) is not one.
+  std::string zero = start_packet({8000, 40, 4, kPrint, sizes_of(2)});
+  zero[6 + 9] = 0;
+  const uint32_t crc = crc32c(zero.data(), zero.size() - 4);
+  for (int i = 0; i < 4; ++i) zero[zero.size() - 4 + static_cast<size_t>(i)] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  PacketReader r0(kPrint, kPacketSizes);
+  r0.feed(zero.data(), zero.size());
+  r0.end();
+  CHECK_FALSE(r0.next(lp));
 }
 
 TEST_CASE("a codes packet refuses codes outside their codebooks, and a reader a packed code outside them") {
   const std::vector<int64_t> bad = {3, 1000};
-  CHECK_THROWS_AS(codes_packet(1, bad.data(), 1, first(2), kPrint), Error);
+  CHECK_THROWS_AS(codes_packet(1, bad.data(), 1, sizes_of(2), kPrint), Error);
   // 1000 codes in 10 bits: 1023 packs, and a packet holding it (checksum
   // and all) is not read.
   const std::vector<int64_t> wide = {3, 1023};

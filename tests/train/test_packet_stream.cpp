@@ -13,6 +13,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <thread>
 
@@ -59,7 +60,7 @@ struct CausalRun {
   }
 };
 
-const Codec& causal_codec() {
+const Codec& trained_causal_codec() {
   static CausalRun run;
   static Codec codec(run.checkpoint);
   return codec;
@@ -71,8 +72,11 @@ int open_in(const std::string& path) { return ::open(path.c_str(), O_RDONLY | O_
 std::string encode_to(const Codec& codec, StreamInput in, const std::string& path, StreamEncodeOptions o) {
   const int fd = open_out(path);
   REQUIRE(fd >= 0);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};  // closed when encode_packet_stream throws, too
   encode_packet_stream(codec, in, fd, o);
-  ::close(fd);
   return read_file(path);
 }
 
@@ -125,7 +129,7 @@ std::vector<int64_t> codes_of(const Codec& codec, const std::string& packets, st
 }  // namespace
 
 TEST_CASE("encode --stream's packets are the codes of the whole recording at once; decode --stream gives its samples") {
-  const Codec& codec = causal_codec();
+  const Codec& codec = trained_causal_codec();
   TempDir dir;
   const std::vector<float> x = read_audio(kStreamClip).samples;
   const int64_t n = static_cast<int64_t>(x.size()), hop = codec.hop();
@@ -159,7 +163,7 @@ TEST_CASE("encode --stream's packets are the codes of the whole recording at onc
 }
 
 TEST_CASE("raw PCM arriving in writes of any size, down to a byte, gives the packets of the file") {
-  const Codec& codec = causal_codec();
+  const Codec& codec = trained_causal_codec();
   TempDir dir;
   const std::string from_file = encode_to(codec, {kStreamClip, -1, 0}, dir.file("file.vqs"), {});
   std::string pcm = pcm16_of(read_audio(kStreamClip).samples);
@@ -185,7 +189,7 @@ TEST_CASE("raw PCM arriving in writes of any size, down to a byte, gives the pac
 }
 
 TEST_CASE("a lost packet is named and concealed, the output keeps its length, and later samples are the clean ones") {
-  const Codec& codec = causal_codec();
+  const Codec& codec = trained_causal_codec();
   TempDir dir;
   StreamEncodeOptions o;
   o.frames_per_packet = 2;
@@ -221,7 +225,7 @@ TEST_CASE("a lost packet is named and concealed, the output keeps its length, an
 
 TEST_CASE("decode --stream refuses another codec's stream and noise; encode --stream another rate; both end when "
           "their reader goes") {
-  const Codec& codec = causal_codec();
+  const Codec& codec = trained_causal_codec();
   TempDir dir;
   const std::string packets = encode_to(codec, {kStreamClip, -1, 0}, dir.file("a.vqs"), {});
   // The start packet of a codec with another fingerprint.
@@ -255,7 +259,7 @@ TEST_CASE("decode --stream refuses another codec's stream and noise; encode --st
 }
 
 TEST_CASE("a causal codec's codes file holds the stream's codes and decodes to the stream's samples, in any chunks") {
-  const Codec& codec = causal_codec();
+  const Codec& codec = trained_causal_codec();
   TempDir dir;
   const std::string packets = encode_to(codec, {kStreamClip, -1, 0}, dir.file("a.vqs"), {});
   const Decoded streamed = decode_from(codec, packets, dir, true);
@@ -287,5 +291,140 @@ TEST_CASE("a causal codec's codes file holds the stream's codes and decodes to t
     const std::vector<float> y = read_audio(out + "/agent-alreadyon.wav").samples;
     REQUIRE(y.size() * 4 == streamed.pcm.size());
     CHECK(std::memcmp(y.data(), streamed.pcm.data(), streamed.pcm.size()) == 0);
+  }
+}
+
+namespace {
+
+// A stream built by hand from the clip's codes (all 3 layers, 2 frames a
+// packet): its start packet at sequence `first`, then the codes packets
+// numbered on from it, wrapping; `n` codes packets, the last an 'L'.
+struct HandStream {
+  std::vector<std::string> packets;  // [0]: the start packet
+  std::vector<int64_t> codes;        // frames x 3
+  std::string bytes(const std::vector<size_t>& leave_out = {}) const {
+    std::string b;
+    for (size_t i = 0; i < packets.size(); ++i)
+      if (std::find(leave_out.begin(), leave_out.end(), i) == leave_out.end()) b += packets[i];
+    return b;
+  }
+};
+
+HandStream hand_stream(const Codec& codec, uint16_t first, int n) {
+  EncoderStream enc = codec.encoder_stream("test");
+  const std::vector<float> x = read_audio(kStreamClip).samples;
+  Tensor all = enc.push(x.data(), static_cast<int64_t>(x.size()));
+  REQUIRE(all.size(0) >= 2 * n);
+  HandStream h;
+  const uint32_t print = static_cast<uint32_t>(std::stoul(codec.fingerprint(), nullptr, 16));
+  StreamStart st{codec.sample_rate(), codec.hop(), 2, print, codec.layer_sizes()};
+  std::string start = start_packet(st);
+  // The start packet says sequence 0; patch it to `first` (its checksum is its own).
+  start[4] = static_cast<char>(first & 0xff);
+  start[5] = static_cast<char>(first >> 8);
+  const uint32_t crc = crc32c(start.data(), start.size() - 4);
+  for (int i = 0; i < 4; ++i) start[start.size() - 4 + static_cast<size_t>(i)] = static_cast<char>((crc >> (8 * i)) & 0xff);
+  h.packets.push_back(start);
+  h.codes.assign(all.data<int64_t>(), all.data<int64_t>() + 2 * n * 3);
+  for (int i = 0; i < n; ++i)
+    h.packets.push_back(codes_packet(static_cast<uint16_t>(first + 1 + i), h.codes.data() + 6 * i, 2,
+                                     codec.layer_sizes(), print, i == n - 1, i == n - 1 ? codec.hop() : 0));
+  return h;
+}
+
+std::string clean_pcm(const Codec& codec, const std::vector<int64_t>& codes) {
+  DecoderStream dec = codec.decoder_stream("test");
+  return pcm16_of(dec.push(from_vector(codes, {static_cast<int64_t>(codes.size()) / 3, 3})));
+}
+
+bool logged(const Decoded& d, const std::string& what) {
+  for (const std::string& line : d.log)
+    if (line.find(what) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("decode --stream across the sequence number's wrap, with a packet twice, without its start packet, and "
+          "joined to another stream whose start was lost") {
+  const Codec& codec = trained_causal_codec();
+  TempDir dir;
+  const HandStream h = hand_stream(codec, 65530, 12);  // codes packets 65531 .. 65535, 0 .. 6
+  const std::string clean = clean_pcm(codec, h.codes);
+  Decoded d = decode_from(codec, h.bytes(), dir);
+  CHECK(d.log.empty());
+  CHECK(d.pcm == clean);
+
+  // Packet 65535 again after packet 0: late or twice, left out.
+  std::string twice = h.bytes();
+  twice.insert(twice.find(h.packets[7]), h.packets[5]);
+  d = decode_from(codec, twice, dir);
+  CHECK(logged(d, "packet 65535 came late or twice (packet 1 was due): left out"));
+  CHECK(d.report.lost_packets == 0);
+  CHECK(d.pcm == clean);
+
+  // No start packet: decoded from the first codes packet, the same bits
+  // (the start packet carries no codes).
+  d = decode_from(codec, h.bytes({0}), dir);
+  CHECK(logged(d, "the stream's start packet is missing: decoding from packet 65531"));
+  CHECK(d.pcm == clean);
+
+  // Two streams end to end, the second's start lost: each from silence.
+  d = decode_from(codec, h.bytes() + h.bytes({0}), dir);
+  CHECK(logged(d, "a packet after the last stream's last packet: the stream's start packet is missing"));
+  CHECK(d.report.lost_packets == 0);
+  CHECK(d.pcm == clean + clean);
+}
+
+TEST_CASE("decode --stream conceals a lost first packet with silence and a long outage for 2 s only") {
+  const Codec& codec = trained_causal_codec();
+  TempDir dir;
+  const HandStream h = hand_stream(codec, 0, 12);
+  // The first codes packet lost: no frame to repeat yet, so silence.
+  Decoded d = decode_from(codec, h.bytes({1}), dir);
+  CHECK(logged(d, "1 packet lost before packet 2 (2 frames, 0.002 s at 0.000 s): concealed with silence"));
+  const size_t frame_bytes = static_cast<size_t>(codec.hop()) * 2;
+  CHECK(d.pcm.substr(0, 2 * frame_bytes) == std::string(2 * frame_bytes, '\0'));
+  CHECK(d.pcm.size() == clean_pcm(codec, h.codes).size());
+
+  // An outage of 3000 packets (6000 frames of 1 ms): 2 s concealed.
+  HandStream late = hand_stream(codec, 0, 12);
+  const uint32_t print = static_cast<uint32_t>(std::stoul(codec.fingerprint(), nullptr, 16));
+  late.packets.back() = codes_packet(3012, late.codes.data() + 6 * 11, 2, codec.layer_sizes(), print, true, codec.hop());
+  d = decode_from(codec, late.bytes(), dir);
+  CHECK(logged(d, "3000 packets lost before packet 3012 (6000 frames"));
+  CHECK(logged(d, "the first 2.0 s concealed, the rest left out"));
+  CHECK(d.report.concealed_frames == 2 * codec.sample_rate() / codec.hop());
+  CHECK(d.report.samples == (24 + 2 * codec.sample_rate() / codec.hop()) * codec.hop());
+}
+
+TEST_CASE("decode --stream's samples do not depend on how its input arrives: a byte at a time or in odd pieces") {
+  const Codec& codec = trained_causal_codec();
+  TempDir dir;
+  const std::string packets = encode_to(codec, {kStreamClip, -1, 0}, dir.file("a.vqs"), {});
+  const Decoded whole = decode_from(codec, packets, dir);
+  for (uint64_t most : {uint64_t{1}, uint64_t{23}}) {
+    CAPTURE(most);
+    int in[2];
+    REQUIRE(::pipe(in) == 0);
+    std::thread writer([&] {
+      Generator g(most, 0);
+      for (size_t at = 0; at < packets.size();) {
+        const size_t k = std::min<size_t>(packets.size() - at, 1 + g.uniform_int(most));
+        const ssize_t w = ::write(in[1], packets.data() + at, k);
+        if (w <= 0) break;
+        at += static_cast<size_t>(w);
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      ::close(in[1]);
+    });
+    const std::string out = dir.file("piped.pcm");
+    const int fo = open_out(out);
+    const StreamReport r = decode_packet_stream(codec, in[0], fo, false, [](const std::string&) {});
+    writer.join();
+    ::close(in[0]);
+    ::close(fo);
+    CHECK_FALSE(r.damaged);
+    CHECK(read_file(out) == whole.pcm);
   }
 }
