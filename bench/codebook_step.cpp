@@ -13,9 +13,9 @@
 
 #include "bench/timing.h"
 #include "comm/single.h"
-#include "engine/blas.h"
+#include "engine/cpu/blas.h"
 #include "engine/cpu/fixed_gemm.h"
-#include "engine/parallel.h"
+#include "engine/cpu/parallel.h"
 #include "engine/ops.h"
 #include "vq/codebook.h"
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "comm/single.h"
-#include "engine/parallel.h"
+#include "engine/cpu/parallel.h"
 #include "train/codec_stream.h"
 #include "train/config.h"
 #include "train/model.h"

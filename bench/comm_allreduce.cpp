@@ -22,7 +22,7 @@
 
 #include "bench/timing.h"
 #include "comm/backends.h"
-#include "engine/blas.h"
+#include "engine/cpu/blas.h"
 #include "vqddp_config.h"
 #if VQDDP_HAVE_MPI
 #include <mpi.h>

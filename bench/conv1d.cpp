@@ -18,10 +18,10 @@
 
 #include "bench/timing.h"
 #include "engine/autograd.h"
-#include "engine/blas.h"
+#include "engine/cpu/blas.h"
 #include "engine/cpu/fixed_gemm.h"
 #include "engine/ops.h"
-#include "engine/parallel.h"
+#include "engine/cpu/parallel.h"
 #include "engine/core/random.h"
 
 using namespace vqddp;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bench/timing.h"
-#include "engine/blas.h"
+#include "engine/cpu/blas.h"
 #include "engine/cpu/fixed_gemm.h"
 #include "engine/core/random.h"
 #include "engine/core/tensor.h"

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "bench/timing.h"
-#include "engine/blas.h"
+#include "engine/cpu/blas.h"
 #include "engine/cpu/fixed_gemm.h"
 #include "engine/gemm_floor.h"
-#include "engine/parallel.h"
+#include "engine/cpu/parallel.h"
 #include "engine/ops.h"
 #include "engine/core/random.h"
 

@@ -11,8 +11,8 @@
 
 #include "bench/timing.h"
 #include "comm/single.h"
-#include "engine/blas.h"
-#include "engine/parallel.h"
+#include "engine/cpu/blas.h"
+#include "engine/cpu/parallel.h"
 #include "engine/ops.h"
 #include "vq/fsq.h"
 #include "vq/residual_vq.h"

@@ -11,7 +11,7 @@
 #include "comm/rendezvous.h"
 #include "comm/single.h"
 #include "comm/thread_group.h"
-#include "engine/parallel.h"
+#include "engine/cpu/parallel.h"
 
 namespace vqddp {
 

@@ -7,7 +7,7 @@
 
 #include "comm/rank_order.h"
 #include "comm/staging.h"
-#include "engine/parallel.h"
+#include "engine/cpu/parallel.h"
 
 namespace vqddp {
 

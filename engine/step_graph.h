@@ -30,7 +30,8 @@
 // instead of an in-place write, or a scalar argument that changes from step
 // to step (a learning rate: upload it), shows there.
 //
-// One graph per thread and device at a time. The trainer graphs a world of
+// One graph per thread at a time, whatever its device (the check is the
+// thread's: a second StepGraph on it is refused). The trainer graphs a world of
 // one (train/trainer.cpp): a thread-rank collective is not stream work.
 #pragma once
 

@@ -11,7 +11,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "engine/blas.h"
+#include "engine/cpu/blas.h"
 
 int main(int argc, char** argv) {
   const char* cache = std::getenv("VQDDP_TEST_CACHE");

@@ -20,7 +20,7 @@
 #include "comm/process_launcher.h"
 #include "comm/mpi_communicator.h"
 #include "data/audio.h"
-#include "engine/blas.h"
+#include "engine/cpu/blas.h"
 #include "engine/core/error.h"
 #include "engine/core/file_io.h"
 #include "engine/core/json_strict.h"

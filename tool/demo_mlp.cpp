@@ -7,7 +7,7 @@
 #include <numbers>
 
 #include "engine/autograd.h"
-#include "engine/blas.h"
+#include "engine/cpu/blas.h"
 #include "engine/nn.h"
 #include "engine/ops.h"
 #include "engine/optim.h"

@@ -18,7 +18,7 @@
 #include "engine/core/error.h"
 #include "engine/core/output_file.h"
 #include "engine/core/shown.h"
-#include "engine/parallel.h"
+#include "engine/cpu/parallel.h"
 #include "train/codec.h"
 #include "train/codes_file.h"
 #include "train/spectral.h"

@@ -1,4 +1,4 @@
-#include "engine/blas.h"
+#include "engine/cpu/blas.h"
 
 #include <cblas.h>
 #include <unistd.h>

@@ -9,7 +9,7 @@
 //    re-executes the program once with that variable set when needed.
 //  - Its thread count is process-wide. Rank threads that call sgemm
 //    concurrently each want one BLAS thread, so run_ranks sets the count
-//    (with ours, engine/parallel.h's cpu_set_threads) and restores it.
+//    (with ours, engine/cpu/parallel.h's cpu_set_threads) and restores it.
 //  - Its kernels are not batch-invariant (a row's bits depend on the call's
 //    shape), so only backward products use it; forward products go through
 //    engine/cpu/fixed_gemm.h.

@@ -19,13 +19,13 @@
 #include <memory>
 #include <vector>
 
-#include "engine/blas.h"
+#include "engine/cpu/blas.h"
 #include "engine/core/cpu_allocator.h"
 #include "engine/cpu/fixed_gemm.h"
 #include "engine/cpu/fixed_conv.h"
 #include "engine/cpu/unary_loops.h"
 #include "engine/kernel_math.h"
-#include "engine/parallel.h"
+#include "engine/cpu/parallel.h"
 #include "engine/unit_sum.h"
 
 namespace vqddp {

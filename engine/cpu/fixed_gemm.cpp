@@ -7,7 +7,7 @@
 
 #include "engine/core/error.h"
 #include "engine/cpu/gemm_isa.h"
-#include "engine/parallel.h"
+#include "engine/cpu/parallel.h"
 
 namespace vqddp {
 

@@ -1,4 +1,4 @@
-#include "engine/parallel.h"
+#include "engine/cpu/parallel.h"
 
 #include <algorithm>
 #include <atomic>
@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/blas.h"
+#include "engine/cpu/blas.h"
 
 namespace vqddp {
 

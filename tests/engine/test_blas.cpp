@@ -6,9 +6,9 @@
 #include <functional>
 #include <thread>
 
-#include "engine/blas.h"
+#include "engine/cpu/blas.h"
 #include "engine/cpu/fixed_gemm.h"
-#include "engine/parallel.h"
+#include "engine/cpu/parallel.h"
 #include "engine/ops.h"
 #include "engine/core/random.h"
 

@@ -18,7 +18,7 @@
 #include "engine/kernel_math.h"
 #include "engine/nn.h"
 #include "engine/ops.h"
-#include "engine/parallel.h"
+#include "engine/cpu/parallel.h"
 #include "engine/core/random.h"
 
 using namespace vqddp;
