@@ -2,10 +2,17 @@
 
 namespace vqddp {
 
-DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& comm, size_t bucket_bytes)
-    : params_(module.parameters()), comm_(comm) {
+void broadcast_parameters(Module& module, Communicator& comm) {
   for (auto& [name, t] : module.named_parameters()) comm.broadcast(t, 0);
   for (auto& [name, t] : module.named_buffers()) comm.broadcast(t, 0);
+}
+
+DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& comm, size_t bucket_bytes)
+    : params_(module.parameters()), comm_(comm), bucket_bytes_(bucket_bytes) {
+  broadcast_parameters(module, comm);
+}
+
+void DistributedDataParallel::lay_out_buckets() {
   // Pack parameters in registration order until a bucket is full (a
   // parameter larger than a bucket gets one of its own).
   size_t i = 0;
@@ -15,7 +22,7 @@ DistributedDataParallel::DistributedDataParallel(Module& module, Communicator& c
     do {
       elems += params_[j].numel();
       ++j;
-    } while (j < params_.size() && static_cast<size_t>(elems + params_[j].numel()) * sizeof(float) <= bucket_bytes);
+    } while (j < params_.size() && static_cast<size_t>(elems + params_[j].numel()) * sizeof(float) <= bucket_bytes_);
     Tensor bucket = empty({elems}, DType::f32, params_[i].device());
     for (int64_t at = 0; i < j; at += params_[i].numel(), ++i) {
       bucket_of_.push_back(buckets_.size());
@@ -31,6 +38,7 @@ float DistributedDataParallel::loss_scale(int64_t local, int64_t global) {
 
 void DistributedDataParallel::all_reduce_gradients() {
   if (!sync_) return;
+  if (buckets_.empty()) lay_out_buckets();
   size_t k = 0;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     size_t first = k;

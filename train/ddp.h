@@ -27,9 +27,17 @@
 
 namespace vqddp {
 
+// Every parameter and buffer of `module` set to rank 0's, so ranks start
+// identical however they were initialised. A collective: every rank calls
+// it. What the trainer (exact steps) needs of data parallelism at the start.
+void broadcast_parameters(Module& module, Communicator& comm);
+
+// The classic loop's data parallelism (above). It stays beside the exact
+// steps for programs that embed vqddp without them; the trainer does not
+// use it. Its buckets are laid out at the first all_reduce_gradients().
 class DistributedDataParallel {
  public:
-  // Every rank must construct it (broadcasts).
+  // Every rank must construct it (broadcast_parameters).
   DistributedDataParallel(Module& module, Communicator& comm, size_t bucket_bytes = 4 << 20);
 
   // N_r / N for this rank's rows in a global batch of `global_rows`.
@@ -62,7 +70,10 @@ class DistributedDataParallel {
   std::vector<size_t> bucket_of_;  // per parameter
   std::vector<Tensor> slots_;      // per parameter: (numel) view into its bucket
   Communicator& comm_;
+  size_t bucket_bytes_;
   bool sync_ = true;
+
+  void lay_out_buckets();
 };
 
 }  // namespace vqddp

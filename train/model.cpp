@@ -177,7 +177,7 @@ ModelOutput CodecModel::forward(const Tensor& x, Communicator& comm) {
   if (mcfg_.sigmoid_output) y = sigmoid(y);
   out.reconstruction = y;
   out.reconstruction_loss =
-      mcfg_.waveform_loss == "l1" ? mean_or_zero(vqddp::abs(sub(y, x)), comm) : mse_or_zero(y, x, comm);
+      mcfg_.waveform_loss == "l1" ? global_mean_or_zero(vqddp::abs(sub(y, x)), comm) : global_mse_or_zero(y, x, comm);
   if (spectral_)
     out.reconstruction_loss =
         add(out.reconstruction_loss, mul((*spectral_)(x, y, comm), static_cast<float>(mcfg_.spectral_weight)));

@@ -235,7 +235,7 @@ Tensor MultiResolutionStftLoss::operator()(const Tensor& x, const Tensor& y, Com
   Tensor total;
   for (const Stft& s : stfts_) {
     Tensor mx = s.magnitude(x), my = s.magnitude(y);  // (N, bins, frames)
-    Tensor term = add(mean_or_zero(log_magnitude_error(mx, my), comm), mean_or_zero(abs(sub(mx, my)), comm));
+    Tensor term = add(global_mean_or_zero(log_magnitude_error(mx, my), comm), global_mean_or_zero(abs(sub(mx, my)), comm));
     total = total.defined() ? add(total, term) : term;
   }
   return div(total, static_cast<float>(stfts_.size()));
@@ -254,7 +254,7 @@ Tensor MultiResolutionMelLoss::operator()(const Tensor& x, const Tensor& y, Comm
   Tensor total;
   for (const auto& mel : mels_) {
     mel->stft().frames(x.size(1));  // a short signal fails with every N
-    Tensor term = mean_or_zero(abs(sub((*mel)(x), (*mel)(y))), comm);
+    Tensor term = global_mean_or_zero(abs(sub((*mel)(x), (*mel)(y))), comm);
     total = total.defined() ? add(total, term) : term;
   }
   return div(total, static_cast<float>(mels_.size()));
@@ -306,7 +306,7 @@ Tensor StoiLoss::operator()(const Tensor& x, const Tensor& y, Communicator& comm
   Tensor ex = envelopes(x), ey = envelopes(y);
   Tensor cx = sub(ex, mean(ex, 2, true)), cy = sub(ey, mean(ey, 2, true));
   Tensor corr = div(sum(mul(cx, cy), 2), sqrt(mul(add(sum(square(cx), 2), eps), add(sum(square(cy), 2), eps))));
-  return add(neg(mean_or_zero(corr, comm)), 1.f);
+  return add(neg(global_mean_or_zero(corr, comm)), 1.f);
 }
 
 // ---- LogMel ----------------------------------------------------------------------------

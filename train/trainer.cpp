@@ -409,9 +409,8 @@ class RankRun {
   // The loop: from the start step to the last (or a stop every rank agreed
   // on), then what rank 0 reports.
   void run(TrainResult& result, std::mutex& result_mu) {
-    DistributedDataParallel ddp(model_, comm_);
-    std::optional<DistributedDataParallel> disc_ddp;  // the discriminators start as rank 0's too
-    if (disc_) disc_ddp.emplace(*disc_, comm_);
+    broadcast_parameters(model_, comm_);  // exact steps reduce gradients in backward(): no DDP object
+    if (disc_) broadcast_parameters(*disc_, comm_);  // the discriminators start as rank 0's too
     ShardedSampler sampler(schedule_, sizes_, cfg_.run.seed, comm_.rank(), comm_.world_size(), opt_.rank_units);
     BatchPrefetcher batches(data_, sampler, step_, last_, data_.prefetch, data_.readers);
     print_start();

@@ -30,7 +30,7 @@ Tensor code_cross_entropy(const Tensor& rows, const Tensor& codes, bool cosine, 
   Tensor picked = sum(mul(s, one_hot), 1, /*keepdim=*/true);                                         // (M, 1)
   Tensor top = max_last(s);                                                                          // (M, 1), constant
   Tensor lse = add(log(sum(exp(sub(s, top)), 1, /*keepdim=*/true)), top);
-  return mean_or_zero(sub(lse, picked), comm);
+  return global_mean_or_zero(sub(lse, picked), comm);
 }
 
 }  // namespace vqddp

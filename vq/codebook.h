@@ -4,7 +4,9 @@
 //   1. k-means init if not initted (distributed, vq/kmeans.h)
 //   2. assign: nearest code, ties to the lowest index (vq/assign.h)
 //   3. quantize = embed[index] from the codebook BEFORE this step's update
-//   4. local stats: counts and sums in one buffer (vq/code_stats.h)
+//   4. local stats: counts and sums in one buffer (vq/code_stats.h), the
+//      sums exact on a grid every rank agrees by one MAX all_reduce of the
+//      rows' largest |value| first
 //   5. ONE all_reduce SUM of that buffer, every training step, every rank
 //   6. EMA of cluster_size and embed_avg
 //   7. Laplace-smoothed normalisation: embed = embed_avg / cs~

@@ -203,7 +203,7 @@ QuantizerOutput FSP::quantize(const Tensor& x, Communicator& comm, const Tensor&
     Tensor perturbed = add(mul(accept, proposal), mul(add(neg(accept), 1.f), a));
     Tensor u = use.to(dev);
     q = add(mul(u, perturbed), mul(add(neg(u), 1.f), q));
-    out.extras["p_accept_prob"] = mean_or_zero(accept, comm);
+    out.extras["p_accept_prob"] = global_mean_or_zero(accept, comm);
   }
   // Index digits l_j through FSQ's kernel: a "code" of l - 1 with half width
   // 1 is digit round((l - 1) * 1 + 1) = l, exactly.

@@ -81,8 +81,8 @@ QuantizerOutput LatentQuantize::quantize(const Tensor& x, Communicator& comm, co
   out.quantized = projection_.out(reshape(q, {n, c * opt_.num_codebooks}));
   out.indices = reshape(idx, {n, opt_.num_codebooks});
   if (updates_state()) {
-    out.loss = add(mul(mse_or_zero(x.detach(), out.quantized, comm), opt_.commitment_loss_weight),
-                   mul(mse_or_zero(out.quantized.detach(), x, comm), opt_.quantization_loss_weight));
+    out.loss = add(mul(global_mse_or_zero(x.detach(), out.quantized, comm), opt_.commitment_loss_weight),
+                   mul(global_mse_or_zero(out.quantized.detach(), x, comm), opt_.quantization_loss_weight));
   } else {
     out.loss = full({}, 0.0, DType::f32, dev);
   }

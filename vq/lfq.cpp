@@ -53,10 +53,10 @@ QuantizerOutput LFQ::quantize(const Tensor& x, Communicator& comm, const Tensor&
 
   Tensor logits = mul(matmul(z, codebook_.on(0, dev), false, true), 2.f * opt_.inv_temperature);  // (N, 2^B)
   Tensor p = softmax_rows(logits);
-  Tensor per_sample = mean_or_zero(entropy_rows(p), comm);
+  Tensor per_sample = global_mean_or_zero(entropy_rows(p), comm);
   Tensor codebook_entropy = entropy_rows(global_row_mean(p, comm));  // one collective
   Tensor entropy_loss = sub(per_sample, mul(codebook_entropy, opt_.diversity_gamma));
-  Tensor commitment_loss = mse_or_zero(z, q, comm);
+  Tensor commitment_loss = global_mse_or_zero(z, q, comm);
   out.loss = add(mul(entropy_loss, opt_.entropy_loss_weight), mul(commitment_loss, opt_.commitment_weight));
   out.layer_losses = {out.loss};
   out.extras = {{"entropy_loss", entropy_loss},

@@ -14,10 +14,12 @@
 
 namespace vqddp {
 
-// mean(x), or 0 (keeping x's graph) when x has no elements.
-Tensor mean_or_zero(const Tensor& x, Communicator& comm);
+// Collectives in a training step (comm/batch_reduce.h): every rank must
+// call them, in the same order, rows or none.
+// mean(x) over the global batch, or 0 (keeping x's graph) when x has no elements.
+Tensor global_mean_or_zero(const Tensor& x, Communicator& comm);
 // mean((a - b)^2), or 0 (keeping both graphs) when they have no elements.
-Tensor mse_or_zero(const Tensor& a, const Tensor& b, Communicator& comm);
+Tensor global_mse_or_zero(const Tensor& a, const Tensor& b, Communicator& comm);
 
 // The mean over the GLOBAL batch's rows of p (M, K) -> (K): one collective
 // for the sums and the row count (a column of ones summed with them), the

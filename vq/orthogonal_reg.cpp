@@ -53,7 +53,7 @@ Tensor orthogonal_regularizer(Codebook& book, const Tensor& indices, bool active
   // exact step its gradient counted once over the global batch, not once
   // per rank.
   const Device dev = codes.device();
-  return mean_or_zero(mul(full({indices.size(0), 1}, 1.0, DType::f32, dev), reshape(loss, {1, 1})), comm);
+  return global_mean_or_zero(mul(full({indices.size(0), 1}, 1.0, DType::f32, dev), reshape(loss, {1, 1})), comm);
 }
 
 }  // namespace vqddp

@@ -42,8 +42,8 @@ QuantizerOutput SimVQ::quantize(const Tensor& x, Communicator& comm, const Tenso
   Tensor codebook = codes();                                               // (K, dim)
   Tensor idx = assign_codes(x.detach(), codebook.detach(), /*cosine=*/false);  // (N)
   Tensor q = index_select(codebook, idx, Indices::trusted);                // (N, dim), gradient to W
-  Tensor loss = add(mse_or_zero(x.detach(), q, comm),
-                    mul(mse_or_zero(x, q.detach(), comm), opt_.input_to_quantize_commit_loss_weight));
+  Tensor loss = add(global_mse_or_zero(x.detach(), q, comm),
+                    mul(global_mse_or_zero(x, q.detach(), comm), opt_.input_to_quantize_commit_loss_weight));
   QuantizerOutput out;
   out.loss = mul(loss, opt_.commitment_weight);
   out.layer_losses = {out.loss};

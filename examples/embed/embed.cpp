@@ -172,15 +172,15 @@ void train_rank(Communicator& comm, const Flags& flags) {
   const std::vector<Tensor> params = model.parameters();  // the codebooks are buffers, not parameters
   AdamW optim(params, AdamWOptions{.lr = kLr});
 
-  // Every rank loads (parameters, codebook buffers, optimizer moments), and
-  // before DDP is built: its constructor broadcasts rank 0's state anyway.
+  // Every rank loads (parameters, codebook buffers, optimizer moments)
+  // before the broadcast, which sets every rank to rank 0's state anyway.
   int64_t done = 0;
   if (flags.resume) {
     const nlohmann::json config = run_config();
     done = load_checkpoint(flags.checkpoint, model, optim, flags.steps, &config);
     if (lead) fmt::print("resumed from step {}\n", done);
   }
-  DistributedDataParallel ddp(model, comm);  // every rank constructs it (broadcasts)
+  broadcast_parameters(model, comm);  // a collective: every rank calls it
 
   // This rank's share: whole UNITS of kUnit consecutive examples, a
   // contiguous block. In rank order the blocks ARE the global batch, in its
@@ -209,7 +209,7 @@ void train_rank(Communicator& comm, const Flags& flags) {
       // codebooks all-reduce their counts and sums here and update alike).
       auto q = model.quantizer->quantize(z, comm);
       Tensor recon = model.decoder->forward(q.quantized);  // (N_r, F)
-      loss = add(mse_or_zero(recon, x, comm), q.loss);     // the global batch's mean loss
+      loss = add(global_mse_or_zero(recon, x, comm), q.loss);     // the global batch's mean loss
       loss.backward();  // every rank ends with the global batch's gradients
       m = q.metrics[0];
     }
