@@ -44,7 +44,8 @@ ls "$libdir"/libvqddp.so* >/dev/null 2>&1 || fail "no shared library in $libdir"
 # A CUDA build's installed library keeps the toolkit's lib64 as its run path
 # (no loader path of a fresh machine has it; meson install would drop it).
 if [ "$(pkg-config --variable=cuda vqddp)" = true ]; then
-  readelf -d "$libdir/libvqddp.so" | grep -q 'RUNPATH.*cuda' ||
+  dynamic=$(readelf -d "$libdir/libvqddp.so")  # whole, as ldd's below: no SIGPIPE under pipefail
+  grep -q 'RUNPATH.*cuda' <<<"$dynamic" ||
     fail "the installed libvqddp.so has no run path to the CUDA toolkit: $(readelf -d "$libdir/libvqddp.so" | grep -i path)"
 fi
 
@@ -77,7 +78,11 @@ mkdir "$tmp/umbrella"
 (cd "$tmp/umbrella" &&
   g++ -std=c++20 -O1 "$src/tests/package/umbrella.cpp" -o umbrella $(pkg-config --cflags --libs vqddp)) ||
   fail "the umbrella program did not build against the installed package"
-ldd "$tmp/umbrella/umbrella" | grep -q "libvqddp.so.*$libdir" || fail "the umbrella program does not link the installed shared library"
+# Output taken whole before grep -q reads it: under pipefail, `ldd | grep
+# -q` fails when grep exits at the match and ldd's next write gets SIGPIPE
+# (it did, once, on a fresh root).
+linked=$(ldd "$tmp/umbrella/umbrella")
+grep -q "libvqddp.so.*$libdir" <<<"$linked" || fail "the umbrella program does not link the installed shared library"
 out=$("$tmp/umbrella/umbrella")
 echo "$out"
 grep -q "umbrella: quantized 32x8, 32 indices, loss finite 1" <<<"$out" || fail "unexpected umbrella output"
