@@ -60,8 +60,6 @@ bool write_all(int fd, const char* data, size_t n, const char* what) {
   return true;
 }
 
-uint32_t fingerprint_of(const Codec& codec) { return static_cast<uint32_t>(std::stoul(codec.fingerprint(), nullptr, 16)); }
-
 std::vector<int64_t> first_sizes(const Codec& codec, int layers) {
   return {codec.layer_sizes().begin(), codec.layer_sizes().begin() + layers};
 }
@@ -144,7 +142,7 @@ StreamReport encode_packet_stream(const Codec& codec, const StreamInput& input, 
   StreamReport r;
   r.layers = layers;
   const std::vector<int64_t> sizes = first_sizes(codec, layers);
-  const uint32_t fingerprint = fingerprint_of(codec);
+  const uint32_t fingerprint = codec.fingerprint_value();
   uint16_t sequence = 0;
   auto send = [&](const std::string& packet) {
     if (r.output_closed) return;
@@ -269,7 +267,7 @@ class StreamDecoder {
     flush();  // the last stream's frames, before its state goes
     const StreamStart& s = p.start;
     const std::vector<int64_t>& ours = codec_.layer_sizes();
-    VQDDP_CHECK(s.fingerprint == fingerprint_of(codec_), "decode --stream: the stream was coded by codec {:08x} (its "
+    VQDDP_CHECK(s.fingerprint == codec_.fingerprint_value(), "decode --stream: the stream was coded by codec {:08x} (its "
                 "start packet's fingerprint); {} is codec {}: decode with the checkpoint that encoded it",
                 s.fingerprint, codec_.path(), codec_.fingerprint());
     VQDDP_CHECK(s.sample_rate == codec_.sample_rate() && s.hop == codec_.hop(), "decode --stream: the stream is {} "
@@ -394,7 +392,7 @@ class StreamDecoder {
 StreamReport decode_packet_stream(const Codec& codec, int in_fd, int out_fd, bool float_out, const StreamLog& log) {
   StreamReport r;
   StreamDecoder d(codec, out_fd, float_out, log, r);
-  PacketReader reader(fingerprint_of(codec), codec.layer_sizes());
+  PacketReader reader(codec.fingerprint_value(), codec.layer_sizes());
   std::vector<char> buf(1 << 16);
   Packet p;
   int64_t read_bytes = 0;

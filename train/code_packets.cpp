@@ -27,12 +27,6 @@ uint64_t get(const unsigned char* p, int bytes) {
   return v;
 }
 
-int64_t codes_bytes(int64_t frames, const std::vector<int64_t>& sizes) {
-  int64_t bits = 0;
-  for (int64_t k : sizes) bits += code_bits(k);
-  return (frames * bits + 7) / 8;
-}
-
 // Codes packets are checked from the codec's fingerprint on: a packet of
 // another codec (or of this stream's bytes shifted) fails.
 uint32_t checksum(const std::string& bytes, size_t at, size_t n, char type, uint32_t fingerprint) {
@@ -129,7 +123,7 @@ int64_t PacketReader::packet_size(size_t at) const {
     case 'L': {
       if (layers < 1 || layers > static_cast<int64_t>(sizes_.size())) return 0;
       const std::vector<int64_t> sizes(sizes_.begin(), sizes_.begin() + layers);
-      return kHeader + (p[1] == 'L' ? 2 : 0) + codes_bytes(frames, sizes) + kChecksum;
+      return kHeader + (p[1] == 'L' ? 2 : 0) + packed_codes_bytes(frames, sizes) + kChecksum;
     }
     default:
       return 0;

@@ -30,7 +30,7 @@ using Clock = std::chrono::steady_clock;
 
 // CRC32C of the model's weights: every parameter and buffer, name and
 // bytes, in the model's order: what a codes file is tied to.
-std::string weights_fingerprint(const Module& model) {
+uint32_t weights_fingerprint(const Module& model) {
   uint32_t crc = 0;
   auto add = [&](const NamedTensors& tensors) {
     for (const auto& [name, t] : tensors) {
@@ -41,7 +41,7 @@ std::string weights_fingerprint(const Module& model) {
   };
   add(model.named_parameters());
   add(model.named_buffers());
-  return fmt::format("{:08x}", crc);
+  return crc;
 }
 
 // The code model (train/codes_file.h): layer l's EMA code counts, the
@@ -86,7 +86,8 @@ Codec::Codec(const std::string& checkpoint) : path_(checkpoint) {
   model_->eval();
   sizes_ = model_->layer_sizes();
   residual_ = cfg.quantizer.kind().residual;
-  fingerprint_ = weights_fingerprint(*model_);
+  fingerprint_value_ = weights_fingerprint(*model_);
+  fingerprint_ = fmt::format("{:08x}", fingerprint_value_);
   code_model_ = code_model_of(*model_, sizes_);
 }
 

@@ -53,6 +53,7 @@ class Codec {
   // Bits per second coding with the first `layers` layers.
   double bitrate(int layers) const;
   const std::string& fingerprint() const { return fingerprint_; }  // 8 hex digits
+  uint32_t fingerprint_value() const { return fingerprint_value_; }  // the same CRC32C as a number
   const std::string& path() const { return path_; }  // the checkpoint's
   // The tables codes files are entropy-coded under (train/codes_file.h):
   // per layer the checkpoint's EMA code counts (quantizer.layer{l}.cluster_size,
@@ -109,6 +110,7 @@ class Codec {
   int sample_rate_ = 0;
   bool residual_ = false;
   std::string fingerprint_;
+  uint32_t fingerprint_value_ = 0;
   int64_t step_ = 0;
   CodeModel code_model_;
 };

@@ -144,9 +144,13 @@ int64_t row_bits_of(const std::vector<int64_t>& sizes) {
 }
 }  // namespace
 
+int64_t packed_codes_bytes(int64_t rows, const std::vector<int64_t>& sizes) {
+  return (rows * row_bits_of(sizes) + 7) / 8;
+}
+
 std::string pack_codes(const int64_t* codes, int64_t rows, const std::vector<int64_t>& sizes) {
   const int64_t layers = static_cast<int64_t>(sizes.size());
-  std::string packed(static_cast<size_t>((rows * row_bits_of(sizes) + 7) / 8), '\0');
+  std::string packed(static_cast<size_t>(packed_codes_bytes(rows, sizes)), '\0');
   int64_t at = 0;  // bit position
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t l = 0; l < layers; ++l) {

@@ -127,6 +127,8 @@ int code_bits(int64_t size);
 // bits: ceil(rows * row bits / 8) bytes (format 2, stream packets). The
 // caller has checked the codes are inside their codebooks.
 std::string pack_codes(const int64_t* codes, int64_t rows, const std::vector<int64_t>& sizes);
+// The bytes pack_codes gives for `rows` rows.
+int64_t packed_codes_bytes(int64_t rows, const std::vector<int64_t>& sizes);
 // The inverse over exactly those bytes: rows x sizes.size() codes, not
 // checked against their codebooks (the caller names a bad one); false when
 // a padding bit is not zero.

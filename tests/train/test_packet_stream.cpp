@@ -113,7 +113,7 @@ std::string pcm16_of(const std::vector<float>& y) {
 
 // The codes of packets (frames x layers), in order.
 std::vector<int64_t> codes_of(const Codec& codec, const std::string& packets, std::vector<size_t>* starts = nullptr) {
-  PacketReader r(static_cast<uint32_t>(std::stoul(codec.fingerprint(), nullptr, 16)), codec.layer_sizes());
+  PacketReader r(codec.fingerprint_value(), codec.layer_sizes());
   r.feed(packets.data(), packets.size());
   r.end();
   std::vector<int64_t> codes;
@@ -229,7 +229,7 @@ TEST_CASE("decode --stream refuses another codec's stream and noise; encode --st
   TempDir dir;
   const std::string packets = encode_to(codec, {kStreamClip, -1, 0}, dir.file("a.vqs"), {});
   // The start packet of a codec with another fingerprint.
-  StreamStart other{8000, codec.hop(), 4, static_cast<uint32_t>(std::stoul(codec.fingerprint(), nullptr, 16)) ^ 4,
+  StreamStart other{8000, codec.hop(), 4, codec.fingerprint_value() ^ 4,
                     codec.layer_sizes()};
   std::string msg;
   try {
@@ -316,7 +316,7 @@ HandStream hand_stream(const Codec& codec, uint16_t first, int n) {
   Tensor all = enc.push(x.data(), static_cast<int64_t>(x.size()));
   REQUIRE(all.size(0) >= 2 * n);
   HandStream h;
-  const uint32_t print = static_cast<uint32_t>(std::stoul(codec.fingerprint(), nullptr, 16));
+  const uint32_t print = codec.fingerprint_value();
   StreamStart st{codec.sample_rate(), codec.hop(), 2, print, codec.layer_sizes()};
   std::string start = start_packet(st);
   // The start packet says sequence 0; patch it to `first` (its checksum is its own).
@@ -389,7 +389,7 @@ TEST_CASE("decode --stream conceals a lost first packet with silence and a long 
 
   // An outage of 3000 packets (6000 frames of 1 ms): 2 s concealed.
   HandStream late = hand_stream(codec, 0, 12);
-  const uint32_t print = static_cast<uint32_t>(std::stoul(codec.fingerprint(), nullptr, 16));
+  const uint32_t print = codec.fingerprint_value();
   late.packets.back() = codes_packet(3012, late.codes.data() + 6 * 11, 2, codec.layer_sizes(), print, true, codec.hop());
   d = decode_from(codec, late.bytes(), dir);
   CHECK(logged(d, "3000 packets lost before packet 3012 (6000 frames"));
