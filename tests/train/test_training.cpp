@@ -243,6 +243,29 @@ TEST_CASE("global-batch gradient: W ranks with uneven shards equal 1 rank on the
   }
 }
 
+TEST_CASE("broadcast_parameters: ranks built from different seeds all end with rank 0's parameters and buffers") {
+  Config cfg = small_config("unused", "residual_vq");
+  std::vector<NamedTensors> state(3), buffers_of(3);
+  run_ranks(3, [&](Communicator& comm) {
+    // Each rank its own seed (the parameters differ) and its own buffer
+    // values (a fresh codebook's are the same on every seed).
+    CodecModel model(cfg.model, cfg.quantizer, 16, 10 + static_cast<uint64_t>(comm.rank()));
+    for (auto& [name, t] : model.named_buffers()) t.fill_(comm.rank() + 1.0);
+    NamedTensors before = model.state_copy();
+    broadcast_parameters(model, comm);
+    NamedTensors after = model.state_copy();
+    if (comm.rank() == 0) CHECK(vqddp::test::bitwise_equal(after, before));
+    if (comm.rank() != 0) CHECK_FALSE(vqddp::test::bitwise_equal(after, before));
+    NamedTensors buffers = model.named_buffers();
+    for (auto& [name, t] : buffers) t = t.clone();
+    buffers_of[static_cast<size_t>(comm.rank())] = buffers;
+    state[static_cast<size_t>(comm.rank())] = after;
+  }, vqddp::test::kFast);
+  CHECK(vqddp::test::bitwise_equal(state[1], state[0]));
+  CHECK(vqddp::test::bitwise_equal(state[2], state[0]));
+  CHECK(vqddp::test::bitwise_equal(buffers_of[2], buffers_of[0]));
+}
+
 TEST_CASE("gradient accumulation: inside NoSync gradients stay local, the next reduction sums everything") {
   run_ranks(3, [](Communicator& comm) {
     Generator g(1, 0);
