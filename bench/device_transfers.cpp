@@ -49,8 +49,8 @@ int main(int argc, char** argv) {
     std::mutex mu;
     TrainOptions o;
     o.print = o.validate = o.checkpoints = false;
-    o.after_step = [&](int64_t, int rank, const CodecModel&, Optimizer&, const DiscriminatorState*) {
-      if (rank != 0) return;
+    o.after_step = [&](const StepView& v) {
+      if (v.rank != 0) return;
       per_step.push_back(device_counters());
       reset_device_counters();
     };

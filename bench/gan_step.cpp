@@ -68,10 +68,10 @@ int main(int argc, char** argv) {
       o.checkpoints = false;
       o.validate = false;
       o.overwrite = true;
-      o.after_step = [&](int64_t step, int rank, const CodecModel&, Optimizer&, const DiscriminatorState*) {
-        if (rank != 0) return;
-        if (step == kWarm) from = std::chrono::steady_clock::now();
-        if (step == steps) to = std::chrono::steady_clock::now();
+      o.after_step = [&](const StepView& v) {
+        if (v.rank != 0) return;
+        if (v.step == kWarm) from = std::chrono::steady_clock::now();
+        if (v.step == steps) to = std::chrono::steady_clock::now();
       };
       train(runs[i].cfg, runs[i].data, o);
       rates[i].push_back((steps - kWarm) / std::chrono::duration<double>(to - from).count());

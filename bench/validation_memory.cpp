@@ -4,7 +4,7 @@
 // of a generated held-out set, for each H given (16-bit WAV at 8 kHz,
 // SECONDS each, every clip its own noise), each run in a child process
 // whose peak resident set the kernel reports (wait4). Validation is cut in
-// chunks (train/trainer.cpp, validate), so its memory must not grow with H.
+// chunks (train/validation.cpp), so its memory must not grow with H.
 // The child also samples, every 20 ms, its resident set, the CPU block
 // cache (engine/core/cpu_allocator.h) and malloc's heap (mallinfo2), and
 // says what they held when the resident set peaked. Run from the project

@@ -32,7 +32,7 @@
 //
 // One graph per thread at a time, whatever its device (the check is the
 // thread's: a second StepGraph on it is refused). The trainer graphs a world of
-// one (train/trainer.cpp): a thread-rank collective is not stream work.
+// one (train/rank_step.cpp): a thread-rank collective is not stream work.
 #pragma once
 
 #include <bit>

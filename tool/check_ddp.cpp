@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <span>
 
 #include "comm/backends.h"
 #include "engine/ops.h"
@@ -44,11 +45,13 @@ NamedTensors host_gradients(const CodecModel& model) {
   return host_copies(grads);
 }
 
-// The codec's parameters, then a GAN's discriminators' ("discriminator.*").
-NamedTensors all_parameters(const CodecModel& model, const DiscriminatorState* discriminator) {
-  NamedTensors out = model.named_parameters();
-  if (discriminator)
-    for (auto& [n, t] : discriminator->model.named_parameters()) out.emplace_back("discriminator." + n, t);
+// Every trained part's parameters, in the parts' order, each name under its
+// part's prefix: the codec's as they are, then a GAN's discriminators'
+// ("discriminator.*").
+NamedTensors all_parameters(std::span<const TrainedPart> parts) {
+  NamedTensors out;
+  for (const TrainedPart& part : parts)
+    for (auto& [n, t] : part.module.named_parameters()) out.emplace_back(part.prefix + n, t);
   return host_copies(out);
 }
 
@@ -84,6 +87,35 @@ static Config thread_ranks(const Config& cfg, int world) {
 
 namespace {
 
+// Where rank `rank`'s checkpoint tensors after `step` first differ from 1
+// rank's, byte for byte ("" where none does): the tensor, how many elements
+// and the first and largest difference.
+std::string first_difference(const NamedTensors& got, const NamedTensors& want, int64_t step, int rank, int world) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    const Tensor &a = got[i].second, &b = want[i].second;
+    if (got[i].first != want[i].first || a.shape() != b.shape() || a.dtype() != b.dtype())
+      return fmt::format("step {}: rank {} holds '{}' {} where 1 rank holds '{}' {}", step, rank, got[i].first,
+                         a.desc(), want[i].first, b.desc());
+    if (std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0) continue;
+    int64_t differing = 0, first = -1;
+    double worst = 0;
+    const size_t w = dtype_size(a.dtype());
+    for (int64_t j = 0; j < a.numel(); ++j) {
+      if (std::memcmp(static_cast<const char*>(a.raw_data()) + j * w, static_cast<const char*>(b.raw_data()) + j * w,
+                      w) == 0)
+        continue;
+      if (first < 0) first = j;
+      ++differing;
+      double d = std::abs(element(a, j) - element(b, j));
+      if (!(d <= worst)) worst = d;  // a NaN sticks
+    }
+    return fmt::format("step {}: '{}' differs on rank {} of {} from 1 rank in {} of {} elements (first [{}]: {} vs "
+                       "{}; largest difference {:.3g})", step, want[i].first, rank, world, differing, a.numel(), first,
+                       element(a, first), element(b, first), worst);
+  }
+  return "";
+}
+
 // Whole-run mode: every checkpoint tensor after every step, 1 rank vs every
 // one of W ranks, byte for byte.
 CheckDdpResult check_whole_run(const Config& cfg, const Dataset& data, const CheckDdpOptions& o) {
@@ -91,44 +123,18 @@ CheckDdpResult check_whole_run(const Config& cfg, const Dataset& data, const Che
   std::vector<NamedTensors> one(o.steps);
   {
     TrainOptions opt = quiet();
-    opt.after_step = [&](int64_t step, int, const CodecModel& model, Optimizer& optim,
-                         const DiscriminatorState* discriminator) {
-      one[step - 1] = host_copies(checkpoint_tensors(model, optim, discriminator));
-    };
+    opt.after_step = [&](const StepView& v) { one[v.step - 1] = host_copies(checkpoint_tensors(v.parts)); };
     train(thread_ranks(cfg, 1), data, opt);
   }
   r.tensors = static_cast<int64_t>(one[0].size());
   std::mutex mu;
   TrainOptions opt = quiet();
-  opt.after_step = [&](int64_t step, int rank, const CodecModel& model, Optimizer& optim,
-                       const DiscriminatorState* discriminator) {
-    NamedTensors got = host_copies(checkpoint_tensors(model, optim, discriminator));
+  opt.after_step = [&](const StepView& v) {
+    const int64_t step = v.step;
+    const int rank = v.rank;
+    NamedTensors got = host_copies(checkpoint_tensors(v.parts));
     const NamedTensors& want = one[step - 1];
-    std::string failure;
-    for (size_t i = 0; i < want.size() && failure.empty(); ++i) {
-      const Tensor &a = got[i].second, &b = want[i].second;
-      if (got[i].first != want[i].first || a.shape() != b.shape() || a.dtype() != b.dtype()) {
-        failure = fmt::format("step {}: rank {} holds '{}' {} where 1 rank holds '{}' {}", step, rank, got[i].first,
-                              a.desc(), want[i].first, b.desc());
-        continue;
-      }
-      if (std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0) continue;
-      int64_t differing = 0, first = -1;
-      double worst = 0;
-      for (int64_t j = 0; j < a.numel(); ++j) {
-        size_t w = dtype_size(a.dtype());
-        if (std::memcmp(static_cast<const char*>(a.raw_data()) + j * w, static_cast<const char*>(b.raw_data()) + j * w,
-                        w) == 0)
-          continue;
-        if (first < 0) first = j;
-        ++differing;
-        double d = std::abs(element(a, j) - element(b, j));
-        if (!(d <= worst)) worst = d;  // a NaN sticks
-      }
-      failure = fmt::format("step {}: '{}' differs on rank {} of {} from 1 rank in {} of {} elements (first [{}]: {} vs "
-                            "{}; largest difference {:.3g})", step, want[i].first, rank, o.world, differing, a.numel(),
-                            first, element(a, first), element(b, first), worst);
-    }
+    const std::string failure = first_difference(got, want, step, rank, o.world);
     std::lock_guard lock(mu);
     // The earliest step wins (steps finish in order); within it, the first rank to report.
     if (!failure.empty() && r.first_failure.empty()) r.first_failure = failure;
@@ -285,11 +291,10 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
     Config c = thread_ranks(cfg, 1);
     TrainOptions opt = quiet();
     opt.after_gradients = [&](int64_t step, int, const CodecModel& model) { one[step - 1].grads = host_gradients(model); };
-    opt.after_step = [&](int64_t step, int, const CodecModel& model, Optimizer& optim,
-                         const DiscriminatorState* discriminator) {
-      one[step - 1].state = host_copies(model.named_buffers());
-      one[step - 1].params = all_parameters(model, discriminator);
-      save_checkpoint(state_file(step), model, optim, step, o.steps, cfg.source, nullptr, discriminator);
+    opt.after_step = [&](const StepView& v) {
+      one[v.step - 1].state = host_copies(v.codec.named_buffers());
+      one[v.step - 1].params = all_parameters(v.parts);
+      save_checkpoint(state_file(v.step), v.parts, v.step, o.steps, cfg.source);
     };
     train(c, data, opt);
   }
@@ -302,10 +307,9 @@ CheckDdpResult check_ddp(Config cfg, const Dataset& data, const CheckDdpOptions&
     opt.stop_at_step = step;
     std::vector<Snapshot> ranks(o.world);
     opt.after_gradients = [&](int64_t, int rank, const CodecModel& model) { ranks[rank].grads = host_gradients(model); };
-    opt.after_step = [&](int64_t, int rank, const CodecModel& model, Optimizer&,
-                         const DiscriminatorState* discriminator) {
-      ranks[rank].state = host_copies(model.named_buffers());
-      ranks[rank].params = all_parameters(model, discriminator);
+    opt.after_step = [&](const StepView& v) {
+      ranks[v.rank].state = host_copies(v.codec.named_buffers());
+      ranks[v.rank].params = all_parameters(v.parts);
     };
     try {
       train(c, data, opt);

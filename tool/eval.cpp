@@ -134,7 +134,7 @@ void for_each_concurrently(size_t n, const std::function<void(size_t)>& f,
     if (failed[t]) VQDDP_THROW("{}", name(errors[t]));
 }
 
-// The spectral distances as validation computes them (train/trainer.cpp),
+// The spectral distances as validation computes them (train/validation.cpp),
 // for one clip, with the clip's own features computed once for every
 // system.
 struct Spectral {

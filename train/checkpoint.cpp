@@ -9,31 +9,46 @@ namespace vqddp {
 namespace {
 constexpr const char* kFormat = "vqddp-checkpoint/2";           // what save_checkpoint writes: checksummed
 constexpr const char* kFormatUnchecked = "vqddp-checkpoint/1";  // before checksums: loads unverified
-constexpr const char* kDiscriminator = "discriminator.";          // a GAN's discriminators' prefix
 
-// The model's part of a checkpoint: what inference needs.
-NamedTensors model_tensors(const Module& model) {
+// A module's part of a checkpoint, under `prefix`: what inference needs of
+// the codec (prefix "").
+NamedTensors module_tensors(const Module& module, const std::string& prefix) {
   NamedTensors out;
-  for (auto& [n, t] : model.named_parameters()) out.emplace_back("param." + n, t);
-  for (auto& [n, t] : model.named_buffers()) out.emplace_back("buffer." + n, t);
+  for (auto& [n, t] : module.named_parameters()) out.emplace_back(prefix + "param." + n, t);
+  for (auto& [n, t] : module.named_buffers()) out.emplace_back(prefix + "buffer." + n, t);
   return out;
+}
+
+// The value ranges a module's buffers registered, under `prefix`.
+void add_buffer_ranges(const Module& module, const std::string& prefix, std::map<std::string, ValueRange>& ranges) {
+  for (auto& [n, r] : module.named_buffer_ranges()) ranges[prefix + "buffer." + n] = r;
+}
+
+// Whether `name` is a tensor of a part other than the codec (a part's
+// prefix, then "param.", "buffer." or "optim."): a weights-only load of
+// the codec passes over it.
+bool another_parts_tensor(const std::string& name) {
+  const size_t dot = name.find('.');
+  if (dot == std::string::npos || dot == 0) return false;
+  const std::string head = name.substr(0, dot), rest = name.substr(dot + 1);
+  if (head == "param" || head == "buffer" || head == "optim" || head == "train") return false;
+  return rest.starts_with("param.") || rest.starts_with("buffer.") || rest.starts_with("optim.");
 }
 
 }  // namespace
 
-NamedTensors checkpoint_tensors(const Module& model, Optimizer& optim, const DiscriminatorState* discriminator) {
-  NamedTensors out = model_tensors(model);
-  for (auto& [n, t] : optim.state()) out.emplace_back("optim." + n, t);
-  if (discriminator)
-    for (auto& [n, t] : checkpoint_tensors(discriminator->model, discriminator->optim))
-      out.emplace_back(kDiscriminator + n, t);
+NamedTensors checkpoint_tensors(std::span<const TrainedPart> parts) {
+  NamedTensors out;
+  for (const TrainedPart& part : parts) {
+    for (auto& named : module_tensors(part.module, part.prefix)) out.push_back(std::move(named));
+    for (auto& [n, t] : part.optim.state()) out.emplace_back(part.prefix + "optim." + n, t);
+  }
   return out;
 }
 
-void save_checkpoint(const std::string& path, const Module& model, Optimizer& optim, int64_t step,
-                     int64_t total_steps, const nlohmann::json& config, const nlohmann::json& data,
-                     const DiscriminatorState* discriminator) {
-  NamedTensors all = checkpoint_tensors(model, optim, discriminator);
+void save_checkpoint(const std::string& path, std::span<const TrainedPart> parts, int64_t step, int64_t total_steps,
+                     const nlohmann::json& config, const nlohmann::json& data) {
+  NamedTensors all = checkpoint_tensors(parts);
   all.emplace_back("train.step", full({1}, static_cast<double>(step), DType::i64));
   std::map<std::string, std::string> meta{
       {"format", kFormat}, {"config", config.dump()}, {"total_steps", std::to_string(total_steps)}};
@@ -77,10 +92,11 @@ std::string first_difference(const nlohmann::json& a, const nlohmann::json& b, c
 // Every tensor of `live` from the checkpoint, all checked before any is
 // changed, so a mismatch changes nothing: each present with the model's
 // shape and dtype, the file holding no tensor the model lacks (besides the
-// step, and with `weights_only` the optimizer state), every value finite and
-// within the range its module (or `ranges`) registered.
-void copy_checked(const SafetensorsFile& f, NamedTensors live, const Module& model,
-                  std::map<std::string, ValueRange> ranges, bool weights_only) {
+// step, and with `weights_only` the optimizer state and the other parts'
+// tensors), every value finite and within the range `ranges` holds for it
+// (what its module or optimizer registered).
+void copy_checked(const SafetensorsFile& f, NamedTensors live, const std::map<std::string, ValueRange>& ranges,
+                  bool weights_only) {
   const std::string& path = f.path;
   for (const auto& [name, t] : live) {
     VQDDP_CHECK(f.contains(name), "{}: does not match the model: tensor '{}' is missing from the checkpoint", path, name);
@@ -90,12 +106,10 @@ void copy_checked(const SafetensorsFile& f, NamedTensors live, const Module& mod
                 stored_t.desc(), t.desc());
   }
   for (const auto& [name, _] : f.tensors) {
-    bool known = name == "train.step" ||
-                 (weights_only && (name.starts_with("optim.") || name.starts_with(kDiscriminator)));
+    bool known = name == "train.step" || (weights_only && (name.starts_with("optim.") || another_parts_tensor(name)));
     for (const auto& [n, _] : live) known |= n == name;
     VQDDP_CHECK(known, "{}: does not match the model: the checkpoint has tensor '{}', the model does not", path, name);
   }
-  for (auto& [n, r] : model.named_buffer_ranges()) ranges["buffer." + n] = r;
   for (const auto& [name, _] : live) {
     auto rule = ranges.find(name);
     std::string bad = value_range_violation(f.at(name), rule == ranges.end() ? ValueRange{} : rule->second);
@@ -145,8 +159,8 @@ nlohmann::json checkpoint_config(const SafetensorsFile& f) {
   return parse_json_strict(text->second, f.path + ": __metadata__ 'config'");
 }
 
-int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim, int64_t total_steps,
-                        const nlohmann::json* config, const DiscriminatorState* discriminator) {
+int64_t load_checkpoint(const std::string& path, std::span<const TrainedPart> parts, int64_t total_steps,
+                        const nlohmann::json* config) {
   SafetensorsFile f = read_checkpoint(path);
   int64_t step = checkpoint_step(f);
   VQDDP_CHECK(step <= total_steps, "{}: tensor 'train.step' holds {}, past the {} steps of this run's schedule", path,
@@ -171,18 +185,18 @@ int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim
                 "another schedule",
                 path, length->second, total_steps);
   std::map<std::string, ValueRange> ranges;
-  for (auto& [n, r] : optim.state_ranges()) ranges["optim." + n] = r;
-  if (discriminator) {
-    for (auto& [n, r] : discriminator->optim.state_ranges()) ranges[std::string(kDiscriminator) + "optim." + n] = r;
-    for (auto& [n, r] : discriminator->model.named_buffer_ranges())
-      ranges[std::string(kDiscriminator) + "buffer." + n] = r;
+  for (const TrainedPart& part : parts) {
+    for (auto& [n, r] : part.optim.state_ranges()) ranges[part.prefix + "optim." + n] = r;
+    add_buffer_ranges(part.module, part.prefix, ranges);
   }
-  copy_checked(f, checkpoint_tensors(model, optim, discriminator), model, ranges, false);
+  copy_checked(f, checkpoint_tensors(parts), ranges, false);
   return step;
 }
 
 int64_t load_model_weights(const SafetensorsFile& f, Module& model) {
-  copy_checked(f, model_tensors(model), model, {}, true);
+  std::map<std::string, ValueRange> ranges;
+  add_buffer_ranges(model, "", ranges);
+  copy_checked(f, module_tensors(model, ""), ranges, true);
   return checkpoint_step(f);
 }
 

@@ -1,8 +1,9 @@
 // Checkpoints: one safetensors file holding everything a run needs to go
-// on bit for bit: parameters ("param.*"), buffers such as codebooks and
-// their counters ("buffer.*"), optimizer state ("optim.*"), a GAN's
-// discriminators and their optimizer ("discriminator.*"), the step
-// ("train.step"), and the config JSON in the metadata. The data order needs
+// on bit for bit: every trained part's (train/trained_part.h) parameters
+// (prefix + "param.*"), buffers such as codebooks and their counters
+// ("buffer.*") and optimizer state ("optim.*"), part after part: the
+// codec's under no prefix, a GAN's discriminators' under "discriminator.";
+// then the step ("train.step"), and the config JSON in the metadata. The data order needs
 // no state of its own: it is a function of (seed, epoch) (train/schedule.h).
 // Written atomically (temp file + rename) by rank 0; read by every rank.
 //
@@ -20,27 +21,17 @@
 
 #include <string>
 
-#include "engine/optim.h"
 #include "engine/core/safetensors.h"
+#include "train/trained_part.h"
 
 namespace vqddp {
-
-// A GAN run's discriminators and their optimizer (train/gan.h): a
-// checkpoint keeps them beside the codec, their tensors named
-// "discriminator." + the codec's scheme ("discriminator.param.*",
-// "discriminator.optim.*"). Inference (load_model_weights) passes over them.
-struct DiscriminatorState {
-  const Module& model;
-  Optimizer& optim;
-};
 
 // `total_steps` (the schedule's length) is kept in the metadata beside the
 // config: under a cosine schedule a resume must have the same. `data`, when
 // given, is what the data set turned out to be and the config may leave
 // open (data_facts below), kept as the metadata 'data'.
-void save_checkpoint(const std::string& path, const Module& model, Optimizer& optim, int64_t step,
-                     int64_t total_steps, const nlohmann::json& config, const nlohmann::json& data = nullptr,
-                     const DiscriminatorState* discriminator = nullptr);
+void save_checkpoint(const std::string& path, std::span<const TrainedPart> parts, int64_t step, int64_t total_steps,
+                     const nlohmann::json& config, const nlohmann::json& data = nullptr);
 
 // The data facts a checkpoint keeps for inference: {"example_dim": F,
 // "sample_rate": Hz (0 for images)}. data.sample_rate 0 in a config means
@@ -49,14 +40,15 @@ nlohmann::json data_facts(int64_t example_dim, int64_t sample_rate);
 // The checkpoint's data facts; null for a checkpoint written without them.
 nlohmann::json checkpoint_data_facts(const SafetensorsFile& checkpoint);
 
-// Loads a checkpoint's parameters and buffers into `model` for inference
-// (its optimizer state and step are not read), with the checks of
-// load_checkpoint on every tensor the model has; returns the step.
+// Loads a checkpoint's codec parameters and buffers (no prefix) into
+// `model` for inference (the optimizer state, the step and any other
+// part's tensors are passed over), with the checks of load_checkpoint on
+// every tensor the model has; returns the step.
 int64_t load_model_weights(const SafetensorsFile& checkpoint, Module& model);
 
-// Loads into the live tensors of `model` and `optim` and returns the step.
-// Checks everything before anything is changed, so a refused file leaves
-// model and optimizer as they were; each error names the file and the
+// Loads into the live tensors of every part and returns the step. Checks
+// everything before anything is changed, so a refused file leaves every
+// module and optimizer as it was; each error names the file and the
 // tensor or metadata key:
 //   - the file's structure and checksums (read_checkpoint);
 //   - 'train.step' int64[1] in [0, total_steps] (the schedule's);
@@ -68,11 +60,11 @@ int64_t load_model_weights(const SafetensorsFile& checkpoint, Module& model);
 // checkpoint's; the first differing key is named. Under lr_schedule cosine
 // `total_steps` must also be the checkpoint's run's length (when it was
 // stored: checkpoints before it resume unchecked).
-// With `discriminator`, its tensors are loaded and checked alike (a GAN
-// run's checkpoint must hold them; a checkpoint without one cannot resume
+// Every part's tensors are loaded and checked alike (a GAN run's
+// checkpoint must hold the discriminators'; one without them cannot resume
 // a GAN run, the config differing at 'gan' anyway).
-int64_t load_checkpoint(const std::string& path, Module& model, Optimizer& optim, int64_t total_steps,
-                        const nlohmann::json* config = nullptr, const DiscriminatorState* discriminator = nullptr);
+int64_t load_checkpoint(const std::string& path, std::span<const TrainedPart> parts, int64_t total_steps,
+                        const nlohmann::json* config = nullptr);
 
 // The parts of a config that a bit-exact continuation depends on: model,
 // quantizer, data, optimizer, schedule.batch_size and drop_last, run.seed.
@@ -86,8 +78,8 @@ int64_t checkpoint_step(const SafetensorsFile& checkpoint);
 // Its config: the metadata 'config', which must be JSON.
 nlohmann::json checkpoint_config(const SafetensorsFile& checkpoint);
 
-// The tensors a checkpoint of `model` + `optim` (+ `discriminator`) holds, by name.
-NamedTensors checkpoint_tensors(const Module& model, Optimizer& optim,
-                                const DiscriminatorState* discriminator = nullptr);
+// The tensors a checkpoint of `parts` holds, by name, in the file's order
+// (without 'train.step').
+NamedTensors checkpoint_tensors(std::span<const TrainedPart> parts);
 
 }  // namespace vqddp

@@ -150,7 +150,7 @@ struct RunConfig {
   std::string device = "cpu";
   // On a device with stream capture (cuda) and on sim, a world of one runs
   // each training step after the third as one replay of a captured step
-  // graph (engine/step_graph.h), where the step allows it (trainer.cpp
+  // graph (engine/step_graph.h), where the step allows it (train/rank_step.cpp
   // says where not, at the start). false: every launch is issued on its own.
   bool step_graphs = true;
   bool step_graphs_given = false;  // set in the file or by --step-graphs, not left to its default

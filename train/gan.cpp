@@ -3,6 +3,8 @@
 #include "engine/autograd.h"
 #include "engine/core/random.h"
 #include "engine/core/streams.h"
+#include "engine/nn_conv.h"
+#include "engine/op_profile.h"
 #include "engine/ops.h"
 #include "comm/batch_reduce.h"
 
@@ -78,6 +80,49 @@ bool discriminator_updates(const GanConfig& gan, uint64_t seed, int64_t step) {
   if (gan.update_probability >= 1) return true;
   Generator draw(seed, streams::kDiscriminatorUpdate + static_cast<uint64_t>(step));
   return draw.uniform() < gan.update_probability;
+}
+
+GanPart::GanPart(const GanConfig& gan, int64_t example_length, double sample_rate, uint64_t seed, Device device)
+    : gan_(gan), module_(gan, example_length, sample_rate, seed) {
+  module_.to(device);  // before the optimizer, whose moments are allocated beside the parameters
+  params_ = module_.parameters();
+  optim_ = make_optimizer(gan.optimizer, params_);
+}
+
+TrainedPart GanPart::part() { return {"discriminators", "discriminator.", module_, *optim_}; }
+
+Tensor GanPart::discriminator_loss(const Tensor& x, const Tensor& y, Communicator& comm) {
+  WeightNormBatch weights(module_);
+  std::vector<DiscriminatorOutput> real = module_.forward(x), fake = module_.forward(y.detach());
+  return vqddp::discriminator_loss(real, fake, gan_.loss, comm);
+}
+
+void GanPart::learn(const Tensor& loss, int64_t step, int64_t total_steps) {
+  loss.backward();
+  op_profile_mark("step: discriminator backward");
+  update_part("discriminators", *optim_, params_, gan_.optimizer, step, total_steps);
+}
+
+GanPart::CodecLosses GanPart::codec_losses(const Tensor& x, const Tensor& y, Communicator& comm) {
+  struct Frozen {
+    std::vector<Tensor>& params;
+    explicit Frozen(std::vector<Tensor>& p) : params(p) { for (Tensor& t : params) t.set_requires_grad(false); }
+    ~Frozen() { for (Tensor& t : params) t.set_requires_grad(true); }
+  } frozen(params_);
+  WeightNormBatch weights(module_);
+  std::vector<DiscriminatorOutput> real;
+  {
+    NoGradGuard no_grad;
+    real = module_.forward(x);
+  }
+  std::vector<DiscriminatorOutput> fake = module_.forward(y);
+  CodecLosses out;
+  out.adversarial = generator_loss(fake, gan_.loss, comm);
+  out.feature = feature_matching_loss(real, fake, comm);
+  out.total = add(mul(out.adversarial, static_cast<float>(gan_.adversarial_weight)),
+                  mul(out.feature, static_cast<float>(gan_.feature_weight)));
+  op_profile_mark("step: adversarial losses");
+  return out;
 }
 
 }  // namespace vqddp

@@ -225,7 +225,7 @@ SumCount log_mel_l1(const LogMel& mel, const Tensor& x, const Tensor& y);
 // One resolution's term of the multi-resolution STFT loss in parts that
 // add across batches and ranks: the sum over elements of
 // |log(|X| + 1e-5) - log(|Y| + 1e-5)| + ||X| - |Y|| and the element count;
-// the held-out distance (train/trainer.cpp) averages sum / count over the
+// the held-out distance (train/validation.cpp) averages sum / count over the
 // resolutions. As log_mel_l1: on the host (Stft::host_magnitude), {0, 0}
 // for N == 0.
 SumCount stft_distance(const Stft& stft, const Tensor& x, const Tensor& y);

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "data/dataset.h"
 #include "engine/optim.h"
 #include "train/model.h"
+#include "train/trained_part.h"
 
 namespace vqddp {
 
@@ -69,6 +71,17 @@ struct TrainResult {
   } profile;
 };
 
+// What the after_step hook is handed: the steps done, the rank, the codec
+// and every part the run trains (train/trained_part.h: the codec first,
+// then a GAN run's discriminators), e.g. to snapshot or checkpoint them
+// (checkpoint_tensors(view.parts)).
+struct StepView {
+  int64_t step;
+  int rank;
+  const CodecModel& codec;
+  std::span<const TrainedPart> parts;
+};
+
 struct TrainOptions {
   std::string resume;        // checkpoint to continue from ("" = start fresh)
   // How the run's errors tell a user to continue it (a stop for a full
@@ -89,12 +102,8 @@ struct TrainOptions {
   // (half a second on 2 cores). Give it where processes share a machine
   // (mpirun on one node), as each would measure only its share.
   double gemm_floor = 0;
-  // Called on every rank after every step (step = steps done), e.g. to
-  // snapshot or checkpoint the state; `discriminator` is a GAN run's
-  // discriminators and their optimizer (train/gan.h), null without "gan".
-  std::function<void(int64_t step, int rank, const CodecModel& model, Optimizer& optim,
-                     const DiscriminatorState* discriminator)>
-      after_step;
+  // Called on every rank after every step (StepView above).
+  std::function<void(const StepView& view)> after_step;
   // Called on every rank once the gradients are the global batch's (after
   // their all-reduce), before clipping and the optimizer step; step = the
   // number of the step being taken, counted from 1 as after_step counts.

@@ -177,7 +177,7 @@ void train_rank(Communicator& comm, const Flags& flags) {
   int64_t done = 0;
   if (flags.resume) {
     const nlohmann::json config = run_config();
-    done = load_checkpoint(flags.checkpoint, model, optim, flags.steps, &config);
+    done = load_checkpoint(flags.checkpoint, codec_part(model, optim), flags.steps, &config);
     if (lead) fmt::print("resumed from step {}\n", done);
   }
   broadcast_parameters(model, comm);  // a collective: every rank calls it
@@ -229,7 +229,7 @@ void train_rank(Communicator& comm, const Flags& flags) {
   // Parameters, buffers (codebooks, their EMA state, counters), optimizer
   // state and the step, written atomically (temporary file + rename). All
   // ranks hold the same state, so rank 0 alone writes it.
-  if (lead) save_checkpoint(flags.checkpoint, model, optim, flags.steps, flags.steps, run_config());
+  if (lead) save_checkpoint(flags.checkpoint, codec_part(model, optim), flags.steps, flags.steps, run_config());
 }
 
 }  // namespace

@@ -108,6 +108,7 @@
 #include "train/schedule.h"
 #include "train/spectral.h"
 #include "train/stoi.h"
+#include "train/trained_part.h"
 #include "train/trainer.h"
 
 // data/

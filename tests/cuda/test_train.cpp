@@ -35,9 +35,9 @@ Config gpu_config(const TempDir& dir, int world, const std::string& device) {
 // on `device` (so a run that silently fell back to the CPU fails).
 TrainOptions on_device(Device device) {
   TrainOptions o = quiet();
-  o.after_step = [device](int64_t, int, const CodecModel& model, Optimizer& optim, const DiscriminatorState*) {
-    for (const Tensor& p : model.parameters()) REQUIRE(p.device() == device);
-    for (auto& [name, t] : optim.state())
+  o.after_step = [device](const StepView& v) {
+    for (const Tensor& p : v.codec.parameters()) REQUIRE(p.device() == device);
+    for (auto& [name, t] : v.parts[0].optim.state())
       if (t.dtype() == DType::f32) REQUIRE(t.device() == device);
   };
   return o;

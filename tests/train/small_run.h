@@ -89,8 +89,8 @@ inline TrainResult check_bit_exact_resume(Config cfg, const Dataset& data, const
   TrainOptions second = quiet();
   second.resume = ckpt;
   std::vector<int64_t> done_steps;  // rank 0's
-  second.after_step = [&](int64_t done, int rank, const CodecModel&, Optimizer&, const DiscriminatorState*) {
-    if (rank == 0) done_steps.push_back(done);
+  second.after_step = [&](const StepView& v) {
+    if (v.rank == 0) done_steps.push_back(v.step);
   };
   TrainResult r = train(cfg, data, second);
   CHECK(r.steps == steps);

@@ -237,7 +237,7 @@ TEST_CASE("a run directory that cannot take the run is refused at start, naming 
   Config cfg = small_config(dir.file("plain") + "/run");
   std::atomic<int> steps = 0;  // every rank counts (none should)
   TrainOptions o = quiet();
-  o.after_step = [&](int64_t, int, const CodecModel&, Optimizer&, const DiscriminatorState*) { ++steps; };
+  o.after_step = [&](const StepView&) { ++steps; };
   CHECK_THROWS_WITH_AS(train(cfg, synthetic_data(), o), doctest::Contains("cannot create it"), Error);
   CHECK(steps == 0);
 }
@@ -252,7 +252,7 @@ TEST_CASE("a fresh run into a directory holding a run is refused on every rank, 
   train(cfg, synthetic_data(), o);
   std::string ckpt = read_file(dir.file("run/checkpoint.safetensors")), metrics = read_file(dir.file("run/metrics.jsonl"));
   int steps = 0;  // rank 0's
-  o.after_step = [&](int64_t, int rank, const CodecModel&, Optimizer&, const DiscriminatorState*) { if (rank == 0) ++steps; };
+  o.after_step = [&](const StepView& v) { if (v.rank == 0) ++steps; };
   // Every rank throws rank 0's finding (comm/agree.h), not a timeout or an
   // abort of the others: the message carries "rank 0: " from the agreement.
   std::string expected = fmt::format("rank 0: run directory {} already holds a run (checkpoint.safetensors, "
@@ -281,7 +281,7 @@ TEST_CASE("a second run started into a directory while one runs there is refused
   Config cfg = small_config(dir.file("run"));
   std::atomic<int> steps = 0;  // every rank counts (none should)
   TrainOptions o = quiet();
-  o.after_step = [&](int64_t, int, const CodecModel&, Optimizer&, const DiscriminatorState*) { ++steps; };
+  o.after_step = [&](const StepView&) { ++steps; };
   CHECK_THROWS_WITH_AS(train(cfg, synthetic_data(), o), doctest::Contains("another run is writing to it"), Error);
   CHECK(steps == 0);
 }
@@ -342,10 +342,10 @@ TEST_CASE("a non-finite value in training names step and rank, and whether the d
   // A parameter that became NaN is named.
   cfg = small_config(dir.file("nan-param"));
   std::string poisoned;
-  o.after_step = [&](int64_t done, int rank, const CodecModel& model, Optimizer&, const DiscriminatorState*) {
-    if (done != 2) return;
-    auto [name, p] = model.named_parameters().front();
-    if (rank == 0) poisoned = name;
+  o.after_step = [&](const StepView& v) {
+    if (v.step != 2) return;
+    auto [name, p] = v.codec.named_parameters().front();
+    if (v.rank == 0) poisoned = name;
     p.fill_(std::nanf(""));
   };
   std::string m = nonfinite_message([&] { train(cfg, synthetic_data(), o); });
@@ -390,8 +390,8 @@ TEST_CASE("SIGTERM mid-run: every rank finishes the same step, it is checkpointe
   cfg.run.dir = dir.file("stopped");
   TrainOptions o = quiet();
   o.stop_requested = stop_signal_received;
-  o.after_step = [](int64_t done, int rank, const CodecModel&, Optimizer&, const DiscriminatorState*) {
-    if (done == 3 && rank == 1) ::raise(SIGTERM);  // raise: delivered to this thread before it returns
+  o.after_step = [](const StepView& v) {
+    if (v.step == 3 && v.rank == 1) ::raise(SIGTERM);  // raise: delivered to this thread before it returns
   };
   TrainResult r;
   {

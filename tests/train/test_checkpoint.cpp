@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "engine/core/file_io.h"
@@ -54,7 +55,9 @@ struct FreshRun {
     j.merge_patch(overrides);
     return parse_config(j, "test");
   }
-  NamedTensors state() { return copies_on(checkpoint_tensors(model, optim), Device::cpu()); }
+  // The run's one trained part (train/trained_part.h), what checkpoints read and write.
+  std::vector<TrainedPart> parts() { return codec_part(model, optim); }
+  NamedTensors state() { return copies_on(checkpoint_tensors(parts()), Device::cpu()); }
 
   Config cfg;
   CodecModel model;
@@ -87,7 +90,7 @@ void check_refused(const std::string& path, const std::string& message, int64_t 
                    const nlohmann::json& overrides = nlohmann::json::object()) {
   FreshRun run(overrides);
   NamedTensors before = run.state();
-  CHECK_THROWS_WITH_AS(load_checkpoint(path, run.model, run.optim, total_steps, &run.cfg.source),
+  CHECK_THROWS_WITH_AS(load_checkpoint(path, run.parts(), total_steps, &run.cfg.source),
                        doctest::Contains(message.c_str()), Error);
   CHECK(vqddp::test::first_difference(before, run.state()) == "");
 }
@@ -111,12 +114,12 @@ TEST_CASE("a good checkpoint loads bit-exactly, and saving it again writes the s
   // Training changed the state: a fresh run's differs from the stored one (same tensors, other values).
   std::string changed = vqddp::test::first_difference(run.state(), model_and_optimizer(stored.tensors));
   CHECK(changed.find("]: ") != std::string::npos);  // a value differs ("'name'[i]: a vs b"), not names or shapes
-  CHECK(load_checkpoint(path, run.model, run.optim, kSteps, &run.cfg.source) == kSteps);
+  CHECK(load_checkpoint(path, run.parts(), kSteps, &run.cfg.source) == kSteps);
   NamedTensors loaded = run.state();
   loaded.emplace_back("train.step", stored.at("train.step"));
   CHECK(vqddp::test::first_difference(loaded, stored.tensors) == "");
   TempDir dir;
-  save_checkpoint(dir.file("again.safetensors"), run.model, run.optim, kSteps, kSteps, checkpoint_config(stored),
+  save_checkpoint(dir.file("again.safetensors"), run.parts(), kSteps, kSteps, checkpoint_config(stored),
                   checkpoint_data_facts(stored));
   CHECK(read_file(dir.file("again.safetensors")) == read_file(path));
 }
@@ -175,7 +178,7 @@ TEST_CASE("a checksummed format whose checksums went missing is refused; an olde
   bytes.replace(bytes.find("vqddp.metadata_crc32c"), 21, "vqddp.unused_metadata");
   std::ofstream(old, std::ios::binary) << bytes;
   FreshRun run;
-  CHECK(load_checkpoint(old, run.model, run.optim, kSteps, &run.cfg.source) == kSteps);
+  CHECK(load_checkpoint(old, run.parts(), kSteps, &run.cfg.source) == kSteps);
   CHECK(vqddp::test::first_difference(run.state(), model_and_optimizer(f.tensors)) == "");
 }
 
@@ -240,7 +243,7 @@ TEST_CASE("a codebook without k-means init must be initialised in the checkpoint
   const nlohmann::json no_kmeans = {{"quantizer", {{"kmeans_init", false}}}};
   FreshRun source(no_kmeans);
   std::string path = dir.file("checkpoint.safetensors");
-  save_checkpoint(path, source.model, source.optim, 0, kSteps, source.cfg.source);
+  save_checkpoint(path, source.parts(), 0, kSteps, source.cfg.source);
   SafetensorsFile f = safetensors_load(path);
   for (auto& [n, t] : f.tensors)
     if (n == "buffer.quantizer.layer1.initted") t = zeros({1}, DType::i64);

@@ -146,7 +146,7 @@ TEST_CASE("encode then decode of a held-out clip gives the run's validation figu
     CHECK(r == std::vector<float>(y.begin(), y.begin() + whole * 256));
   }
   // The validation's sums over the clip's whole frames (its tail is not a
-  // frame), in its order and precision (train/trainer.cpp, validate).
+  // frame), in its order and precision (train/validation.cpp).
   const int64_t n = static_cast<int64_t>(x.size()) / 256 * 256;
   double signal = 0, error = 0;
   for (int64_t i = 0; i < n; ++i) {

@@ -30,11 +30,11 @@ std::map<int, std::vector<DeviceCounters>> counts_per_step(Config cfg, const Dat
   TrainOptions o = quiet();
   o.validate = false;
   o.checkpoints = false;
-  o.after_step = [&](int64_t, int rank, const CodecModel&, Optimizer&, const DiscriminatorState*) {
+  o.after_step = [&](const StepView& v) {
     DeviceCounters c = device_counters();
     reset_device_counters();
     std::lock_guard lock(mu);
-    counts[rank].push_back(c);
+    counts[v.rank].push_back(c);
   };
   train(cfg, data, o);
   return counts;
@@ -155,8 +155,8 @@ TEST_CASE("trainer on sim: a loss that turns non-finite on a step that does not 
   o.validate = false;
   // After step 2 (checkpointed) rank 1's decoder weights become NaN: step 3's
   // loss is NaN there, and no rank reads anything until step 4's check.
-  o.after_step = [&](int64_t done, int rank, const CodecModel& model, Optimizer&, const DiscriminatorState*) {
-    if (done == 2 && rank == 1) model.named_parameters().back().second.fill_(std::nanf(""));
+  o.after_step = [&](const StepView& v) {
+    if (v.step == 2 && v.rank == 1) v.codec.named_parameters().back().second.fill_(std::nanf(""));
   };
   std::string message;
   try {

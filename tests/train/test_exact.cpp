@@ -66,11 +66,11 @@ RunState final_state(const Config& cfg, const Dataset& data, int world, std::vec
   const int64_t last = cfg.schedule.steps;
   std::vector<NamedTensors> ranks(world);
   std::mutex mu;
-  opt.after_step = [&](int64_t step, int rank, const CodecModel& model, Optimizer& optim, const DiscriminatorState*) {
-    if (step != last) return;
-    NamedTensors t = copies_on(checkpoint_tensors(model, optim), Device::cpu());
+  opt.after_step = [&](const StepView& v) {
+    if (v.step != last) return;
+    NamedTensors t = copies_on(checkpoint_tensors(v.parts), Device::cpu());
     std::lock_guard lock(mu);
-    ranks[rank] = std::move(t);
+    ranks[v.rank] = std::move(t);
   };
   TrainResult r = train(c, data, opt);
   for (int q = 1; q < world; ++q) CHECK_MESSAGE(bitwise_equal(ranks[q], ranks[0]), "rank " << q);

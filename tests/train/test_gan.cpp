@@ -16,6 +16,7 @@
 #include "tool/report.h"
 #include "train/checkpoint.h"
 #include "train/gan.h"
+#include "train/model.h"
 
 using namespace vqddp;
 using namespace vqddp::test;
@@ -52,7 +53,7 @@ Dataset gan_data() {
 }
 
 // gan_data with 24 s held out: three validation chunks of 2^16 values
-// (train/trainer.cpp), each long enough for STOI, spread over the ranks. Only
+// (train/validation.cpp), each long enough for STOI, spread over the ranks. Only
 // the W-ranks test scores it: its STOI costs each validation about a second
 // of ThreadSanitizer time, too much for every GAN test.
 Dataset gan_data_scored() {
@@ -83,14 +84,15 @@ Ended run(const Config& cfg, const Dataset& data, int world, std::vector<int64_t
   std::vector<NamedTensors> ranks(world), before(world);
   std::vector<std::vector<int64_t>> updates(world);
   std::mutex mu;
-  opt.after_step = [&](int64_t step, int rank, const CodecModel& model, Optimizer& optim,
-                       const DiscriminatorState* disc) {
-    REQUIRE(disc != nullptr);
-    NamedTensors now = copies_on(disc->model.named_parameters(), Device::cpu());
+  opt.after_step = [&](const StepView& v) {
+    const int64_t step = v.step;
+    const int rank = v.rank;
+    REQUIRE(v.parts.size() == 2);  // the codec, then the discriminators
+    NamedTensors now = copies_on(v.parts[1].module.named_parameters(), Device::cpu());
     std::lock_guard lock(mu);
     if (!before[rank].empty() && !bitwise_equal(now, before[rank])) updates[rank].push_back(step);
     before[rank] = std::move(now);
-    if (step == last) ranks[rank] = copies_on(checkpoint_tensors(model, optim, disc), Device::cpu());
+    if (step == last) ranks[rank] = copies_on(checkpoint_tensors(v.parts), Device::cpu());
   };
   Ended e;
   e.result = train(c, data, opt);
@@ -180,6 +182,36 @@ TEST_CASE("elastic resume of a GAN run: stopped on 4 ranks, resumed on 3, it end
   resume.resume = ckpt;
   Ended resumed = run(c, data, 3, {}, resume);
   CHECK(first_difference(resumed.tensors, straight) == "");
+}
+
+TEST_CASE("a GAN checkpoint is the list of its parts: inference reads the codec's and passes over the "
+          "discriminators', a codec-only list refuses them, a tensor of no part is refused either way") {
+  TempDir dir;
+  Dataset data = gan_data();
+  Config cfg = gan_config(dir.path().string(), 3);
+  cfg.distributed.world_size = 1;
+  TrainOptions o;
+  o.print = false;
+  o.validate = false;
+  train(cfg, data, o);
+  const std::string ckpt = cfg.run.dir + "/checkpoint.safetensors";
+  const SafetensorsFile f = read_checkpoint(ckpt);
+  CodecModel model(cfg.model, cfg.quantizer, data.example_dim, cfg.run.seed, static_cast<double>(data.sample_rate));
+  CHECK(load_model_weights(f, model) == 3);
+  // The codec's weights are the checkpoint's.
+  for (const auto& [name, p] : model.named_parameters())
+    CHECK(first_difference({{name, p}}, {{name, f.at("param." + name)}}) == "");
+  // A resume that knows the codec alone meets the discriminators' tensors.
+  std::unique_ptr<Optimizer> optim = make_optimizer(cfg.optimizer, model.parameters());
+  CHECK_THROWS_WITH_AS(load_checkpoint(ckpt, codec_part(model, *optim), 3),
+                       doctest::Contains("the checkpoint has tensor 'discriminator."), Error);
+  // A tensor that belongs to no part is refused by inference too.
+  NamedTensors more = f.tensors;
+  more.emplace_back("stray", zeros({1}));
+  const std::string odd = dir.path().string() + "/odd.safetensors";
+  safetensors_save(odd, more, f.metadata);
+  CHECK_THROWS_WITH_AS(load_model_weights(read_checkpoint(odd), model),
+                       doctest::Contains("the checkpoint has tensor 'stray', the model does not"), Error);
 }
 
 TEST_CASE("the discriminators update on the steps the seed picks on every rank alike when one rank's data is "

@@ -349,8 +349,8 @@ TEST_CASE("train's progress lines reach a pipe as they are printed, and a CPU ru
   {
     StdoutPipe out;  // doctest reports on stdout too: the checks come after it
     TrainOptions opt;
-    opt.after_step = [&](int64_t step, int, const CodecModel&, Optimizer&, const DiscriminatorState*) {
-      if (step == 4) before_step_4 = out.available();
+    opt.after_step = [&](const StepView& v) {
+      if (v.step == 4) before_step_4 = out.available();
     };
     train(cfg, synthetic_data(), opt);
     all = out.available();

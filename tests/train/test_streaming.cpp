@@ -110,8 +110,8 @@ TEST_CASE("streamed audio: a file cut during the run stops every rank, naming th
   cfg.schedule.validate_every = 0;  // the held-out files are read at the end only
   TrainOptions o = quiet();
   std::once_flag cut;
-  o.after_step = [&](int64_t done, int rank, const CodecModel&, Optimizer&, const DiscriminatorState*) {
-    if (done == 2 && rank == 0)
+  o.after_step = [&](const StepView& v) {
+    if (v.step == 2 && v.rank == 0)
       std::call_once(cut, [&] {
         for (int i = 0; i < 10; ++i) std::filesystem::resize_file(dir.file(fmt::format("corpus/{:02}.wav", i)), 44 + 2 * 40);
       });

@@ -1,0 +1,146 @@
+// One training step of a rank (train/rank_run.h): an exact step, replayed
+// from a captured step graph where the run allows one, checked for
+// capturability on the simulated device.
+#include <fmt/format.h>
+
+#include "comm/batch_reduce.h"
+#include "engine/autograd.h"
+#include "engine/device_counters.h"
+#include "engine/exact_batch.h"
+#include "engine/op_profile.h"
+#include "engine/ops.h"
+#include "train/console.h"
+#include "train/rank_run.h"
+
+namespace vqddp {
+
+// After the warm-up (k-means, the optimizer's first step, the capture
+// check's first comparison), every step is the captured one again.
+RankRun::StepResult RankRun::graphed_step(std::optional<StepGraph>& graph, ShardedSampler& sampler,
+                                          BatchPrefetcher& batches) {
+  std::optional<LaunchRecording> recording;
+  if (capture_check_) recording.emplace();
+  const bool graphed = graph && step_ >= first_ + 2;
+  if (graphed) graph->begin_step(step_ + 1);
+  StepResult r;
+  const int64_t flops_before = device_counters().flops;
+  try {
+    r = train_step(sampler, batches);
+    step_flops_ += device_counters().flops - flops_before;
+  } catch (...) {
+    if (graphed) graph->abandon_step();
+    throw;
+  }
+  if (graphed) {
+    graph->end_step();
+    graph_replays_ = graph->replays();
+    const bool says = lead_ && opt_.print;
+    if (!graph->stopped_because().empty()) {
+      if (says) progress("train: step graphs off from step {}: {}\n", step_ + 2, graph->stopped_because());
+      graph.reset();
+    } else if (says && step_ == first_ + 2) {
+      progress("train: step graphs on: step {} captured ({} launches), every later step is its replay\n", step_ + 1,
+               graph->launches());
+    }
+  }
+  if (recording) check_capturable(std::move(recording->launches), recording->variant, step_ + 1);
+  return r;
+}
+
+// Forward, backward, clipping and the optimizer step of step_ + 1.
+RankRun::StepResult RankRun::train_step(ShardedSampler& sampler, BatchPrefetcher& batches) {
+  std::optional<OpProfileScope> profile;
+  if (opt_.profile && lead_) profile.emplace(device_);
+  StepResult r;
+  // A rank that cannot read its rows (a file gone, changed or cut since
+  // the start) trains this step on zeros and keeps the error, which every
+  // rank raises at the next log, validation or checkpoint, before anything
+  // is written (checks_after): no collective a step, so no wait for a GPU.
+  try {
+    r.host_x = batches.take(step_, skipped_rows_);  // (n_r, F)
+  } catch (const Error& e) {
+    if (read_failure_.empty()) read_failure_ = e.what();
+    r.host_x = zeros({sampler.shard_sizes()[comm_.rank()], data_.example_dim});
+  }
+  Tensor x = r.host_x.to(device_);
+  op_profile_mark("step: the batch");
+  {
+    // An exact step: every sum over the batch by units (engine/exact_batch.h),
+    // so the loss is the global batch's on every rank and backward() ends
+    // with its gradients, the same bits as one rank on the whole batch.
+    ExactBatchScope exact(exact_batch_for(comm_, sampler.unit_examples(), sampler.rank_units()));
+    try {
+      r.out = model_.forward(x, comm_);
+      r.loss = add(r.out.reconstruction_loss, r.out.quantizer_loss);
+      if (gan_) gan_step(x, r);
+      // Kept on the device, read only where the run logs, validates or
+      // writes a checkpoint, so a diverged step on a device never reaches
+      // a checkpoint.
+      health_->note(r.loss);
+    } catch (const NonFiniteError& e) {
+      rethrow_nonfinite(e, fmt::format("step {}, rank {}: {}; {}", step_ + 1, comm_.rank(), e.what(),
+                                       nonfinite_origin(r.host_x, model_)));
+    }
+    op_profile_mark("step: loss");
+    r.loss.backward();
+    op_profile_mark("step: end of backward (after the unit sums)");
+  }
+  if (opt_.after_gradients) opt_.after_gradients(step_ + 1, comm_.rank(), model_);
+  update_part("codec", *optim_, params_, cfg_.optimizer, step_, schedule_.total_steps);
+  return r;
+}
+
+// A GAN step (train/gan.h) is one of three sequences (warm-up, adversarial,
+// and adversarial with a discriminator update): one captured graph each.
+// Inside the step's exact scope.
+void RankRun::gan_step(const Tensor& x, StepResult& r) {
+  const int64_t step = step_ + 1;
+  const bool updates = discriminator_updates(cfg_.gan, cfg_.run.seed, step);
+  const bool adversarial = adversarial_step(cfg_.gan, step);
+  note_step_variant("gan", adversarial + updates);
+  if (updates) {
+    const Tensor loss = gan_->discriminator_loss(x, r.out.reconstruction, comm_);
+    health_->note(loss);
+    gan_->learn(loss, step_, schedule_.total_steps);
+    r.discriminator = loss.detach();
+  }
+  if (adversarial) {
+    GanPart::CodecLosses losses = gan_->codec_losses(x, r.out.reconstruction, comm_);
+    r.adversarial = losses.adversarial;
+    r.feature = losses.feature;
+    r.loss = add(r.loss, losses.total);
+  }
+}
+
+// Why this run's steps cannot be one replayed step graph, "" where they
+// can (engine/step_graph.h).
+std::string RankRun::step_graph_refusal() const {
+  if (device_.kind != Device::Kind::sim && device_.kind != Device::Kind::cuda) return "the CPU issues no launches";
+  if (!cfg_.run.step_graphs) return "run.step_graphs is false";
+  if (comm_.world_size() > 1)
+    return fmt::format("{} ranks ({}): a collective across ranks is not work of one stream", comm_.world_size(),
+                       comm_.backend());
+  if (opt_.after_gradients) return "a hook runs inside the step";
+  if (opt_.profile) return "--profile times the step op by op";
+  return "";
+}
+
+// The capture check, on sim: after the run's first step (k-means, the
+// allocator's warm-up), every step must launch what the last step of its
+// variant launched, kernel for kernel on the same sizes, or a CUDA graph
+// captured from one step could not replay the next. A step has one
+// variant unless a host-side draw picks among a few sequences
+// (quantize dropout's number of layers: one graph each). Refused by name,
+// so CI proves every shipped example's step capturable without a GPU.
+void RankRun::check_capturable(std::vector<LaunchRecord> launches, const std::string& variant, int64_t done) {
+  auto before = previous_launches_.find(variant);
+  if (done >= first_ + 3 && before != previous_launches_.end() && before->second.first >= first_ + 2) {
+    std::string diff = launch_sequence_difference(before->second.second, launches);
+    VQDDP_CHECK(diff.empty(), "capture check ({}): step {} launched another sequence than step {} on rank {}{}: {}",
+                device_.str(), done, before->second.first, comm_.rank(),
+                variant.empty() ? "" : fmt::format(" (variant {})", variant), diff);
+  }
+  previous_launches_[variant] = {done, std::move(launches)};
+}
+
+}  // namespace vqddp
