@@ -133,6 +133,36 @@ void check_paths(const ReplayOptions& opt) {
               "replay: the output {} is the input file: it would be overwritten (give another output path)", opt.output);
 }
 
+// Rank 0's record of a replayed step: every rank holds these alike (the
+// global batch's losses, the global gradient of the parameters, the state
+// after the step).
+NamedTensors lead_record(const QuantizerOutput& out, const Quantizer& m, const std::vector<ReferenceSlot>& slots,
+                         bool backward) {
+  NamedTensors o;
+  o.emplace_back("loss", out.loss.detach().clone());
+  if (!out.layer_losses.empty()) {
+    std::vector<Tensor> each;
+    for (const Tensor& l : out.layer_losses) each.push_back(l.detach().reshape({1}));
+    o.emplace_back("losses", concat(each, 0));
+  }
+  for (const auto& [name, t] : out.extras) o.emplace_back(name, t.detach().clone());
+  if (backward) {
+    NamedTensors param_grads;
+    for (const auto& [name, p] : m.named_parameters())
+      if (p.grad().defined()) param_grads.emplace_back(name, p.grad());
+    for (const auto& [name, t] : to_reference(param_grads, slots)) o.emplace_back("grad." + name, t);
+  }
+  for (const auto& [name, t] : reference_state(m, slots)) o.emplace_back(name, t);
+  return o;
+}
+
+// The output file: the input's metadata with the world size, and `out`.
+void save_replay(const ReplayOptions& opt, const SafetensorsFile& f, const NamedTensors& out) {
+  std::map<std::string, std::string> meta = f.metadata;
+  meta["world"] = std::to_string(opt.world);
+  safetensors_save(opt.output, out, meta);
+}
+
 // A whole quantizer described by the reference's class, keys and state
 // names: each step an exact training step on W thread ranks (one unit per
 // row, so any split gives 1 rank's bits), with backward() of
@@ -183,25 +213,7 @@ int replay_quantizer(const ReplayOptions& opt, const SafetensorsFile& f) {
       quantized[s][r] = out.quantized.detach().clone();
       indices[s][r] = out.indices.clone();
       if (backward) grads[s][r] = x.grad().defined() ? x.grad().clone() : zeros(x.shape());
-      if (r == 0) {
-        // Every rank holds these alike: the global batch's losses, the
-        // global gradient of the parameters, the state after the step.
-        NamedTensors& o = lead[s];
-        o.emplace_back("loss", out.loss.detach().clone());
-        if (!out.layer_losses.empty()) {
-          std::vector<Tensor> each;
-          for (const Tensor& l : out.layer_losses) each.push_back(l.detach().reshape({1}));
-          o.emplace_back("losses", concat(each, 0));
-        }
-        for (const auto& [name, t] : out.extras) o.emplace_back(name, t.detach().clone());
-        if (backward) {
-          NamedTensors param_grads;
-          for (const auto& [name, p] : m->named_parameters())
-            if (p.grad().defined()) param_grads.emplace_back(name, p.grad());
-          for (const auto& [name, t] : to_reference(param_grads, slots)) o.emplace_back("grad." + name, t);
-        }
-        for (const auto& [name, t] : reference_state(*m, slots)) o.emplace_back(name, t);
-      }
+      if (r == 0) lead[s] = lead_record(out, *m, slots, backward);
       m->zero_grad();  // replay steps no optimizer: each step's gradients are its own
     }
   });
@@ -216,46 +228,56 @@ int replay_quantizer(const ReplayOptions& opt, const SafetensorsFile& f) {
   std::set<std::string> names;
   for (const auto& [name, t] : out)
     VQDDP_CHECK(names.insert(name).second, "replay: two outputs are named '{}' (a state name meets an output's)", name);
-  std::map<std::string, std::string> meta = f.metadata;
-  meta["world"] = std::to_string(opt.world);
-  safetensors_save(opt.output, out, meta);
+  save_replay(opt, f, out);
   return static_cast<int>(steps);
 }
 
-}  // namespace
+// A codebook replay file (embed, embed_avg, cluster_size, x.0, ...),
+// every tensor checked.
+struct CodebookReplay {
+  CodebookOptions options;
+  float weight = 1.f;  // the commitment weight
+  std::vector<Tensor> batches;
+};
 
-int run_replay(const ReplayOptions& opt) {
-  check_paths(opt);
-  SafetensorsFile f = safetensors_load(opt.input);
-  if (f.metadata.contains("class")) return replay_quantizer(opt, f);
-  float weight = 1.f;
-  CodebookOptions o = replay_codebook_options(f, opt.input, weight);
+CodebookReplay read_codebook_replay(const SafetensorsFile& f, const std::string& path) {
+  CodebookReplay r;
+  CodebookOptions& o = r.options;
+  o = replay_codebook_options(f, path, r.weight);
   for (const char* name : {"embed", "embed_avg", "cluster_size"})
     VQDDP_CHECK(f.contains(name), "{}: missing tensor '{}' (a replay file holds embed, embed_avg, cluster_size, x.0, ...)",
-                opt.input, name);
+                path, name);
   const Tensor &embed = f.at("embed"), &embed_avg = f.at("embed_avg"), &cluster_size = f.at("cluster_size");
-  VQDDP_CHECK(embed.dim() == 2 && embed.dtype() == DType::f32, "{}: 'embed' must be float32 [K, D], got {}", opt.input,
+  VQDDP_CHECK(embed.dim() == 2 && embed.dtype() == DType::f32, "{}: 'embed' must be float32 [K, D], got {}", path,
               embed.desc());
   o.codebook_size = embed.size(0);
   o.dim = embed.size(1);
   VQDDP_CHECK(embed_avg.shape() == embed.shape() && embed_avg.dtype() == DType::f32,
-              "{}: 'embed_avg' must be float32 {}, got {}", opt.input, shape_str(embed.shape()), embed_avg.desc());
+              "{}: 'embed_avg' must be float32 {}, got {}", path, shape_str(embed.shape()), embed_avg.desc());
   VQDDP_CHECK(cluster_size.shape() == Shape{o.codebook_size} && cluster_size.dtype() == DType::f32,
-              "{}: 'cluster_size' must be float32 [{}], got {}", opt.input, o.codebook_size, cluster_size.desc());
-
-  std::vector<Tensor> batches;
+              "{}: 'cluster_size' must be float32 [{}], got {}", path, o.codebook_size, cluster_size.desc());
   for (int i = 0; f.contains("x." + std::to_string(i)); ++i) {
     const Tensor& x = f.at("x." + std::to_string(i));
     VQDDP_CHECK(x.dtype() == DType::f32 && x.dim() == 2 && x.size(1) == o.dim, "{}: 'x.{}' must be float32 [N, {}], got {}",
-                opt.input, i, o.dim, x.desc());
-    batches.push_back(x);
+                path, i, o.dim, x.desc());
+    r.batches.push_back(x);
   }
-  VQDDP_CHECK(!batches.empty(), "{}: missing tensor 'x.0' (no batches to replay)", opt.input);
+  VQDDP_CHECK(!r.batches.empty(), "{}: missing tensor 'x.0' (no batches to replay)", path);
   for (const auto& [name, t] : f.tensors) {
     bool known = name == "embed" || name == "embed_avg" || name == "cluster_size";
-    for (size_t i = 0; i < batches.size(); ++i) known |= name == "x." + std::to_string(i);
-    VQDDP_CHECK(known, "{}: unexpected tensor '{}' (batches must be numbered x.0, x.1, ... without gaps)", opt.input, name);
+    for (size_t i = 0; i < r.batches.size(); ++i) known |= name == "x." + std::to_string(i);
+    VQDDP_CHECK(known, "{}: unexpected tensor '{}' (batches must be numbered x.0, x.1, ... without gaps)", path, name);
   }
+  return r;
+}
+
+// One codebook's forward, step after step, on W thread ranks.
+int replay_codebook(const ReplayOptions& opt, const SafetensorsFile& f) {
+  const CodebookReplay replay = read_codebook_replay(f, opt.input);
+  const CodebookOptions& o = replay.options;
+  const std::vector<Tensor>& batches = replay.batches;
+  const float weight = replay.weight;
+  const Tensor &embed = f.at("embed"), &embed_avg = f.at("embed_avg"), &cluster_size = f.at("cluster_size");
   std::vector<int64_t> rows;
   for (const Tensor& x : batches) rows.push_back(x.size(0));
   std::vector<std::vector<int64_t>> shards = parse_shards(opt.shards, rows, opt.world);
@@ -303,10 +325,16 @@ int run_replay(const ReplayOptions& opt) {
     out.emplace_back(fmt::format("perplexity.{}", s), scalar(static_cast<float>(metrics[s].perplexity())));
     out.emplace_back(fmt::format("revived.{}", s), full({}, metrics[s].codes_revived(), DType::i64));
   }
-  std::map<std::string, std::string> meta = f.metadata;
-  meta["world"] = std::to_string(opt.world);
-  safetensors_save(opt.output, out, meta);
+  save_replay(opt, f, out);
   return static_cast<int>(steps);
+}
+
+}  // namespace
+
+int run_replay(const ReplayOptions& opt) {
+  check_paths(opt);
+  SafetensorsFile f = safetensors_load(opt.input);
+  return f.metadata.contains("class") ? replay_quantizer(opt, f) : replay_codebook(opt, f);
 }
 
 }  // namespace vqddp

@@ -243,10 +243,14 @@ CodingResult encode_audio_file(const Codec& codec, const std::string& input, Out
   return r;
 }
 
-CodingResult decode_codes_file(const Codec& codec, const std::string& path, OutputDir& out, const DecodeOptions& o) {
-  VQDDP_CHECK(o.chunk_frames > 0, "decode: chunks of {} frames", o.chunk_frames);
-  const auto start = Clock::now();
-  const CodesFile c = read_codes_header(path);  // format 3: the header (the codes a chunk at a time below)
+namespace {
+
+// Refuses, naming the file, codes this codec cannot decode: another codec's
+// weights, rate, frame or tokens, more layers than it has (or fewer, where
+// its layers are not residual), other codebook sizes, a code outside its
+// codebook (format 1), a code model other than its own, and damaged chunks
+// (format 3) unless `skip_damaged`.
+void check_decodable(const Codec& codec, const CodesFile& c, const std::string& path, bool skip_damaged) {
   VQDDP_CHECK(c.codec_fingerprint == codec.fingerprint(), "{}: coded by a codec whose weights have fingerprint '{}', "
               "but this checkpoint's (step {}) are '{}': decode with the checkpoint that encoded it", path,
               c.codec_fingerprint, codec.step(), codec.fingerprint());
@@ -274,10 +278,20 @@ CodingResult decode_codes_file(const Codec& codec, const std::string& path, Outp
     const std::vector<DamagedChunk> damaged = damaged_chunks(path);
     std::vector<std::string> others;
     for (size_t d = 1; d < damaged.size(); ++d) others.push_back(damaged[d].described);
-    VQDDP_CHECK(damaged.empty() || o.skip_damaged, "{}{}; `vqddp decode --skip-damaged` decodes the other chunks, "
+    VQDDP_CHECK(damaged.empty() || skip_damaged, "{}{}; `vqddp decode --skip-damaged` decodes the other chunks, "
                 "silence in the damaged ones' place", damaged.empty() ? "" : damaged[0].why,
                 others.empty() ? std::string() : fmt::format(" (and {} more: {})", others.size(), fmt::join(others, ", ")));
   }
+}
+
+}  // namespace
+
+CodingResult decode_codes_file(const Codec& codec, const std::string& path, OutputDir& out, const DecodeOptions& o) {
+  VQDDP_CHECK(o.chunk_frames > 0, "decode: chunks of {} frames", o.chunk_frames);
+  const auto start = Clock::now();
+  const CodesFile c = read_codes_header(path);  // format 3: the header (the codes a chunk at a time below)
+  check_decodable(codec, c, path, o.skip_damaged);
+  const int64_t layers = c.layers;
   if (c.format == 1)
     fmt::print(stderr, "vqddp: note: {} is a format-1 codes file (8 bytes a code, metadata not under its checksum); "
                "`vqddp encode` writes format 3\n", path);

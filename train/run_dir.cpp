@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "engine/core/error.h"
 
@@ -38,8 +39,20 @@ std::string what_file(const struct stat& st) {
 
 std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / 1048576.0); }
 
-RunDir::RunDir(const std::string& dir, int64_t checkpoint_bytes, RunStart start, bool reserve) : dir_(dir) {
-  VQDDP_CHECK(!dir.empty(), "the run directory is \"\" (set run.dir or --dir)");
+namespace {
+
+// A descriptor closed on scope exit unless released.
+struct FdGuard {
+  int fd;
+  ~FdGuard() {
+    if (fd >= 0) ::close(fd);
+  }
+  int release() { return std::exchange(fd, -1); }
+};
+
+// The run directory, created if missing, and its lock: the lock file
+// opened, flocked and given this process's pid. Returns its descriptor.
+int take_lock(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   VQDDP_CHECK(!fs::exists(dir, ec) || fs::is_directory(dir, ec), "run directory {}: exists and is not a directory",
@@ -53,12 +66,7 @@ RunDir::RunDir(const std::string& dir, int64_t checkpoint_bytes, RunStart start,
   // permission bits do not show).
   std::string lock = (fs::path(dir) / ".lock").string();
   // Held in a guard until every check passed: a refused start releases it.
-  struct Guard {
-    int fd;
-    ~Guard() {
-      if (fd >= 0) ::close(fd);
-    }
-  } fd{::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644)};
+  FdGuard fd{::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644)};
   // O_NOFOLLOW: a link planted at .lock would otherwise have its target
   // truncated to our pid (or a file created wherever a dangling one
   // points); O_NONBLOCK: a FIFO there must not block the open. Nothing is
@@ -82,7 +90,13 @@ RunDir::RunDir(const std::string& dir, int64_t checkpoint_bytes, RunStart start,
   bool written = ::ftruncate(fd.fd, 0) == 0 &&
                  ::pwrite(fd.fd, pid.data(), pid.size(), 0) == static_cast<ssize_t>(pid.size());
   VQDDP_CHECK(written, "run directory {}: cannot write in it: {}", dir, std::strerror(errno));
+  return fd.release();
+}
 
+// A fresh run is refused where a run's files are; an overwrite removes them.
+void claim_run_files(const std::string& dir, RunStart start) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
   std::string held;
   for (const char* name : kRunFiles)
     if (fs::exists(fs::path(dir) / name, ec)) held += fmt::format("{}{}", held.empty() ? "" : ", ", name);
@@ -95,9 +109,16 @@ RunDir::RunDir(const std::string& dir, int64_t checkpoint_bytes, RunStart start,
       fs::remove(fs::path(dir) / name, ec);
       VQDDP_CHECK(!ec, "run directory {}: cannot remove the old run's {}: {}", dir, name, ec.message());
     }
+}
 
-  lock_fd_ = fd.fd;
-  fd.fd = -1;
+}  // namespace
+
+RunDir::RunDir(const std::string& dir, int64_t checkpoint_bytes, RunStart start, bool reserve) : dir_(dir) {
+  VQDDP_CHECK(!dir.empty(), "the run directory is \"\" (set run.dir or --dir)");
+  namespace fs = std::filesystem;
+  FdGuard fd{take_lock(dir)};  // released (closed) if the start is refused
+  claim_run_files(dir, start);
+  lock_fd_ = fd.release();
   // The reserve a run left (killed, or stopped for a full disk) is room
   // this one may count as free.
   reserve_path_ = (fs::path(dir) / ".reserve").string();

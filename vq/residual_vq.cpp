@@ -72,6 +72,107 @@ Tensor ResidualVQ::search_paths(const Tensor& z, int layers) const {
   return beam_search(z, books, o);
 }
 
+namespace {
+
+// The layers' regularisers, summed over the layers that ran (undefined
+// until one adds a term).
+struct RegulariserSums {
+  Tensor diversity, orthogonal;
+};
+
+Tensor accumulate(const Tensor& sum, const Tensor& term) { return sum.defined() ? add(sum, term) : term; }
+
+// A layer's loss: its commitment (and codebook) term, then its own weighted
+// diversity and orthogonal terms, as each layer of the reference is a
+// VectorQuantize with the options; those terms also join the layers' sums.
+// diveq: no commitment term, as the reference's layers (commitment_weight 0).
+Tensor layer_loss(const ResidualVQOptions& o, const CodebookLayerStep& step, const Tensor& code, bool learnable,
+                  const Tensor& zero, Communicator& comm, RegulariserSums& sums) {
+  const Tensor& prepared = step.assignment.prepared;
+  Tensor loss = o.diveq                        ? zero
+                : step.cross_entropy.defined() ? mul(step.cross_entropy, o.commitment_weight)
+                                               : quantization_loss(code, prepared, o.commitment_weight, learnable, comm);
+  if (step.diversity.defined()) {
+    loss = add(loss, mul(step.diversity, o.codebook_diversity_loss_weight));
+    sums.diversity = accumulate(sums.diversity, step.diversity);
+  }
+  if (step.orthogonal.defined()) {
+    loss = add(loss, mul(step.orthogonal, o.orthogonal_reg_weight));
+    sums.orthogonal = accumulate(sums.orthogonal, step.orthogonal);
+  }
+  return loss;
+}
+
+// A layer's output. `prepared` is the residual (cosine: normalised, as the
+// reference's layers normalise their input before the loss and the
+// output). diveq: the layer's output is its (learnable) code itself, as the
+// reference's layers route no gradient to their input there.
+Tensor layer_output(const ResidualVQOptions& o, const Tensor& prepared, const Tensor& code, bool training) {
+  Tensor quantized = o.diveq ? code : through_quantizer(prepared, code, o.rotation_trick && training);
+  if (o.sync_update_v > 0 && training)  // per layer, as the reference's layers
+    quantized = add(quantized, mul(sub(quantized, quantized.detach()), o.sync_update_v));
+  return quantized;
+}
+
+// The residual the next layer quantizes. quant_grad_frac: frac q + (1 -
+// frac) q.detach(), as the reference writes it (so its value rounds as
+// there): the later layers' gradient reaches this layer's output in that
+// share (diveq: all of it).
+Tensor next_residual(const ResidualVQOptions& o, const Tensor& residual, const Tensor& quantized) {
+  if (o.diveq) return sub(residual, quantized);
+  if (o.quant_grad_frac > 0)
+    return sub(residual, add(mul(quantized, o.quant_grad_frac), mul(quantized.detach(), 1.f - o.quant_grad_frac)));
+  return sub(residual, quantized.detach());
+}
+
+// What the layers of a shared codebook leave for its one update after the
+// last layer (training only): each layer's rows and codes, and their
+// assignments for its in-place step.
+struct SharedCodebookRows {
+  bool ran = false;  // some layer used the shared codebook
+  std::vector<Tensor> rows, idx;
+  std::vector<CodebookAssignment> in_place;
+  // A layer's assignment; `change`: the codebook updates this step.
+  void add(const CodebookAssignment& a, bool change, bool in_place_step) {
+    ran = true;
+    if (!change) return;
+    if (in_place_step) in_place.push_back(a);  // one step after the last layer
+    rows.push_back(a.prepared.detach());
+    idx.push_back(a.indices);
+  }
+};
+
+// The shared codebook's one step and update, and its one metrics entry.
+void update_shared_codebook(Codebook& book, SharedCodebookRows& s, const ResidualVQOptions& o, int64_t m, int64_t cd,
+                            bool change, Communicator& comm, std::vector<CodebookMetrics>& metrics) {
+  if (!s.in_place.empty()) in_place_codebook_step(book, s.in_place, o.in_place_codebook_lr, comm);
+  if (!s.ran) return;
+  if (!change) {
+    metrics.push_back({});  // eval: one entry for the shared codebook, no rows to gather
+    return;
+  }
+  // Rows example-major (row n's layers together), not layer-major: the
+  // sampler numbers the global batch rank by rank, so only this order
+  // gives the rows the same global numbers on any split, and revival the
+  // same rows as 1 rank on the whole batch (invariant 2). Layer-major, 1
+  // rank numbers all of layer 0 first, W ranks rank 0's layers first.
+  int64_t layers = static_cast<int64_t>(s.rows.size());
+  Tensor rows = reshape(transpose(reshape(concat(s.rows, 0), {layers, m, cd}), 0, 1), {m * layers, cd});
+  Tensor idx = reshape(transpose(reshape(concat(s.idx, 0), {layers, m}), 0, 1), {m * layers});
+  metrics.push_back(book.update_layers(s.rows, s.idx, rows, idx, comm));
+}
+
+// The total loss (the layers' sum) and the regularisers' sums as extras.
+void add_totals(const ResidualVQOptions& o, const RegulariserSums& sums, const Tensor& zero, QuantizerOutput& out) {
+  out.loss = zero;
+  for (const Tensor& l : out.layer_losses) out.loss = add(out.loss, l);
+  if (o.orthogonal_reg_weight > 0) out.extras["orthogonal_reg_loss"] = sums.orthogonal.defined() ? sums.orthogonal : zero;
+  if (o.codebook_diversity_loss_weight > 0)
+    out.extras["codebook_diversity_loss"] = sums.diversity.defined() ? sums.diversity : zero;
+}
+
+}  // namespace
+
 QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const Tensor& mask) {
   VQDDP_CHECK(x.defined() && x.dim() == 2 && x.size(1) == opt_.dim, "rank {}: ResidualVQ expects [N, {}], got {}",
               comm.rank(), opt_.dim, x.desc());
@@ -84,8 +185,7 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
   // A frozen codebook is assigned against (and k-means-initialised) but
   // never updated; its codes count as constants in the loss.
   const bool change = update && !opt_.freeze_codebook;
-  Tensor diversity;   // the layers' sum, with the loss on
-  Tensor orthogonal;  // the layers' orthogonal regularisers' sum, with it on
+  RegulariserSums sums;
   // Dropout starts once every codebook is initialised: until then all layers
   // run, so k-means initialises each one and inference never meets a layer
   // that dropout happened to skip. Every rank sees the same initted flags.
@@ -102,9 +202,7 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
   Tensor residual = z, sum = zeros({m, codebook_dim_}, DType::f32, z.device());
   const Tensor zero = full({}, 0.0, DType::f32, z.device());  // the loss of a layer that did not run
   std::vector<Tensor> idx_columns(q, full({m}, -1, DType::i64, z.device()));  // -1: layer did not run
-  std::vector<Tensor> shared_rows, shared_idx;  // for the shared codebook's single update (training only)
-  std::vector<CodebookAssignment> shared_in_place;  // the layers' assignments, for its in-place step
-  bool shared_ran = false;                      // some layer used the shared codebook
+  SharedCodebookRows shared;
   for (int l = 0; l < q; ++l) {
     if (l > last) {
       out.layer_losses.push_back(zero);
@@ -123,71 +221,20 @@ QuantizerOutput ResidualVQ::quantize(const Tensor& x, Communicator& comm, const 
       continue;
     }
     const CodebookAssignment& a = step->assignment;
-    const Tensor &prepared = a.prepared, &idx = a.indices;
     const bool learnable = book.options().learnable && !opt_.freeze_codebook;
     const Tensor code = learnable ? a.codes : a.codes.detach();  // (M, cd)
-    if (opt_.shared_codebook) {
-      shared_ran = true;
-      if (change) {
-        if (opt_.in_place_codebook_lr > 0) shared_in_place.push_back(a);  // one step after the last layer
-        shared_rows.push_back(prepared.detach());
-        shared_idx.push_back(idx);
-      }
-    } else {
+    if (opt_.shared_codebook)
+      shared.add(a, change, opt_.in_place_codebook_lr > 0);
+    else
       out.metrics.push_back(step->metrics);
-    }
-    // diveq: no commitment term, as the reference's layers (commitment_weight 0).
-    Tensor layer_loss = opt_.diveq ? zero
-                        : step->cross_entropy.defined()
-                            ? mul(step->cross_entropy, opt_.commitment_weight)
-                            : quantization_loss(code, prepared, opt_.commitment_weight, learnable, comm);
-    if (step->diversity.defined()) {
-      // Each layer's loss holds its own weighted term, as each layer of the
-      // reference is a VectorQuantize with the option.
-      layer_loss = add(layer_loss, mul(step->diversity, opt_.codebook_diversity_loss_weight));
-      diversity = diversity.defined() ? add(diversity, step->diversity) : step->diversity;
-    }
-    if (step->orthogonal.defined()) {
-      layer_loss = add(layer_loss, mul(step->orthogonal, opt_.orthogonal_reg_weight));
-      orthogonal = orthogonal.defined() ? add(orthogonal, step->orthogonal) : step->orthogonal;
-    }
-    out.layer_losses.push_back(layer_loss);
-    // `prepared` is the residual (cosine: normalised, as the reference's
-    // layers normalise their input before the loss and the output).
-    // diveq: the layer's output is its (learnable) code itself, as the
-    // reference's layers route no gradient to their input there.
-    Tensor quantized = opt_.diveq ? code : through_quantizer(prepared, code, opt_.rotation_trick && is_training());
-    if (opt_.sync_update_v > 0 && is_training())  // per layer, as the reference's layers
-      quantized = add(quantized, mul(sub(quantized, quantized.detach()), opt_.sync_update_v));
-    // quant_grad_frac: frac q + (1 - frac) q.detach(), as the reference
-    // writes it (so its value rounds as there): the later layers' gradient
-    // reaches this layer's output in that share.
-    residual = sub(residual, opt_.diveq ? quantized  // quant_grad_frac 1 there
-                             : opt_.quant_grad_frac > 0
-                                 ? add(mul(quantized, opt_.quant_grad_frac), mul(quantized.detach(), 1.f - opt_.quant_grad_frac))
-                                 : quantized.detach());
+    out.layer_losses.push_back(layer_loss(opt_, *step, code, learnable, zero, comm, sums));
+    const Tensor quantized = layer_output(opt_, a.prepared, code, is_training());
+    residual = next_residual(opt_, residual, quantized);
     sum = add(sum, quantized);
-    idx_columns[l] = idx;
+    idx_columns[l] = a.indices;
   }
-  if (!shared_in_place.empty()) in_place_codebook_step(*books_[0], shared_in_place, opt_.in_place_codebook_lr, comm);
-  if (opt_.shared_codebook && shared_ran && !change) {
-    out.metrics.push_back({});  // eval: one entry for the shared codebook, no rows to gather
-  } else if (opt_.shared_codebook && shared_ran) {
-    // Rows example-major (row n's layers together), not layer-major: the
-    // sampler numbers the global batch rank by rank, so only this order
-    // gives the rows the same global numbers on any split, and revival the
-    // same rows as 1 rank on the whole batch (invariant 2). Layer-major, 1
-    // rank numbers all of layer 0 first, W ranks rank 0's layers first.
-    int64_t layers = static_cast<int64_t>(shared_rows.size());
-    Tensor rows = reshape(transpose(reshape(concat(shared_rows, 0), {layers, m, codebook_dim_}), 0, 1),
-                          {m * layers, codebook_dim_});
-    Tensor idx = reshape(transpose(reshape(concat(shared_idx, 0), {layers, m}), 0, 1), {m * layers});
-    out.metrics.push_back(books_[0]->update_layers(shared_rows, shared_idx, rows, idx, comm));
-  }
-  out.loss = zero;
-  for (const Tensor& l : out.layer_losses) out.loss = add(out.loss, l);
-  if (opt_.orthogonal_reg_weight > 0) out.extras["orthogonal_reg_loss"] = orthogonal.defined() ? orthogonal : zero;
-  if (opt_.codebook_diversity_loss_weight > 0) out.extras["codebook_diversity_loss"] = diversity.defined() ? diversity : zero;
+  if (opt_.shared_codebook) update_shared_codebook(*books_[0], shared, opt_, m, codebook_dim_, change, comm, out.metrics);
+  add_totals(opt_, sums, zero, out);
   if (opt_.diveq && updates_state()) {
     // DiVeQ on the whole output: the input moved along the noised direction
     // to the codes' sum (vq/directional_reparam.h), global row g's noise
