@@ -13,12 +13,14 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& o, std::vector<
 
 void update_part(const std::string& name, Optimizer& optim, const std::vector<Tensor>& params,
                  const OptimizerConfig& config, int64_t step, int64_t total_steps) {
+  // The marks' names are built only under --profile: this runs every step.
+  const bool profiled = op_profile_enabled();
   optim.lr = learning_rate(config, step, total_steps);
   if (config.grad_clip > 0) clip_grad_norm(params, config.grad_clip);
-  op_profile_mark("step: " + name + " clipping");
+  if (profiled) op_profile_mark("step: " + name + " clipping");
   optim.step();
   optim.zero_grad();
-  op_profile_mark("step: " + name + " optimizer");
+  if (profiled) op_profile_mark("step: " + name + " optimizer");
 }
 
 void broadcast_parts(std::span<const TrainedPart> parts, Communicator& comm) {

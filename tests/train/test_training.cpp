@@ -266,6 +266,25 @@ TEST_CASE("broadcast_parameters: ranks built from different seeds all end with r
   CHECK(vqddp::test::bitwise_equal(buffers_of[2], buffers_of[0]));
 }
 
+TEST_CASE("broadcast_parts: every trained part, not only the first, ends as rank 0's (the trainer's start "
+          "for the codec and a GAN's discriminators)") {
+  Config cfg = small_config("unused", "residual_vq");
+  std::vector<NamedTensors> second(3);
+  run_ranks(3, [&](Communicator& comm) {
+    const uint64_t seed = 10 + static_cast<uint64_t>(comm.rank());
+    CodecModel first_model(cfg.model, cfg.quantizer, 16, seed), second_model(cfg.model, cfg.quantizer, 16, seed + 7);
+    std::unique_ptr<Optimizer> a = make_optimizer(cfg.optimizer, first_model.parameters()),
+                               b = make_optimizer(cfg.optimizer, second_model.parameters());
+    const std::vector<TrainedPart> parts{{"codec", "", first_model, *a}, {"other", "other.", second_model, *b}};
+    const NamedTensors before = second_model.state_copy();
+    broadcast_parts(parts, comm);
+    if (comm.rank() != 0) CHECK_FALSE(vqddp::test::bitwise_equal(second_model.state_copy(), before));
+    second[static_cast<size_t>(comm.rank())] = second_model.state_copy();
+  }, vqddp::test::kFast);
+  CHECK(vqddp::test::bitwise_equal(second[1], second[0]));
+  CHECK(vqddp::test::bitwise_equal(second[2], second[0]));
+}
+
 TEST_CASE("gradient accumulation: inside NoSync gradients stay local, the next reduction sums everything") {
   run_ranks(3, [](Communicator& comm) {
     Generator g(1, 0);
