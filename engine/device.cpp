@@ -3,12 +3,10 @@
 #include "engine/counted_kernels.h"
 #include "engine/cpu/cpu_kernels.h"
 #include "engine/core/error.h"
+#include "engine/cuda/module_entry.h"
+#include "engine/cuda_module.h"
 #include "engine/sim/sim_kernels.h"
 #include "vqddp_config.h"
-
-#if VQDDP_HAVE_CUDA
-#include "engine/cuda/runtime.h"
-#endif
 
 namespace vqddp {
 
@@ -39,12 +37,31 @@ Device parse_device(const std::string& text, const std::string& what) {
 
 bool cuda_built() { return VQDDP_HAVE_CUDA; }
 
+namespace {
+
+// The engine's CUDA module (engine/cuda_module.h), loaded on the first
+// call; null with the reason in `why` when it cannot be.
+const CudaEngineEntry* cuda_engine(std::string& why) {
+  static std::string reason;
+  static const CudaEngineEntry* entry = [] {
+    auto get = reinterpret_cast<CudaEngineEntryFn>(cuda_module_entry("cuda", "vqddp_cuda_engine_entry", reason));
+    return get ? get() : nullptr;
+  }();
+  why = reason;
+  return entry;
+}
+
+}  // namespace
+
+std::string cuda_unavailable_reason() {
+  std::string why;
+  return cuda_engine(why) ? cuda_modules_problem() : why;
+}
+
 int cuda_device_count() {
-#if VQDDP_HAVE_CUDA
-  return cuda::device_count();
-#else
-  return 0;
-#endif
+  std::string why;
+  const CudaEngineEntry* cuda = cuda_engine(why);
+  return cuda ? cuda->device_count() : 0;
 }
 
 // The CPU's table is not counted (no launches there); every other device's
@@ -55,12 +72,10 @@ DeviceKernels& device_kernels(Device device) {
     return counted;
   }
   if (device.is_cpu()) return cpu_kernels();
-#if VQDDP_HAVE_CUDA
-  return *cuda::backend_for(device.index);
-#else
-  VQDDP_THROW("device {} is not available: this vqddp was built without CUDA (meson -Dcuda=enabled needs the CUDA "
-              "toolkit at build time)", device.str());
-#endif
+  std::string why;
+  const CudaEngineEntry* cuda = cuda_engine(why);
+  VQDDP_CHECK(cuda, "device {} is not available: {}", device.str(), why);
+  return *cuda->backend_for(device.index);
 }
 
 }  // namespace vqddp

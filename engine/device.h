@@ -287,5 +287,11 @@ DeviceKernels& device_kernels(Device device);
 int cuda_device_count();
 // True when this binary was built with CUDA support.
 bool cuda_built();
+// Why cuda devices cannot be used in this process, or "" when they can
+// (every CUDA module and library loaded; there may still be no GPU): built
+// without CUDA, the CUDA runtime or a module missing. The first call loads
+// the CUDA libraries (engine/cuda_module.h); nothing but this, a cuda
+// device and cuda_device_count() loads them.
+std::string cuda_unavailable_reason();
 
 }  // namespace vqddp

@@ -41,12 +41,20 @@ for r in fmt nlohmann_json openblas; do
 done
 [ -f "$libdir/libvqddp.a" ] || fail "no static library in $libdir"
 ls "$libdir"/libvqddp.so* >/dev/null 2>&1 || fail "no shared library in $libdir"
-# A CUDA build's installed library keeps the toolkit's lib64 as its run path
-# (no loader path of a fresh machine has it; meson install would drop it).
+# The library links no CUDA library (engine/cuda_module.h). A CUDA build
+# installs its modules in <libdir>/vqddp, each keeping the toolkit's lib64
+# as its run path (no loader path of a fresh machine has it; meson install
+# would drop it).
+dynamic=$(readelf -d "$libdir/libvqddp.so")  # whole, as ldd's below: no SIGPIPE under pipefail
+! grep -Eq 'NEEDED.*(cuda|cublas|nccl)' <<<"$dynamic" ||
+  fail "the installed libvqddp.so links a CUDA library: $(grep NEEDED <<<"$dynamic")"
 if [ "$(pkg-config --variable=cuda vqddp)" = true ]; then
-  dynamic=$(readelf -d "$libdir/libvqddp.so")  # whole, as ldd's below: no SIGPIPE under pipefail
-  grep -q 'RUNPATH.*cuda' <<<"$dynamic" ||
-    fail "the installed libvqddp.so has no run path to the CUDA toolkit: $(readelf -d "$libdir/libvqddp.so" | grep -i path)"
+  for m in libvqddp_cuda.so libvqddp_cuda_vq.so libvqddp_nccl.so; do
+    [ -f "$libdir/vqddp/$m" ] || fail "the CUDA module $m is not installed in $libdir/vqddp"
+    dynamic=$(readelf -d "$libdir/vqddp/$m")
+    grep -q 'RUNPATH.*cuda' <<<"$dynamic" ||
+      fail "the installed $m has no run path to the CUDA toolkit: $(grep -i path <<<"$dynamic")"
+  done
 fi
 
 # Every header of the library's folders is installed and in the umbrella,
@@ -86,6 +94,13 @@ grep -q "libvqddp.so.*$libdir" <<<"$linked" || fail "the umbrella program does n
 out=$("$tmp/umbrella/umbrella")
 echo "$out"
 grep -q "umbrella: quantized 32x8, 32 indices, loss finite 1" <<<"$out" || fail "unexpected umbrella output"
+# Where the library was moved (the temporary root), its CUDA modules are
+# still found beside it and load against it.
+if [ "$(pkg-config --variable=cuda vqddp)" = true ]; then
+  grep -q "umbrella: cuda usable" <<<"$out" || fail "the installed library cannot load its CUDA modules: $out"
+else
+  grep -q "umbrella: cuda .*built without CUDA" <<<"$out" || fail "unexpected umbrella output: $out"
+fi
 
 # 2. examples/embed: built by its own meson.build against the package.
 cp -r "$src/examples/embed" "$tmp/embed"

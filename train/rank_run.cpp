@@ -29,10 +29,11 @@ Device usable_rank_device(const Communicator& comm, const RunConfig& run) {
 void check_device(Device device) {
   if (device.kind != Device::Kind::cuda) return;
   int gpus = cuda_device_count();
+  std::string unavailable = cuda_unavailable_reason();
   VQDDP_CHECK(gpus > device.index, "run.device is cuda but {}",
-              !cuda_built() ? "this vqddp was built without CUDA (meson -Dcuda=enabled needs the CUDA toolkit)"
-              : gpus == 0   ? "this machine has no CUDA device"
-                            : fmt::format("this machine has no {} ({} CUDA devices)", device.str(), gpus));
+              !unavailable.empty() ? "CUDA cannot be used: " + unavailable
+              : gpus == 0          ? "this machine has no CUDA device"
+                                   : fmt::format("this machine has no {} ({} CUDA devices)", device.str(), gpus));
 }
 
 RankRun::RankRun(const Config& cfg, const Dataset& data, const TrainOptions& opt, Communicator& comm,

@@ -13,6 +13,7 @@
 #include "engine/device_counters.h"
 #include "engine/counted_kernels.h"
 #include "engine/cuda/launch.h"
+#include "engine/cuda/module_entry.h"
 #include "engine/cuda/runtime.h"
 #include "engine/device.h"
 #include "engine/core/error.h"
@@ -557,3 +558,11 @@ int device_count() {
 }
 
 }  // namespace vqddp::cuda
+
+// The module's entries (engine/cuda/module_entry.h).
+extern "C" {
+__attribute__((visibility("default"))) const vqddp::CudaEngineEntry* vqddp_cuda_engine_entry() {
+  static const vqddp::CudaEngineEntry entry{&vqddp::cuda::device_count, &vqddp::cuda::backend_for};
+  return &entry;
+}
+}

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <string>
 
 int main() {
   using namespace vqddp;
@@ -20,5 +21,9 @@ int main() {
   std::printf("umbrella: quantized %lldx%lld, %lld indices, loss finite %d\n",
               static_cast<long long>(out.quantized.shape()[0]), static_cast<long long>(out.quantized.shape()[1]),
               static_cast<long long>(out.indices.numel()), std::isfinite(out.loss.item<float>()) ? 1 : 0);
+  // A CUDA build's modules are found beside the installed library and load
+  // against it (engine/cuda_module.h); "" means usable.
+  const std::string cuda = cuda_unavailable_reason();
+  std::printf("umbrella: cuda %s\n", cuda.empty() ? "usable" : cuda.c_str());
   return 0;
 }

@@ -682,8 +682,13 @@ TEST_CASE("training on cuda without a CUDA device fails before the first step an
   Config cfg = small_config((dir.path() / "run").string());
   cfg.run.device = "cuda";
   TrainOptions opt;  // progress and checkpoints on: they would create the run directory
-  CHECK_THROWS_WITH_AS(train(cfg, synthetic_data(), opt), doctest::Contains("run.device is cuda but this "),
-                       Error);
+  // Why: no GPU, or (a CPU-only build, a missing CUDA runtime) CUDA cannot
+  // be used, with its reason.
+  const std::string why = cuda_unavailable_reason();
+  const std::string expected = why.empty() ? "run.device is cuda but this machine has no CUDA device"
+                                           : "run.device is cuda but CUDA cannot be used: " + why;
+  CHECK_THROWS_WITH_AS(train(cfg, synthetic_data(), opt), doctest::Contains(expected.c_str()), Error);
+  CHECK(cuda_built() == (why.find("built without CUDA") == std::string::npos));
   CHECK_FALSE(std::filesystem::exists(dir.path() / "run"));
 }
 

@@ -1,5 +1,7 @@
 #include "vq/kernels/vq_kernels.h"
 
+#include "engine/core/error.h"
+#include "engine/cuda_module.h"
 #include "engine/device_counters.h"
 #include "engine/kernel_flops.h"
 #include "engine/step_graph.h"
@@ -150,10 +152,15 @@ VqKernels& vq_kernels(Device device) {
   return cpu_vq_kernels();
 }
 
-#if !VQDDP_HAVE_CUDA
 VqKernels& cuda_vq_kernels() {
-  VQDDP_THROW("the VQ kernels for CUDA are not in this build (meson -Dcuda=enabled needs the CUDA toolkit)");
+  static std::string why;
+  static VqKernels* kernels = [] {
+    using Entry = VqKernels* (*)();
+    auto entry = reinterpret_cast<Entry>(cuda_module_entry("cuda_vq", "vqddp_cuda_vq_entry", why));
+    return entry ? entry() : nullptr;
+  }();
+  VQDDP_CHECK(kernels, "the VQ kernels for CUDA are not available: {}", why);
+  return *kernels;
 }
-#endif
 
 }  // namespace vqddp

@@ -93,7 +93,9 @@ class VqKernels {
 VqKernels& vq_kernels(Device device);
 
 // The two backends (vq_kernels picks): cpu_vq_kernels.cpp, and
-// cuda_vq_kernels.cpp in a CUDA build (elsewhere it throws).
+// cuda_vq_kernels.cpp in the CUDA module libvqddp_cuda_vq.so, loaded on the
+// first call (engine/cuda_module.h; throws saying why when it cannot be:
+// no CUDA in this build, no CUDA runtime).
 VqKernels& cpu_vq_kernels();
 VqKernels& cuda_vq_kernels();
 

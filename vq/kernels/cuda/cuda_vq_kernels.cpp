@@ -2,10 +2,6 @@
 // computes, bit for bit wherever the inputs are the same (the perplexity,
 // a metric, within rounding). Scratch comes from the engine's caching
 // allocator as tensors on the stream's device.
-#include "vqddp_config.h"
-
-#if VQDDP_HAVE_CUDA
-
 #include <algorithm>
 
 #include "engine/cuda/launch.h"
@@ -122,11 +118,10 @@ class CudaVqKernels final : public VqKernels {
 
 }  // namespace
 
-VqKernels& cuda_vq_kernels() {
-  static CudaVqKernels kernels;
-  return kernels;
-}
-
 }  // namespace vqddp
 
-#endif  // VQDDP_HAVE_CUDA
+// The module's entry (vq/kernels/vq_kernels.cpp loads it).
+extern "C" __attribute__((visibility("default"))) vqddp::VqKernels* vqddp_cuda_vq_entry() {
+  static vqddp::CudaVqKernels kernels;
+  return &kernels;
+}
