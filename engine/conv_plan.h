@@ -20,6 +20,8 @@
 
 #include <stdint.h>
 
+#include <tuple>
+
 #include "engine/kernel_math.h"  // VQDDP_HD
 
 namespace vqddp {
@@ -34,6 +36,11 @@ struct ConvPlan {
   int64_t oh = 0, ow = 0;  // output size (conv_output_size)
 
   VQDDP_HD int64_t col_width() const { return c * kh * kw; }
+  // Every field, once (engine/device.h's BroadcastPlan::fields).
+  auto fields() const {
+    const auto& [n_, c_, h_, w_, kh_, kw_, sh_, sw_, ph_, pw_, dh_, dw_, oh_, ow_] = *this;
+    return std::tuple(n_, c_, h_, w_, kh_, kw_, sh_, sw_, ph_, pw_, dh_, dw_, oh_, ow_);
+  }
   VQDDP_HD int64_t rows() const { return n * oh * ow; }
 };
 

@@ -23,110 +23,11 @@ void count_multi_tensor(const char* kernel, int64_t count) {
 
 int64_t plan_elements(const StridedCopyPlan& p) { return kernel_flops::elements(p.shape, p.ndim); }
 
-
-template <class T>
-  requires(std::is_arithmetic_v<T> || std::is_enum_v<T> || std::is_pointer_v<T>)
-void sig(LaunchSignature& s, T v) {
-  if constexpr (std::is_pointer_v<T>)
-    s.add(static_cast<const void*>(v));
-  else
-    s.add(v);
-}
-
-// A launch's arguments for its signature (engine/step_graph.h), field by
-// field: a struct's padding bytes are not its value.
-void sig(LaunchSignature& s, const BroadcastPlan& p) {
-  s.add(p.ndim);
-  for (int i = 0; i < p.ndim; ++i) {
-    s.add(p.shape[i]);
-    s.add(p.stride_a[i]);
-    s.add(p.stride_b[i]);
-  }
-}
-void sig(LaunchSignature& s, const ReducePlan& p) {
-  s.add(p.nkeep);
-  s.add(p.nred);
-  for (int i = 0; i < p.nkeep; ++i) {
-    s.add(p.keep_size[i]);
-    s.add(p.keep_stride[i]);
-  }
-  for (int i = 0; i < p.nred; ++i) {
-    s.add(p.red_size[i]);
-    s.add(p.red_stride[i]);
-  }
-  s.add(p.divisor);
-}
-void sig(LaunchSignature& s, const StridedCopyPlan& p) {
-  s.add(p.ndim);
-  for (int i = 0; i < p.ndim; ++i) {
-    s.add(p.shape[i]);
-    s.add(p.src_stride[i]);
-    s.add(p.dst_stride[i]);
-  }
-}
-void sig(LaunchSignature& s, const GemmBatch& b) {
-  for (int64_t v : {b.count, b.stride_a, b.stride_b, b.stride_c}) s.add(v);
-}
-void sig(LaunchSignature& s, const ConvPlan& p) {
-  for (int64_t v : {p.n, p.c, p.h, p.w, p.kh, p.kw, p.sh, p.sw, p.ph, p.pw, p.dh, p.dw, p.oh, p.ow}) s.add(v);
-}
-void sig(LaunchSignature& s, const UnaryFn& f) {
-  s.add(f.op);
-  s.add(f.low);
-  s.add(f.high);
-}
-void sig(LaunchSignature& s, const SgdStep& t) {
-  for (float v : {t.momentum, t.weight_decay}) s.add(v);
-  s.add(t.scalars);  // the rate the kernel reads (lr itself is not read)
-  s.add(t.nesterov);
-  s.add(t.first);
-}
-void sig(LaunchSignature& s, const AdamWStep& t) {
-  for (float v : {t.beta1, t.beta2, t.eps, t.weight_decay}) s.add(v);
-  s.add(t.scalars);
-}
-void sig(LaunchSignature& s, const AdamWTensor& t) {
-  for (const void* p : {static_cast<const void*>(t.p), static_cast<const void*>(t.g), static_cast<const void*>(t.m),
-                        static_cast<const void*>(t.v)})
-    s.add(p);
-  s.add(t.n);
-  s.add(t.scalar);
-}
-void sig(LaunchSignature& s, const CopyBlock& b) {
-  s.add(b.src);
-  s.add(b.dst);
-  for (int64_t v : {b.rows, b.width, b.src_row, b.dst_row}) s.add(v);
-}
-void sig(LaunchSignature& s, const UnitSumBlock& b) {
-  s.add(b.in);
-  s.add(b.out);
-  s.add(b.units);
-  s.add(b.n);
-}
-void sig(LaunchSignature& s, const WeightNormTensor& t) {
-  for (const void* p : {static_cast<const void*>(t.v), static_cast<const void*>(t.g), static_cast<const void*>(t.w),
-                        static_cast<const void*>(t.dw), static_cast<const void*>(t.dv), static_cast<const void*>(t.dg)})
-    s.add(p);
-  s.add(t.rows);
-  s.add(t.cols);
-}
-template <class T>
-void sig(LaunchSignature& s, std::span<const T> xs) {
-  s.add(xs.size());
-  for (const T& x : xs) sig(s, x);
-}
-
 }  // namespace
 
 template <class Run, class... Args>
 void CountedKernels::issue(const char* kernel, Run&& run, const Args&... args) {
-  if (GraphSession* g = graph_in_step_of(this)) [[unlikely]] {
-    LaunchSignature s;
-    (sig(s, args), ...);
-    graph_launch(*g, kernel, s.value(), std::function<void()>(run));
-    return;
-  }
-  run();
+  issue_launch(this, kernel, std::forward<Run>(run), args...);
 }
 
 void* CountedKernels::alloc(size_t bytes) {

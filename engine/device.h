@@ -18,7 +18,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <tuple>
 
 #include "engine/core/dtype.h"
 #include "engine/conv_plan.h"
@@ -57,6 +59,14 @@ struct BroadcastPlan {
   int64_t shape[kMaxDims] = {};
   int64_t stride_a[kMaxDims] = {};
   int64_t stride_b[kMaxDims] = {};
+
+  // Every field, once (the launch signature's, engine/step_graph.h): the
+  // structured binding names every member, so a member added and not
+  // listed here does not compile. Arrays as the part in use.
+  auto fields() const {
+    const auto& [nd, sh, sa, sb] = *this;
+    return std::tuple(nd, std::span(sh, nd), std::span(sa, nd), std::span(sb, nd));
+  }
 };
 
 // Sum reduction: output element o (row-major over keep_size) is
@@ -68,6 +78,11 @@ struct ReducePlan {
   int64_t keep_size[kMaxDims] = {}, keep_stride[kMaxDims] = {};
   int64_t red_size[kMaxDims] = {}, red_stride[kMaxDims] = {};
   double divisor = 1.0;
+
+  auto fields() const {  // as BroadcastPlan's
+    const auto& [nk, nr, ks, kst, rs, rst, div] = *this;
+    return std::tuple(nk, nr, std::span(ks, nk), std::span(kst, nk), std::span(rs, nr), std::span(rst, nr), div);
+  }
 };
 
 // Copy of a strided source into a strided destination, element by element
@@ -77,6 +92,11 @@ struct StridedCopyPlan {
   int64_t shape[kMaxDims] = {};
   int64_t src_stride[kMaxDims] = {};
   int64_t dst_stride[kMaxDims] = {};
+
+  auto fields() const {  // as BroadcastPlan's
+    const auto& [nd, sh, ss, ds] = *this;
+    return std::tuple(nd, std::span(sh, nd), std::span(ss, nd), std::span(ds, nd));
+  }
 };
 
 // A batch of equal-shaped products for gemm_fixed: product i reads
@@ -86,6 +106,11 @@ struct StridedCopyPlan {
 struct GemmBatch {
   int64_t count = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+
+  auto fields() const {  // as BroadcastPlan's
+    const auto& [n, sa, sb, sc] = *this;
+    return std::tuple(n, sa, sb, sc);
+  }
 };
 
 // Multi-tensor kernels (the optimizer's step, gradient clipping) take a
@@ -103,6 +128,11 @@ struct AdamWTensor {
   float* v = nullptr;
   int64_t n = 0;
   int64_t scalar = 0;  // where its bias corrections are in AdamWStep::scalars
+
+  auto fields() const {  // as BroadcastPlan's
+    const auto& [p_, g_, m_, v_, n_, scalar_] = *this;
+    return std::tuple(p_, g_, m_, v_, n_, scalar_);
+  }
 };
 
 // One block of a multi-tensor copy (concat and its backward, slice_rows'
@@ -113,6 +143,11 @@ struct CopyBlock {
   const void* src = nullptr;
   void* dst = nullptr;
   int64_t rows = 0, width = 0, src_row = 0, dst_row = 0;
+
+  auto fields() const {  // as BroadcastPlan's
+    const auto& [s, d, r, w, sr, dr] = *this;
+    return std::tuple(s, d, r, w, sr, dr);
+  }
 };
 
 // One layer of a multi-tensor weight normalization (nn_conv.h): v [rows,
@@ -126,6 +161,11 @@ struct WeightNormTensor {
   float* dv = nullptr;
   float* dg = nullptr;
   int64_t rows = 0, cols = 0;
+
+  auto fields() const {  // as BroadcastPlan's
+    const auto& [v_, g_, w_, dw_, dv_, dg_, rows_, cols_] = *this;
+    return std::tuple(v_, g_, w_, dw_, dv_, dg_, rows_, cols_);
+  }
 };
 
 // One block of a multi-tensor unit sum (Communicator::reduce_units in a
@@ -136,6 +176,11 @@ struct UnitSumBlock {
   const float* in = nullptr;
   float* out = nullptr;
   int64_t units = 0, n = 0;
+
+  auto fields() const {  // as BroadcastPlan's
+    const auto& [i, o, u, n_] = *this;
+    return std::tuple(i, o, u, n_);
+  }
 };
 
 class DeviceKernels {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <math.h>
+#include <tuple>
 
 #ifdef __CUDACC__
 #define VQDDP_HD __host__ __device__ __forceinline__
@@ -246,6 +247,12 @@ struct UnaryFn {
   // clamp's bounds; `low` is also elu's alpha and leaky_relu's negative slope.
   float low = 0.f, high = 0.f;
 
+  // Every field, once (engine/device.h's BroadcastPlan::fields).
+  auto fields() const {
+    const auto& [op_, low_, high_] = *this;
+    return std::tuple(op_, low_, high_);
+  }
+
   // y = f(x)
   VQDDP_HD float f(float v) const {
     constexpr double kInvSqrt2 = 0.70710678118654752440;
@@ -350,6 +357,13 @@ struct SgdStep {
   // In a kernel call: lr comes from scalars[0], on the device (uploaded
   // each step, so a captured step graph replays a changing rate).
   const float* scalars = nullptr;
+
+  // The fields a kernel reads (engine/device.h's BroadcastPlan::fields):
+  // all but lr.
+  auto fields() const {
+    [[maybe_unused]] const auto& [lr_unread, momentum_, weight_decay_, nesterov_, first_, scalars_] = *this;
+    return std::tuple(momentum_, weight_decay_, nesterov_, first_, scalars_);
+  }
 };
 
 // d = g + wd * p; with momentum buf = first ? d : momentum * buf + d and
@@ -371,6 +385,14 @@ struct AdamWStep {
   // are scalars[AdamWTensor::scalar] and the one after, on the device
   // (uploaded each step, so a captured step graph replays them).
   const float* scalars = nullptr;
+
+  // The fields a kernel reads (engine/device.h's BroadcastPlan::fields):
+  // all but lr, c1 and sqrt_c2.
+  auto fields() const {
+    [[maybe_unused]] const auto& [lr_unread, beta1_, beta2_, eps_, weight_decay_, c1_unread, sqrt_c2_unread, scalars_] =
+        *this;
+    return std::tuple(beta1_, beta2_, eps_, weight_decay_, scalars_);
+  }
 };
 
 // Decoupled decay p -= lr * wd * p, the moments, then

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.h"
+#include "engine/core/tensor.h"
 
 namespace vqddp {
 
@@ -339,6 +340,15 @@ void graph_upload(GraphSession& g, void* dst, const void* src, size_t bytes, Dev
 void graph_refuse_read(GraphSession& g, const char* what) {
   VQDDP_THROW("step graph ({}): step {} {} inside the step: nothing of a graphed step has run before its end, so "
               "the host may not read the device or wait for it there", g.device.str(), g.step, what);
+}
+
+void add_to_signature(LaunchSignature& s, const Tensor& t) {
+  s.add(t.defined());
+  if (!t.defined()) return;
+  s.add(t.raw_ptr());
+  s.add(t.dtype());
+  s.add(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) s.add(t.size(d));  // contiguous: the shape is the layout
 }
 
 }  // namespace vqddp

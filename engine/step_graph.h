@@ -41,7 +41,9 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "engine/device.h"
 
@@ -99,6 +101,29 @@ class LaunchSignature {
   uint64_t h_ = 0xcbf29ce484222325ull;
 };
 
+class Tensor;
+// A Tensor's part of a signature: its buffer, dtype and shape (contiguous:
+// the shape is the layout), or that it is undefined.
+void add_to_signature(LaunchSignature& s, const Tensor& t);
+
+// An argument's part of a launch signature: numbers by their bits, pointers
+// by address, a span by its size and elements, a plan or any struct with a
+// fields() list (engine/device.h's BroadcastPlan::fields) by its fields.
+template <class T>
+void add_to_signature(LaunchSignature& s, const T& v) {
+  if constexpr (requires { v.fields(); }) {
+    std::apply([&s](const auto&... f) { (add_to_signature(s, f), ...); }, v.fields());
+  } else if constexpr (requires { v.size(); v.data(); }) {  // a span
+    s.add(v.size());
+    for (const auto& x : v) add_to_signature(s, x);
+  } else if constexpr (std::is_pointer_v<T>) {
+    s.add(static_cast<const void*>(v));
+  } else {
+    static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T>, "a launch argument the signature cannot read");
+    s.add(v);
+  }
+}
+
 // The graph of this thread on the device whose kernel table
 // (device_kernels) is `table` while one of its steps runs, else nullptr
 // (one thread-local read: the cost of every launch outside graphs). The
@@ -120,6 +145,22 @@ bool graph_release(const DeviceKernels* table, void* p, size_t bytes, DeviceKern
 // An upload of a graphed step: checked, then issued on `backend` (or held
 // until the capture ends).
 void graph_upload(GraphSession& g, void* dst, const void* src, size_t bytes, DeviceKernels& backend);
+// The one interposer of both kernel tables' counting wrappers
+// (engine/counted_kernels.cpp, vq/kernels/vq_kernels.cpp): issues `run`
+// (a call of the wrapped table), or, in a graphed step of `table`'s device,
+// hands it to the step graph with the signature of `args`, which must be
+// every argument the call reads.
+template <class Run, class... Args>
+void issue_launch(const DeviceKernels* table, const char* kernel, Run&& run, const Args&... args) {
+  if (GraphSession* g = graph_in_step_of(table)) [[unlikely]] {
+    LaunchSignature s;
+    (add_to_signature(s, args), ...);
+    graph_launch(*g, kernel, s.value(), std::function<void()>(std::forward<Run>(run)));
+    return;
+  }
+  run();
+}
+
 // A host-side choice among launch sequences in a graphed step
 // (note_step_variant calls it).
 void graph_note_variant(const char* what);

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <string>
+#include <tuple>
 
 #include "engine/core/tensor.h"
 
@@ -41,6 +42,12 @@ struct StatsLayout {
   int64_t flag(int rank) const { return k + k * d + rank; }
   int64_t revived() const { return k + k * d + world; }  // written by the revival, after the all-reduce
   int64_t size() const { return revived() + 1; }
+
+  // Every field, once (engine/device.h's BroadcastPlan::fields).
+  auto fields() const {
+    const auto& [k_, d_, world_, cols_] = *this;
+    return std::tuple(k_, d_, world_, cols_);
+  }
 };
 
 // The exact-sum grid's scale for the row sets `xs` (float32, one device):

@@ -102,3 +102,111 @@ TEST_CASE("step graph on sim: state carried in place and uploads replay; what a 
     CHECK(state.to(Device::cpu()).to_vector<float>() == std::vector<float>(4, 6.f));
   }
 }
+
+namespace {
+
+template <class T>
+uint64_t signature_of(const T& v) {
+  LaunchSignature s;
+  add_to_signature(s, v);
+  return s.value();
+}
+
+// Each of `members` changed alone changes T's signature (its fields() list
+// reaches the hash), from a plan with every member set.
+template <class T, class... M>
+void every_member_signs(T plan, M T::*... members) {
+  const uint64_t base = signature_of(plan);
+  auto bump = [](auto& m) {
+    using V = std::remove_reference_t<decltype(m)>;
+    if constexpr (std::is_pointer_v<V>)
+      m = m + 1;
+    else if constexpr (std::is_enum_v<V>)
+      m = static_cast<V>(static_cast<int>(m) + 1);
+    else
+      m = static_cast<V>(m + 1);
+  };
+  int index = 0;
+  auto check = [&](auto member) {
+    T changed = plan;
+    bump(changed.*member);
+    CHECK_MESSAGE(signature_of(changed) != base, "member ", index, " is not in the signature");
+    ++index;
+  };
+  (check(members), ...);
+}
+
+}  // namespace
+
+// The plans' field lists (engine/device.h's BroadcastPlan::fields): every
+// member a kernel reads moves the launch signature a replay compares; the
+// optimizer rates a kernel reads from its uploaded scalars do not. (A
+// member added to a plan and not to its list does not compile: checked by
+// hand, ConvPlan with a `groups` member fails with "only 14 names provided
+// for structured binding".)
+TEST_CASE("launch signatures: every field of every plan, and nothing a kernel does not read") {
+  float f[4] = {};
+  ConvPlan conv{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+  every_member_signs(conv, &ConvPlan::n, &ConvPlan::c, &ConvPlan::h, &ConvPlan::w, &ConvPlan::kh, &ConvPlan::kw,
+                     &ConvPlan::sh, &ConvPlan::sw, &ConvPlan::ph, &ConvPlan::pw, &ConvPlan::dh, &ConvPlan::dw,
+                     &ConvPlan::oh, &ConvPlan::ow);
+  every_member_signs(GemmBatch{2, 3, 4, 5}, &GemmBatch::count, &GemmBatch::stride_a, &GemmBatch::stride_b,
+                     &GemmBatch::stride_c);
+  every_member_signs(UnaryFn{UnaryFn::Op::clamp, -1.f, 1.f}, &UnaryFn::op, &UnaryFn::low, &UnaryFn::high);
+  every_member_signs(CopyBlock{f, f, 1, 2, 3, 4}, &CopyBlock::src, &CopyBlock::dst, &CopyBlock::rows,
+                     &CopyBlock::width, &CopyBlock::src_row, &CopyBlock::dst_row);
+  every_member_signs(UnitSumBlock{f, f, 2, 3}, &UnitSumBlock::in, &UnitSumBlock::out, &UnitSumBlock::units,
+                     &UnitSumBlock::n);
+  every_member_signs(AdamWTensor{f, f, f, f, 4, 5}, &AdamWTensor::p, &AdamWTensor::g, &AdamWTensor::m,
+                     &AdamWTensor::v, &AdamWTensor::n, &AdamWTensor::scalar);
+  every_member_signs(WeightNormTensor{f, f, f, f, f, f, 2, 3}, &WeightNormTensor::v, &WeightNormTensor::g,
+                     &WeightNormTensor::w, &WeightNormTensor::dw, &WeightNormTensor::dv, &WeightNormTensor::dg,
+                     &WeightNormTensor::rows, &WeightNormTensor::cols);
+  SgdStep sgd{0.1f, 0.9f, 0.01f, true, true, f};
+  every_member_signs(sgd, &SgdStep::momentum, &SgdStep::weight_decay, &SgdStep::scalars);
+  AdamWStep adamw{0.1f, 0.9f, 0.99f, 1e-8f, 0.01f, 0.5f, 0.7f, f};
+  every_member_signs(adamw, &AdamWStep::beta1, &AdamWStep::beta2, &AdamWStep::eps, &AdamWStep::weight_decay,
+                     &AdamWStep::scalars);
+  // Flags flip rather than count up.
+  SgdStep flipped = sgd;
+  flipped.nesterov = false;
+  CHECK(signature_of(flipped) != signature_of(sgd));
+  flipped = sgd;
+  flipped.first = false;
+  CHECK(signature_of(flipped) != signature_of(sgd));
+  // The rates travel in `scalars`, uploaded each step: not in the signature.
+  SgdStep other_rate = sgd;
+  other_rate.lr = 0.2f;
+  CHECK(signature_of(other_rate) == signature_of(sgd));
+  AdamWStep other_corrections = adamw;
+  other_corrections.lr = 0.2f;
+  other_corrections.c1 = 0.6f;
+  other_corrections.sqrt_c2 = 0.8f;
+  CHECK(signature_of(other_corrections) == signature_of(adamw));
+  // Array plans: the dimensions in use, each array's entry.
+  BroadcastPlan b;
+  b.ndim = 2;
+  b.shape[0] = 3, b.shape[1] = 4, b.stride_a[1] = 1, b.stride_b[0] = 4;
+  for (auto change : {+[](BroadcastPlan& p) { ++p.shape[1]; }, +[](BroadcastPlan& p) { ++p.stride_a[0]; },
+                      +[](BroadcastPlan& p) { ++p.stride_b[1]; }}) {
+    BroadcastPlan changed = b;
+    change(changed);
+    CHECK(signature_of(changed) != signature_of(b));
+  }
+  BroadcastPlan unused = b;
+  unused.shape[5] = 9;  // beyond ndim: not read
+  CHECK(signature_of(unused) == signature_of(b));
+  ReducePlan r;
+  r.nkeep = 1, r.nred = 1, r.keep_size[0] = 2, r.red_size[0] = 3, r.divisor = 3.0;
+  ReducePlan r2 = r;
+  r2.divisor = 2.0;
+  CHECK(signature_of(r2) != signature_of(r));
+  r2 = r;
+  r2.red_stride[0] = 5;
+  CHECK(signature_of(r2) != signature_of(r));
+  StridedCopyPlan c;
+  c.ndim = 1, c.shape[0] = 4, c.src_stride[0] = 1, c.dst_stride[0] = 1;
+  StridedCopyPlan c2 = c;
+  c2.dst_stride[0] = 2;
+  CHECK(signature_of(c2) != signature_of(c));
+}

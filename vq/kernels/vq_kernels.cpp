@@ -15,39 +15,11 @@ namespace {
 // launch per kernel-table call that queues work (the GPU's assign and EMA
 // update queue two kernels behind one call; they count one, as the engine's
 // ops do). A graphed step's calls go to its step graph (engine/step_graph.h)
-// with the signature of their operands, as the engine's do.
-void sig(LaunchSignature& s, const Tensor& t) {
-  s.add(t.defined());
-  if (!t.defined()) return;
-  s.add(t.raw_ptr());
-  s.add(t.dtype());
-  s.add(t.dim());
-  for (int64_t d = 0; d < t.dim(); ++d) s.add(t.size(d));  // contiguous: the shape is the layout
-}
-void sig(LaunchSignature& s, const StatsLayout& l) {
-  for (int64_t v : {l.k, l.d, l.cols}) s.add(v);
-  s.add(l.world);
-}
-void sig(LaunchSignature& s, const RevivalDraws& d) {
-  sig(s, d.without_replacement);
-  sig(s, d.with_replacement);
-  s.add(d.total_rows);
-  s.add(d.first_row);
-}
-template <class T>
-requires(std::is_arithmetic_v<T>) void sig(LaunchSignature& s, T v) { s.add(v); }
-
-// Issues `run`, or hands it to the step graph of a graphed step on the
-// operands' device.
+// with the signature of their operands, through the engine's one
+// interposer (engine/step_graph.h's issue_launch).
 template <class Run, class... Args>
 void issue(Device device, const char* kernel, Run&& run, const Args&... args) {
-  if (GraphSession* g = graph_in_step_of(&device_kernels(device))) [[unlikely]] {
-    LaunchSignature s;
-    (sig(s, args), ...);
-    graph_launch(*g, kernel, s.value(), std::function<void()>(run));
-    return;
-  }
-  run();
+  issue_launch(&device_kernels(device), kernel, std::forward<Run>(run), args...);
 }
 
 class CountedVqKernels final : public VqKernels {

@@ -22,6 +22,8 @@
 // Internal header: not installed with the library (the VQ kernels' table, behind the quantizers).
 #pragma once
 
+#include <tuple>
+
 #include "engine/core/tensor.h"
 #include "vq/code_stats.h"
 
@@ -38,6 +40,12 @@ struct RevivalDraws {
   Tensor with_replacement;     // int64 (K) or (0) on the device
   int64_t total_rows = 0;      // rows of the global batch
   int64_t first_row = 0;       // global number of this rank's first row
+
+  // Every field, once (engine/device.h's BroadcastPlan::fields).
+  auto fields() const {
+    const auto& [without_, with_, total_, first_] = *this;
+    return std::tie(without_, with_, total_, first_);
+  }
 };
 
 class VqKernels {
