@@ -102,7 +102,7 @@ LaunchRecording::~LaunchRecording() {
 
 void note_step_variant(const char* what, int64_t value) {
   if (t_variant) *t_variant += fmt::format("{}={};", what, value);
-  graph_note_variant(what);
+  graph_note_variant(what, value);
 }
 
 std::string launch_sequence_difference(const std::vector<LaunchRecord>& before, const std::vector<LaunchRecord>& now) {

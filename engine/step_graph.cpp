@@ -1,6 +1,7 @@
 #include "engine/step_graph.h"
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -30,24 +31,19 @@ std::atomic<bool> g_any_orphans = false;        // set under g_orphans_mu; read 
 
 }  // namespace
 
-struct GraphSession {
-  Device device;
-  DeviceKernels* inner = nullptr;    // device_kernels(device): the counting table
-  DeviceKernels* backend = nullptr;  // the table below it, where the arena's blocks come from
-  bool native = false;             // the backend captures its stream (a GPU)
-  bool in_step = false, capturing = false;
-  bool has_capture = false;  // a step was captured (its launches may be none)
-  std::string variant;  // noted in the step being captured
-  std::string stopped;  // why graphing stopped
-  int64_t step = 0, replays = 0;
-
-  // The captured step: its launches, and on sim what each runs.
+// The launches between two host choices of a step (note_step_variant), or
+// of a whole step without any: captured once per key, the choices made
+// before it ("" for a step's first segment; "gan=2;" after a GAN step's
+// choice), so a step is the sequence of its segments' graphs.
+struct Segment {
+  int64_t made = 0;  // steps that reached it
+  bool has_capture = false;
+  // The captured launches, and on sim what each runs.
   std::vector<Launch> launches;
   std::vector<std::function<void()>> runs;
   void* graph = nullptr;  // the backend's graph (native)
-  size_t next = 0;        // the launch a replay checks next
 
-  // The arena: block i serves allocation i of every step.
+  // The arena: block i serves allocation i of the segment in every step.
   struct Block {
     void* p;
     size_t bytes;
@@ -55,48 +51,138 @@ struct GraphSession {
     size_t launches_before = 0;  // launches of the step when it was allocated
   };
   std::vector<Block> blocks;
-  std::unordered_map<void*, size_t> block_of;
-  // Memory a launch being captured allocates itself (nested > 0): the
-  // graph's, outside the step's numbering (a replay skips that launch).
-  int nested = 0;
+  // Memory a launch being captured allocates itself: the graph's, outside
+  // the numbering (a replay skips that launch).
   std::vector<Block> inner_blocks;
-  std::unordered_map<void*, size_t> inner_block_of;
-  size_t next_alloc = 0;
-  // Uploads of the capture on a GPU, queued once it ends.
+};
+
+struct GraphSession {
+  Device device;
+  DeviceKernels* inner = nullptr;    // device_kernels(device): the counting table
+  DeviceKernels* backend = nullptr;  // the table below it, where the arena's blocks come from
+  bool native = false;             // the backend captures its stream (a GPU)
+  bool in_step = false;
+  std::string stopped;  // why graphing stopped
+  int64_t step = 0, replays = 0;
+  std::map<std::string, Segment> segments;
+
+  // This step: its segments so far, the one running (being captured, or
+  // checked against its capture), and whether any was captured.
+  std::vector<Segment*> path;
+  Segment* seg = nullptr;
+  std::string key;
+  bool capturing = false, captured_in_step = false;
+  // The rest of the step runs as issued: a choice made for the first time
+  // (its segment may do first-time work: a part's first optimizer step).
+  bool eager = false;
+  int64_t last_launches = 0;  // graphed launches of the last step
+  size_t next = 0;            // the launch a replay checks next, in seg
+  size_t next_alloc = 0;      // the allocation next, in seg
+  size_t launches_before = 0;  // launches of the step's earlier segments
+  int nested = 0;             // inside a launch being captured (> 0)
+  // Every block of every segment: where a release finds it.
+  std::unordered_map<void*, std::pair<Segment*, size_t>> block_of, inner_block_of;
+  // Uploads of a capture on a GPU, queued once it ends.
   std::vector<std::pair<void*, std::vector<unsigned char>>> held_uploads;
   // On sim, blocks from before the step freed while it is captured: the
   // recorded calls run at the step's end and may read them; freed then.
   std::vector<std::pair<void*, size_t>> freed_in_capture;
 
-  // The arena's blocks go: those no tensor holds back to the backend, the
-  // others when their last holder lets go (graph_release's orphans).
-  void release_blocks() {
-    blocks.insert(blocks.end(), inner_blocks.begin(), inner_blocks.end());
-    for (Block& b : blocks) {
-      if (b.holders > 0) {
-        std::lock_guard<std::mutex> lock(g_orphans_mu);
-        g_orphans[b.p] = b.holders;
-        g_any_orphans = true;
-      } else {
-        backend->release(b.p, b.bytes);
-      }
-    }
-    blocks.clear();
-    block_of.clear();
-    inner_blocks.clear();
-    inner_block_of.clear();
-  }
+  size_t launched() const { return launches_before + (capturing ? seg->launches.size() : next); }
 
-  size_t launched() const { return capturing ? launches.size() : next; }
+  // A segment's blocks go: those no tensor holds back to the backend, the
+  // others when their last holder lets go (graph_release's orphans).
+  void release_blocks(Segment& s) {
+    for (std::vector<Segment::Block>* list : {&s.blocks, &s.inner_blocks}) {
+      for (Segment::Block& b : *list) {
+        block_of.erase(b.p);
+        inner_block_of.erase(b.p);
+        if (b.holders > 0) {
+          std::lock_guard<std::mutex> lock(g_orphans_mu);
+          g_orphans[b.p] = b.holders;
+          g_any_orphans = true;
+        } else {
+          backend->release(b.p, b.bytes);
+        }
+      }
+      list->clear();
+    }
+  }
 
   // The block of this step holding address p (a view's offset included),
   // or nullptr.
-  const Block* block_at(const void* p) const {
-    for (size_t i = 0; i < next_alloc; ++i) {
-      auto* b = static_cast<const unsigned char*>(blocks[i].p);
-      if (p >= b && p < b + blocks[i].bytes) return &blocks[i];
+  const Segment::Block* block_at(const void* p) const {
+    for (const Segment* s : path) {
+      const size_t made = s == seg ? next_alloc : s->blocks.size();
+      for (size_t i = 0; i < made; ++i) {
+        auto* b = static_cast<const unsigned char*>(s->blocks[i].p);
+        if (p >= b && p < b + s->blocks[i].bytes) return &s->blocks[i];
+      }
     }
     return nullptr;
+  }
+
+  // The segment of `k` starts: captured if it is new, else checked. A
+  // choice's segment (k not "") is issued the first time it is made and
+  // captured the second: its first run may do first-time work (the
+  // trainer's whole steps warm up before graphing starts).
+  void start_segment(const std::string& k) {
+    key = k;
+    seg = &segments[k];
+    ++seg->made;
+    if (!seg->has_capture && !k.empty() && seg->made == 1) {
+      run_path();
+      eager = true;
+      return;
+    }
+    path.push_back(seg);
+    next = 0;
+    next_alloc = 0;
+    capturing = !seg->has_capture;
+    if (capturing && native) inner->begin_capture();
+  }
+
+  // The step's segments so far run (their graphs launched, or on sim their
+  // recorded calls), in order.
+  void run_path() {
+    last_launches = 0;
+    for (Segment* s : path) {
+      last_launches += static_cast<int64_t>(s->launches.size());
+      if (native) {
+        inner->launch_graph(s->graph);
+      } else {
+        for (const std::function<void()>& run : s->runs) run();
+      }
+    }
+    path.clear();
+    for (auto [p, bytes] : freed_in_capture) backend->release(p, bytes);
+    freed_in_capture.clear();
+  }
+
+  // The running segment ends: its capture is kept, or its replay was whole.
+  void finish_segment() {
+    if (capturing) {
+      if (native) {
+        try {
+          seg->graph = inner->end_capture();
+        } catch (const std::exception& e) {
+          seg->launches.clear();
+          VQDDP_THROW("step graph ({}): capturing step {} failed: {}; run.step_graphs false (train --step-graphs "
+                      "off) issues every launch on its own", device.str(), step, e.what());
+        }
+        for (auto& [dst, bytes] : held_uploads) inner->copy(dst, false, bytes.data(), true, bytes.size());
+        held_uploads.clear();
+      }
+      capturing = false;
+      seg->has_capture = true;
+      captured_in_step = true;
+    } else {
+      const size_t want = seg->launches.size();
+      VQDDP_CHECK(next == want, "step graph: step {} launched {} kernels{}, the captured step {}: a graphed step must "
+                  "launch what the captured one did", step, next,
+                  key.empty() ? std::string() : fmt::format(" after its choices ({})", key), want);
+    }
+    launches_before += seg->launches.size();
   }
 };
 
@@ -105,6 +191,10 @@ namespace {
 thread_local GraphSession* t_graph = nullptr;
 
 }  // namespace
+
+// More keys than this (a quantize dropout over many layers times a GAN's
+// three steps) and graphing stops: each key holds a graph and its memory.
+constexpr size_t kMaxSegments = 64;
 
 StepGraph::StepGraph(Device device) : s_(std::make_unique<GraphSession>()) {
   VQDDP_CHECK(device.kind == Device::Kind::sim || device.kind == Device::Kind::cuda,
@@ -116,88 +206,80 @@ StepGraph::StepGraph(Device device) : s_(std::make_unique<GraphSession>()) {
   t_graph = s_.get();
 }
 
+namespace {
+
+// Every segment's graph and blocks go (the graph's end, or graphing's).
+// While this thread's graph is still t_graph: the recorded closures hold
+// tensors, which release into the arena (any segment's) first.
+void drop_segments(GraphSession& g) {
+  for (auto& [key, seg] : g.segments) {
+    seg.runs.clear();
+    try {
+      if (seg.graph) g.inner->destroy_graph(seg.graph);
+    } catch (const std::exception&) {  // a device already failing: nothing more to free there
+    }
+    seg.graph = nullptr;
+  }
+  if (g.backend)
+    for (auto& [key, seg] : g.segments) g.release_blocks(seg);
+  g.segments.clear();
+}
+
+}  // namespace
+
 StepGraph::~StepGraph() {
   GraphSession& g = *s_;
   if (g.in_step) abandon_step();
-  g.runs.clear();  // closures holding tensors release them into the arena
-  try {
-    if (g.graph) g.inner->destroy_graph(g.graph);
-  } catch (const std::exception&) {  // a device already failing: nothing more to free there
-  }
+  drop_segments(g);
   t_graph = nullptr;
-  if (g.backend) g.release_blocks();
 }
 
 void StepGraph::begin_step(int64_t step) {
   GraphSession& g = *s_;
   VQDDP_CHECK(!g.in_step, "step graph: step {} began inside step {}", step, g.step);
+  if (!g.stopped.empty()) return;  // eager from here on
   g.in_step = true;
   g.step = step;
-  g.next = 0;
-  g.next_alloc = 0;
-  g.capturing = !g.has_capture;
-  g.variant.clear();
-  if (!g.stopped.empty()) {
-    g.in_step = false;  // eager from here on
-    return;
-  }
-  if (g.capturing && g.native) g.inner->begin_capture();
+  g.path.clear();
+  g.launches_before = 0;
+  g.captured_in_step = false;
+  g.eager = false;
+  g.start_segment("");
 }
 
 void StepGraph::end_step() {
   GraphSession& g = *s_;
   if (!g.stopped.empty()) return;
   VQDDP_CHECK(g.in_step, "step graph: end_step without begin_step");
-  if (g.capturing) {
-    g.in_step = false;
-    if (g.native) {
-      try {
-        g.graph = g.inner->end_capture();
-      } catch (const std::exception& e) {
-        g.launches.clear();
-        VQDDP_THROW("step graph ({}): capturing step {} failed: {}; run.step_graphs false (train --step-graphs off) "
-                    "issues every launch on its own", g.device.str(), g.step, e.what());
-      }
-      for (auto& [dst, bytes] : g.held_uploads) g.inner->copy(dst, false, bytes.data(), true, bytes.size());
-      g.held_uploads.clear();
-    }
-    g.capturing = false;
-    g.has_capture = true;
+  g.in_step = false;
+  if (g.eager) {  // its segments ran when it turned eager
+    g.eager = false;
   } else {
-    g.in_step = false;
-    const size_t want = g.launches.size();
-    VQDDP_CHECK(g.next == want, "step graph: step {} launched {} kernels, the captured step {}: a graphed step must "
-                "launch what the captured one did", g.step, g.next, want);
-    ++g.replays;
+    g.finish_segment();
+    if (!g.captured_in_step) ++g.replays;
+    g.run_path();
   }
-  if (g.native) {
-    g.inner->launch_graph(g.graph);
-  } else {
-    for (const std::function<void()>& run : g.runs) run();
-    for (auto [p, bytes] : g.freed_in_capture) g.backend->release(p, bytes);
-    g.freed_in_capture.clear();
-  }
-  if (!g.variant.empty()) {
-    // The captured step ran once; later steps may launch another sequence.
-    g.stopped = fmt::format("step {} chose its launches on the host ({})", g.step, g.variant);
-    g.runs.clear();
-    g.launches.clear();
-    g.has_capture = false;
-    if (g.graph) g.inner->destroy_graph(g.graph);
-    g.graph = nullptr;
+  if (g.segments.size() > kMaxSegments) {
+    g.stopped = fmt::format("step {} made the {}th choice of launches on the host ({}): more than {} graphs",
+                            g.step, g.segments.size(), g.key, kMaxSegments);
+    drop_segments(g);
   }
 }
 
 const std::string& StepGraph::stopped_because() const { return s_->stopped; }
 
-void graph_note_variant(const char* what) {
-  if (GraphSession* g = t_graph; g && g->in_step && g->variant.empty()) g->variant = what;
+void graph_note_variant(const char* what, int64_t value) {
+  GraphSession* g = t_graph;
+  if (!g || !g->in_step || g->eager || g->nested > 0) return;
+  g->finish_segment();
+  g->start_segment(fmt::format("{}{}={};", g->key, what, value));
 }
 
 void StepGraph::abandon_step() {
   GraphSession& g = *s_;
   if (!g.in_step) return;
   g.in_step = false;
+  g.eager = false;
   if (g.capturing) {
     if (g.native) {
       // Called with an error on its way (and from the destructor): the
@@ -209,26 +291,37 @@ void StepGraph::abandon_step() {
       } catch (const std::exception&) {
       }
     }
-    g.launches.clear();
-    g.runs.clear();
+    // The segment being captured is dropped (the next capture numbers its
+    // own blocks); segments captured whole before it are kept.
+    g.seg->launches.clear();
+    g.seg->runs.clear();
     g.held_uploads.clear();
-    for (auto [p, bytes] : g.freed_in_capture) g.backend->release(p, bytes);
-    g.freed_in_capture.clear();
     g.capturing = false;
-    // The next capture numbers its own blocks.
-    if (g.backend) g.release_blocks();
+    if (g.backend) g.release_blocks(*g.seg);
+    g.segments.erase(g.key);
   }
+  for (auto [p, bytes] : g.freed_in_capture) g.backend->release(p, bytes);
+  g.freed_in_capture.clear();
+  g.path.clear();
+  g.seg = nullptr;
+  g.key.clear();
 }
 
-bool StepGraph::captured() const { return s_->has_capture; }
-int64_t StepGraph::launches() const {
-  return static_cast<int64_t>(s_->launches.size());
+bool StepGraph::captured() const {
+  auto it = s_->segments.find("");
+  return it != s_->segments.end() && it->second.has_capture;
 }
+int64_t StepGraph::launches() const { return s_->last_launches; }
 int64_t StepGraph::replays() const { return s_->replays; }
+int64_t StepGraph::graphs() const {
+  int64_t n = 0;
+  for (const auto& [key, seg] : s_->segments) n += seg.has_capture;
+  return n;
+}
 
 GraphSession* graph_in_step_of(const DeviceKernels* table) {
   GraphSession* g = t_graph;
-  return g && g->in_step && g->inner == table ? g : nullptr;
+  return g && g->in_step && !g->eager && g->inner == table ? g : nullptr;
 }
 
 void graph_launch(GraphSession& g, const char* kernel, uint64_t signature, std::function<void()> run) {
@@ -236,10 +329,11 @@ void graph_launch(GraphSession& g, const char* kernel, uint64_t signature, std::
     run();
     return;
   }
+  Segment& seg = *g.seg;
   if (g.capturing) {
-    g.launches.push_back({kernel, signature});
+    seg.launches.push_back({kernel, signature});
     if (!g.native) {
-      g.runs.push_back(std::move(run));
+      seg.runs.push_back(std::move(run));
       return;
     }
     ++g.nested;  // the stream records what it queues
@@ -253,34 +347,35 @@ void graph_launch(GraphSession& g, const char* kernel, uint64_t signature, std::
     return;
   }
   const size_t i = g.next++;
-  VQDDP_CHECK(i < g.launches.size() && g.launches[i].kernel == std::string(kernel) &&
-                  g.launches[i].signature == signature,
+  VQDDP_CHECK(i < seg.launches.size() && seg.launches[i].kernel == std::string(kernel) &&
+                  seg.launches[i].signature == signature,
               "step graph ({}): launch {} of step {} is {} {}, the captured step's was {}: a graphed step must "
               "launch the captured step's kernels on the same buffers with the same arguments (carry state in "
-              "place, upload what changes; train --step-graphs off issues every launch on its own)", g.device.str(), i + 1, g.step, kernel,
-              i < g.launches.size() && g.launches[i].kernel == std::string(kernel) ? "with other arguments" : "",
-              i < g.launches.size() ? g.launches[i].kernel : "none (it launched fewer)");
+              "place, upload what changes; train --step-graphs off issues every launch on its own)", g.device.str(),
+              g.launches_before + i + 1, g.step, kernel,
+              i < seg.launches.size() && seg.launches[i].kernel == std::string(kernel) ? "with other arguments" : "",
+              i < seg.launches.size() ? seg.launches[i].kernel : "none (it launched fewer)");
 }
 
 void* graph_alloc(GraphSession& g, size_t bytes, DeviceKernels& backend) {
   if (bytes == 0) return nullptr;
+  g.backend = &backend;
+  Segment& seg = *g.seg;
   if (g.nested > 0) {
-    g.backend = &backend;
     void* p = backend.alloc(bytes);
-    g.inner_block_of[p] = g.inner_blocks.size();
-    g.inner_blocks.push_back({p, bytes, 1});
+    g.inner_block_of[p] = {&seg, seg.inner_blocks.size()};
+    seg.inner_blocks.push_back({p, bytes, 1});
     return p;
   }
   const size_t i = g.next_alloc++;
-  if (i == g.blocks.size()) {
+  if (i == seg.blocks.size()) {
     VQDDP_CHECK(g.capturing, "step graph ({}): step {} allocated more than the captured step ({} blocks)",
-                g.device.str(), g.step, g.blocks.size());
-    g.backend = &backend;
+                g.device.str(), g.step, seg.blocks.size());
     void* p = backend.alloc(bytes);
-    g.blocks.push_back({p, bytes, 0});
-    g.block_of[p] = i;
+    seg.blocks.push_back({p, bytes, 0});
+    g.block_of[p] = {&seg, i};
   }
-  GraphSession::Block& b = g.blocks[i];
+  Segment::Block& b = seg.blocks[i];
   VQDDP_CHECK(b.bytes == bytes, "step graph ({}): allocation {} of step {} is {} bytes, the captured step's was {}",
               g.device.str(), i + 1, g.step, bytes, b.bytes);
   ++b.holders;
@@ -292,12 +387,12 @@ bool graph_release(const DeviceKernels* table, void* p, size_t bytes, DeviceKern
   if (GraphSession* g = t_graph; g && g->inner == table) {
     auto it = g->block_of.find(p);
     if (it != g->block_of.end()) {
-      --g->blocks[it->second].holders;
+      --it->second.first->blocks[it->second.second].holders;
       return true;
     }
     auto in = g->inner_block_of.find(p);
     if (in != g->inner_block_of.end()) {
-      --g->inner_blocks[in->second].holders;
+      --in->second.first->inner_blocks[in->second.second].holders;
       return true;
     }
     if (g->in_step && g->capturing && !g->native) {
@@ -322,7 +417,7 @@ void graph_upload(GraphSession& g, void* dst, const void* src, size_t bytes, Dev
   // Uploads land before the replay's first launch, so only a buffer no
   // launch of the step can have used yet may take one: a block allocated
   // since the step's last launch (a tensor's to(): allocate, then copy).
-  const GraphSession::Block* b = g.block_at(dst);
+  const Segment::Block* b = g.block_at(dst);
   VQDDP_CHECK(b, "step graph ({}): step {} uploads {} bytes into a buffer made before the step: a launch of the "
               "step before the upload would read the new contents in a replay; upload into a new tensor",
               g.device.str(), g.step, bytes);

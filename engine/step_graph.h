@@ -67,11 +67,20 @@ class StepGraph {
   void abandon_step();
 
   bool captured() const;
-  int64_t launches() const;  // of the captured step
-  int64_t replays() const;   // steps run as a replay after the capture
-  // "" while steps are graphed. A step that picks among launch sequences on
-  // the host (note_step_variant: quantize dropout, a GAN step) is not one
-  // graph: its capture runs once and graphing stops, saying why here.
+  int64_t launches() const;  // graphed in the last step
+  int64_t replays() const;   // steps run wholly as replays of earlier captures
+  int64_t graphs() const;    // captured segments (see below)
+  // A step that picks among launch sequences on the host (note_step_variant:
+  // quantize dropout's layers, a GAN step's kind) is a sequence of
+  // segments, split at each choice: the launches before the first choice,
+  // then those after each, keyed by the choices made so far. The first
+  // segment is captured in the first step; a choice's segment is issued
+  // the first time a step makes it (with the step's segments before it run
+  // first: its first run may do first-time work, a part's first optimizer
+  // step), captured the second time, and replayed in every later step that
+  // makes it. So a step of any variant replays once its variant was seen
+  // twice. "" while steps are graphed; past 64 keys graphing stops,
+  // saying why here.
   const std::string& stopped_because() const;
 
  private:
@@ -162,8 +171,9 @@ void issue_launch(const DeviceKernels* table, const char* kernel, Run&& run, con
 }
 
 // A host-side choice among launch sequences in a graphed step
-// (note_step_variant calls it).
-void graph_note_variant(const char* what);
+// (note_step_variant calls it): the step's next segment is the one keyed by
+// the choices so far and this one.
+void graph_note_variant(const char* what, int64_t value);
 // A read or wait in a graphed step: refused, naming `what`.
 [[noreturn]] void graph_refuse_read(GraphSession& g, const char* what);
 

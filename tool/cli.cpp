@@ -229,6 +229,7 @@ int run_train(int argc, char** argv) {
                                        : "",
              r.bits_per_example,
              r.bitrate > 0 ? fmt::format(", {:.2f} kbit/s", r.bitrate / 1000) : "");
+  if (r.graph_replays > 0) fmt::print("step graphs: {} steps of this run replayed\n", r.graph_replays);
   if (r.profile.gemm_floor > 0)
     fmt::print("profiled: {:.3f} GFLOP a step in {:.2f} ms, {:.1f}% of the GEMM floor ({:.1f} GFLOP/s)\n",
                r.profile.gflop_per_step, r.profile.seconds_per_step * 1e3, 100 * r.profile.floor_share(),

@@ -39,7 +39,8 @@ RankRun::StepResult RankRun::graphed_step(std::optional<StepGraph>& graph, Shard
       if (says) progress("train: step graphs off from step {}: {}\n", step_ + 2, graph->stopped_because());
       graph.reset();
     } else if (says && step_ == first_ + 2) {
-      progress("train: step graphs on: step {} captured ({} launches), every later step is its replay\n", step_ + 1,
+      progress("train: step graphs on: step {} captured ({} launches), every later step is its replay (a step that "
+               "chooses its launches on the host replays each choice's graph, captured the second time it is made)\n", step_ + 1,
                graph->launches());
     }
   }

@@ -88,18 +88,41 @@ TEST_CASE("step graph on sim: state carried in place and uploads replay; what a 
     graph.abandon_step();
     CHECK_FALSE(graph.captured());
   }
-  SUBCASE("a step that picks its launches on the host runs once as captured, then graphing stops") {
+  SUBCASE("a step that picks its launches on the host: each choice issued once, captured, then replayed") {
     Tensor state = zeros({4}, DType::f32, Device::sim());
     StepGraph graph(Device::sim());
-    for (int s = 1; s <= 3; ++s) {
-      graph.begin_step(s);
+    const std::vector<int> layers = {1, 2, 3, 1, 2, 3, 2, 1, 3};
+    for (size_t step = 0; step < layers.size(); ++step) {
+      const int s = layers[step];
+      graph.begin_step(static_cast<int64_t>(step) + 1);
+      state.copy_(add(state, upload(10.f)));  // before the choice: one segment for all
       note_step_variant("layers", s);
-      for (int k = 0; k < s; ++k) state.copy_(add(state, upload(1.f)));  // s launches pairs
+      for (int k = 0; k < s; ++k) state.copy_(add(state, upload(1.f)));  // s launch pairs
       graph.end_step();
-      if (s == 1) CHECK_MESSAGE(graph.stopped_because().find("(layers)") != std::string::npos, graph.stopped_because());
+      CHECK(graph.stopped_because() == "");
     }
-    CHECK(graph.replays() == 0);
-    CHECK(state.to(Device::cpu()).to_vector<float>() == std::vector<float>(4, 6.f));
+    CHECK(graph.graphs() == 4);    // before the choice, and after each of its 3 values
+    CHECK(graph.replays() == 3);   // steps 7-9 (steps 1-3 made each choice first, 4-6 captured it)
+    CHECK(graph.launches() == 8);  // step 9: the pair before the choice, then 3 pairs
+    CHECK(state.to(Device::cpu()).to_vector<float>() == std::vector<float>(4, 108.f));
+  }
+  SUBCASE("a choice that replays another launch sequence than its capture: refused by name") {
+    Tensor state = zeros({4}, DType::f32, Device::sim());
+    StepGraph graph(Device::sim());
+    for (int step = 1; step <= 2; ++step) {  // issued, then captured
+      graph.begin_step(step);
+      note_step_variant("layers", 1);
+      state.copy_(add(state, upload(1.f)));
+      graph.end_step();
+    }
+    graph.begin_step(3);
+    note_step_variant("layers", 1);
+    std::string e = error_of([&] {
+      state.copy_(add(state, upload(1.f)));
+      state.copy_(add(state, upload(1.f)));
+    });
+    graph.abandon_step();
+    CHECK_MESSAGE(e.find("step 3 allocated more than the captured step (2 blocks)") != std::string::npos, e);
   }
 }
 

@@ -108,10 +108,10 @@ TEST_CASE("trainer on sim ends in the CPU's bits, with W = 1 and W = 3 thread ra
 }
 
 TEST_CASE("trainer on sim: a world of one replays a captured step graph per step and ends in the bits of issued "
-          "launches and of the CPU; a step that picks its layers on the host stops graphing after its capture") {
+          "launches and of the CPU; a step that picks its layers on the host replays each choice's graph") {
   Dataset data = synthetic_data();
-  // Sanitized builds: the replaying run only (the stop after a capture is
-  // the same code with a flag set).
+  // Sanitized builds: the run without choices only (a choice splits the
+  // same code's segments).
   for (bool dropout : test::sanitized_build() ? std::vector<bool>{false} : std::vector<bool>{false, true}) {
     CAPTURE(dropout);
     TempDir a, b, c;
@@ -127,7 +127,16 @@ TEST_CASE("trainer on sim: a world of one replays a captured step graph per step
     TrainResult rc = train(cpu, data, quiet()), rg = train(graphed, data, quiet()), ri = train(issued, data, quiet());
     // Steps 1-2 are issued (k-means, the optimizer's first step), step 3 is
     // captured, every later one a replay; validation and logs run between.
-    CHECK(rg.graph_replays == (dropout ? 0 : rg.steps - 3));
+    // With quantize dropout (3 layers, the last active one drawn each step)
+    // a step is not replayed when it makes a choice the first or second
+    // time (issued, then captured): at most 6 such steps from step 3 on.
+    if (dropout) {
+      CHECK(rg.graph_replays >= rg.steps - 2 - 6);
+      CHECK(rg.graph_replays > 0);
+      CHECK(rg.graph_replays <= rg.steps - 3);
+    } else {
+      CHECK(rg.graph_replays == rg.steps - 3);
+    }
     CHECK(ri.graph_replays == 0);
     CHECK(rc.graph_replays == 0);
     CHECK(rg.validation_mse == ri.validation_mse);
