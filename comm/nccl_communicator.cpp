@@ -45,10 +45,7 @@ bool nccl_built() { return true; }
 std::unique_ptr<Communicator> make_nccl_communicator(const DistEnv& env, std::shared_ptr<Store> store,
                                                      const NcclOptions& options) {
   static std::string why;
-  static const NcclEntry* nccl = [] {
-    auto entry = reinterpret_cast<NcclEntryFn>(cuda_module_entry("nccl", "vqddp_nccl_entry", why));
-    return entry ? entry() : nullptr;
-  }();
+  static const NcclEntry* nccl = cuda_module_call<const NcclEntry>("nccl", "vqddp_nccl_entry", why);
   VQDDP_CHECK(nccl, "rank {}: backend 'nccl' is not available: {}", env.rank, why);
   return nccl->make(env, std::move(store), options);
 }

@@ -36,6 +36,15 @@ namespace vqddp {
 // a module is loaded once and never unloaded.
 void* cuda_module_entry(const std::string& name, const char* entry, std::string& why);
 
+// What the entry function `entry` of libvqddp_<name>.so (no arguments,
+// returning a T*) returns, or nullptr with the reason in `why`: how each
+// layer reaches its module.
+template <class T>
+T* cuda_module_call(const std::string& name, const char* entry, std::string& why) {
+  auto fn = reinterpret_cast<T* (*)()>(cuda_module_entry(name, entry, why));
+  return fn ? fn() : nullptr;
+}
+
 // "" when every CUDA module of this build loads, else why the first does
 // not. Asked when a run starts on a cuda device, so a missing library or
 // symbol is named then, not at the first VQ kernel or collective.

@@ -43,10 +43,8 @@ namespace {
 // call; null with the reason in `why` when it cannot be.
 const CudaEngineEntry* cuda_engine(std::string& why) {
   static std::string reason;
-  static const CudaEngineEntry* entry = [] {
-    auto get = reinterpret_cast<CudaEngineEntryFn>(cuda_module_entry("cuda", "vqddp_cuda_engine_entry", reason));
-    return get ? get() : nullptr;
-  }();
+  static const CudaEngineEntry* entry =
+      cuda_module_call<const CudaEngineEntry>("cuda", "vqddp_cuda_engine_entry", reason);
   why = reason;
   return entry;
 }

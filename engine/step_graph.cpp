@@ -359,9 +359,9 @@ void graph_launch(GraphSession& g, const char* kernel, uint64_t signature, std::
 
 void* graph_alloc(GraphSession& g, size_t bytes, DeviceKernels& backend) {
   if (bytes == 0) return nullptr;
-  g.backend = &backend;
   Segment& seg = *g.seg;
   if (g.nested > 0) {
+    g.backend = &backend;
     void* p = backend.alloc(bytes);
     g.inner_block_of[p] = {&seg, seg.inner_blocks.size()};
     seg.inner_blocks.push_back({p, bytes, 1});
@@ -371,6 +371,7 @@ void* graph_alloc(GraphSession& g, size_t bytes, DeviceKernels& backend) {
   if (i == seg.blocks.size()) {
     VQDDP_CHECK(g.capturing, "step graph ({}): step {} allocated more than the captured step ({} blocks)",
                 g.device.str(), g.step, seg.blocks.size());
+    g.backend = &backend;
     void* p = backend.alloc(bytes);
     seg.blocks.push_back({p, bytes, 0});
     g.block_of[p] = {&seg, i};

@@ -18,6 +18,4 @@ struct NcclEntry {
   std::unique_ptr<Communicator> (*make)(const DistEnv& env, std::shared_ptr<Store> store, const NcclOptions& options);
 };
 
-using NcclEntryFn = const NcclEntry* (*)();
-
 }  // namespace vqddp

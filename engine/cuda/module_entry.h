@@ -17,8 +17,6 @@ struct CudaEngineEntry {
   DeviceKernels* (*backend_for)(int device);
 };
 
-using CudaEngineEntryFn = const CudaEngineEntry* (*)();
-
 }  // namespace vqddp
 
 // Every module also defines `extern "C" const char vqddp_module_build[]`,

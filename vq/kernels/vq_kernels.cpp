@@ -126,11 +126,7 @@ VqKernels& vq_kernels(Device device) {
 
 VqKernels& cuda_vq_kernels() {
   static std::string why;
-  static VqKernels* kernels = [] {
-    using Entry = VqKernels* (*)();
-    auto entry = reinterpret_cast<Entry>(cuda_module_entry("cuda_vq", "vqddp_cuda_vq_entry", why));
-    return entry ? entry() : nullptr;
-  }();
+  static VqKernels* kernels = cuda_module_call<VqKernels>("cuda_vq", "vqddp_cuda_vq_entry", why);
   VQDDP_CHECK(kernels, "the VQ kernels for CUDA are not available: {}", why);
   return *kernels;
 }
