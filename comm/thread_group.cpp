@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <memory>
+#include <span>
 #include <thread>
 
 #include "comm/rank_order.h"
 #include "comm/staging.h"
 #include "engine/cpu/parallel.h"
+#include "engine/step_graph.h"
 
 namespace vqddp {
 
@@ -25,50 +28,62 @@ class ThreadCommunicator final : public Communicator {
   // bitwise determinism, fingerprints and deadlines. Every call's `fp` goes
   // into its rendezvous, where the last rank to arrive compares them all.
   void do_all_reduce(Tensor& t, ReduceOp op, const Fingerprint& fp) override {
-    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { do_all_reduce(h, op, fp); })) return;
-    run(fp, t.raw_data(), t.raw_data(), [&] {
-      int w = world_size();
-      auto [begin, end] = rank_share(t.numel(), rank_, w);
-      switch (t.dtype()) {
-        case DType::f32: return rank_ordered_reduce<float>(inputs<float>(), outputs<float>(), begin, end, op);
-        case DType::f64: return rank_ordered_reduce<double>(inputs<double>(), outputs<double>(), begin, end, op);
-        case DType::i64: return rank_ordered_reduce<int64_t>(inputs<int64_t>(), outputs<int64_t>(), begin, end, op);
-      }
-    });
+    auto work = [this, op, fp, n = t.numel(), dtype = t.dtype()](const void* in, void* out) {
+      run(fp, in, out, [&] {
+        auto [begin, end] = rank_share(n, rank_, world_size());
+        switch (dtype) {
+          case DType::f32: return rank_ordered_reduce<float>(inputs<float>(), outputs<float>(), begin, end, op);
+          case DType::f64: return rank_ordered_reduce<double>(inputs<double>(), outputs<double>(), begin, end, op);
+          case DType::i64: return rank_ordered_reduce<int64_t>(inputs<int64_t>(), outputs<int64_t>(), begin, end, op);
+        }
+      });
+    };
     t.bump_version();
+    if (launched_in_step("thread all_reduce", t, t, work, op)) return;
+    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { do_all_reduce(h, op, fp); })) return;
+    work(t.raw_data(), t.raw_data());
   }
 
   void do_broadcast(Tensor& t, int root, const Fingerprint& fp) override {
-    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { do_broadcast(h, root, fp); })) return;
-    run(fp, t.raw_data(), t.raw_data(), [&] {
-      if (rank_ != root) std::memcpy(t.raw_data(), group_.call_of(root).in, t.nbytes());
-    });
+    auto work = [this, root, fp, bytes = t.nbytes()](const void* in, void* out) {
+      run(fp, in, out, [&] {
+        if (rank_ != root) std::memcpy(out, group_.call_of(root).in, bytes);
+      });
+    };
     if (rank_ != root) t.bump_version();
+    if (launched_in_step("thread broadcast", t, t, work, root)) return;
+    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { do_broadcast(h, root, fp); })) return;
+    work(t.raw_data(), t.raw_data());
   }
 
   void do_all_gather(const Tensor& in, Tensor& out, const Fingerprint& fp) override {
-    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_all_gather(i, h, fp); })) return;
-    size_t bytes = in.nbytes();
-    run(fp, in.raw_data(), out.raw_data(), [&] {
-      for (int r = 0; r < world_size(); ++r)
-        copy_gathered(static_cast<char*>(out.raw_data()) + r * bytes, group_.call_of(r).in, bytes);
-    });
+    auto work = [this, fp, bytes = in.nbytes()](const void* i, void* o) {
+      run(fp, i, o, [&] {
+        for (int r = 0; r < world_size(); ++r)
+          copy_gathered(static_cast<char*>(o) + r * bytes, group_.call_of(r).in, bytes);
+      });
+    };
     out.bump_version();
+    if (launched_in_step("thread all_gather", in, out, work)) return;
+    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_all_gather(i, h, fp); })) return;
+    work(in.raw_data(), out.raw_data());
   }
 
   void do_all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out,
                           const Fingerprint& fp) override {
-    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_all_gather_rows(i, counts, h, fp); })) return;
-    int64_t row = row_numel(in);
-    run(fp, in.raw_data(), out.raw_data(), [&] {
-      size_t row_bytes = row * dtype_size(in.dtype());
-      char* dst = static_cast<char*>(out.raw_data());
-      for (int r = 0; r < world_size(); ++r) {
-        copy_gathered(dst, group_.call_of(r).in, counts[r] * row_bytes);
-        dst += counts[r] * row_bytes;
-      }
-    });
+    auto work = [this, fp, counts, row_bytes = row_numel(in) * dtype_size(in.dtype())](const void* i, void* o) {
+      run(fp, i, o, [&] {
+        char* dst = static_cast<char*>(o);
+        for (int r = 0; r < world_size(); ++r) {
+          copy_gathered(dst, group_.call_of(r).in, counts[r] * row_bytes);
+          dst += counts[r] * row_bytes;
+        }
+      });
+    };
     out.bump_version();
+    if (launched_in_step("thread all_gather_rows", in, out, work, std::span<const int64_t>(counts))) return;
+    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_all_gather_rows(i, counts, h, fp); })) return;
+    work(in.raw_data(), out.raw_data());
   }
 
   // reduce_units (one block or several), read in place: each rank
@@ -79,37 +94,60 @@ class ThreadCommunicator final : public Communicator {
   // (transfers, not a packing copy).
   void do_reduce_unit_blocks(const std::vector<Tensor>& blocks, const std::vector<int64_t>& counts, Tensor& out,
                              const Fingerprint& fp) override {
+    std::vector<int64_t> widths;
+    int64_t bytes = 0;
+    for (const Tensor& b : blocks) {
+      widths.push_back(b.size(1));
+      bytes += static_cast<int64_t>(b.nbytes());
+    }
+    count(static_cast<uint64_t>(bytes));
+    auto work = [this, fp, counts, widths, rows = out.size(0)](const void* mine, void* o) {
+      run(fp, mine, o, [&] {
+        auto [begin, end] = rank_share(rows, rank_, world_size());
+        std::vector<float*> outs = outputs<float>();
+        std::vector<const float*> in(static_cast<size_t>(world_size()));
+        int64_t at = 0;  // the block's first column in the concatenation
+        for (size_t i = 0; i < widths.size(); at += widths[i], ++i) {
+          const int64_t n = widths[i], lo = std::max(begin, at), hi = std::min(end, at + n);
+          if (lo >= hi) continue;
+          for (int r = 0; r < world_size(); ++r) in[r] = static_cast<const float* const*>(group_.call_of(r).in)[i];
+          std::vector<float*> to;
+          for (float* t : outs) to.push_back(t + at);
+          ordered_unit_sum(in, counts, n, to, lo - at, hi - at);
+        }
+      });
+    };
+    out.bump_version();
+    if (GraphSession* g = graph_of(out)) {
+      // The blocks' addresses, published in the rendezvous, live as long as
+      // the launch does.
+      auto mine = std::make_shared<std::vector<const void*>>();
+      LaunchSignature s;
+      add_to_signature(s, out);
+      add_to_signature(s, std::span<const int64_t>(counts));
+      for (const Tensor& b : blocks) {
+        VQDDP_CHECK(b.device() == out.device(), "reduce_units: a block on {} for a result on {}", b.device().str(),
+                    out.device().str());
+        mine->push_back(b.raw_ptr());
+        add_to_signature(s, b);
+      }
+      graph_launch(*g, "thread reduce_units", s.value(), [work, mine, o = out.raw_ptr()] { work(mine->data(), o); });
+      return;
+    }
     if (!out.device().is_cpu()) {
       CollectiveStagingScope staging;  // the backend's staging, apart from the step's own transfers
+      std::vector<const void*> host_ptrs;
       std::vector<Tensor> host;
       for (const Tensor& b : blocks) host.push_back(b.to(Device::cpu()));
+      for (const Tensor& b : host) host_ptrs.push_back(b.raw_data());
       Tensor h = empty(out.shape(), DType::f32, Device::cpu());
-      do_reduce_unit_blocks(host, counts, h, fp);
+      work(host_ptrs.data(), h.raw_data());
       out.copy_(h);
       return;
     }
-    std::vector<const float*> mine;
-    int64_t bytes = 0;
-    for (const Tensor& b : blocks) {
-      mine.push_back(b.data<float>());
-      bytes += static_cast<int64_t>(b.nbytes());
-    }
-    run(fp, mine.data(), out.raw_data(), [&] {
-      auto [begin, end] = rank_share(out.size(0), rank_, world_size());
-      std::vector<float*> outs = outputs<float>();
-      std::vector<const float*> in(static_cast<size_t>(world_size()));
-      int64_t at = 0;  // the block's first column in the concatenation
-      for (size_t i = 0; i < blocks.size(); at += blocks[i].size(1), ++i) {
-        const int64_t n = blocks[i].size(1), lo = std::max(begin, at), hi = std::min(end, at + n);
-        if (lo >= hi) continue;
-        for (int r = 0; r < world_size(); ++r) in[r] = static_cast<const float* const*>(group_.call_of(r).in)[i];
-        std::vector<float*> to;
-        for (float* o : outs) to.push_back(o + at);
-        ordered_unit_sum(in, counts, n, to, lo - at, hi - at);
-      }
-    });
-    out.bump_version();
-    count(static_cast<uint64_t>(bytes));
+    std::vector<const void*> mine;
+    for (const Tensor& b : blocks) mine.push_back(b.raw_data());
+    work(mine.data(), out.raw_data());
   }
 
   // Arrival only: no buffers, so no completion rendezvous.
@@ -119,6 +157,31 @@ class ThreadCommunicator final : public Communicator {
   }
 
  private:
+  // A collective of a graphed step on sim (engine/step_graph.h): a launch
+  // of the step, run with the rest of its launches (at the step's end, or as
+  // its replay), on the device buffers themselves. Every rank's replay runs
+  // the same launches in the same order, so the rendezvous inside meet as
+  // the issued collectives do, with the same rank-ordered arithmetic: a
+  // device collective, as NCCL's kernels are on a GPU. A GPU's thread ranks
+  // have no such kernel yet (their collectives are staged through the host,
+  // which a graph refuses), so only sim takes this path.
+  static GraphSession* graph_of(const Tensor& t) {
+    if (t.device().kind != Device::Kind::sim) return nullptr;
+    return graph_in_step_of(&device_kernels(t.device()));
+  }
+  template <class Work, class... Args>
+  bool launched_in_step(const char* kernel, const Tensor& in, const Tensor& out, const Work& work,
+                        const Args&... args) {
+    GraphSession* g = graph_of(out);
+    if (!g || in.device() != out.device()) return false;
+    LaunchSignature s;
+    add_to_signature(s, in);
+    add_to_signature(s, out);
+    (add_to_signature(s, args), ...);
+    graph_launch(*g, kernel, s.value(), [work, i = in.raw_ptr(), o = out.raw_ptr()] { work(i, o); });
+    return true;
+  }
+
   // Arrive (fingerprint check), do this rank's share of the work, complete.
   template <class Work>
   void run(const Fingerprint& fp, const void* in, void* out, Work work) {

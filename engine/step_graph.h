@@ -32,7 +32,9 @@
 //
 // One graph per thread at a time, whatever its device (the check is the
 // thread's: a second StepGraph on it is refused). The trainer graphs a world of
-// one (train/rank_step.cpp): a thread-rank collective is not stream work.
+// one, and thread ranks on sim, whose collectives of device tensors are
+// launches of the step there (comm/thread_group.cpp); elsewhere a collective
+// across ranks is host work (train/rank_step.cpp).
 #pragma once
 
 #include <bit>

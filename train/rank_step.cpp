@@ -118,9 +118,11 @@ void RankRun::gan_step(const Tensor& x, StepResult& r) {
 std::string RankRun::step_graph_refusal() const {
   if (device_.kind != Device::Kind::sim && device_.kind != Device::Kind::cuda) return "the CPU issues no launches";
   if (!cfg_.run.step_graphs) return "run.step_graphs is false";
-  if (comm_.world_size() > 1)
-    return fmt::format("{} ranks ({}): a collective across ranks is not work of one stream", comm_.world_size(),
-                       comm_.backend());
+  // Thread ranks on sim run their collectives as launches of the step
+  // (comm/thread_group.cpp); elsewhere a collective is host work.
+  if (comm_.world_size() > 1 && (comm_.backend() != "thread" || device_.kind != Device::Kind::sim))
+    return fmt::format("{} ranks ({}) on {}: a collective across ranks is not work of one stream", comm_.world_size(),
+                       comm_.backend(), device_.str());
   if (opt_.after_gradients) return "a hook runs inside the step";
   if (opt_.profile) return "--profile times the step op by op";
   return "";

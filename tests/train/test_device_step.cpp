@@ -107,46 +107,51 @@ TEST_CASE("trainer on sim ends in the CPU's bits, with W = 1 and W = 3 thread ra
   }
 }
 
-TEST_CASE("trainer on sim: a world of one replays a captured step graph per step and ends in the bits of issued "
-          "launches and of the CPU; a step that picks its layers on the host replays each choice's graph") {
+TEST_CASE("trainer on sim: a world of one and 3 thread ranks replay a captured step graph per step and end in the "
+          "bits of issued launches and of the CPU; a step that picks its layers on the host replays each choice's "
+          "graph") {
   Dataset data = synthetic_data();
   // Sanitized builds: the run without choices only (a choice splits the
   // same code's segments).
-  for (bool dropout : test::sanitized_build() ? std::vector<bool>{false} : std::vector<bool>{false, true}) {
-    CAPTURE(dropout);
-    TempDir a, b, c;
-    Config cpu = small_config(a.path().string());
-    cpu.distributed.world_size = 1;
-    test::set_quantizer_keys(cpu, {{"quantize_dropout", dropout}});
-    Config graphed = cpu, issued = cpu;
-    graphed.run.dir = b.path().string();
-    graphed.run.device = "sim";
-    issued.run.dir = c.path().string();
-    issued.run.device = "sim";
-    issued.run.step_graphs = false;
-    TrainResult rc = train(cpu, data, quiet()), rg = train(graphed, data, quiet()), ri = train(issued, data, quiet());
-    // Steps 1-2 are issued (k-means, the optimizer's first step), step 3 is
-    // captured, every later one a replay; validation and logs run between.
-    // With quantize dropout (3 layers, the last active one drawn each step)
-    // a step is not replayed when it makes a choice the first or second
-    // time (issued, then captured): at most 6 such steps from step 3 on.
-    if (dropout) {
-      CHECK(rg.graph_replays >= rg.steps - 2 - 6);
-      CHECK(rg.graph_replays > 0);
-      CHECK(rg.graph_replays <= rg.steps - 3);
-    } else {
-      CHECK(rg.graph_replays == rg.steps - 3);
+  for (int w : {1, 3})
+    for (bool dropout : test::sanitized_build() ? std::vector<bool>{false} : std::vector<bool>{false, true}) {
+      CAPTURE(w);
+      CAPTURE(dropout);
+      TempDir a, b, c;
+      Config cpu = small_config(a.path().string());
+      // 3 thread ranks: their collectives are launches of the graphed step
+      // (comm/thread_group.cpp), and the run still ends in 3 ranks' CPU bits.
+      cpu.distributed.world_size = w;
+      test::set_quantizer_keys(cpu, {{"quantize_dropout", dropout}});
+      Config graphed = cpu, issued = cpu;
+      graphed.run.dir = b.path().string();
+      graphed.run.device = "sim";
+      issued.run.dir = c.path().string();
+      issued.run.device = "sim";
+      issued.run.step_graphs = false;
+      TrainResult rc = train(cpu, data, quiet()), rg = train(graphed, data, quiet()), ri = train(issued, data, quiet());
+      // Steps 1-2 are issued (k-means, the optimizer's first step), step 3 is
+      // captured, every later one a replay; validation and logs run between.
+      // With quantize dropout (3 layers, the last active one drawn each step)
+      // a step is not replayed when it makes a choice the first or second
+      // time (issued, then captured): at most 6 such steps from step 3 on.
+      if (dropout) {
+        CHECK(rg.graph_replays >= rg.steps - 2 - 6);
+        CHECK(rg.graph_replays > 0);
+        CHECK(rg.graph_replays <= rg.steps - 3);
+      } else {
+        CHECK(rg.graph_replays == rg.steps - 3);
+      }
+      CHECK(ri.graph_replays == 0);
+      CHECK(rc.graph_replays == 0);
+      CHECK(rg.validation_mse == ri.validation_mse);
+      CHECK(rg.validation_mse == rc.validation_mse);
+      NamedTensors tc = safetensors_load(a.path().string() + "/checkpoint.safetensors").tensors,
+                   tg = safetensors_load(b.path().string() + "/checkpoint.safetensors").tensors,
+                   ti = safetensors_load(c.path().string() + "/checkpoint.safetensors").tensors;
+      CHECK(first_difference(tg, ti) == "");
+      CHECK(first_difference(tg, tc) == "");
     }
-    CHECK(ri.graph_replays == 0);
-    CHECK(rc.graph_replays == 0);
-    CHECK(rg.validation_mse == ri.validation_mse);
-    CHECK(rg.validation_mse == rc.validation_mse);
-    NamedTensors tc = safetensors_load(a.path().string() + "/checkpoint.safetensors").tensors,
-                 tg = safetensors_load(b.path().string() + "/checkpoint.safetensors").tensors,
-                 ti = safetensors_load(c.path().string() + "/checkpoint.safetensors").tensors;
-    CHECK(first_difference(tg, ti) == "");
-    CHECK(first_difference(tg, tc) == "");
-  }
 }
 
 TEST_CASE("trainer on sim: a loss that turns non-finite on a step that does not log throws on every rank at the next "
