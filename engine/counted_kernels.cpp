@@ -12,7 +12,7 @@ namespace vqddp {
 namespace {
 
 // One launch of `kernel` when the call has work (`n` elements or rows), as
-// on a GPU; `sizes` are what the capture check compares.
+// on a GPU; `sizes` are what a LaunchRecording keeps.
 void launch_if(int64_t n, const char* kernel, std::initializer_list<int64_t> sizes) {
   if (n > 0) count_launch(kernel, sizes);
 }

@@ -1,13 +1,8 @@
 #include "engine/device_counters.h"
 
-#include "engine/step_graph.h"
-
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
-#include <algorithm>
 #include <functional>
-#include <string_view>
 
 #include "engine/core/error.h"
 
@@ -17,7 +12,6 @@ namespace {
 thread_local DeviceCounters t_counts;
 thread_local bool t_staging = false;
 thread_local std::vector<LaunchRecord>* t_recording = nullptr;
-thread_local std::string* t_variant = nullptr;
 }  // namespace
 
 namespace {
@@ -84,39 +78,12 @@ void count_launch(const char* kernel, std::initializer_list<int64_t> sizes) {
   t_recording->push_back(r);
 }
 
-bool LaunchRecord::operator==(const LaunchRecord& o) const {
-  return std::string_view(kernel) == o.kernel && std::equal(sizes, sizes + 4, o.sizes);
-}
-
-std::string LaunchRecord::str() const { return fmt::format("{} [{}]", kernel, fmt::join(sizes, ", ")); }
-
 LaunchRecording::LaunchRecording() {
   VQDDP_CHECK(!t_recording, "a launch recording is already running on this thread");
   t_recording = &launches;
-  t_variant = &variant;
 }
-LaunchRecording::~LaunchRecording() {
-  t_recording = nullptr;
-  t_variant = nullptr;
-}
+LaunchRecording::~LaunchRecording() { t_recording = nullptr; }
 
-void note_step_variant(const char* what, int64_t value) {
-  if (t_variant) *t_variant += fmt::format("{}={};", what, value);
-  graph_note_variant(what, value);
-}
-
-std::string launch_sequence_difference(const std::vector<LaunchRecord>& before, const std::vector<LaunchRecord>& now) {
-  const size_t common = std::min(before.size(), now.size());
-  for (size_t i = 0; i < common; ++i)
-    if (!(before[i] == now[i]))
-      return fmt::format("launch {} of {} is {}, was {}", i + 1, now.size(), now[i].str(), before[i].str());
-  if (before.size() == now.size()) return "";
-  return now.size() > before.size()
-             ? fmt::format("{} launches, {} before; the first extra one is {}", now.size(), before.size(),
-                           now[common].str())
-             : fmt::format("{} launches, {} before; the first missing one is {}", now.size(), before.size(),
-                           before[common].str());
-}
 void count_layout_bytes(int64_t bytes) {
   if (!t_staging) t_counts.layout_bytes += bytes;
 }

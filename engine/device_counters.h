@@ -56,17 +56,15 @@ void count_layout_bytes(int64_t bytes);
 // by the backend that does the arithmetic, once per call.
 void count_flops(int64_t flops);
 
-// A launch as the capture check sees it: which kernel, on what sizes.
+// A launch as a LaunchRecording keeps it: which kernel, on what sizes.
 struct LaunchRecord {
   const char* kernel = "";
   int64_t sizes[4] = {};
-  bool operator==(const LaunchRecord& o) const;
-  std::string str() const;  // "binary [16, 40, 8]"
 };
 
 // While one lives on a thread, the launches that thread counts (outside a
-// collective's staging) are appended to `launches`: a step's launch sequence.
-// Not nestable.
+// collective's staging) are appended to `launches`: a step's launch sequence,
+// for tests and benchmarks that count launches by kernel. Not nestable.
 class LaunchRecording {
  public:
   LaunchRecording();
@@ -74,22 +72,7 @@ class LaunchRecording {
   LaunchRecording(const LaunchRecording&) = delete;
   LaunchRecording& operator=(const LaunchRecording&) = delete;
   std::vector<LaunchRecord> launches;
-  // The host-side choices that select among a step's few sequences (see
-  // note_step_variant): the step is captured once per variant.
-  std::string variant;
 };
-
-// Names a host-side choice made before the launches it selects, drawn
-// without reading the device (quantize dropout's number of layers, from a
-// counter-based stream): a step's launch sequence may then be one of a few,
-// and a CUDA graph is captured for each. While a LaunchRecording is alive
-// on this thread, appends "what=value;" to its variant; else nothing.
-void note_step_variant(const char* what, int64_t value);
-
-// "" when `now` repeats `before` launch for launch, else which launch first
-// differs and how (or which sequence is longer).
-std::string launch_sequence_difference(const std::vector<LaunchRecord>& before,
-                                       const std::vector<LaunchRecord>& now);
 
 // While one is alive on a thread, that thread's transfers and waits count
 // as staging of a collective (staged_*), not as the step's own.

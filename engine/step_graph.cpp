@@ -268,7 +268,7 @@ void StepGraph::end_step() {
 
 const std::string& StepGraph::stopped_because() const { return s_->stopped; }
 
-void graph_note_variant(const char* what, int64_t value) {
+void note_step_variant(const char* what, int64_t value) {
   GraphSession* g = t_graph;
   if (!g || !g->in_step || g->eager || g->nested > 0) return;
   g->finish_segment();

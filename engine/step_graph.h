@@ -172,10 +172,13 @@ void issue_launch(const DeviceKernels* table, const char* kernel, Run&& run, con
   run();
 }
 
-// A host-side choice among launch sequences in a graphed step
-// (note_step_variant calls it): the step's next segment is the one keyed by
-// the choices so far and this one.
-void graph_note_variant(const char* what, int64_t value);
+// Names a host-side choice among a step's launch sequences, made before
+// the launches it selects and drawn without reading the device (quantize
+// dropout's number of layers, from a counter-based stream; a GAN step's
+// kind): in a graphed step the next segment is the one keyed by the choices
+// so far and this one, so each choice is a graph of its own (StepGraph
+// above). Outside a graphed step, nothing.
+void note_step_variant(const char* what, int64_t value);
 // A read or wait in a graphed step: refused, naming `what`.
 [[noreturn]] void graph_refuse_read(GraphSession& g, const char* what);
 

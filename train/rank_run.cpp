@@ -71,7 +71,6 @@ RankRun::RankRun(const Config& cfg, const Dataset& data, const TrainOptions& opt
   step_ = agree_start_step(step_, comm);
   last_ = opt.stop_at_step > 0 ? std::min(opt.stop_at_step, schedule_.total_steps) : schedule_.total_steps;
   layer_sizes_ = model_.layer_sizes();
-  capture_check_ = device_.kind == Device::Kind::sim;
 }
 
 void RankRun::run(TrainResult& result, std::mutex& result_mu) {

@@ -2,7 +2,7 @@
 // rank and each rank runs its own. Its rooms:
 //   - rank_run.cpp: the start (the parts built, the identity, schedule and
 //     resume agreed) and the loop, with the checks after each step;
-//   - rank_step.cpp: one training step, graphed or not, and the capture check;
+//   - rank_step.cpp: one training step, graphed or not;
 //   - train/gan.h (GanPart): a GAN step's discriminators;
 //   - train/step_health.h: the step's log and health;
 //   - train/validation.h: validation;
@@ -73,7 +73,6 @@ class RankRun {
   StepResult train_step(ShardedSampler& sampler, BatchPrefetcher& batches);
   void gan_step(const Tensor& x, StepResult& r);
   std::string step_graph_refusal() const;
-  void check_capturable(std::vector<LaunchRecord> launches, const std::string& variant, int64_t done);
 
   // rank_run.cpp
   void checks_after(int64_t done, const StepResult& r);
@@ -104,10 +103,6 @@ class RankRun {
   Clock::time_point loop_start_;
   std::optional<StepHealth> health_;
   Validation val_;
-  // The last step of each variant (LaunchRecording::variant), for
-  // check_capturable: which step it was, and what it launched.
-  std::map<std::string, std::pair<int64_t, std::vector<LaunchRecord>>> previous_launches_;
-  bool capture_check_ = false;  // on sim, for every run (check_capturable)
   int64_t graph_replays_ = 0;   // steps run as a replay of the captured step graph
   // The FLOPs of this rank's training steps since the run started
   // (engine/kernel_flops.h), and with --profile rank 0's figures.

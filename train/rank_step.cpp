@@ -1,6 +1,9 @@
 // One training step of a rank (train/rank_run.h): an exact step, replayed
-// from a captured step graph where the run allows one, checked for
-// capturability on the simulated device.
+// from a captured step graph where the run allows one. The graph's check
+// (engine/step_graph.h: every launch of a replayed step is the captured
+// one's, by kernel and signature) is the one check that a step is
+// capturable; on sim every shipped example's run is graphed, so CI runs it
+// without a GPU.
 #include <fmt/format.h>
 
 #include "comm/batch_reduce.h"
@@ -9,17 +12,16 @@
 #include "engine/exact_batch.h"
 #include "engine/op_profile.h"
 #include "engine/ops.h"
+#include "engine/step_graph.h"
 #include "train/console.h"
 #include "train/rank_run.h"
 
 namespace vqddp {
 
-// After the warm-up (k-means, the optimizer's first step, the capture
-// check's first comparison), every step is the captured one again.
+// After the warm-up (k-means, the optimizer's first step), every step is
+// the captured one again.
 RankRun::StepResult RankRun::graphed_step(std::optional<StepGraph>& graph, ShardedSampler& sampler,
                                           BatchPrefetcher& batches) {
-  std::optional<LaunchRecording> recording;
-  if (capture_check_) recording.emplace();
   const bool graphed = graph && step_ >= first_ + 2;
   if (graphed) graph->begin_step(step_ + 1);
   StepResult r;
@@ -44,7 +46,6 @@ RankRun::StepResult RankRun::graphed_step(std::optional<StepGraph>& graph, Shard
                graph->launches());
     }
   }
-  if (recording) check_capturable(std::move(recording->launches), recording->variant, step_ + 1);
   return r;
 }
 
@@ -126,24 +127,6 @@ std::string RankRun::step_graph_refusal() const {
   if (opt_.after_gradients) return "a hook runs inside the step";
   if (opt_.profile) return "--profile times the step op by op";
   return "";
-}
-
-// The capture check, on sim: after the run's first step (k-means, the
-// allocator's warm-up), every step must launch what the last step of its
-// variant launched, kernel for kernel on the same sizes, or a CUDA graph
-// captured from one step could not replay the next. A step has one
-// variant unless a host-side draw picks among a few sequences
-// (quantize dropout's number of layers: one graph each). Refused by name,
-// so CI proves every shipped example's step capturable without a GPU.
-void RankRun::check_capturable(std::vector<LaunchRecord> launches, const std::string& variant, int64_t done) {
-  auto before = previous_launches_.find(variant);
-  if (done >= first_ + 3 && before != previous_launches_.end() && before->second.first >= first_ + 2) {
-    std::string diff = launch_sequence_difference(before->second.second, launches);
-    VQDDP_CHECK(diff.empty(), "capture check ({}): step {} launched another sequence than step {} on rank {}{}: {}",
-                device_.str(), done, before->second.first, comm_.rank(),
-                variant.empty() ? "" : fmt::format(" (variant {})", variant), diff);
-  }
-  previous_launches_[variant] = {done, std::move(launches)};
 }
 
 }  // namespace vqddp

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "engine/device_counters.h"
 #include "engine/core/streams.h"
+#include "engine/step_graph.h"
 
 namespace vqddp {
 

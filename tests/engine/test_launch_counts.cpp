@@ -100,11 +100,3 @@ TEST_CASE("launch counts: slice_rows' backward is one launch (zeros, the slice's
     CHECK(s.grad().to(Device::cpu()).to_vector<float>() == h.grad().to_vector<float>());
   }
 }
-
-TEST_CASE("step variants: a recording keeps the host-side choices named while it lives, in order") {
-  note_step_variant("ignored", 1);  // no recording: nothing to keep
-  LaunchRecording r;
-  note_step_variant("quantize_dropout", 2);
-  note_step_variant("quantize_dropout", 0);
-  CHECK(r.variant == "quantize_dropout=2;quantize_dropout=0;");
-}
