@@ -237,11 +237,28 @@ VQDDP_HD float tanh_rn(float v) {
 // 1 / (1 + e^-v).
 VQDDP_HD float sigmoid_rn(float v) { return div_rn(1.f, add_rn(1.f, exp_rn(-v))); }
 
+// The input formats of tensor-core products (engine/precision.h), as
+// float32 values. TF32 keeps 10 of the 23 mantissa bits, rounded to nearest
+// with ties away from zero (the GPU's cvt.rna.tf32.f32); bfloat16 keeps 7,
+// rounded to nearest even (__float2bfloat16_rn). A carry into the exponent
+// is the right result (up to +-inf past the largest finite value);
+// infinities and NaN stay as they are.
+VQDDP_HD float round_to_tf32(float v) {
+  const unsigned b = float_bits(v);
+  if ((b & 0x7f800000u) == 0x7f800000u) return v;
+  return bits_as_float((b + 0x1000u) & 0xffffe000u);
+}
+VQDDP_HD float round_to_bf16(float v) {
+  const unsigned b = float_bits(v);
+  if ((b & 0x7f800000u) == 0x7f800000u) return v;
+  return bits_as_float((b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u);
+}
+
 // A unary op and its derivative. `low`/`high` are clamp's bounds.
 struct UnaryFn {
   // `count` is not an op: it stays last, so an op added anywhere before it
   // grows every table sized by kOps (the CPU's per-op loop tables).
-  enum class Op : unsigned char { neg, square, sqrt, exp, log, relu, gelu, tanh, sigmoid, clamp, round, elu, leaky_relu, silu, abs, floor, positive, erf, sign, atan, tan, count };
+  enum class Op : unsigned char { neg, square, sqrt, exp, log, relu, gelu, tanh, sigmoid, clamp, round, elu, leaky_relu, silu, abs, floor, positive, erf, sign, atan, tan, to_tf32, to_bf16, count };
   static constexpr int kOps = static_cast<int>(Op::count);
   Op op;
   // clamp's bounds; `low` is also elu's alpha and leaky_relu's negative slope.
@@ -284,6 +301,8 @@ struct UnaryFn {
       case Op::sign: return v > 0.f ? 1.f : v < 0.f ? -1.f : v;  // 0 stays 0 (and -0), NaN stays NaN
       case Op::atan: return static_cast<float>(::atan(double(v)));
       case Op::tan: return static_cast<float>(::tan(double(v)));
+      case Op::to_tf32: return round_to_tf32(v);
+      case Op::to_bf16: return round_to_bf16(v);
       case Op::count: break;
     }
     return 0.f;
@@ -324,6 +343,8 @@ struct UnaryFn {
       case Op::sign: return 0.f;
       case Op::atan: return static_cast<float>(1.0 / (1.0 + double(v) * v));
       case Op::tan: return static_cast<float>(1.0 + double(y) * y);
+      case Op::to_tf32:  // a cast: its gradient passes through
+      case Op::to_bf16: return 1.f;
       case Op::count: break;
     }
     return 0.f;

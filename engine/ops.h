@@ -73,6 +73,11 @@ Tensor erf(const Tensor& x);
 Tensor sign(const Tensor& x);
 Tensor atan(const Tensor& x);
 Tensor tan(const Tensor& x);
+// x rounded to the TF32 / bfloat16 inputs of tensor cores, kept as float32
+// (engine/kernel_math.h's round_to_tf32 / round_to_bf16; run.precision:
+// engine/precision.h); the gradient of a cast passes through.
+Tensor to_tf32(const Tensor& x);
+Tensor to_bf16(const Tensor& x);
 
 // ---- reductions ----------------------------------------------------------------
 // Sums accumulate in double in ascending index order, then round once.

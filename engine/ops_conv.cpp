@@ -17,6 +17,7 @@
 #include "engine/exact_batch.h"
 #include "engine/matmul_grads.h"
 #include "engine/ops.h"
+#include "engine/precision.h"
 
 namespace vqddp {
 
@@ -76,9 +77,12 @@ bool single_example_units() {
 // image layout: dcols row by row over C_out, and one weight partial per
 // example over its positions, each a batched GEMM. Elsewhere it hands g,
 // transposed to rows, to matmul_grads itself.
-Tensor image_product(const Tensor& cols, const Tensor& w2, int64_t n) {
-  const int64_t p = n > 0 ? cols.size(0) / n : 0, ck = cols.size(1), cout = w2.size(0);
-  DeviceKernels& dk = device_of("conv2d", {&cols, &w2});
+Tensor image_product(const Tensor& cols_in, const Tensor& w2_in, int64_t n) {
+  const int64_t p = n > 0 ? cols_in.size(0) / n : 0, ck = cols_in.size(1), cout = w2_in.size(0);
+  DeviceKernels& dk = device_of("conv2d", {&cols_in, &w2_in});
+  // The inputs in the run's precision (engine/precision.h); the node's
+  // edges stay on the caller's tensors.
+  const Tensor cols = product_input(cols_in), w2 = product_input(w2_in);
   Tensor out = empty({n, cout, p}, DType::f32, cols.device());
   if (ck == 0) out.fill_(0);
   else if (n > 0 && p > 0 && cout > 0)
@@ -86,8 +90,9 @@ Tensor image_product(const Tensor& cols, const Tensor& w2, int64_t n) {
                   static_cast<const float*>(cols.raw_ptr()), ck, static_cast<float*>(out.raw_ptr()), p,
                   {n, 0, p * ck, cout * p});
   Tensor dc = cols.detach(), dw = w2.detach();
-  const bool need_c = cols.requires_grad(), need_w = w2.requires_grad();
-  return record_op("conv2d", out, {cols, w2}, {cols, w2}, [=](const Tensor& g) -> std::vector<Tensor> {
+  const bool need_c = cols_in.requires_grad(), need_w = w2_in.requires_grad();
+  return record_op("conv2d", out, {cols_in, w2_in}, {cols_in, w2_in}, [=](const Tensor& g_in) -> std::vector<Tensor> {
+    const Tensor g = product_input(g_in);
     const bool partials_c = wants_unit_partials(0), partials_w = wants_unit_partials(1);
     if (!single_example_units() || partials_c || (need_w && !partials_w) || ck == 0 || p == 0 || cout == 0) {
       Tensor rows = reshape(transpose(g, 1, 2), {n * p, cout});
@@ -131,14 +136,18 @@ Tensor add_bias(const Tensor& y, const Tensor& bias, const char* op) {
 // and the bias's gradient is add's (g summed down to [C_out, 1, 1]).
 // Other backward cases (a weight gradient outside an exact step, units of
 // several examples) rebuild the columns and take matmul's own gradient.
-Tensor conv_columnless(const Tensor& x, const Tensor& weight, const Tensor& bias, const ConvPlan& p, bool transposed) {
+Tensor conv_columnless(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias, const ConvPlan& p,
+                       bool transposed) {
   const char* op = transposed ? "conv_transpose2d" : "conv2d";
-  const int64_t kc = weight.size(0), ck = p.col_width(), pos = p.oh * p.ow;
+  const int64_t kc = weight_in.size(0), ck = p.col_width(), pos = p.oh * p.ow;
   const Shape out_shape = transposed ? Shape{p.n, p.c, p.h, p.w} : Shape{p.n, kc, p.oh, p.ow};
   if (bias.defined())
     VQDDP_CHECK(bias.dim() == 1 && bias.size(0) == out_shape[1] && bias.dtype() == DType::f32,
                 "{}: bias {} must be float32 [{}]", op, bias.desc(), out_shape[1]);
-  DeviceKernels& dk = bias.defined() ? device_of(op, {&x, &weight, &bias}) : device_of(op, {&x, &weight});
+  DeviceKernels& dk = bias.defined() ? device_of(op, {&x_in, &weight_in, &bias}) : device_of(op, {&x_in, &weight_in});
+  // The inputs in the run's precision (engine/precision.h; the bias is
+  // added, not multiplied); the node's edges stay on the caller's tensors.
+  const Tensor x = product_input(x_in), weight = product_input(weight_in);
   auto f = [](const Tensor& t) { return static_cast<const float*>(t.raw_ptr()); };
   Tensor y = empty(out_shape, DType::f32, x.device());
   const float* pb = bias.defined() ? f(bias) : nullptr;
@@ -151,8 +160,9 @@ Tensor conv_columnless(const Tensor& x, const Tensor& weight, const Tensor& bias
     if (bias.defined()) y = add_bias(y, bias.detach(), op);
   }
   Tensor dx = x.detach(), dw = weight.detach();
-  const bool need_x = x.requires_grad(), need_w = weight.requires_grad(), need_b = bias.defined() && bias.requires_grad();
-  return record_op(op, y, {x, weight, bias}, {x, weight}, [=](const Tensor& g) -> std::vector<Tensor> {
+  const bool need_x = x_in.requires_grad(), need_w = weight_in.requires_grad(),
+             need_b = bias.defined() && bias.requires_grad();
+  return record_op(op, y, {x_in, weight_in, bias}, {x_in, weight_in}, [=](const Tensor& g_in) -> std::vector<Tensor> {
     const bool partials_x = wants_unit_partials(0), partials_w = wants_unit_partials(1);
     VQDDP_CHECK(!partials_x, "{}: the input {} is batch-free and the weight batched; an exact step does not support "
                 "that convolution", op, dx.desc());
@@ -160,21 +170,25 @@ Tensor conv_columnless(const Tensor& x, const Tensor& weight, const Tensor& bias
     // The per-example kernels serve an exact step of single-example units;
     // a plain convolution's bias partials then come in the weight's launch.
     const bool per_example = partials_w && single_example_units();
-    const bool bias_with_weight = need_b && need_w && per_example && wants_unit_partials(2) && !transposed;
+    // (Not in another precision than fp32: the weight's kernel would sum
+    // the rounded g into the bias, a sum, not a product, of g_in.)
+    const bool bias_with_weight = need_b && need_w && per_example && wants_unit_partials(2) && !transposed &&
+                                  product_precision() == Precision::fp32;
     if (need_b && !bias_with_weight) {
-      Shape c11{g.size(1), 1, 1};
-      gb = wants_unit_partials(2) ? unit_sum_to_shape(g, c11, op) : sum_to_shape(g, c11);
-      gb = gb.reshape(wants_unit_partials(2) ? Shape{gb.size(0), g.size(1)} : Shape{g.size(1)});
+      Shape c11{g_in.size(1), 1, 1};
+      gb = wants_unit_partials(2) ? unit_sum_to_shape(g_in, c11, op) : sum_to_shape(g_in, c11);
+      gb = gb.reshape(wants_unit_partials(2) ? Shape{gb.size(0), g_in.size(1)} : Shape{g_in.size(1)});
     }
     Shape wshape = dw.shape();
     if (partials_w) wshape.insert(wshape.begin(), static_cast<int64_t>(exact_batch()->unit_examples.size()));
-    if (g.numel() == 0 || dx.numel() == 0) {  // nothing flows: zero gradients of the right shapes
-      if (need_x) gx = zeros(dx.shape(), DType::f32, g.device());
-      if (need_w) gw = zeros(wshape, DType::f32, g.device());
-      if (bias_with_weight) gb = zeros({wshape[0], g.size(1)}, DType::f32, g.device());
+    if (g_in.numel() == 0 || dx.numel() == 0) {  // nothing flows: zero gradients of the right shapes
+      if (need_x) gx = zeros(dx.shape(), DType::f32, g_in.device());
+      if (need_w) gw = zeros(wshape, DType::f32, g_in.device());
+      if (bias_with_weight) gb = zeros({wshape[0], g_in.size(1)}, DType::f32, g_in.device());
       return {gx, gw, gb};
     }
-    DeviceKernels& k = device_of(op, {&g, &dw});
+    DeviceKernels& k = device_of(op, {&g_in, &dw});
+    const Tensor g = product_input(g_in);  // a product's input (the bias's gradient above sums g_in)
     // The image-side and output-side tensors of the plain convolution.
     const Tensor& image = transposed ? g : dx;
     const Tensor& out = transposed ? dx : g;

@@ -139,6 +139,8 @@ Tensor square(const Tensor& x) { return unary_op("square", x, {U::square}); }
 Tensor sqrt(const Tensor& x) { return unary_op("sqrt", x, {U::sqrt}); }
 Tensor exp(const Tensor& x) { return unary_op("exp", x, {U::exp}); }
 Tensor log(const Tensor& x) { return unary_op("log", x, {U::log}); }
+Tensor to_tf32(const Tensor& x) { return unary_op("to_tf32", x, {U::to_tf32}); }
+Tensor to_bf16(const Tensor& x) { return unary_op("to_bf16", x, {U::to_bf16}); }
 Tensor relu(const Tensor& x) { return unary_op("relu", x, {U::relu}); }
 Tensor gelu(const Tensor& x) { return unary_op("gelu", x, {U::gelu}); }
 Tensor tanh(const Tensor& x) { return unary_op("tanh", x, {U::tanh}); }

@@ -11,6 +11,7 @@
 #include "engine/device_plans.h"
 #include "engine/exact_batch.h"
 #include "engine/matmul_grads.h"
+#include "engine/precision.h"
 #include "engine/ops.h"
 
 namespace vqddp {
@@ -95,20 +96,23 @@ Tensor matmul_with(Gemm kind, const Tensor& a, const Tensor& b, bool ta, bool tb
   VQDDP_CHECK(k == kb, "matmul: inner dimensions differ: op(a) is [{}, {}], op(b) is [{}, {}] (a {}, b {}{}{})", m, k,
               kb, n, shape_str(a.shape()), shape_str(b.shape()), ta ? ", a transposed" : "", tb ? ", b transposed" : "");
   DeviceKernels& dk = device_of("matmul", {&a, &b});
+  // The product's inputs in the run's precision (engine/precision.h); the
+  // node's edges stay on a and b.
+  const Tensor ra = product_input(a), rb = product_input(b);
   // GEMM with beta = 0 writes every element without reading it: no fill.
   Tensor out = empty({m, n}, DType::f32, a.device());
   // Empty operands: the result is zeros (BLAS rejects zero leading dims).
   if (k == 0) out.fill_(0);
   if (m > 0 && n > 0 && k > 0) {
-    auto* pa = static_cast<const float*>(a.raw_ptr());
-    auto* pb = static_cast<const float*>(b.raw_ptr());
+    auto* pa = static_cast<const float*>(ra.raw_ptr());
+    auto* pb = static_cast<const float*>(rb.raw_ptr());
     auto* pc = static_cast<float*>(out.raw_ptr());
     if (kind == Gemm::fixed_order)
       dk.gemm_fixed(ta, tb, m, n, k, pa, a.size(1), pb, b.size(1), pc, n, {});
     else
       dk.gemm(ta, tb, m, n, k, 1.f, pa, a.size(1), pb, b.size(1), 0.f, pc, n);
   }
-  Tensor da = a.detach(), db = b.detach();
+  Tensor da = ra.detach(), db = rb.detach();
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   return record_op("matmul", out, {a, b}, {a, b}, [=](const Tensor& g) -> std::vector<Tensor> {
     return matmul_grads(da, db, g, ta, tb, need_a, need_b, wants_unit_partials(0), wants_unit_partials(1));
@@ -117,9 +121,12 @@ Tensor matmul_with(Gemm kind, const Tensor& a, const Tensor& b, bool ta, bool tb
 
 }  // namespace
 
-std::vector<Tensor> matmul_grads(const Tensor& a, const Tensor& b, const Tensor& g, bool ta, bool tb, bool need_a,
-                                 bool need_b, bool partials_a, bool partials_b) {
+std::vector<Tensor> matmul_grads(const Tensor& a_in, const Tensor& b_in, const Tensor& g_in, bool ta, bool tb,
+                                 bool need_a, bool need_b, bool partials_a, bool partials_b) {
   // C = op(A) op(B):  dA = g op(B)^T (or its transpose), dB = op(A)^T g (or its transpose).
+  // Every product's inputs in the run's precision, the incoming gradient's
+  // too (rounding a rounded operand again changes nothing).
+  const Tensor a = product_input(a_in), b = product_input(b_in), g = product_input(g_in);
   Tensor ga, gb;
   const Gemm kind = exact_batch() ? Gemm::fixed_order : Gemm::library;
   if (need_a)

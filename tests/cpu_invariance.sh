@@ -52,24 +52,48 @@ for isa in "${isas[@]}"; do
 done
 for core in "${cores[@]:1}"; do check "$core" 1 "${isas[-1]}"; done
 
+# 3 training steps of the main MLP codec with ARGS (after --steps 3 --dir):
+# their checkpoint's tensors must be the first such run's since
+# `reference` was cleared. WHAT names the setting in a failure.
+reference=""
+same_checkpoint() {  # WHAT ARGS...
+  local what=$1 run_dir tensors
+  shift
+  run_dir=$(mktemp -d)
+  "$vqddp" train "$examples/speech_codec_mlp.json" --steps 3 --dir "$run_dir" "$@" >"$log" 2>&1 ||
+    { echo "FAILED: training under $what"; tail -30 "$log"; exit 1; }
+  tensors=$("$vqddp" inspect "$run_dir/checkpoint.safetensors" | grep '^tensor')
+  rm -rf "$run_dir"
+  [ -n "$reference" ] || { reference=$tensors; reference_what=$what; }
+  [ "$tensors" = "$reference" ] ||
+    { echo "FAILED: the checkpoint of 3 training steps under $what differs from $reference_what's:";
+      diff <(echo "$reference") <(echo "$tensors") | head; exit 1; }
+}
+
 # The backward: 3 exact training steps end in the same checkpoint tensors
 # under every core and thread count.
-reference=""
 for core in "${cores[@]}"; do
   for threads in 1 2; do
     export OPENBLAS_CORETYPE=$core OPENBLAS_NUM_THREADS=$threads
     unset VQDDP_CPU_ISA
-    run_dir=$(mktemp -d)
-    "$vqddp" train "$examples/speech_codec_mlp.json" --steps 3 --world 3 --dir "$run_dir" >"$log" 2>&1 ||
-      { echo "FAILED: training under $core/$threads"; tail -30 "$log"; exit 1; }
-    tensors=$("$vqddp" inspect "$run_dir/checkpoint.safetensors" | grep '^tensor')
-    rm -rf "$run_dir"
-    [ -n "$reference" ] || reference=$tensors
-    [ "$tensors" = "$reference" ] ||
-      { echo "FAILED: the checkpoint of 3 training steps under $core/$threads differs from ${cores[0]}/1's:";
-        diff <(echo "$reference") <(echo "$tensors") | head; exit 1; }
+    same_checkpoint "$core/$threads" --world 3
   done
 done
+
+# run.precision (engine/precision.h): tf32 and bf16 products keep one
+# reduction order too, so each ends in one checkpoint under every
+# instruction set of ours with 3 ranks, and with 1 rank (the widest set).
+precision_runs=0
+export OPENBLAS_CORETYPE=${cores[0]} OPENBLAS_NUM_THREADS=2
+for precision in tf32 bf16; do
+  reference=""
+  for setting in "${isas[@]/%/:3}" "${isas[-1]}:1"; do
+    export VQDDP_CPU_ISA=${setting%:*}
+    same_checkpoint "$precision, instruction set:ranks $setting" --world "${setting#*:}" --precision "$precision"
+    precision_runs=$((precision_runs + 1))
+  done
+done
+unset VQDDP_CPU_ISA
 
 # check-ddp (W ranks == 1 rank) on every shipped example under the first
 # core; the release suite's "train examples" runs it under the CPU's own.
@@ -87,4 +111,4 @@ for core in "${cores[@]:1}"; do
   "$vqddp" check-ddp "$examples/speech_codec.json" --world 4 --steps 1 >"$log" 2>&1 ||
     { echo "FAILED: check-ddp speech_codec.json under $core/1"; tail -30 "$log"; exit 1; }
 done
-echo "cpu invariance: ${#isas[@]} instruction sets (${isas[*]}) x 2 thread counts, ${#cores[@]} OpenBLAS cores (${cores[*]}): $runs forward runs, $((${#cores[@]} * 2)) training runs passed"
+echo "cpu invariance: ${#isas[@]} instruction sets (${isas[*]}) x 2 thread counts, ${#cores[@]} OpenBLAS cores (${cores[*]}): $runs forward runs, $((${#cores[@]} * 2)) training runs, $precision_runs tf32/bf16 runs passed"

@@ -51,11 +51,13 @@ void usage() {
       "usage: vqddp <command> [options]\n"
       "commands:\n"
       "  train [CONFIG] [--resume CKPT | --overwrite] [--world N] [--backend B] [--device cpu|cuda|sim] [--steps S] [--dir RUN_DIR]\n"
-      "        [--step-graphs on|off] [--profile [--gemm-floor GFLOPS]]\n"
+      "        [--step-graphs on|off] [--precision fp32|tf32|bf16] [--profile [--gemm-floor GFLOPS]]\n"
       "        train from a JSON config (without one: the built-in speech codec run, examples/speech_codec.json);\n"
       "        --profile prints where rank 0's training steps spent their time and FLOPs, op by op, and the\n"
       "        step's share of the GEMM floor (measured at the start, or --gemm-floor); --step-graphs sets\n"
-      "        run.step_graphs (a world of one on cuda or sim replays one captured step graph per step)\n"
+      "        run.step_graphs (a world of one on cuda, or on sim any thread ranks, replays one captured step graph\n"
+      "        per step); --precision sets run.precision (the inputs of every GEMM and convolution rounded to TF32\n"
+      "        or bfloat16 first, emulated exactly: W ranks == 1 rank within each)\n"
       "  check-ddp CONFIG (--world N | --backend mpi) [--steps S] [--mode run|step] [--rtol R] [--atol A]\n"
       "            [--device cpu|cuda|sim]\n"
       "        run: S steps on 1 rank and on N thread ranks from the same start; every checkpoint tensor must\n"
@@ -123,6 +125,7 @@ Config config_from(const CliArgs& args, bool allow_default) {
   set_int("steps", "schedule.steps", limits::steps);
   set_string("dir", "run.dir");
   set_string("device", "run.device");
+  set_string("precision", "run.precision");
   if (args.has("step-graphs")) {
     const std::string v = args.get("step-graphs", "");
     VQDDP_CHECK(v == "on" || v == "off", "--step-graphs takes on or off, got '{}'", v);
@@ -185,7 +188,7 @@ void refuse_thread_ranks_under_launcher(const std::string& backend) {
 }
 
 int run_train(int argc, char** argv) {
-  CliArgs args("train", argc, argv, 2, {"resume", "world", "backend", "device", "steps", "dir", "step-graphs", "gemm-floor"},
+  CliArgs args("train", argc, argv, 2, {"resume", "world", "backend", "device", "steps", "dir", "step-graphs", "precision", "gemm-floor"},
                {"overwrite", "profile"});
   VQDDP_CHECK(args.positional().size() <= 1, "train: expected at most one config file, got {}", args.positional().size());
   Config cfg = config_from(args, true);

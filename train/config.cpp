@@ -166,6 +166,7 @@ void read_run(ConfigSection s, RunConfig& r) {
   r.device = s.choice("device", r.device, run_device_names());
   r.step_graphs_given = s.has("step_graphs");
   r.step_graphs = s.boolean("step_graphs", r.step_graphs);
+  r.precision = s.choice("precision", r.precision, {"fp32", "tf32", "bf16"});
   s.finish();
 }
 

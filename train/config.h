@@ -154,6 +154,10 @@ struct RunConfig {
   // says where not, at the start). false: every launch is issued on its own.
   bool step_graphs = true;
   bool step_graphs_given = false;  // set in the file or by --step-graphs, not left to its default
+  // What the inputs of every GEMM and convolution are rounded to before the
+  // products (engine/precision.h): "fp32" (none), "tf32" or "bf16", emulated
+  // exactly on every device, so W ranks == 1 rank within each.
+  std::string precision = "fp32";
   bool operator==(const RunConfig&) const = default;
 };
 

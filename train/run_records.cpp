@@ -6,6 +6,7 @@
 #include "data/audio.h"
 #include "engine/core/output_file.h"
 #include "engine/op_profile.h"
+#include "engine/precision.h"
 #include "train/checkpoint.h"
 #include "train/console.h"
 #include "train/run_record.h"
@@ -58,8 +59,10 @@ void RunRecords::open(std::span<const TrainedPart> parts, int64_t step) {
 void RunRecords::print_start(const CodecModel& model, const Schedule& schedule, int64_t step) {
   if (!lead_ || !opt_.print) return;
   const double bitrate = model.bits_per_example() * data_.examples_per_second;
-  progress("train: {} | {} ranks ({}, {}) | {} steps of {} examples ({} per epoch) | {:.0f} bits per example{}\n",
-           data_.description, comm_.world_size(), comm_.backend(), device_.str(), schedule.total_steps,
+  progress("train: {} | {} ranks ({}, {}{}) | {} steps of {} examples ({} per epoch) | {:.0f} bits per example{}\n",
+           data_.description, comm_.world_size(), comm_.backend(), device_.str(),
+           product_precision() == Precision::fp32 ? "" : fmt::format(", {} products", precision_name(product_precision())),
+           schedule.total_steps,
            schedule.batch_size, schedule.steps_per_epoch, model.bits_per_example(),
            data_.examples_per_second > 0 ? fmt::format(" = {:.2f} kbit/s", bitrate / 1000) : "");
   if (step > 0) progress("train: resumed at step {} from {}\n", step, opt_.resume);

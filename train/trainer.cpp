@@ -7,6 +7,7 @@
 
 #include "comm/backends.h"
 #include "engine/gemm_floor.h"
+#include "engine/precision.h"
 #include "train/rank_run.h"
 
 namespace vqddp {
@@ -25,7 +26,11 @@ TrainResult train(const Config& cfg, const Dataset& data, const TrainOptions& op
   // The floor before the ranks share the cores out (engine/gemm_floor.h).
   TrainOptions o = opt;
   if (o.profile && !(o.gemm_floor > 0)) o.gemm_floor = measure_gemm_floor(parse_device(cfg.run.device, "run.device"));
-  launch_ranks(launch, [&](Communicator& comm) { RankRun(cfg, data, o, comm, sizes, fingerprint).run(result, result_mu); });
+  const Precision precision = parse_precision(cfg.run.precision, "run.precision");
+  launch_ranks(launch, [&](Communicator& comm) {
+    PrecisionScope products(precision);  // the rank's thread, for its whole run
+    RankRun(cfg, data, o, comm, sizes, fingerprint).run(result, result_mu);
+  });
   result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

@@ -30,6 +30,7 @@
 #include "engine/ops.h"
 #include "engine/optim.h"
 #include "engine/core/output_file.h"
+#include "engine/precision.h"
 #include "engine/cpu/parallel.h"
 #include "engine/step_graph.h"
 #include "engine/core/parse_number.h"

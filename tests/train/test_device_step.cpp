@@ -182,3 +182,35 @@ TEST_CASE("trainer on sim: a loss that turns non-finite on a step that does not 
   // The checkpoint on disk is step 2's: the diverged weights were never written.
   CHECK(safetensors_load(dir.path().string() + "/checkpoint.safetensors").at("train.step").item<int64_t>() == 2);
 }
+
+TEST_CASE("run.precision tf32 and bf16: the products' inputs rounded, exactly on every device; 3 thread ranks on sim "
+          "(graphed) end in 1 CPU rank's bits, and not in fp32's") {
+  Dataset data = synthetic_data();
+  TempDir base;
+  Config fp32 = small_config(base.path().string());
+  fp32.distributed.world_size = 1;
+  train(fp32, data, quiet());
+  const NamedTensors reference = safetensors_load(base.path().string() + "/checkpoint.safetensors").tensors;
+  std::vector<NamedTensors> ends;
+  for (std::string precision : {"tf32", "bf16"}) {
+    CAPTURE(precision);
+    TempDir a, b;
+    Config one = small_config(a.path().string());
+    one.distributed.world_size = 1;
+    one.run.precision = precision;
+    test::set_quantizer_keys(one, {{"quantize_dropout", false}});  // one launch sequence a step
+    Config three = one;
+    three.run.dir = b.path().string();
+    three.run.device = "sim";
+    three.distributed.world_size = 3;
+    TrainResult r1 = train(one, data, quiet()), r3 = train(three, data, quiet());
+    CHECK(r3.graph_replays == r3.steps - 3);
+    NamedTensors t1 = safetensors_load(a.path().string() + "/checkpoint.safetensors").tensors,
+                 t3 = safetensors_load(b.path().string() + "/checkpoint.safetensors").tensors;
+    CHECK(first_difference(t3, t1) == "");
+    CHECK(first_difference(t1, reference) != "");  // the rounding moved bits
+    ends.push_back(t1);
+  }
+  CHECK(first_difference(ends[0], ends[1]) != "");  // tf32 is not bf16
+}
+
