@@ -194,9 +194,10 @@ class ThreadCommunicator final : public Communicator {
   // A gather in place (a rank's input is its own slice of the output) must
   // not copy that slice onto itself: the other ranks are reading those bytes
   // at the same moment, and memcpy with source == destination is undefined
-  // anyway. The bytes are already where they belong.
+  // anyway. The bytes are already where they belong. A rank with no rows
+  // may publish no address at all (a graphed step's empty tensor).
   static void copy_gathered(void* dst, const void* src, size_t bytes) {
-    if (dst != src) std::memcpy(dst, src, bytes);
+    if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
   }
 
   template <class T>

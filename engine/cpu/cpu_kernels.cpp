@@ -406,6 +406,9 @@ void CpuKernels::strided_copy(const void* src, void* dst, size_t elem_size, cons
 void CpuKernels::copy_blocks(const CopyBlock* blocks, int64_t count, size_t elem_size) {
   for (int64_t b = 0; b < count; ++b) {
     const CopyBlock& c = blocks[b];
+    // An empty block may have no addresses at all (a graphed step's empty
+    // tensors are nullptr): nothing to touch.
+    if (c.rows == 0 || c.width == 0) continue;
     if (!c.src) {  // all-zero bytes are +0 in every dtype
       for (int64_t r = 0; r < c.rows; ++r)
         std::memset(static_cast<char*>(c.dst) + r * c.dst_row * elem_size, 0, c.width * elem_size);
