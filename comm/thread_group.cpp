@@ -47,7 +47,7 @@ class ThreadCommunicator final : public Communicator {
   void do_broadcast(Tensor& t, int root, const Fingerprint& fp) override {
     auto work = [this, root, fp, bytes = t.nbytes()](const void* in, void* out) {
       run(fp, in, out, [&] {
-        if (rank_ != root) std::memcpy(out, group_.call_of(root).in, bytes);
+        if (rank_ != root && bytes > 0) std::memcpy(out, group_.call_of(root).in, bytes);
       });
     };
     if (rank_ != root) t.bump_version();
@@ -91,6 +91,7 @@ class ThreadCommunicator final : public Communicator {
   // concatenation's columns block by block; the units' rows are read once,
   // never gathered. One collective of its own (fingerprint "reduce_units"),
   // counted here as the partials' bytes. Device blocks are staged to the host one by one
+  // (outside a graphed step on sim, where they are read in place)
   // (transfers, not a packing copy).
   void do_reduce_unit_blocks(const std::vector<Tensor>& blocks, const std::vector<int64_t>& counts, Tensor& out,
                              const Fingerprint& fp) override {

@@ -1,6 +1,7 @@
-// The precision of products: what the inputs of every GEMM and convolution
-// are rounded to before they are multiplied (run.precision, `train
-// --precision`). fp32 (the default) multiplies float32 inputs; tf32 and bf16
+// The precision of products: what the inputs of the engine's GEMMs and
+// convolutions (matmul, the conv ops; not the quantizers' distance
+// searches, whose code choice stays fp32) are rounded to before they are
+// multiplied (run.precision, `train --precision`). fp32 (the default) multiplies float32 inputs; tf32 and bf16
 // are the formats a GPU's tensor cores take, emulated: each operand, and in
 // backward each incoming gradient, is rounded to the format first
 // (engine/kernel_math.h's round_to_tf32 / round_to_bf16, one formula on the

@@ -129,6 +129,10 @@ nlohmann::json continuation_keys(const nlohmann::json& c) {
     if (schedule.contains(key)) out["schedule"][key] = schedule[key];
   nlohmann::json run = c.value("run", nlohmann::json::object());
   if (run.contains("seed")) out["run"]["seed"] = run["seed"];
+  // Another precision changes every product's bits (engine/precision.h).
+  // fp32 is the default, and a checkpoint from before the key has none: it
+  // is kept only when it is not fp32, so those compare equal.
+  if (run.contains("precision") && run["precision"] != "fp32") out["run"]["precision"] = run["precision"];
   return out;
 }
 

@@ -148,13 +148,14 @@ struct RunConfig {
   // arithmetic, every host<->device transfer counted). An nccl rank trains
   // on its own GPU regardless.
   std::string device = "cpu";
-  // On a device with stream capture (cuda) and on sim, a world of one runs
-  // each training step after the third as one replay of a captured step
-  // graph (engine/step_graph.h), where the step allows it (train/rank_step.cpp
+  // On a device with stream capture (cuda) a world of one, and on sim a world
+  // of one or thread ranks, run each training step after the third as one
+  // replay of a captured step graph (engine/step_graph.h), where the step allows it (train/rank_step.cpp
   // says where not, at the start). false: every launch is issued on its own.
   bool step_graphs = true;
   bool step_graphs_given = false;  // set in the file or by --step-graphs, not left to its default
-  // What the inputs of every GEMM and convolution are rounded to before the
+  // What the inputs of the engine's GEMMs and convolutions (matmul, conv;
+  // not the quantizers' distance searches) are rounded to before the
   // products (engine/precision.h): "fp32" (none), "tf32" or "bf16", emulated
   // exactly on every device, so W ranks == 1 rank within each.
   std::string precision = "fp32";

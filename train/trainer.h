@@ -57,7 +57,8 @@ struct TrainResult {
   // `steps` were taken, the checkpoint holds them, no validation ran.
   int stopped_by = 0;
   // Steps run as one replay of a captured step graph (run.step_graphs: a
-  // world of one on cuda or sim), 0 where steps issue their launches.
+  // world of one on cuda or sim, thread ranks on sim), 0 where steps issue
+  // their launches.
   int64_t graph_replays = 0;
   // With TrainOptions::profile (zeros without): the world's FLOPs per
   // training step (engine/kernel_flops.h), rank 0's seconds per step under

@@ -394,6 +394,37 @@ TEST_CASE("resuming under a config that changes the run is an error naming the k
                        Error);
 }
 
+TEST_CASE("run.precision is part of the run: a tf32 run resumed in fp32 is an error naming the key; fp32 given "
+          "is fp32 left out") {
+  TempDir dir;
+  Dataset data = synthetic_data();
+  Config cfg = small_config(dir.path().string());
+  cfg.schedule.steps = 2;
+  nlohmann::json tf32 = cfg.source;
+  tf32["run"]["precision"] = "tf32";
+  Config run = parse_config(tf32, "tf32");
+  run.schedule.steps = 2;
+  train(run, data, quiet());
+  Config fp32 = cfg;
+  fp32.schedule.steps = 4;
+  TrainOptions resume = quiet();
+  resume.resume = dir.file("checkpoint.safetensors");
+  CHECK_THROWS_WITH_AS(train(fp32, data, resume), doctest::Contains("differs from the checkpoint's at 'run.precision'"),
+                       Error);
+  // A run without the key (fp32 by default) resumes under an explicit fp32.
+  TempDir plain;
+  Config implicit = small_config(plain.path().string());
+  implicit.schedule.steps = 2;
+  train(implicit, data, quiet());
+  nlohmann::json explicit_fp32 = implicit.source;
+  explicit_fp32["run"]["precision"] = "fp32";
+  Config resumed = parse_config(explicit_fp32, "fp32");
+  resumed.schedule.steps = 4;
+  TrainOptions again = quiet();
+  again.resume = plain.file("checkpoint.safetensors");
+  CHECK(train(resumed, data, again).steps == 4);
+}
+
 TEST_CASE("atomic checkpoint: a write that fails midway leaves the previous checkpoint intact") {
   TempDir dir;
   std::string path = dir.file("checkpoint.safetensors");
