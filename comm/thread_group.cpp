@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
-#include <memory>
 #include <span>
 #include <thread>
 
@@ -119,20 +118,18 @@ class ThreadCommunicator final : public Communicator {
       });
     };
     out.bump_version();
-    if (GraphSession* g = graph_of(out)) {
+    if (in_graphed_step(out)) {
       // The blocks' addresses, published in the rendezvous, live as long as
       // the launch does.
-      auto mine = std::make_shared<std::vector<const void*>>();
-      LaunchSignature s;
-      add_to_signature(s, out);
-      add_to_signature(s, std::span<const int64_t>(counts));
+      std::vector<const void*> mine;
       for (const Tensor& b : blocks) {
         VQDDP_CHECK(b.device() == out.device(), "reduce_units: a block on {} for a result on {}", b.device().str(),
                     out.device().str());
-        mine->push_back(b.raw_ptr());
-        add_to_signature(s, b);
+        mine.push_back(b.raw_ptr());
       }
-      graph_launch(*g, "thread reduce_units", s.value(), [work, mine, o = out.raw_ptr()] { work(mine->data(), o); });
+      issue_launch(&device_kernels(out.device()), "thread reduce_units",
+                   [work, mine, o = out.raw_ptr()] { work(mine.data(), o); }, out, std::span<const int64_t>(counts),
+                   std::span<const Tensor>(blocks));
       return;
     }
     if (!out.device().is_cpu()) {
@@ -166,20 +163,17 @@ class ThreadCommunicator final : public Communicator {
   // device collective, as NCCL's kernels are on a GPU. A GPU's thread ranks
   // have no such kernel yet (their collectives are staged through the host,
   // which a graph refuses), so only sim takes this path.
-  static GraphSession* graph_of(const Tensor& t) {
-    if (t.device().kind != Device::Kind::sim) return nullptr;
-    return graph_in_step_of(&device_kernels(t.device()));
+  // The launch goes through the kernel tables' own interposer
+  // (issue_launch), with the signature of every argument the work reads.
+  static bool in_graphed_step(const Tensor& t) {
+    return t.device().kind == Device::Kind::sim && graph_in_step_of(&device_kernels(t.device()));
   }
   template <class Work, class... Args>
   bool launched_in_step(const char* kernel, const Tensor& in, const Tensor& out, const Work& work,
                         const Args&... args) {
-    GraphSession* g = graph_of(out);
-    if (!g || in.device() != out.device()) return false;
-    LaunchSignature s;
-    add_to_signature(s, in);
-    add_to_signature(s, out);
-    (add_to_signature(s, args), ...);
-    graph_launch(*g, kernel, s.value(), [work, i = in.raw_ptr(), o = out.raw_ptr()] { work(i, o); });
+    if (!in_graphed_step(out) || in.device() != out.device()) return false;
+    issue_launch(&device_kernels(out.device()), kernel, [work, i = in.raw_ptr(), o = out.raw_ptr()] { work(i, o); },
+                 in, out, args...);
     return true;
   }
 

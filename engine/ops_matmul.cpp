@@ -87,7 +87,9 @@ Tensor unit_partials_of_a(const Tensor& a, const Tensor& b, const Tensor& g, boo
   return out.reshape(shape);
 }
 
-Tensor matmul_with(Gemm kind, const Tensor& a, const Tensor& b, bool ta, bool tb) {
+// `rounded`: a and b are already in the run's precision (matmul_grads'
+// operands); else they are rounded here (engine/precision.h).
+Tensor matmul_with(Gemm kind, const Tensor& a, const Tensor& b, bool ta, bool tb, bool rounded) {
   VQDDP_CHECK(a.dtype() == DType::f32 && b.dtype() == DType::f32, "matmul: expected float32, got {} and {}",
               a.desc(), b.desc());
   VQDDP_CHECK(a.dim() == 2 && b.dim() == 2, "matmul: expected 2-D operands, got {} and {}", a.desc(), b.desc());
@@ -96,9 +98,9 @@ Tensor matmul_with(Gemm kind, const Tensor& a, const Tensor& b, bool ta, bool tb
   VQDDP_CHECK(k == kb, "matmul: inner dimensions differ: op(a) is [{}, {}], op(b) is [{}, {}] (a {}, b {}{}{})", m, k,
               kb, n, shape_str(a.shape()), shape_str(b.shape()), ta ? ", a transposed" : "", tb ? ", b transposed" : "");
   DeviceKernels& dk = device_of("matmul", {&a, &b});
-  // The product's inputs in the run's precision (engine/precision.h); the
-  // node's edges stay on a and b.
-  const Tensor ra = product_input(a), rb = product_input(b);
+  // The product's inputs in the run's precision; the node's edges stay on
+  // a and b.
+  const Tensor ra = rounded ? a : product_input(a), rb = rounded ? b : product_input(b);
   // GEMM with beta = 0 writes every element without reading it: no fill.
   Tensor out = empty({m, n}, DType::f32, a.device());
   // Empty operands: the result is zeros (BLAS rejects zero leading dims).
@@ -115,31 +117,31 @@ Tensor matmul_with(Gemm kind, const Tensor& a, const Tensor& b, bool ta, bool tb
   Tensor da = ra.detach(), db = rb.detach();
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   return record_op("matmul", out, {a, b}, {a, b}, [=](const Tensor& g) -> std::vector<Tensor> {
-    return matmul_grads(da, db, g, ta, tb, need_a, need_b, wants_unit_partials(0), wants_unit_partials(1));
+    return matmul_grads(da, db, product_input(g), ta, tb, need_a, need_b, wants_unit_partials(0),
+                        wants_unit_partials(1));
   });
 }
 
 }  // namespace
 
-std::vector<Tensor> matmul_grads(const Tensor& a_in, const Tensor& b_in, const Tensor& g_in, bool ta, bool tb,
-                                 bool need_a, bool need_b, bool partials_a, bool partials_b) {
+std::vector<Tensor> matmul_grads(const Tensor& a, const Tensor& b, const Tensor& g, bool ta, bool tb, bool need_a,
+                                 bool need_b, bool partials_a, bool partials_b) {
   // C = op(A) op(B):  dA = g op(B)^T (or its transpose), dB = op(A)^T g (or its transpose).
-  // Every product's inputs in the run's precision, the incoming gradient's
-  // too (rounding a rounded operand again changes nothing).
-  const Tensor a = product_input(a_in), b = product_input(b_in), g = product_input(g_in);
   Tensor ga, gb;
   const Gemm kind = exact_batch() ? Gemm::fixed_order : Gemm::library;
   if (need_a)
     ga = partials_a ? unit_partials_of_a(a, b, g, ta, tb)
-         : ta       ? matmul_with(kind, b, g, tb, true)
-                    : matmul_with(kind, g, b, false, !tb);
+         : ta       ? matmul_with(kind, b, g, tb, true, true)
+                    : matmul_with(kind, g, b, false, !tb, true);
   if (need_b)
     gb = partials_b ? unit_partials_of_b(a, b, g, ta, tb)
-         : tb       ? matmul_with(kind, g, a, true, ta)
-                    : matmul_with(kind, a, g, !ta, false);
+         : tb       ? matmul_with(kind, g, a, true, ta, true)
+                    : matmul_with(kind, a, g, !ta, false, true);
   return {ga, gb};
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) { return matmul_with(Gemm::fixed_order, a, b, ta, tb); }
+Tensor matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  return matmul_with(Gemm::fixed_order, a, b, ta, tb, false);
+}
 
 }  // namespace vqddp
