@@ -9,6 +9,7 @@
 #include "comm/agree.h"
 #include "comm/thread_group.h"
 #include "engine/ops.h"
+#include "engine/step_graph.h"
 
 using namespace vqddp;
 using namespace std::chrono_literals;
@@ -117,6 +118,40 @@ TEST_CASE("different sizes, roots, dtypes or row counts: DesyncError on every ra
         comm.all_reduce(t, ReduceOp::sum);
     });
     for (int r = 0; r < 3; ++r) CHECK(o.type[r] == "desync");
+  }
+}
+
+TEST_CASE("graphed steps on sim: a rank whose collective changes its root, op or row counts after the capture fails, "
+          "and so does every other rank, by the deadline") {
+  // comm/thread_group.cpp: in a graphed step a thread-rank collective is a
+  // launch of the step, checked against the capture. A rank that changes an
+  // argument the others keep must not replay the captured one (a silent
+  // desync); it fails, and the ranks waiting in their replays fail with it.
+  for (std::string change : {"root", "op", "counts"}) {
+    CAPTURE(change);
+    Outcome o = run_and_record(3, [&](Communicator& comm) {
+      const Device sim = Device::sim();
+      StepGraph graph(sim);
+      for (int step = 1; step <= 4; ++step) {
+        graph.begin_step(step);
+        const bool odd = step == 3 && comm.rank() == 1;  // the bug: one rank, one step
+        Tensor b = ones({4}, DType::f32, sim), s = ones({4}, DType::f32, sim);
+        comm.broadcast(b, odd && change == "root" ? 2 : 0);
+        comm.all_reduce(s, odd && change == "op" ? ReduceOp::max : ReduceOp::sum);
+        std::vector<int64_t> counts{1, 2, 1};
+        if (odd && change == "counts") counts = {2, 2, 0};  // its own rows and the total kept
+        Tensor rows = empty({4, 2}, DType::f32, sim);
+        comm.all_gather_rows(ones({counts[static_cast<size_t>(comm.rank())], 2}, DType::f32, sim), counts, rows);
+        graph.end_step();
+      }
+    });
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      CAPTURE(o.what[r]);
+      CHECK(o.what[r].find(r == 1 ? "step graph (sim:0): launch" : "rank 1 failed: step graph (sim:0): launch") == 0);
+      CHECK(o.what[r].find(" of step 3 is thread ") != std::string::npos);
+      CHECK(o.what[r].find(" with other arguments") != std::string::npos);
+    }
   }
 }
 
