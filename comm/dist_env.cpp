@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "comm/slurm_env.h"
 #include "engine/core/error.h"
 #include "engine/core/parse_number.h"
 
@@ -12,13 +13,14 @@ namespace {
 int integer_var(const std::function<const char*(const char*)>& lookup, const char* name, int low, int high) {
   const char* v = lookup(name);
   VQDDP_CHECK(v && *v, "environment variable {} is not set (a multi-process run needs RANK, WORLD_SIZE, LOCAL_RANK, "
-              "MASTER_ADDR and MASTER_PORT; `vqddp launch` sets them)", name);
+              "MASTER_ADDR and MASTER_PORT; `vqddp launch` sets them, and srun's SLURM_* variables stand for them)", name);
   return static_cast<int>(parse_count(v, {low, high}, fmt::format("environment variable {}", name)));
 }
 
 }  // namespace
 
-DistEnv dist_env_from(const std::function<const char*(const char*)>& lookup) {
+DistEnv dist_env_from(const std::function<const char*(const char*)>& launched) {
+  const EnvLookup lookup = with_slurm_step(launched);
   DistEnv e;
   e.world_size = integer_var(lookup, "WORLD_SIZE", 1, kMaxWorldSize);
   e.rank = integer_var(lookup, "RANK", 0, kMaxWorldSize);
@@ -38,6 +40,7 @@ DistEnv dist_env_from_process() {
 }
 
 bool dist_env_present(const std::function<const char*(const char*)>& lookup) {
+  if (in_slurm_step(lookup)) return true;
   for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"})
     if (const char* v = lookup(name); v && *v) return true;
   return false;

@@ -26,11 +26,13 @@ struct DistEnv {
 };
 
 // `lookup` returns a variable's value or nullptr (dist_env_from_process:
-// std::getenv).
+// std::getenv). In a Slurm job step, srun's variables stand for those the
+// user did not set (comm/slurm_env.h).
 DistEnv dist_env_from(const std::function<const char*(const char*)>& lookup);
 DistEnv dist_env_from_process();
-// True when any of the five variables is set: a launcher meant this process
-// to be one rank of a group (and dist_env_from then checks all of them).
+// True when any of the five variables is set, or this is a task of a Slurm
+// job step: a launcher meant this process to be one rank of a group (and
+// dist_env_from then checks all of them).
 bool dist_env_present(const std::function<const char*(const char*)>& lookup);
 
 }  // namespace vqddp

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "comm/slurm_env.h"
 #include "engine/core/error.h"
 #include "engine/core/parse_number.h"
 
@@ -23,7 +24,8 @@ std::unique_ptr<Store> rendezvous_store(const DistEnv& env, const std::function<
 }
 
 ProcessGroup process_group(std::chrono::milliseconds timeout) {
-  auto lookup = [](const char* name) -> const char* { return std::getenv(name); };
+  // srun's variables stand for torchrun's (LOCAL_WORLD_SIZE included).
+  const EnvLookup lookup = with_slurm_step([](const char* name) -> const char* { return std::getenv(name); });
   ProcessGroup g;
   if (!dist_env_present(lookup)) return g;
   g.env = dist_env_from(lookup);

@@ -18,6 +18,7 @@
 
 #include "comm/dist_env.h"
 #include "comm/process_launcher.h"
+#include "comm/slurm_env.h"
 #include "comm/mpi_communicator.h"
 #include "data/audio.h"
 #include "engine/cpu/blas.h"
@@ -50,14 +51,17 @@ void usage() {
   fmt::print(
       "usage: vqddp <command> [options]\n"
       "commands:\n"
-      "  train [CONFIG] [--resume CKPT | --overwrite] [--world N] [--backend B] [--device cpu|cuda|sim] [--steps S] [--dir RUN_DIR]\n"
+      "  train [CONFIG] [--resume CKPT|auto | --overwrite] [--world N] [--backend B] [--device cpu|cuda|sim] [--steps S] [--dir RUN_DIR]\n"
       "        [--step-graphs on|off] [--precision fp32|tf32|bf16] [--profile [--gemm-floor GFLOPS]]\n"
       "        train from a JSON config (without one: the built-in speech codec run, examples/speech_codec.json);\n"
       "        --profile prints where rank 0's training steps spent their time and FLOPs, op by op, and the\n"
       "        step's share of the GEMM floor (measured at the start, or --gemm-floor); --step-graphs sets\n"
       "        run.step_graphs (a world of one on cuda, or on sim any thread ranks, replays one captured step graph\n"
       "        per step); --precision sets run.precision (the inputs of matmuls and convolutions rounded to TF32 or\n"
-      "        bfloat16 first, emulated exactly: W ranks == 1 rank within each)\n"
+      "        bfloat16 first, emulated exactly: W ranks == 1 rank within each); --resume auto continues the run\n"
+      "        directory's checkpoint if it has one, else starts the run (a requeued batch job's one command); under\n"
+      "        srun, SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and the step's first node stand for RANK, WORLD_SIZE,\n"
+      "        LOCAL_RANK and MASTER_ADDR\n"
       "  check-ddp CONFIG (--world N | --backend mpi) [--steps S] [--mode run|step] [--rtol R] [--atol A]\n"
       "            [--device cpu|cuda|sim]\n"
       "        run: S steps on 1 rank and on N thread ranks from the same start; every checkpoint tensor must\n"
@@ -174,12 +178,18 @@ std::string resume_command(int argc, char** argv, const Config& cfg) {
 // do the same.
 void refuse_thread_ranks_under_launcher(const std::string& backend) {
   if (backend == "mpi") return;
-  VQDDP_CHECK(!mpi_launched_world(),
+  // (srun's PMI variables are there for an nccl job too: its tasks are ranks.)
+  VQDDP_CHECK(!mpi_launched_world() || (backend == "nccl" && in_slurm_step(std::getenv)),
               "train: this process is one of several started by mpirun or srun, but the backend is \"{}\": every "
               "process would train a whole run of its own into the same run directory. Use --backend mpi",
               backend);
   if (backend == "nccl" || !dist_env_present(std::getenv)) return;
   DistEnv env = dist_env_from_process();
+  VQDDP_CHECK(env.world_size == 1 || !in_slurm_step(std::getenv),
+              "train: this process is task {} of {} of a Slurm job step, but the backend is \"{}\", which starts its "
+              "own ranks: every task would train a whole run of its own into the same run directory. Use --backend "
+              "mpi or --backend nccl (one task per GPU), or srun one task",
+              env.rank, env.world_size, backend);
   VQDDP_CHECK(env.world_size == 1,
               "train: this process was started by a launcher (RANK={}, WORLD_SIZE={}) but the backend is \"{}\", "
               "which starts its own ranks: every launched process would train a whole run of its own into the same "
@@ -209,6 +219,18 @@ int run_train(int argc, char** argv) {
   TrainOptions opt;
   opt.resume = args.get("resume", "");
   opt.overwrite = args.has("overwrite");
+  VQDDP_CHECK(opt.resume != "auto" || !opt.overwrite, "train: --overwrite starts a run afresh, --resume auto "
+              "continues the run directory's: give one of them");
+  if (opt.resume == "auto") {
+    // A job that may be requeued (Slurm, examples/slurm/train.sbatch) runs
+    // the same command every time: continue the run directory's checkpoint
+    // when there is one, else start the run, replacing a metrics log no
+    // checkpoint goes with (the steps it logged were never saved). Every
+    // task reads the same directory, as any resume's tasks read its
+    // checkpoint; the ranks then agree on the step they start at.
+    opt.resume = std::filesystem::exists(checkpoint_path(cfg)) ? checkpoint_path(cfg) : "";
+    opt.overwrite = opt.resume.empty();
+  }
   opt.profile = args.has("profile");
   opt.gemm_floor = gemm_floor;
   opt.resume_hint = resume_command(argc, argv, cfg);

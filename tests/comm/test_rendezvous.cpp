@@ -21,6 +21,7 @@
 #include "comm/errors.h"
 #include "comm/process_launcher.h"
 #include "comm/rendezvous.h"
+#include "comm/slurm_env.h"
 #include "comm/store.h"
 #include "tests/engine/tmpdir.h"
 
@@ -139,6 +140,60 @@ TEST_CASE("the environment contract: torchrun's variables, and an error naming e
   CHECK_THROWS_WITH_AS(env_of(with("LOCAL_RANK", "5")), doctest::Contains("LOCAL_RANK=5 exceeds RANK=3"), Error);
   CHECK(e.store_token.empty());  // optional: torchrun sets none
   CHECK(env_of(with("VQDDP_STORE_TOKEN", "s3cret")).store_token == "s3cret");
+}
+
+TEST_CASE("a Slurm job step is a launcher: srun's variables stand for torchrun's, and a variable the user set wins") {
+  // Task 4 of `srun -N 3 -n 7` on node n2 (tasks 3 per node, then 1),
+  // as srun sets them (comm/slurm_env.h).
+  const std::map<std::string, std::string> step{
+      {"SLURM_JOB_ID", "123456"}, {"SLURM_STEP_ID", "0"}, {"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "7"},
+      {"SLURM_STEP_NUM_TASKS", "7"}, {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "1"},
+      {"SLURM_STEP_NODELIST", "gpu[07-08,12]"}, {"SLURM_STEP_TASKS_PER_NODE", "3(x2),1"}, {"SLURMD_NODENAME", "gpu08"}};
+  auto lookup_in = [](const std::map<std::string, std::string>& vars) {
+    return [vars](const char* name) -> const char* {
+      auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    };
+  };
+  DistEnv e = env_of(step);
+  CHECK(e.rank == 4);
+  CHECK(e.world_size == 7);
+  CHECK(e.local_rank == 1);
+  CHECK(e.master_addr == "gpu07");
+  CHECK(e.master_port == 15000 + 123456 % 20000);
+  CHECK(dist_env_present(lookup_in(step)));
+  EnvLookup full = with_slurm_step(lookup_in(step));
+  CHECK(std::string(full("LOCAL_WORLD_SIZE")) == "3");
+  CHECK(slurm_node_name(lookup_in(step)) == "node gpu08");
+  // The user's own variables win: node names that do not resolve, a port in use.
+  auto mine = step;
+  mine["MASTER_ADDR"] = "10.0.0.7";
+  mine["MASTER_PORT"] = "29500";
+  CHECK(env_of(mine).master_addr == "10.0.0.7");
+  CHECK(env_of(mine).master_port == 29500);
+  // The batch script itself (no SLURM_STEP_ID) is one process, not a rank.
+  auto batch = step;
+  batch.erase("SLURM_STEP_ID");
+  CHECK_FALSE(dist_env_present(lookup_in(batch)));
+  CHECK(slurm_node_name(lookup_in(batch)).empty());
+  CHECK_THROWS_WITH_AS(env_of(batch), doctest::Contains("environment variable WORLD_SIZE is not set"), Error);
+  // A task past its step's size is an error naming the variables it read.
+  auto past = step;
+  past["SLURM_PROCID"] = "7";
+  CHECK_THROWS_WITH_AS(env_of(past), doctest::Contains("RANK=7 is not below WORLD_SIZE=7"), Error);
+
+  CHECK(slurm_first_host("n1") == "n1");
+  CHECK(slurm_first_host("n[1-3]") == "n1");
+  CHECK(slurm_first_host("login1,gpu[07-09]") == "login1");
+  CHECK(slurm_first_host("gpu[012,3]-ib") == "gpu012-ib");
+  CHECK(slurm_first_host("rack[2-3]node[05-06]") == "rack2node05");
+  CHECK_THROWS_WITH_AS(slurm_first_host("gpu[1-2"), doctest::Contains("Slurm node list 'gpu[1-2' names no node"), Error);
+  CHECK_THROWS_WITH_AS(slurm_first_host(""), doctest::Contains("names no node"), Error);
+  CHECK(slurm_tasks_on_node("3(x2),1", 0) == 3);
+  CHECK(slurm_tasks_on_node("3(x2),1", 2) == 1);
+  CHECK(slurm_tasks_on_node("3(x2),1", 3) == std::nullopt);
+  CHECK(slurm_tasks_on_node("2", 0) == 2);
+  CHECK_THROWS_WITH_AS(slurm_tasks_on_node("3(x2,1", 0), doctest::Contains("'3(x2' is not N or N(xK)"), Error);
 }
 
 TEST_CASE("TCP store: several clients on 127.0.0.1 exchange values; get waits for a later set") {

@@ -1,0 +1,111 @@
+# A real Slurm cluster on this machine, for the tests (sourced, not run):
+# Debian's slurm-wlm daemons (slurmctld, one slurmd per node: Debian builds
+# Slurm with multiple-slurmd, so N nodes are N slurmd processes on
+# 127.0.0.1 with their own ports) and munge for their credentials, every
+# file under one directory, every daemon on ports of its own, as root.
+#   slurm_cluster_start DIR NODES   start it (nodes n1..nNODES, partition "test")
+#   slurm_cluster_stop              stop every daemon it started
+# slurm_cluster_start exports SLURM_CONF, so srun/sbatch/scontrol in the
+# caller use it. Where it cannot run it returns 77 with the reason in
+# $slurm_skip_reason; a failure to start returns 1 with the daemons' logs.
+slurm_cluster_start() {
+  slurm_dir=$1
+  slurm_nodes=$2
+  slurm_skip_reason=
+  for tool in slurmctld slurmd srun sbatch scontrol munged mungekey; do
+    command -v "$tool" > /dev/null 2>&1 ||
+      { slurm_skip_reason="$tool is not installed (apt-get install slurm-wlm munge)"; return 77; }
+  done
+  [ "$(id -u)" = 0 ] || { slurm_skip_reason="slurmd must run as root to start jobs as their user"; return 77; }
+  [ -e /usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix.so ] || [ -e /usr/lib/slurm-wlm/mpi_pmix.so ] ||
+    ls /usr/lib/*/slurm-wlm/mpi_pmix.so > /dev/null 2>&1 ||
+    { slurm_skip_reason="Slurm's PMIx plugin is missing"; return 77; }
+  mkdir -p "$slurm_dir/state" "$slurm_dir/munge" "$slurm_dir/log"
+  chmod 700 "$slurm_dir/munge"
+  # Ports: one base per cluster, from the directory's name, so clusters of
+  # tests running side by side do not meet.
+  slurm_port=$((20000 + $(printf '%s' "$slurm_dir" | cksum | cut -d' ' -f1) % 20000))
+  slurm_host=$(hostname -s)
+  mungekey -c -k "$slurm_dir/munge/munge.key" > /dev/null 2>&1 ||
+    { slurm_skip_reason="mungekey could not make a key"; return 77; }
+  munged --force -S "$slurm_dir/munge/socket" --key-file="$slurm_dir/munge/munge.key" \
+    --pid-file="$slurm_dir/munge/munged.pid" --log-file="$slurm_dir/log/munged.log" \
+    --seed-file="$slurm_dir/munge/seed" ||
+    { slurm_skip_reason="munged does not start here: $(tail -n 2 "$slurm_dir/log/munged.log" 2>/dev/null)"; return 77; }
+  cat > "$slurm_dir/slurm.conf" <<CONF
+ClusterName=vqddptest
+SlurmctldHost=$slurm_host(127.0.0.1)
+SlurmctldPort=$slurm_port
+SlurmdPort=$((slurm_port + 1))
+SlurmUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$slurm_dir/munge/socket,cred_expire=5
+StateSaveLocation=$slurm_dir/state
+SlurmdSpoolDir=$slurm_dir/spool/%n
+SlurmctldPidFile=$slurm_dir/slurmctld.pid
+SlurmdPidFile=$slurm_dir/slurmd.%n.pid
+SlurmctldLogFile=$slurm_dir/log/slurmctld.log
+SlurmdLogFile=$slurm_dir/log/slurmd.%n.log
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SchedulerType=sched/builtin
+MpiDefault=pmix
+JobRequeue=1
+ReturnToService=2
+MinJobAge=300
+KillWait=5
+MessageTimeout=5
+SlurmctldTimeout=10
+SlurmdTimeout=10
+InactiveLimit=0
+MailProg=/bin/true
+CONF
+  i=1
+  while [ "$i" -le "$slurm_nodes" ]; do
+    echo "NodeName=n$i NodeHostname=$slurm_host NodeAddr=127.0.0.1 Port=$((slurm_port + 1 + i)) CPUs=4 State=UNKNOWN" >> "$slurm_dir/slurm.conf"
+    mkdir -p "$slurm_dir/spool/n$i"
+    i=$((i + 1))
+  done
+  echo "PartitionName=test Nodes=n[1-$slurm_nodes] Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >> "$slurm_dir/slurm.conf"
+  export SLURM_CONF="$slurm_dir/slurm.conf"
+  slurmctld -f "$SLURM_CONF" || { slurm_skip_reason="slurmctld does not start: $(tail -n 3 "$slurm_dir/log/slurmctld.log" 2>/dev/null)"; return 77; }
+  # Each slurmd reads its own copy of the configuration, beside an mpi.conf
+  # of its own: Slurm's PMIx plugin makes a directory per job step under
+  # PMIxCliTmpDirBase, named by the step alone, which the nodes of one
+  # machine would otherwise all make in /tmp.
+  i=1
+  while [ "$i" -le "$slurm_nodes" ]; do
+    mkdir -p "$slurm_dir/n$i/pmix"
+    cp "$SLURM_CONF" "$slurm_dir/n$i/slurm.conf"
+    echo "PMIxCliTmpDirBase=$slurm_dir/n$i/pmix" > "$slurm_dir/n$i/mpi.conf"
+    slurmd -f "$slurm_dir/n$i/slurm.conf" -N "n$i" || { cat "$slurm_dir"/log/*.log >&2; return 1; }
+    i=$((i + 1))
+  done
+  # Up when every node is idle (about 2 s).
+  t=0
+  while [ "$(sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)" -lt "$slurm_nodes" ]; do
+    t=$((t + 1))
+    [ $t -le 100 ] || { sinfo -N >&2; tail -n 20 "$slurm_dir"/log/*.log >&2; return 1; }
+    sleep 0.2
+  done
+  return 0
+}
+
+slurm_cluster_stop() {
+  [ -n "${slurm_dir:-}" ] || return 0
+  for pidfile in "$slurm_dir"/slurmd.*.pid "$slurm_dir/slurmctld.pid" "$slurm_dir/munge/munged.pid"; do
+    [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2> /dev/null
+  done
+  sleep 0.5
+  for pidfile in "$slurm_dir"/slurmd.*.pid "$slurm_dir/slurmctld.pid" "$slurm_dir/munge/munged.pid"; do
+    [ -f "$pidfile" ] && kill -9 "$(cat "$pidfile")" 2> /dev/null
+  done
+  return 0
+}
