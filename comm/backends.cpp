@@ -9,6 +9,7 @@
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_communicator.h"
 #include "comm/rendezvous.h"
+#include "comm/slurm_env.h"
 #include "comm/single.h"
 #include "comm/thread_group.h"
 #include "engine/cpu/parallel.h"
@@ -72,7 +73,8 @@ void launch_mpi(const LaunchOptions& o, const std::function<void(Communicator&)>
   } catch (const std::exception& e) {
     if (comm->world_size() > 1) {
       if (!raised_by_every_rank(e))
-        mpi_abort_job(fmt::format("vqddp: mpi rank {} of {} failed: {}", comm->rank(), comm->world_size(), e.what()));
+        mpi_abort_job(fmt::format("vqddp: mpi rank {} of {} on {} failed: {}", comm->rank(), comm->world_size(),
+                                  this_node_name(), e.what()));
       // Every rank raised it at the same point (other data, config or
       // build): none waits for another, so each process frees its
       // communicator here (no exception in flight, so no abort), finalises

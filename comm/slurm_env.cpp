@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
 #include <map>
 #include <memory>
 
@@ -105,6 +109,13 @@ EnvLookup with_slurm_step(const EnvLookup& lookup) {
 std::string slurm_node_name(const EnvLookup& lookup) {
   const char* node = set_value(lookup, "SLURMD_NODENAME");
   return node && in_slurm_step(lookup) ? fmt::format("node {}", node) : "";
+}
+
+std::string this_node_name() {
+  if (std::string node = slurm_node_name(std::getenv); !node.empty()) return node;
+  char host[HOST_NAME_MAX + 1] = {};
+  gethostname(host, sizeof host - 1);
+  return fmt::format("host {}", host);
 }
 
 }  // namespace vqddp

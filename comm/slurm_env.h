@@ -32,6 +32,10 @@ EnvLookup with_slurm_step(const EnvLookup& lookup);
 // step (SLURMD_NODENAME), else "" (the caller names the host).
 std::string slurm_node_name(const EnvLookup& lookup);
 
+// "node n3" in a Slurm job step, else "host NAME" (gethostname): where this
+// process runs, for the message that ends a job.
+std::string this_node_name();
+
 // Slurm's compressed host lists and task counts, as srun writes them.
 // "gpu[07-09,12],login1" -> "gpu07". Errors name the text.
 std::string slurm_first_host(const std::string& nodelist);

@@ -3,6 +3,8 @@
 # nodes and munge on this machine):
 #  - `srun -N 3 -n 3 vqddp train --backend mpi` ends in 1 rank's checkpoint;
 #  - srun of 3 tasks with thread ranks is refused on every task, by name;
+#  - a task killed mid-run: every other task ends by the collective
+#    deadline naming its rank and node, and the run resumes on 2 tasks;
 #  - examples/slurm/train.sbatch as shipped, on 3 nodes: with one node
 #    drained mid-job and the job preempted at a random step (scancel
 #    --signal=TERM), it requeues itself; given the 2 nodes left, it starts
@@ -29,6 +31,8 @@ wait_for() {  # SECONDS CONDITION...
     sleep 0.1
   done
 }
+t0=$(date +%s)
+took() { echo "$(( $(date +%s) - t0 )) s"; }
 slurm_cluster_start "$work/cluster" 3
 rc=$?
 [ $rc -eq 77 ] && { echo "slurm_jobs: skipped: $slurm_skip_reason"; exit 77; }
@@ -47,25 +51,64 @@ timeout 120 srun -N 3 -n 3 "$v" train "$config" --backend mpi --steps $steps --d
   { cat srun3.out; fail "srun -N 3 -n 3 --backend mpi failed"; }
 grep -q "3 ranks (mpi" srun3.out || { cat srun3.out; fail "the srun job did not run as 3 mpi ranks"; }
 cmp -s one/checkpoint.safetensors srun3/checkpoint.safetensors || fail "srun -n 3 ended in another checkpoint than 1 rank"
-echo "slurm_jobs: srun -N 3 -n 3 --backend mpi: 1 rank's checkpoint"
+echo "slurm_jobs: srun -N 3 -n 3 --backend mpi: 1 rank's checkpoint ($(took))"
 
 # 2. Thread ranks in every task of a 3-task step: refused on each.
 timeout 60 srun -n 3 "$v" train "$config" --steps 2 --dir thread3 > thread3.out 2>&1 && fail "srun -n 3 with thread ranks ran"
 [ "$(grep -c "is task [0-2] of 3 of a Slurm job step, but the backend is \"thread\"" thread3.out)" -eq 3 ] ||
   { cat thread3.out; fail "srun -n 3 with thread ranks: not refused by name on each task"; }
-echo "slurm_jobs: srun -n 3 with thread ranks: refused on every task"
+echo "slurm_jobs: srun -n 3 with thread ranks: refused on every task ($(took))"
 
-# 3. The shipped batch script, preempted and requeued on fewer tasks.
-steps=100
-"$v" train "$config" --world 1 --steps $steps --dir one100 > one100.out 2>&1 || { cat one100.out; fail "1 rank failed"; }
+# 3. A task killed mid-run (a job step that dies): the others end at the
+# collective deadline (3 s here), each naming its rank and node, srun names
+# the dead task's node, and the last checkpoint resumes on 2 tasks to
+# 1 rank's bits.
+python3 - "$config" short.json <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["schedule"].update(checkpoint_every=10, validate_every=0)
+c["distributed"]["timeout_s"] = 3
+json.dump(c, open(sys.argv[2], "w"))
+PY
+"$v" train short.json --world 1 --steps 60 --dir one_short > one_short.out 2>&1 || { cat one_short.out; fail "1 rank failed"; }
+timeout 120 srun -N 3 -n 3 "$v" train short.json --backend mpi --steps 60 --dir killed > killed.out 2>&1 &
+srun_pid=$!
+checkpointed() { [ -f killed/checkpoint.safetensors ]; }
+wait_for 60 checkpointed || { cat killed.out; fail "the 3-task run wrote no checkpoint"; }
+victim=
+for p in $(pgrep -f "train short.json --backend mpi"); do
+  grep -qz '^SLURM_PROCID=1$' "/proc/$p/environ" 2> /dev/null && victim=$p
+done
+[ -n "$victim" ] || fail "task 1 not found"
+kill -9 "$victim"
+killed_at=$(date +%s)
+wait $srun_pid
+ended=$(( $(date +%s) - killed_at ))
+[ $ended -le 20 ] || { cat killed.out; fail "the job ended $ended s after its task died (deadline 3 s)"; }
+grep -q "srun: error: n2: task 1: Killed" killed.out || { cat killed.out; fail "srun did not name the dead task's node"; }
+for r in 0 2; do
+  grep -q "vqddp: mpi rank $r of 3 on node n$((r + 1)) failed: .* did not complete within its deadline of 3000 ms" killed.out ||
+    grep -q "srun: error: n$((r + 1)): task $r: Killed" killed.out ||  # ended by the MPI job's end first
+    { cat killed.out; fail "rank $r did not end by its deadline, naming itself and its node"; }
+done
+grep -q "on node n[13] failed: .* within its deadline" killed.out || { cat killed.out; fail "no rank named its node"; }
+timeout 120 srun -N 2 -n 2 "$v" train short.json --backend mpi --steps 60 --dir killed --resume auto > resumed.out 2>&1 ||
+  { cat resumed.out; fail "the killed run did not resume on 2 tasks"; }
+grep -q "^train: resumed at step [1-9]" resumed.out || { cat resumed.out; fail "--resume auto did not resume"; }
+cmp -s one_short/checkpoint.safetensors killed/checkpoint.safetensors ||
+  fail "killed, then resumed on 2 tasks, the run ended in another checkpoint than 1 rank"
+echo "slurm_jobs: task 1 killed: the job ended $ended s later naming ranks and nodes; resumed on 2 tasks: 1 rank's checkpoint ($(took))"
+
+# 4. The shipped batch script, preempted and requeued on fewer tasks.
+steps=60  # short.json's reference, one_short, is the uninterrupted run
 all_idle() { [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" -eq 3 ]; }
 wait_for 30 all_idle || { sinfo -N; fail "the nodes did not become idle after the srun jobs"; }
-job=$(VQDDP=$v sbatch --parsable -N 3 --ntasks-per-node=1 -o job.log "$src/examples/slurm/train.sbatch" "$config" --steps $steps \
+job=$(VQDDP=$v sbatch --parsable -N 3 --ntasks-per-node=1 -o job.log "$src/examples/slurm/train.sbatch" short.json --steps $steps \
   --dir "$work/requeued") || fail "sbatch failed"
 state() { squeue -h -j "$job" -o %T 2> /dev/null; }
 training() { grep -q "^train: .* 3 ranks (mpi" job.log 2> /dev/null; }
 wait_for 60 training || { cat job.log; fail "job $job did not start training"; }
-sleep "$((1 + RANDOM % 2)).$((RANDOM % 10))"  # a random step: it runs 100 steps in about 7 s
+sleep "$((RANDOM % 2)).$((RANDOM % 10))"  # a random step: it runs 60 steps in 4-5 s
 # A node drained mid-job (the job runs on), then the preemption: the job
 # requeues itself.
 scontrol update NodeName=n3 State=DRAIN Reason=slurm_jobs || fail "n3 could not be drained"
@@ -81,6 +124,6 @@ stopped=$(sed -n 's/^vqddp: stopped by SIGTERM after step \([0-9]*\);.*/\1/p' jo
 [ -n "$stopped" ] && [ "$stopped" -lt $steps ] || fail "job $job was not stopped by its SIGTERM before step $steps"
 grep -q "^train: resumed at step $stopped from " job.log || fail "the requeued job did not resume at step $stopped"
 grep -q "2 ranks (mpi" job.log || fail "the requeued job did not run on 2 tasks"
-cmp -s one100/checkpoint.safetensors requeued/checkpoint.safetensors ||
+cmp -s one_short/checkpoint.safetensors requeued/checkpoint.safetensors ||
   fail "preempted at step $stopped and requeued on 2 tasks, the job ended in another checkpoint than 1 rank"
-echo "slurm_jobs: train.sbatch preempted after step $stopped, requeued on 2 tasks: 1 rank's checkpoint"
+echo "slurm_jobs: train.sbatch preempted after step $stopped, requeued on 2 tasks: 1 rank's checkpoint ($(took))"

@@ -56,6 +56,9 @@ JobCompType=jobcomp/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/builtin
+# The main scheduling pass every second (Slurm: 60 s): a requeued job, held
+# back until its credentials expire, then starts at once.
+SchedulerParameters=sched_interval=1
 MpiDefault=pmix
 JobRequeue=1
 ReturnToService=2
