@@ -12,6 +12,7 @@ packages=(
   libopus-dev libcodec2-dev          # vqddp eval: classic codecs coded beside ours at equal bitrate
   libopenmpi-dev openmpi-bin         # the MPI backend (--backend mpi) and mpirun
   iproute2                           # tests/two_nodes.sh: two nodes as network namespaces
+  slurm-wlm munge                    # tests/slurm_jobs.sh: a real Slurm cluster on this machine
   asterisk-core-sounds-en-wav        # real speech: the default training run (Allison, English)
   asterisk-core-sounds-es-wav        # more languages and voices for the codecs: Allison (Spanish),
   asterisk-core-sounds-fr-wav        # June (French; held out of the speech codecs' training, docs/models.md)
@@ -32,4 +33,13 @@ sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
+# No daemon starts on install (munge, slurmctld, slurmd: the Slurm test
+# starts its own, on its own ports and files): a policy-rc.d that refuses
+# every start, for this install only, where the machine has none.
+policy=/usr/sbin/policy-rc.d
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" > /dev/null
+  $sudo chmod +x "$policy"
+  trap '$sudo rm -f "$policy"' EXIT
+fi
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

