@@ -1,6 +1,9 @@
 #!/bin/bash
 # vqddp under a real Slurm (tests/slurm/cluster.sh: slurmctld, three slurmd
 # nodes and munge on this machine):
+#  - srun's variables alone (comm/slurm_env.h) bring 3 tasks on 3 nodes
+#    together through the TCP store, as the nccl backend's rendezvous does
+#    (tests/comm/store_peer.cpp), on the port the job's id gives;
 #  - `srun -N 3 -n 3 vqddp train --backend mpi` ends in 1 rank's checkpoint;
 #  - srun of 3 tasks with thread ranks is refused on every task, by name;
 #  - a task killed mid-run: every other task ends by the collective
@@ -11,10 +14,11 @@
 #    again with 2 tasks and resumes from its run directory (--resume auto) and ends in
 #    the uninterrupted 1-rank run's checkpoint, bit for bit.
 # Exits 77 where no Slurm can run (not installed, not root).
-#   slurm_jobs.sh VQDDP SOURCE_DIR
+#   slurm_jobs.sh VQDDP SOURCE_DIR STORE_PEER
 set -u
 v=$(realpath "$1")
 src=$(realpath "$2")
+store_peer=$(realpath "$3")
 work=$(mktemp -d /tmp/vqddp-slurm.XXXXXX)
 . "$src/tests/slurm/cluster.sh"
 trap 'slurm_cluster_stop; [ -n "${VQDDP_KEEP:-}" ] || rm -rf "$work"' EXIT
@@ -43,6 +47,18 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=se
   OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
 config=$src/examples/speech_codec.json
 cd "$work" || exit 1
+
+# 0. The rendezvous from srun's variables: 3 tasks on 3 nodes. The test's
+# node names do not resolve, so MASTER_ADDR is given (a variable the user
+# sets wins); RANK, WORLD_SIZE, LOCAL_RANK, MASTER_PORT and LOCAL_WORLD_SIZE
+# (1 per node: peers beyond this node, so the store wants the token) are
+# Slurm's.
+VQDDP_STORE_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n') MASTER_ADDR=127.0.0.1 \
+  timeout 60 srun -N 3 -n 3 "$store_peer" --timeout-ms 20000 > store.out 2>&1 ||
+  { cat store.out; fail "srun -N 3 -n 3 store_peer: the rendezvous from srun's variables failed"; }
+grep -q "store_peer: 3 ranks agree on 'id-[0-9]*-\(1[5-9]\|2[0-9]\|3[0-4]\)[0-9][0-9][0-9]'" store.out ||
+  { cat store.out; fail "the rendezvous did not meet 3 ranks on the job's port"; }
+echo "slurm_jobs: srun -N 3 -n 3: the TCP store's rendezvous from srun's variables met 3 ranks ($(took))"
 
 # 1. srun -n 3 on 3 nodes, mpi, == 1 rank.
 steps=8
