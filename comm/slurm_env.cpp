@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cstdlib>
 #include <map>
@@ -32,20 +34,27 @@ std::string slurm_first_host(const std::string& nodelist) {
   // bracket its first number (zero padding kept).
   std::string host;
   bool in_bracket = false, took = false;
+  size_t opened_at = 0;
   for (char c : nodelist) {
     if (!in_bracket && c == ',') break;
     if (c == '[') {
       VQDDP_CHECK(!in_bracket, "Slurm node list '{}': a bracket inside a bracket", nodelist);
+      opened_at = host.size();
       in_bracket = true;
       took = false;
     } else if (c == ']') {
       VQDDP_CHECK(in_bracket, "Slurm node list '{}': ']' without '['", nodelist);
+      VQDDP_CHECK(host.size() > opened_at, "Slurm node list '{}': a bracket without a first number", nodelist);
       in_bracket = false;
     } else if (!in_bracket) {
       host += c;
     } else if (!took) {
-      if (c == ',' || c == '-') took = true;
-      else host += c;
+      if (c == ',' || c == '-') {
+        VQDDP_CHECK(host.size() > opened_at, "Slurm node list '{}': a bracket without a first number", nodelist);
+        took = true;
+      } else {
+        host += c;
+      }
     }
   }
   VQDDP_CHECK(!in_bracket && !host.empty(), "Slurm node list '{}' names no node", nodelist);
@@ -67,8 +76,8 @@ std::optional<int> slurm_tasks_on_node(const std::string& tasks_per_node, int no
       nodes = entry.back() == ')' ? parse_int(entry.substr(open + 2, entry.size() - open - 3)).value_or(0) : 0;
     VQDDP_CHECK(tasks && *tasks >= 0 && nodes > 0, "SLURM_STEP_TASKS_PER_NODE '{}': '{}' is not N or N(xK)",
                 tasks_per_node, entry);
-    if (node < first + nodes) return static_cast<int>(*tasks);
-    first += static_cast<int>(nodes);
+    if (node - first < nodes) return static_cast<int>(*tasks);
+    first += static_cast<int>(std::min<int64_t>(nodes, INT32_MAX - first));
     at = end + 1;
   }
   return std::nullopt;
@@ -86,9 +95,11 @@ EnvLookup with_slurm_step(const EnvLookup& lookup) {
   from("LOCAL_RANK", "SLURM_LOCALID");
   if (const char* nodes = set_value(lookup, "SLURM_STEP_NODELIST")) (*derived)["MASTER_ADDR"] = slurm_first_host(nodes);
   if (const char* job = set_value(lookup, "SLURM_JOB_ID")) {
-    std::optional<int64_t> id = parse_int(job);
+    // One port per job step (two steps of a job may share a first node),
+    // below Linux's ephemeral ports (32768 on).
+    std::optional<int64_t> id = parse_int(job), step = parse_int(set_value(lookup, "SLURM_STEP_ID"));
     VQDDP_CHECK(id && *id >= 0, "environment variable SLURM_JOB_ID must be a job number, got '{}'", job);
-    (*derived)["MASTER_PORT"] = std::to_string(15000 + *id % 20000);
+    (*derived)["MASTER_PORT"] = std::to_string(15000 + (*id % 1700) * 10 + (step && *step >= 0 ? *step % 10 : 0));
   }
   const char* per_node = set_value(lookup, "SLURM_STEP_TASKS_PER_NODE");
   const char* node_id = set_value(lookup, "SLURM_NODEID");

@@ -7,7 +7,8 @@
 //   LOCAL_RANK  <- SLURM_LOCALID
 //   MASTER_ADDR <- the first node of SLURM_STEP_NODELIST (task 0's, in
 //                  Slurm's default block distribution)
-//   MASTER_PORT <- 15000 + SLURM_JOB_ID % 20000, one port per job
+//   MASTER_PORT <- 15000 + (SLURM_JOB_ID % 1700) * 10 + SLURM_STEP_ID % 10,
+//                  one port per job step, below the ephemeral ports
 //   LOCAL_WORLD_SIZE <- this node's count in SLURM_STEP_TASKS_PER_NODE
 // A variable the user set wins over Slurm's (MASTER_ADDR where node names
 // do not resolve, MASTER_PORT where the derived one is taken). Only a job

@@ -35,11 +35,15 @@ export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 # No daemon starts on install (munge, slurmctld, slurmd: the Slurm test
 # starts its own, on its own ports and files): a policy-rc.d that refuses
-# every start, for this install only, where the machine has none.
+# every start, for this install only, where the machine has none (or only
+# one this script left, killed midway: marked, so it is known and removed).
+# Debian still enables the services for the next boot, where slurmctld and
+# slurmd stop at once without /etc/slurm/slurm.conf and munge runs.
 policy=/usr/sbin/policy-rc.d
-if [ ! -e "$policy" ]; then
-  printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" > /dev/null
-  $sudo chmod +x "$policy"
+marker="# vqddp scripts/deps.sh: refuse daemon starts during its install"
+if [ ! -e "$policy" ] || grep -qxF "$marker" "$policy"; then
   trap '$sudo rm -f "$policy"' EXIT
+  printf '#!/bin/sh\n%s\nexit 101\n' "$marker" | $sudo tee "$policy" > /dev/null
+  $sudo chmod +x "$policy"
 fi
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -60,8 +60,8 @@ void usage() {
       "        per step); --precision sets run.precision (the inputs of matmuls and convolutions rounded to TF32 or\n"
       "        bfloat16 first, emulated exactly: W ranks == 1 rank within each); --resume auto continues the run\n"
       "        directory's checkpoint if it has one, else starts the run (a requeued batch job's one command); under\n"
-      "        srun, SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID and the step's first node stand for RANK, WORLD_SIZE,\n"
-      "        LOCAL_RANK and MASTER_ADDR\n"
+      "        srun, SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_LOCALID, the step's first node and a port from the job\n"
+      "        and step ids stand for RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT\n"
       "  check-ddp CONFIG (--world N | --backend mpi) [--steps S] [--mode run|step] [--rtol R] [--atol A]\n"
       "            [--device cpu|cuda|sim]\n"
       "        run: S steps on 1 rank and on N thread ranks from the same start; every checkpoint tensor must\n"
@@ -225,11 +225,13 @@ int run_train(int argc, char** argv) {
     // A job that may be requeued (Slurm, examples/slurm/train.sbatch) runs
     // the same command every time: continue the run directory's checkpoint
     // when there is one, else start the run, replacing a metrics log no
-    // checkpoint goes with (the steps it logged were never saved). Every
-    // task reads the same directory, as any resume's tasks read its
-    // checkpoint; the ranks then agree on the step they start at.
+    // checkpoint goes with (the steps it logged were never saved; rank 0
+    // removes nothing else, and refuses if a checkpoint is there after all:
+    // RunStart::unsaved). Every task reads the same directory, as any
+    // resume's tasks read its checkpoint; ranks that saw it differently
+    // fail alike when they agree on the step they start at.
     opt.resume = std::filesystem::exists(checkpoint_path(cfg)) ? checkpoint_path(cfg) : "";
-    opt.overwrite = opt.resume.empty();
+    opt.replace_unsaved = opt.resume.empty();
   }
   opt.profile = args.has("profile");
   opt.gemm_floor = gemm_floor;

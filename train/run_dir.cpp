@@ -104,6 +104,14 @@ void claim_run_files(const std::string& dir, RunStart start) {
     VQDDP_THROW("run directory {} already holds a run ({}); continue it with --resume {}, start this run in "
                 "another directory with --dir, or replace the old run with --overwrite",
                 dir, held, (fs::path(dir) / kRunFiles[0]).string());
+  if (start == RunStart::unsaved) {
+    VQDDP_CHECK(!fs::exists(fs::path(dir) / kRunFiles[0], ec),
+                "run directory {}: --resume auto found no {} when it chose to start afresh, and now there is one "
+                "(a file system that showed it late?): start again, and it will be resumed",
+                dir, kRunFiles[0]);
+    fs::remove(fs::path(dir) / kRunFiles[1], ec);
+    VQDDP_CHECK(!ec, "run directory {}: cannot remove the unsaved run's {}: {}", dir, kRunFiles[1], ec.message());
+  }
   if (start == RunStart::overwrite)
     for (const char* name : kRunFiles) {
       fs::remove(fs::path(dir) / name, ec);

@@ -18,7 +18,11 @@
 
 namespace vqddp {
 
-enum class RunStart { fresh, resume, overwrite };
+// unsaved: a start of `train --resume auto` that found no checkpoint. A
+// metrics log there is of steps never saved and is replaced; a checkpoint
+// found now (this process did not see it when it chose, as a stale network
+// file system may) is refused, never removed.
+enum class RunStart { fresh, resume, overwrite, unsaved };
 
 class RunDir {
  public:

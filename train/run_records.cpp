@@ -47,6 +47,7 @@ void RunRecords::open(std::span<const TrainedPart> parts, int64_t step) {
     run_dir_.emplace(dir_.string(), bytes,
                      !opt_.resume.empty() ? RunStart::resume
                      : opt_.overwrite     ? RunStart::overwrite
+                     : opt_.replace_unsaved ? RunStart::unsaved
                                           : RunStart::fresh,
                      opt_.checkpoints);
     // The first checkpoint save would sweep these too (engine/core/output_file.h);

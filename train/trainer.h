@@ -91,6 +91,8 @@ struct TrainOptions {
   // A fresh run into a directory holding a run: false refuses it, true
   // removes the old run's checkpoint and metrics first (train/run_dir.h).
   bool overwrite = false;
+  // `train --resume auto` found no checkpoint: RunStart::unsaved.
+  bool replace_unsaved = false;
   int64_t stop_at_step = 0;  // > 0: stop (and checkpoint) after this step, schedule unchanged
   bool validate = true;
   bool checkpoints = true;

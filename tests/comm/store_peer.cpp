@@ -1,4 +1,5 @@
-// A process of a multi-process rendezvous test, started by `vqddp launch`:
+// A process of a multi-process rendezvous test, started by `vqddp launch`
+// or srun (whose variables stand for torchrun's, as in process_group):
 // reads RANK/WORLD_SIZE/MASTER_* and VQDDP_STORE_TOKEN from the environment
 // (rendezvous_store, as a real run does), rank 0 publishes an id through
 // the TCP store, every rank reads it back and reports what it saw, and
@@ -14,6 +15,7 @@
 
 #include "comm/dist_env.h"
 #include "comm/rendezvous.h"
+#include "comm/slurm_env.h"
 
 int main(int argc, char** argv) {
   int pretend = 0;
@@ -25,7 +27,7 @@ int main(int argc, char** argv) {
   try {
     vqddp::DistEnv env = vqddp::dist_env_from_process();
     std::unique_ptr<vqddp::Store> owned =
-        vqddp::rendezvous_store(env, [](const char* name) { return std::getenv(name); },
+        vqddp::rendezvous_store(env, vqddp::with_slurm_step([](const char* name) { return std::getenv(name); }),
                                 std::chrono::milliseconds(timeout_ms));
     vqddp::Store& store = *owned;
     int world = pretend > 0 ? pretend : env.world_size;

@@ -160,7 +160,10 @@ TEST_CASE("a Slurm job step is a launcher: srun's variables stand for torchrun's
   CHECK(e.world_size == 7);
   CHECK(e.local_rank == 1);
   CHECK(e.master_addr == "gpu07");
-  CHECK(e.master_port == 15000 + 123456 % 20000);
+  CHECK(e.master_port == 15000 + (123456 % 1700) * 10 + 0);
+  auto second = step;  // another step of the job, on the same first node
+  second["SLURM_STEP_ID"] = "1";
+  CHECK(env_of(second).master_port == e.master_port + 1);
   CHECK(dist_env_present(lookup_in(step)));
   EnvLookup full = with_slurm_step(lookup_in(step));
   CHECK(std::string(full("LOCAL_WORLD_SIZE")) == "3");
@@ -189,10 +192,13 @@ TEST_CASE("a Slurm job step is a launcher: srun's variables stand for torchrun's
   CHECK(slurm_first_host("rack[2-3]node[05-06]") == "rack2node05");
   CHECK_THROWS_WITH_AS(slurm_first_host("gpu[1-2"), doctest::Contains("Slurm node list 'gpu[1-2' names no node"), Error);
   CHECK_THROWS_WITH_AS(slurm_first_host(""), doctest::Contains("names no node"), Error);
+  CHECK_THROWS_WITH_AS(slurm_first_host("n[]"), doctest::Contains("'n[]': a bracket without a first number"), Error);
+  CHECK_THROWS_WITH_AS(slurm_first_host("n[-3]"), doctest::Contains("a bracket without a first number"), Error);
   CHECK(slurm_tasks_on_node("3(x2),1", 0) == 3);
   CHECK(slurm_tasks_on_node("3(x2),1", 2) == 1);
   CHECK(slurm_tasks_on_node("3(x2),1", 3) == std::nullopt);
   CHECK(slurm_tasks_on_node("2", 0) == 2);
+  CHECK(slurm_tasks_on_node("1(x99999999999),2", 5) == 1);
   CHECK_THROWS_WITH_AS(slurm_tasks_on_node("3(x2,1", 0), doctest::Contains("'3(x2' is not N or N(xK)"), Error);
 }
 

@@ -13,9 +13,9 @@ slurm_cluster_start() {
   slurm_dir=$1
   slurm_nodes=$2
   slurm_skip_reason=
-  for tool in slurmctld slurmd srun sbatch scontrol munged mungekey; do
-    command -v "$tool" > /dev/null 2>&1 ||
-      { slurm_skip_reason="$tool is not installed (apt-get install slurm-wlm munge)"; return 77; }
+  for slurm_tool in slurmctld slurmd srun sbatch scontrol munged mungekey; do
+    command -v "$slurm_tool" > /dev/null 2>&1 ||
+      { slurm_skip_reason="$slurm_tool is not installed (apt-get install slurm-wlm munge)"; return 77; }
   done
   [ "$(id -u)" = 0 ] || { slurm_skip_reason="slurmd must run as root to start jobs as their user"; return 77; }
   [ -e /usr/lib/x86_64-linux-gnu/slurm-wlm/mpi_pmix.so ] || [ -e /usr/lib/slurm-wlm/mpi_pmix.so ] ||
@@ -25,7 +25,9 @@ slurm_cluster_start() {
   chmod 700 "$slurm_dir/munge"
   # Ports: one base per cluster, from the directory's name, so clusters of
   # tests running side by side do not meet.
-  slurm_port=$((20000 + $(printf '%s' "$slurm_dir" | cksum | cut -d' ' -f1) % 20000))
+  # 10000-14999: below Linux's ephemeral ports and the job steps' rendezvous
+  # ports (comm/slurm_env.h); 5 a cluster (slurmctld, slurmd's default, 3 nodes).
+  slurm_port=$((10000 + $(printf '%s' "$slurm_dir" | cksum | cut -d' ' -f1) % 1000 * 5))
   slurm_host=$(hostname -s)
   mungekey -c -k "$slurm_dir/munge/munge.key" > /dev/null 2>&1 ||
     { slurm_skip_reason="mungekey could not make a key"; return 77; }
@@ -71,11 +73,11 @@ SlurmdTimeout=10
 InactiveLimit=0
 MailProg=/bin/true
 CONF
-  i=1
-  while [ "$i" -le "$slurm_nodes" ]; do
-    echo "NodeName=n$i NodeHostname=$slurm_host NodeAddr=127.0.0.1 Port=$((slurm_port + 1 + i)) CPUs=4 State=UNKNOWN" >> "$slurm_dir/slurm.conf"
-    mkdir -p "$slurm_dir/spool/n$i"
-    i=$((i + 1))
+  slurm_i=1
+  while [ "$slurm_i" -le "$slurm_nodes" ]; do
+    echo "NodeName=n$slurm_i NodeHostname=$slurm_host NodeAddr=127.0.0.1 Port=$((slurm_port + 1 + slurm_i)) CPUs=4 State=UNKNOWN" >> "$slurm_dir/slurm.conf"
+    mkdir -p "$slurm_dir/spool/n$slurm_i"
+    slurm_i=$((slurm_i + 1))
   done
   echo "PartitionName=test Nodes=n[1-$slurm_nodes] Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES" >> "$slurm_dir/slurm.conf"
   export SLURM_CONF="$slurm_dir/slurm.conf"
@@ -84,20 +86,20 @@ CONF
   # of its own: Slurm's PMIx plugin makes a directory per job step under
   # PMIxCliTmpDirBase, named by the step alone, which the nodes of one
   # machine would otherwise all make in /tmp.
-  i=1
-  while [ "$i" -le "$slurm_nodes" ]; do
-    mkdir -p "$slurm_dir/n$i/pmix"
-    cp "$SLURM_CONF" "$slurm_dir/n$i/slurm.conf"
-    echo "PMIxCliTmpDirBase=$slurm_dir/n$i/pmix" > "$slurm_dir/n$i/mpi.conf"
-    slurmd -f "$slurm_dir/n$i/slurm.conf" -N "n$i" ||
-      { slurm_skip_reason="slurmd n$i does not start: $(tail -n 3 "$slurm_dir/log/slurmd.n$i.log" 2>/dev/null)"; return 77; }
-    i=$((i + 1))
+  slurm_i=1
+  while [ "$slurm_i" -le "$slurm_nodes" ]; do
+    mkdir -p "$slurm_dir/n$slurm_i/pmix"
+    cp "$SLURM_CONF" "$slurm_dir/n$slurm_i/slurm.conf"
+    echo "PMIxCliTmpDirBase=$slurm_dir/n$slurm_i/pmix" > "$slurm_dir/n$slurm_i/mpi.conf"
+    slurmd -f "$slurm_dir/n$slurm_i/slurm.conf" -N "n$slurm_i" ||
+      { slurm_skip_reason="slurmd n$slurm_i does not start: $(tail -n 3 "$slurm_dir/log/slurmd.n$slurm_i.log" 2>/dev/null)"; return 77; }
+    slurm_i=$((slurm_i + 1))
   done
   # Up when every node is idle (about 2 s).
-  t=0
+  slurm_t=0
   while [ "$(sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)" -lt "$slurm_nodes" ]; do
-    t=$((t + 1))
-    [ $t -le 100 ] || {
+    slurm_t=$((slurm_t + 1))
+    [ $slurm_t -le 100 ] || {
       slurm_skip_reason="the nodes are not idle 20 s after their start: $(sinfo -h -N -o '%N %T' | tr '\n' ' ')"
       tail -n 5 "$slurm_dir"/log/*.log >&2
       return 77
@@ -109,12 +111,21 @@ CONF
 
 slurm_cluster_stop() {
   [ -n "${slurm_dir:-}" ] || return 0
-  for pidfile in "$slurm_dir"/slurmd.*.pid "$slurm_dir/slurmctld.pid" "$slurm_dir/munge/munged.pid"; do
-    [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2> /dev/null
+  # Jobs first: slurmstepd and the tasks outlive a killed slurmd.
+  if [ -f "$slurm_dir/slurmctld.pid" ]; then
+    scancel --quiet --full $(squeue -h -o %i 2> /dev/null) 2> /dev/null
+    slurm_t=0
+    while [ -n "$(squeue -h -o %i 2> /dev/null)" ] && [ $slurm_t -lt 50 ]; do
+      sleep 0.2
+      slurm_t=$((slurm_t + 1))
+    done
+  fi
+  for slurm_pidfile in "$slurm_dir"/slurmd.*.pid "$slurm_dir/slurmctld.pid" "$slurm_dir/munge/munged.pid"; do
+    [ -f "$slurm_pidfile" ] && kill "$(cat "$slurm_pidfile")" 2> /dev/null
   done
   sleep 0.5
-  for pidfile in "$slurm_dir"/slurmd.*.pid "$slurm_dir/slurmctld.pid" "$slurm_dir/munge/munged.pid"; do
-    [ -f "$pidfile" ] && kill -9 "$(cat "$pidfile")" 2> /dev/null
+  for slurm_pidfile in "$slurm_dir"/slurmd.*.pid "$slurm_dir/slurmctld.pid" "$slurm_dir/munge/munged.pid"; do
+    [ -f "$slurm_pidfile" ] && kill -9 "$(cat "$slurm_pidfile")" 2> /dev/null
   done
   return 0
 }

@@ -213,6 +213,24 @@ TEST_CASE("command-line counts are 64-bit and range-checked: --world 4294967298 
   CHECK(train_args({}).get_int("steps", 7, limits::steps) == 7);  // the fallback is not range-checked: it is ours
 }
 
+TEST_CASE("--resume auto without a checkpoint (RunStart::unsaved) replaces only an unsaved metrics log, and refuses a "
+          "checkpoint it did not see, removing nothing") {
+  TempDir dir;
+  namespace fs = std::filesystem;
+  fs::create_directories(dir.file("run"));
+  std::ofstream(dir.file("run/metrics.jsonl")) << "{\"step\": 5}\n";
+  { RunDir ok(dir.file("run"), 1, RunStart::unsaved); }
+  CHECK_FALSE(fs::exists(dir.file("run/metrics.jsonl")));  // steps never saved: replaced
+  std::ofstream(dir.file("run/metrics.jsonl")) << "{\"step\": 10}\n";
+  std::ofstream(dir.file("run/checkpoint.safetensors")) << "saved";
+  CHECK_THROWS_WITH_AS(RunDir(dir.file("run"), 1, RunStart::unsaved),
+                       doctest::Contains("--resume auto found no checkpoint.safetensors when it chose to start afresh, "
+                                         "and now there is one"),
+                       Error);
+  CHECK(fs::exists(dir.file("run/checkpoint.safetensors")));
+  CHECK(fs::exists(dir.file("run/metrics.jsonl")));
+}
+
 TEST_CASE("a run directory that cannot take the run is refused at start, naming it") {
   TempDir dir;
   std::ofstream(dir.file("plain")) << "x";
