@@ -104,8 +104,9 @@ srun_pid=$!
 checkpointed() { [ -f killed/checkpoint.safetensors ]; }
 wait_for 60 checkpointed || { cat killed.out; fail "the 3-task run wrote no checkpoint"; }
 victim=
-for p in $(pgrep -f "train kill.json --backend mpi"); do
-  grep -qz '^SLURM_PROCID=1$' "/proc/$p/environ" 2> /dev/null && victim=$p
+for proc in /proc/[0-9]*; do  # (no pgrep: procps is not in a minimal root)
+  tr '\0' ' ' < "$proc/cmdline" 2> /dev/null | grep -q "train kill.json --backend mpi" || continue
+  grep -qz '^SLURM_PROCID=1$' "$proc/environ" 2> /dev/null && victim=${proc#/proc/}
 done
 [ -n "$victim" ] || fail "task 1 not found"
 kill -9 "$victim"

@@ -91,6 +91,13 @@ CONF
     mkdir -p "$slurm_dir/n$slurm_i/pmix"
     cp "$SLURM_CONF" "$slurm_dir/n$slurm_i/slurm.conf"
     echo "PMIxCliTmpDirBase=$slurm_dir/n$slurm_i/pmix" > "$slurm_dir/n$slurm_i/mpi.conf"
+    # slurmd initialises a cgroup plugin whatever the task and process
+    # tracking plugins (here none and linuxproc, which use no cgroup), and
+    # autodetection fails where no cgroup file system is mounted (a chroot,
+    # as the fresh-machine roots): cgroup/v1 on a directory of its own
+    # starts anywhere, and nothing here ever makes a cgroup in it.
+    mkdir -p "$slurm_dir/cgroup"
+    printf 'CgroupPlugin=cgroup/v1\nCgroupMountpoint=%s\n' "$slurm_dir/cgroup" > "$slurm_dir/n$slurm_i/cgroup.conf"
     slurmd -f "$slurm_dir/n$slurm_i/slurm.conf" -N "n$slurm_i" ||
       { slurm_skip_reason="slurmd n$slurm_i does not start: $(tail -n 3 "$slurm_dir/log/slurmd.n$slurm_i.log" 2>/dev/null)"; return 77; }
     slurm_i=$((slurm_i + 1))
