@@ -50,9 +50,7 @@ void launch_nccl(const LaunchOptions& o, const std::function<void(Communicator&)
 // How many ranks of `comm` run on this machine: one all_gather of a hash of
 // the host name.
 int ranks_on_this_node(Communicator& comm) {
-  char host[HOST_NAME_MAX + 1] = {};
-  gethostname(host, sizeof host - 1);
-  auto mine = static_cast<int64_t>(std::hash<std::string>{}(host));
+  auto mine = static_cast<int64_t>(std::hash<std::string>{}(host_name()));
   std::vector<int64_t> all = all_gather(comm, from_vector(std::vector<int64_t>{mine}, {1})).to_vector<int64_t>();
   return static_cast<int>(std::count(all.begin(), all.end(), mine));
 }

@@ -122,11 +122,15 @@ std::string slurm_node_name(const EnvLookup& lookup) {
   return node && in_slurm_step(lookup) ? fmt::format("node {}", node) : "";
 }
 
-std::string this_node_name() {
-  if (std::string node = slurm_node_name(std::getenv); !node.empty()) return node;
+std::string host_name() {
   char host[HOST_NAME_MAX + 1] = {};
   gethostname(host, sizeof host - 1);
-  return fmt::format("host {}", host);
+  return host;
+}
+
+std::string this_node_name() {
+  if (std::string node = slurm_node_name(std::getenv); !node.empty()) return node;
+  return fmt::format("host {}", host_name());
 }
 
 }  // namespace vqddp

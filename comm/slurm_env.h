@@ -33,7 +33,9 @@ EnvLookup with_slurm_step(const EnvLookup& lookup);
 // step (SLURMD_NODENAME), else "" (the caller names the host).
 std::string slurm_node_name(const EnvLookup& lookup);
 
-// "node n3" in a Slurm job step, else "host NAME" (gethostname): where this
+// gethostname's answer.
+std::string host_name();
+// "node n3" in a Slurm job step, else "host NAME" (host_name): where this
 // process runs, for the message that ends a job.
 std::string this_node_name();
 

@@ -219,8 +219,8 @@ int run_train(int argc, char** argv) {
   TrainOptions opt;
   opt.resume = args.get("resume", "");
   opt.overwrite = args.has("overwrite");
-  VQDDP_CHECK(opt.resume != "auto" || !opt.overwrite, "train: --overwrite starts a run afresh, --resume auto "
-              "continues the run directory's: give one of them");
+  VQDDP_CHECK(opt.resume.empty() || !opt.overwrite, "train: --overwrite starts a run afresh, --resume continues one: "
+              "give one of them");
   if (opt.resume == "auto") {
     // A job that may be requeued (Slurm, examples/slurm/train.sbatch) runs
     // the same command every time: continue the run directory's checkpoint
@@ -236,8 +236,6 @@ int run_train(int argc, char** argv) {
   opt.profile = args.has("profile");
   opt.gemm_floor = gemm_floor;
   opt.resume_hint = resume_command(argc, argv, cfg);
-  VQDDP_CHECK(opt.resume.empty() || !opt.overwrite, "train: --overwrite starts a run afresh, --resume continues one: "
-              "give one of them");
   StopSignalScope stop_on_signal;
   opt.stop_requested = stop_signal_received;
   TrainResult r = train(cfg, data, opt);
