@@ -50,6 +50,7 @@ void mpi_abort_job(const std::string& message) {
 #include <climits>
 #include <exception>
 #include <mutex>
+#include <span>
 #include <thread>
 
 #include "comm/fingerprint.h"
@@ -170,70 +171,96 @@ class MpiCommunicator final : public Communicator {
   std::string backend() const override { return "mpi"; }
 
  protected:
-  // Device tensors are staged through the host; each call's `fp` names it
-  // in messages and is compared across ranks when check_fingerprints is on
-  // (run).
+  // Device tensors are staged through the host, except in a graphed step
+  // on sim, where a collective is a launch of the step on the sim buffers
+  // (comm/staging.h: launched_in_graphed_step), as the thread backend's are;
+  // each call's `fp` names it in messages and is compared across ranks when
+  // check_fingerprints is on (run). Each collective's `work` reads raw
+  // buffers, so the issued, staged and graphed paths run the same body; it
+  // runs on the calling thread in every path (a graphed step's launches run
+  // on the thread that ends the step), which MPI_THREAD_SERIALIZED allows.
+  // `keep`: tensors a timed-out call leaves allocated for good (MPI may
+  // still write them); a graphed step's buffers are its graph's, and a
+  // timeout ends the job.
   void do_all_reduce(Tensor& t, ReduceOp op, const Fingerprint& fp) override {
-    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { do_all_reduce(h, op, fp); })) return;
-    run(fp, [&](Call& c) {
-      switch (t.dtype()) {
-        case DType::f32: return reduce<float>(t, op, c);
-        case DType::f64: return reduce<double>(t, op, c);
-        case DType::i64: return reduce<int64_t>(t, op, c);
-      }
-    });
+    auto work = [this, op, fp, n = t.numel(), dtype = t.dtype()](void* data, std::vector<Tensor> keep) {
+      run(fp, keep, [&](Call& c) {
+        switch (dtype) {
+          case DType::f32: return reduce<float>(static_cast<float*>(data), n, op, c);
+          case DType::f64: return reduce<double>(static_cast<double*>(data), n, op, c);
+          case DType::i64: return reduce<int64_t>(static_cast<int64_t*>(data), n, op, c);
+        }
+      });
+    };
     t.bump_version();
+    if (launched_in_graphed_step("mpi all_reduce", t, t, [work](const void*, void* o) { work(o, {}); }, op)) return;
+    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { do_all_reduce(h, op, fp); })) return;
+    work(t.raw_data(), {t});
   }
 
   void do_broadcast(Tensor& t, int root, const Fingerprint& fp) override {
-    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { do_broadcast(h, root, fp); })) return;
-    run(fp, [&](Call& c) {
-      c.keep(t);
-      c.issue(MPI_Ibcast(t.raw_data(), mpi_count(t.numel(), c.what), mpi_type(t.dtype()), root, comm_, &c.req));
-      c.wait();
-    });
+    auto work = [this, root, fp, n = t.numel(), dtype = t.dtype()](void* data, std::vector<Tensor> keep) {
+      run(fp, keep, [&](Call& c) {
+        c.issue(MPI_Ibcast(data, mpi_count(n, c.what), mpi_type(dtype), root, comm_, &c.req));
+        c.wait();
+      });
+    };
     if (rank_ != root) t.bump_version();
+    if (launched_in_graphed_step("mpi broadcast", t, t, [work](const void*, void* o) { work(o, {}); }, root)) return;
+    if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { do_broadcast(h, root, fp); })) return;
+    work(t.raw_data(), {t});
   }
 
   void do_all_gather(const Tensor& in, Tensor& out, const Fingerprint& fp) override {
-    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_all_gather(i, h, fp); })) return;
-    run(fp, [&](Call& c) {
-      c.keep(out);
-      int n = mpi_count(in.numel(), c.what);
-      mpi_count(out.numel(), c.what);
-      const void* send = send_buffer(in, out, static_cast<const char*>(out.raw_data()) + rank_ * in.nbytes(), c);
-      c.issue(MPI_Iallgather(send, n, mpi_type(in.dtype()), out.raw_data(), n, mpi_type(in.dtype()), comm_, &c.req));
-      c.wait();
-    });
+    auto work = [this, fp, n = in.numel(), total = out.numel(), dtype = in.dtype()](const void* i, void* o,
+                                                                                     std::vector<Tensor> keep) {
+      run(fp, keep, [&](Call& c) {
+        const int count = mpi_count(n, c.what);
+        mpi_count(total, c.what);
+        const size_t bytes = static_cast<size_t>(n) * dtype_size(dtype);
+        const void* send = send_buffer(i, bytes, o, static_cast<size_t>(total) * dtype_size(dtype),
+                                       static_cast<const char*>(o) + rank_ * bytes, c);
+        c.issue(MPI_Iallgather(send, count, mpi_type(dtype), o, count, mpi_type(dtype), comm_, &c.req));
+        c.wait();
+      });
+    };
     out.bump_version();
+    if (launched_in_graphed_step("mpi all_gather", in, out, [work](const void* i, void* o) { work(i, o, {}); })) return;
+    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_all_gather(i, h, fp); })) return;
+    work(in.raw_data(), out.raw_data(), {in, out});
   }
 
   void do_all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out,
                           const Fingerprint& fp) override {
-    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_all_gather_rows(i, counts, h, fp); })) return;
-    int64_t row = row_numel(in);
-    run(fp, [&](Call& c) {
-      c.keep(out);
-      mpi_count(out.numel(), c.what);  // every offset below fits too
-      int* elems = c.array(world_);
-      int* offsets = c.array(world_);
-      int64_t at = 0;
-      for (int q = 0; q < world_; ++q) {
-        elems[q] = static_cast<int>(counts[q] * row);
-        offsets[q] = static_cast<int>(at);
-        at += counts[q] * row;
-      }
-      const void* send =
-          send_buffer(in, out, static_cast<const char*>(out.raw_data()) + offsets[rank_] * dtype_size(in.dtype()), c);
-      c.issue(MPI_Iallgatherv(send, elems[rank_], mpi_type(in.dtype()), out.raw_data(), elems, offsets,
-                              mpi_type(in.dtype()), comm_, &c.req));
-      c.wait();
-    });
+    auto work = [this, fp, counts, row = row_numel(in), total = out.numel(), dtype = in.dtype()](
+                    const void* i, void* o, std::vector<Tensor> keep) {
+      run(fp, keep, [&](Call& c) {
+        mpi_count(total, c.what);  // every offset below fits too
+        int* elems = c.array(world_);
+        int* offsets = c.array(world_);
+        int64_t at = 0;
+        for (int q = 0; q < world_; ++q) {
+          elems[q] = static_cast<int>(counts[q] * row);
+          offsets[q] = static_cast<int>(at);
+          at += counts[q] * row;
+        }
+        const size_t size = dtype_size(dtype);
+        const void* send = send_buffer(i, static_cast<size_t>(elems[rank_]) * size, o, static_cast<size_t>(total) * size,
+                                       static_cast<const char*>(o) + offsets[rank_] * size, c);
+        c.issue(MPI_Iallgatherv(send, elems[rank_], mpi_type(dtype), o, elems, offsets, mpi_type(dtype), comm_, &c.req));
+        c.wait();
+      });
+    };
     out.bump_version();
+    if (launched_in_graphed_step("mpi all_gather_rows", in, out, [work](const void* i, void* o) { work(i, o, {}); },
+                                 std::span<const int64_t>(counts)))
+      return;
+    if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_all_gather_rows(i, counts, h, fp); })) return;
+    work(in.raw_data(), out.raw_data(), {in, out});
   }
 
   void do_barrier(const Fingerprint& fp) override {
-    run(fp, [&](Call& c) {
+    run(fp, {}, [&](Call& c) {
       c.issue(MPI_Ibarrier(comm_, &c.req));
       c.wait();
     });
@@ -274,37 +301,40 @@ class MpiCommunicator final : public Communicator {
   // Refuses calls after a failure (the first one is raised again), checks
   // the ranks' fingerprints when asked, then runs the collective's body.
   template <class Body>
-  void run(const Fingerprint& fp, Body body) {
+  void run(const Fingerprint& fp, const std::vector<Tensor>& keep, Body body) {
     if (failed_) throw_comm_failure(failure_, failure_message_);
     uint64_t seq = seq_++;
     Clock::time_point deadline = Clock::now() + options_.timeout;
     if (options_.check_fingerprints) compare_fingerprints(fp, seq, deadline);
     Call call{*this, fp.str(), seq, deadline};
+    for (const Tensor& t : keep) call.keep(t);
     body(call);
   }
 
   // What a gather sends from: MPI_IN_PLACE when this rank's input already is
-  // its block of the output (`slot`); a copy when it shares the output's
-  // storage anywhere else (MPI forbids a send buffer that overlaps the
-  // receive buffer); else the input itself.
-  static const void* send_buffer(const Tensor& in, const Tensor& out, const void* slot, Call& c) {
-    if (in.raw_data() == slot) return MPI_IN_PLACE;
-    Tensor from = in.shares_storage(out) ? in.clone() : in;
-    c.keep(from);
-    return from.raw_data();
+  // its block of the output (`slot`); a copy when it overlaps the output
+  // anywhere else (MPI forbids a send buffer that overlaps the receive
+  // buffer); else the input itself.
+  static const void* send_buffer(const void* in, size_t in_bytes, const void* out, size_t out_bytes, const void* slot,
+                                 Call& c) {
+    if (in == slot) return MPI_IN_PLACE;
+    const char *i = static_cast<const char*>(in), *o = static_cast<const char*>(out);
+    if (in_bytes == 0 || out_bytes == 0 || i + in_bytes <= o || o + out_bytes <= i) return in;
+    Tensor copy = empty({static_cast<int64_t>((in_bytes + 7) / 8)}, DType::i64);  // in_bytes or a few more
+    std::memcpy(copy.raw_data(), in, in_bytes);
+    c.keep(copy);
+    return copy.raw_data();
   }
 
-  // all_reduce of `t` (numel n) in rank order (see the header).
+  // all_reduce of `data` (n elements) in rank order (see the header).
   template <class T>
-  void reduce(Tensor& t, ReduceOp op, Call& c) {
-    const int64_t n = t.numel();
+  void reduce(T* data, int64_t n, ReduceOp op, Call& c) {
     if (n == 0 || world_ == 1) return;  // a world of one: x, and x / 1 == x for avg
-    T* data = t.data<T>();
-    MPI_Datatype type = mpi_type(t.dtype());
-    c.keep(t);
+    const DType dtype = dtype_of<T>();
+    MPI_Datatype type = mpi_type(dtype);
     if (n * world_ * static_cast<int64_t>(sizeof(T)) <= kGatherReduceBytes) {
       // Every rank's whole tensor, then the reduce on every rank.
-      Tensor all = empty({world_ * n}, t.dtype());
+      Tensor all = empty({world_ * n}, dtype);
       c.keep(all);
       c.issue(MPI_Iallgather(data, static_cast<int>(n), type, all.raw_data(), static_cast<int>(n), type, comm_, &c.req));
       c.wait();
@@ -324,7 +354,7 @@ class MpiCommunicator final : public Communicator {
     }
     const int mine = share_len[rank_];
     mpi_count(static_cast<int64_t>(world_) * mine, c.what);
-    Tensor copies = empty({static_cast<int64_t>(world_) * mine}, t.dtype());
+    Tensor copies = empty({static_cast<int64_t>(world_) * mine}, dtype);
     c.keep(copies);
     int* recv_len = c.array(world_);
     int* recv_at = c.array(world_);

@@ -38,7 +38,7 @@ class ThreadCommunicator final : public Communicator {
       });
     };
     t.bump_version();
-    if (launched_in_step("thread all_reduce", t, t, work, op)) return;
+    if (launched_in_graphed_step("thread all_reduce", t, t, work, op)) return;
     if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { do_all_reduce(h, op, fp); })) return;
     work(t.raw_data(), t.raw_data());
   }
@@ -50,7 +50,7 @@ class ThreadCommunicator final : public Communicator {
       });
     };
     if (rank_ != root) t.bump_version();
-    if (launched_in_step("thread broadcast", t, t, work, root)) return;
+    if (launched_in_graphed_step("thread broadcast", t, t, work, root)) return;
     if (staged_on_host(t, t, [&](const Tensor&, Tensor& h) { do_broadcast(h, root, fp); })) return;
     work(t.raw_data(), t.raw_data());
   }
@@ -63,7 +63,7 @@ class ThreadCommunicator final : public Communicator {
       });
     };
     out.bump_version();
-    if (launched_in_step("thread all_gather", in, out, work)) return;
+    if (launched_in_graphed_step("thread all_gather", in, out, work)) return;
     if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_all_gather(i, h, fp); })) return;
     work(in.raw_data(), out.raw_data());
   }
@@ -80,7 +80,7 @@ class ThreadCommunicator final : public Communicator {
       });
     };
     out.bump_version();
-    if (launched_in_step("thread all_gather_rows", in, out, work, std::span<const int64_t>(counts))) return;
+    if (launched_in_graphed_step("thread all_gather_rows", in, out, work, std::span<const int64_t>(counts))) return;
     if (staged_on_host(in, out, [&](const Tensor& i, Tensor& h) { do_all_gather_rows(i, counts, h, fp); })) return;
     work(in.raw_data(), out.raw_data());
   }
@@ -118,7 +118,7 @@ class ThreadCommunicator final : public Communicator {
       });
     };
     out.bump_version();
-    if (in_graphed_step(out)) {
+    if (in_graphed_sim_step(out)) {
       // The blocks' addresses, published in the rendezvous, live as long as
       // the launch does.
       std::vector<const void*> mine;
@@ -155,28 +155,6 @@ class ThreadCommunicator final : public Communicator {
   }
 
  private:
-  // A collective of a graphed step on sim (engine/step_graph.h): a launch
-  // of the step, run with the rest of its launches (at the step's end, or as
-  // its replay), on the device buffers themselves. Every rank's replay runs
-  // the same launches in the same order, so the rendezvous inside meet as
-  // the issued collectives do, with the same rank-ordered arithmetic: a
-  // device collective, as NCCL's kernels are on a GPU. A GPU's thread ranks
-  // have no such kernel yet (their collectives are staged through the host,
-  // which a graph refuses), so only sim takes this path.
-  // The launch goes through the kernel tables' own interposer
-  // (issue_launch), with the signature of every argument the work reads.
-  static bool in_graphed_step(const Tensor& t) {
-    return t.device().kind == Device::Kind::sim && graph_in_step_of(&device_kernels(t.device()));
-  }
-  template <class Work, class... Args>
-  bool launched_in_step(const char* kernel, const Tensor& in, const Tensor& out, const Work& work,
-                        const Args&... args) {
-    if (!in_graphed_step(out) || in.device() != out.device()) return false;
-    issue_launch(&device_kernels(out.device()), kernel, [work, i = in.raw_ptr(), o = out.raw_ptr()] { work(i, o); },
-                 in, out, args...);
-    return true;
-  }
-
   // Arrive (fingerprint check), do this rank's share of the work, complete.
   template <class Work>
   void run(const Fingerprint& fp, const void* in, void* out, Work work) {

@@ -32,8 +32,8 @@
 //
 // One graph per thread at a time, whatever its device (the check is the
 // thread's: a second StepGraph on it is refused). The trainer graphs a world of
-// one, and thread ranks on sim, whose collectives of device tensors are
-// launches of the step there (comm/thread_group.cpp); elsewhere a collective
+// one, and thread or mpi ranks on sim, whose collectives of device tensors
+// are launches of the step there (comm/staging.h); elsewhere a collective
 // across ranks is host work (train/rank_step.cpp).
 #pragma once
 

@@ -10,6 +10,10 @@
 #                                            == --world 1 (exact data parallelism), the mpi and
 #                                            thread runs adding the ranks in other orders
 #                                            (VQDDP_REDUCE_ORDER)
+#   mpi.sh HAVE_MPI graphs NP VQDDP CONFIG REPLAYS   8 steps on NP processes on sim with step graphs
+#                                            (their collectives launches of the step): captured at
+#                                            step 3, REPLAYS steps replayed, the checkpoint of the
+#                                            issued run (--step-graphs off) and of 1 rank
 #   mpi.sh HAVE_MPI check-ddp NP VQDDP CONFIG BROKEN   check-ddp --backend mpi passes CONFIG, fails BROKEN
 #   mpi.sh HAVE_MPI refused NP VQDDP CONFIG   a run directory rank 0 cannot create: every rank prints
 #                                            the error and exits 1 (no MPI_Abort, which exits 3)
@@ -95,6 +99,28 @@ case $mode in
     diff "$tmp/mpi.tensors" "$tmp/thread.tensors" || fail "the checkpoints' tensors differ"
     diff "$tmp/mpi.tensors" "$tmp/one.tensors" || fail "the mpi checkpoint's tensors differ from 1 rank's"
     echo "mpi train: 30 steps on $np mpi processes (ranks added in descending order) == $np thread ranks (rotated) == 1 rank, $(wc -l < "$tmp/mpi.tensors") tensors bit-identical" ;;
+  graphs)
+    vqddp=$1
+    config=$2
+    replays=$3
+    run "$vqddp" train "$config" --backend mpi --device sim --step-graphs on --steps 8 --dir "$tmp/on" ||
+      fail "the graphed mpi run failed"
+    grep -q "$np ranks (mpi, sim:0)" "$tmp/out" || fail "the run did not report $np mpi ranks on sim"
+    grep -q "^train: step graphs on: step 3 captured" "$tmp/out" || fail "step 3 was not captured"
+    ! grep -q "step graphs off" "$tmp/out" || fail "$(grep "step graphs off" "$tmp/out")"
+    grep -q "^step graphs: $replays steps of this run replayed$" "$tmp/out" ||
+      fail "expected $replays steps replayed: $(grep "replayed" "$tmp/out")"
+    cp "$tmp/out" "$tmp/on.out"
+    run "$vqddp" train "$config" --backend mpi --device sim --step-graphs off --steps 8 --dir "$tmp/off" ||
+      fail "the issued mpi run failed"
+    "$vqddp" train "$config" --world 1 --device sim --step-graphs off --steps 8 --dir "$tmp/one" > "$tmp/out" 2>&1 ||
+      fail "the 1-rank run failed"
+    cmp "$tmp/on/checkpoint.safetensors" "$tmp/off/checkpoint.safetensors" ||
+      fail "the graphed run's checkpoint differs from the issued run's"
+    cmp "$tmp/on/checkpoint.safetensors" "$tmp/one/checkpoint.safetensors" ||
+      fail "the graphed run's checkpoint differs from 1 rank's"
+    grep "step graphs" "$tmp/on.out"
+    echo "mpi graphs: 8 steps on $np mpi processes on sim, graphed ($replays replayed) == issued == 1 rank, byte for byte" ;;
   check-ddp)
     vqddp=$1
     run "$vqddp" check-ddp "$2" --backend mpi --steps 3 || fail "check-ddp --backend mpi failed"

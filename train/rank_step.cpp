@@ -119,9 +119,13 @@ void RankRun::gan_step(const Tensor& x, StepResult& r) {
 std::string RankRun::step_graph_refusal() const {
   if (device_.kind != Device::Kind::sim && device_.kind != Device::Kind::cuda) return "the CPU issues no launches";
   if (!cfg_.run.step_graphs) return "run.step_graphs is false";
-  // Thread ranks on sim run their collectives as launches of the step
-  // (comm/thread_group.cpp); elsewhere a collective is host work.
-  if (comm_.world_size() > 1 && (comm_.backend() != "thread" || device_.kind != Device::Kind::sim))
+  // The host backends (thread, mpi) run their collectives on sim as
+  // launches of the step (comm/staging.h); elsewhere a collective is host
+  // work: a GPU's thread ranks stage through the host, and NCCL's
+  // collectives, capturable themselves, still share the step with host
+  // collectives whose numbers the step reads (all_gather_counts: a read).
+  if (comm_.world_size() > 1 &&
+      ((comm_.backend() != "thread" && comm_.backend() != "mpi") || device_.kind != Device::Kind::sim))
     return fmt::format("{} ranks ({}) on {}: a collective across ranks is not work of one stream", comm_.world_size(),
                        comm_.backend(), device_.str());
   if (opt_.after_gradients) return "a hook runs inside the step";

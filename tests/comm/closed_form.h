@@ -7,9 +7,12 @@
 #include <doctest/doctest.h>
 
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "engine/ops.h"
+#include "engine/step_graph.h"
 
 namespace vqddp::test {
 
@@ -137,6 +140,59 @@ inline void closed_form_collectives(Communicator& comm, Device device) {
   // 3 dtypes x (3 + avg for floats) + view + W broadcasts + gather + rows + counts + 3 into views + in-place
   // gather + in-place rows + barrier.
   CHECK(comm.counters().collectives - before.collectives == uint64_t(3 * 3 + 2 + 1 + w + 1 + 1 + 1 + 3 + 1 + 1 + 1));
+}
+
+// Five steps of every collective on sim tensors, graphed (a StepGraph
+// around each step) or issued, for any backend whose collectives are
+// launches of a graphed step on sim (comm/staging.h: thread, mpi). Each step
+// uploads its own values, so a replay that reused the captured step's would
+// show; the results are folded into state tensors across the steps. Rank r
+// holds r == 1 ? 0 : r + 2 rows (one rank with none). Returns the states'
+// values and, through `replays`, the steps replayed.
+inline std::vector<float> graphed_collectives_trace(Communicator& comm, bool graphed, int64_t* replays) {
+  const int w = comm.world_size(), r = comm.rank();
+  const Device sim = Device::sim();
+  std::vector<int64_t> counts(static_cast<size_t>(w));
+  for (int q = 0; q < w; ++q) counts[q] = q == 1 ? 0 : q + 2;
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  const int64_t offset = std::accumulate(counts.begin(), counts.begin() + r, int64_t{0});
+  auto upload = [&](Shape shape, int step, float scale) {
+    Tensor h = empty(shape);
+    for (int64_t i = 0; i < h.numel(); ++i)
+      h.data<float>()[i] = scale * static_cast<float>((step * 7 + r * 3 + i) % 11) / 3.f + 1e-3f * static_cast<float>(step);
+    return h.to(sim);
+  };
+  Tensor reduced = zeros({6}, DType::f32, sim), sent = zeros({6}, DType::f32, sim),
+         gathered = zeros({6 * w}, DType::f32, sim), rows = zeros({total, 2}, DType::f32, sim),
+         in_place = zeros({total, 2}, DType::f32, sim), units = zeros({4}, DType::f32, sim);
+  std::optional<StepGraph> graph;
+  if (graphed) graph.emplace(sim);
+  for (int step = 1; step <= 5; ++step) {
+    if (graph) graph->begin_step(step);
+    Tensor x = upload({6}, step, 1.f);
+    Tensor s = add(x, 0.f), b = add(x, 0.f);
+    Tensor g = empty({6 * w}, DType::f32, sim), gr = empty({total, 2}, DType::f32, sim);
+    comm.all_reduce(s, ReduceOp::sum);
+    comm.broadcast(b, w - 1);
+    comm.all_gather(x, g);
+    comm.all_gather_rows(upload({counts[r], 2}, step, 2.f), counts, gr);
+    // In place: this rank's rows already sit at its offset in the output.
+    Tensor ip = zeros({total, 2}, DType::f32, sim);
+    Tensor own = ip.slice_rows(offset, offset + counts[r]);
+    own.copy_(upload({counts[r], 2}, step, 4.f));
+    comm.all_gather_rows(own, counts, ip);
+    Tensor u = empty({4}, DType::f32, sim);
+    comm.reduce_units({upload({counts[r], 1}, step, 3.f), upload({counts[r], 3}, step, 5.f)}, counts, u);
+    for (auto [state, result] :
+         {std::pair{&reduced, &s}, {&sent, &b}, {&gathered, &g}, {&rows, &gr}, {&in_place, &ip}, {&units, &u}})
+      state->copy_(add(mul(*state, 0.5f), *result));
+    if (graph) graph->end_step();
+  }
+  std::vector<float> got;
+  for (const Tensor* t : {&reduced, &sent, &gathered, &rows, &in_place, &units})
+    for (float v : t->to(Device::cpu()).to_vector<float>()) got.push_back(v);
+  if (replays) *replays = graph ? graph->replays() : 0;
+  return got;
 }
 
 }  // namespace vqddp::test

@@ -111,6 +111,24 @@ TEST_CASE("mpi: all_reduce gives the thread backend's bits for the same world, o
   }
 }
 
+TEST_CASE("mpi: on sim in graphed steps every collective is a launch of the step, and the replays give the issued "
+          "collectives' bits, and those of W thread ranks") {
+  // comm/staging.h: a collective of a graphed step on sim runs with the
+  // step's launches (at its end, or as its replay), MPI calls and all.
+  Communicator& comm = *g_comm;
+  int64_t replays = 0;
+  const std::vector<float> graphed = test::graphed_collectives_trace(comm, true, &replays);
+  const std::vector<float> issued = test::graphed_collectives_trace(comm, false, nullptr);
+  CHECK(replays == 4);  // steps 2-5 replay step 1's capture
+  REQUIRE(graphed.size() == issued.size());
+  CHECK(std::memcmp(graphed.data(), issued.data(), issued.size() * sizeof(float)) == 0);
+  std::vector<std::vector<float>> by_threads(static_cast<size_t>(comm.world_size()));
+  run_ranks(comm.world_size(), [&](Communicator& c) {
+    by_threads[c.rank()] = test::graphed_collectives_trace(c, false, nullptr);
+  });
+  CHECK(issued == by_threads[comm.rank()]);
+}
+
 TEST_CASE("mpi: int64 sums are exact and equal on every rank; a 0-element all_reduce takes part (the fingerprint "
           "check would see a rank that skipped it)") {
   Communicator& comm = *g_comm;

@@ -364,45 +364,13 @@ TEST_CASE("thread ranks on sim in graphed steps: every collective is a launch of
           "issued collectives' bits, W = 3") {
   // comm/thread_group.cpp: in a graphed step a collective of sim tensors
   // is recorded with the step's launches and run with them (at the step's
-  // end, or as its replay), rendezvous and all. Each step uploads its own
-  // values, so a replay that reused the captured step's would show.
+  // end, or as its replay), rendezvous and all (closed_form.h's trace; the
+  // mpi suite runs the same on processes).
   const int w = 3;
-  const std::vector<int64_t> counts{2, 0, 3};
   auto run = [&](bool graphed, std::vector<int64_t>* replays) {
     std::vector<std::vector<float>> got(w);
     run_ranks(w, [&](Communicator& comm) {
-      const int r = comm.rank();
-      const Device sim = Device::sim();
-      auto upload = [&](Shape shape, int step, float scale) {
-        Tensor h = empty(shape);
-        for (int64_t i = 0; i < h.numel(); ++i)
-          h.data<float>()[i] =
-              scale * static_cast<float>((step * 7 + r * 3 + i) % 11) / 3.f + 1e-3f * static_cast<float>(step);
-        return h.to(sim);
-      };
-      Tensor reduced = zeros({6}, DType::f32, sim), sent = zeros({6}, DType::f32, sim),
-             gathered = zeros({6 * w}, DType::f32, sim), rows = zeros({5, 2}, DType::f32, sim),
-             units = zeros({4}, DType::f32, sim);
-      std::optional<StepGraph> graph;
-      if (graphed) graph.emplace(sim);
-      for (int step = 1; step <= 5; ++step) {
-        if (graph) graph->begin_step(step);
-        Tensor x = upload({6}, step, 1.f);
-        Tensor s = add(x, 0.f), b = add(x, 0.f);
-        Tensor g = empty({6 * w}, DType::f32, sim), gr = empty({5, 2}, DType::f32, sim);
-        comm.all_reduce(s, ReduceOp::sum);
-        comm.broadcast(b, 1);
-        comm.all_gather(x, g);
-        comm.all_gather_rows(upload({counts[r], 2}, step, 2.f), counts, gr);
-        Tensor u = empty({4}, DType::f32, sim);
-        comm.reduce_units({upload({counts[r], 1}, step, 3.f), upload({counts[r], 3}, step, 5.f)}, counts, u);
-        for (auto [state, result] : {std::pair{&reduced, &s}, {&sent, &b}, {&gathered, &g}, {&rows, &gr}, {&units, &u}})
-          state->copy_(add(mul(*state, 0.5f), *result));
-        if (graph) graph->end_step();
-      }
-      for (const Tensor* t : {&reduced, &sent, &gathered, &rows, &units})
-        for (float v : t->to(Device::cpu()).to_vector<float>()) got[r].push_back(v);
-      if (replays) (*replays)[r] = graph ? graph->replays() : 0;
+      got[comm.rank()] = test::graphed_collectives_trace(comm, graphed, replays ? &(*replays)[comm.rank()] : nullptr);
     }, kFast);
     return got;
   };

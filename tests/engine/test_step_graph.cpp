@@ -142,8 +142,8 @@ void every_member_signs(T plan, M T::*... members) {
   const uint64_t base = signature_of(plan);
   auto bump = [](auto& m) {
     using V = std::remove_reference_t<decltype(m)>;
-    if constexpr (std::is_pointer_v<V>)
-      m = m + 1;
+    if constexpr (std::is_pointer_v<V>)  // by address: void* has no arithmetic
+      m = reinterpret_cast<V>(reinterpret_cast<uintptr_t>(m) + 1);
     else if constexpr (std::is_enum_v<V>)
       m = static_cast<V>(static_cast<int>(m) + 1);
     else
