@@ -4,6 +4,7 @@
 #include "engine/device.h"
 #include "engine/ops.h"
 #include "engine/op_profile.h"
+#include "engine/step_graph.h"
 
 #include <algorithm>
 #include <numeric>
@@ -92,8 +93,14 @@ void Communicator::check_reduce_units(const std::vector<Tensor>& blocks, const s
 // The collectives: checks, the fingerprint (the only place a call's is
 // built), the backend's transport, the count.
 
+// A collective of host tensors in a graphed step is refused (engine/step_graph.h).
+static void check_host_collective(const Communicator& comm, const char* what, const Tensor& t) {
+  if (comm.world_size() > 1 && t.device().is_cpu()) graph_check_host_collective(what);
+}
+
 void Communicator::all_reduce(Tensor& t, ReduceOp op) {
   check_all_reduce(t, op);
+  check_host_collective(*this, "all_reduce", t);
   op_profile_mark("(before a collective)");
   // A world of one, on every backend: the reduction of one value is the
   // value (avg divides by 1), and nothing moves, so nothing is staged
@@ -106,6 +113,7 @@ void Communicator::all_reduce(Tensor& t, ReduceOp op) {
 
 void Communicator::broadcast(Tensor& t, int root) {
   check_broadcast(t, root);
+  check_host_collective(*this, "broadcast", t);
   op_profile_mark("(before a collective)");
   if (world_size() > 1) do_broadcast(t, root, Fingerprint("broadcast", t.dtype(), t.numel(), root));
   op_profile_mark("collective: broadcast");
@@ -114,6 +122,7 @@ void Communicator::broadcast(Tensor& t, int root) {
 
 void Communicator::all_gather(const Tensor& in, Tensor& out) {
   check_all_gather(in, out);
+  check_host_collective(*this, "all_gather", out);
   op_profile_mark("(before a collective)");
   if (world_size() > 1)
     do_all_gather(in, out, Fingerprint("all_gather", in.dtype(), in.numel()));
@@ -125,6 +134,7 @@ void Communicator::all_gather(const Tensor& in, Tensor& out) {
 
 void Communicator::all_gather_rows(const Tensor& in, const std::vector<int64_t>& counts, Tensor& out) {
   check_all_gather_rows(in, counts, out);
+  check_host_collective(*this, "all_gather_rows", out);
   op_profile_mark("(before a collective)");
   if (world_size() > 1)
     do_all_gather_rows(in, counts, out, Fingerprint("all_gather_rows", in.dtype(), row_numel(in), -1, counts));
@@ -135,6 +145,7 @@ void Communicator::all_gather_rows(const Tensor& in, const std::vector<int64_t>&
 }
 
 void Communicator::barrier() {
+  if (world_size() > 1) graph_check_host_collective("barrier");
   if (world_size() > 1) do_barrier(Fingerprint("barrier", DType::f32, 0));
   count(0);
 }
@@ -145,6 +156,7 @@ void Communicator::reduce_units(const Tensor& in, const std::vector<int64_t>& co
 
 void Communicator::reduce_units(const std::vector<Tensor>& blocks, const std::vector<int64_t>& counts, Tensor& out) {
   check_reduce_units(blocks, counts, out);
+  check_host_collective(*this, "reduce_units", out);
   op_profile_mark("(before a collective)");
   int64_t bytes = 0;
   for (const Tensor& b : blocks) bytes += static_cast<int64_t>(b.nbytes());
@@ -212,8 +224,11 @@ Tensor all_gather_rows(Communicator& comm, const Tensor& in, const std::vector<i
   return out;
 }
 
+// In a graphed step the capture's counts, recalled (engine/step_graph.h):
+// a replay runs no host collective.
 std::vector<int64_t> all_gather_counts(Communicator& comm, int64_t rows) {
-  return all_gather(comm, from_vector(std::vector<int64_t>{rows}, {1})).to_vector<int64_t>();
+  return graph_recall_counts(
+      rows, [&] { return all_gather(comm, from_vector(std::vector<int64_t>{rows}, {1})).to_vector<int64_t>(); });
 }
 
 int64_t first_global_row(Communicator& comm, int64_t rows) {

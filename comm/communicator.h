@@ -156,7 +156,10 @@ class Communicator {
 // Allocating forms for callers that do not keep an output buffer.
 Tensor all_gather(Communicator& comm, const Tensor& in);
 Tensor all_gather_rows(Communicator& comm, const Tensor& in, const std::vector<int64_t>& counts);
-// Every rank's row count: one all_gather of a single int64.
+// Every rank's row count: one all_gather of a single int64; in a graphed
+// step's replay, the capture's counts, recalled without a collective
+// (engine/step_graph.h: graph_recall_counts). A collective of host tensors
+// is refused in a graphed step.
 std::vector<int64_t> all_gather_counts(Communicator& comm, int64_t rows);
 // This rank's first row in the global batch (the lower ranks' rows come
 // first), from one all_gather_counts: where a draw keyed by global row

@@ -54,6 +54,9 @@ struct Segment {
   // Memory a launch being captured allocates itself: the graph's, outside
   // the numbering (a replay skips that launch).
   std::vector<Block> inner_blocks;
+  // The row counts gathered while it was captured (graph_recall_counts):
+  // this rank's, and every rank's.
+  std::vector<std::pair<int64_t, std::vector<int64_t>>> counts;
 };
 
 struct GraphSession {
@@ -78,8 +81,10 @@ struct GraphSession {
   int64_t last_launches = 0;  // graphed launches of the last step
   size_t next = 0;            // the launch a replay checks next, in seg
   size_t next_alloc = 0;      // the allocation next, in seg
+  size_t next_counts = 0;     // the row counts a replay recalls next, in seg
   size_t launches_before = 0;  // launches of the step's earlier segments
   int nested = 0;             // inside a launch being captured (> 0)
+  bool gathering = false;     // in graph_recall_counts' own gather
   // Every block of every segment: where a release finds it.
   std::unordered_map<void*, std::pair<Segment*, size_t>> block_of, inner_block_of;
   // Uploads of a capture on a GPU, queued once it ends.
@@ -138,6 +143,7 @@ struct GraphSession {
     path.push_back(seg);
     next = 0;
     next_alloc = 0;
+    next_counts = 0;
     capturing = !seg->has_capture;
     if (capturing && native) inner->begin_capture();
   }
@@ -431,6 +437,42 @@ void graph_upload(GraphSession& g, void* dst, const void* src, size_t bytes, Dev
     return;
   }
   backend.copy(dst, false, src, true, bytes);
+}
+
+std::vector<int64_t> graph_recall_counts(int64_t mine, const std::function<std::vector<int64_t>()>& gather) {
+  GraphSession* g = t_graph;
+  if (!g || !g->in_step || g->eager) return gather();
+  Segment& seg = *g->seg;
+  if (g->capturing) {
+    g->gathering = true;
+    std::vector<int64_t> all;
+    try {
+      all = gather();
+    } catch (...) {
+      g->gathering = false;
+      throw;
+    }
+    g->gathering = false;
+    seg.counts.emplace_back(mine, all);
+    return all;
+  }
+  const size_t i = g->next_counts++;
+  VQDDP_CHECK(i < seg.counts.size(), "step graph ({}): step {} gathers row counts {} times{}, the captured step {}: a "
+              "graphed step must do what the captured one did", g->device.str(), g->step, i + 1,
+              g->key.empty() ? std::string() : fmt::format(" after its choices ({})", g->key), seg.counts.size());
+  const auto& [captured, all] = seg.counts[i];
+  VQDDP_CHECK(mine == captured, "step graph ({}): step {}, row counts {}: this rank has {} rows, the captured step "
+              "{}: a replay's sizes are the capture's (run.step_graphs false, train --step-graphs off, for steps "
+              "whose batches change size)", g->device.str(), g->step, i + 1, mine, captured);
+  return all;
+}
+
+void graph_check_host_collective(const char* what) {
+  GraphSession* g = t_graph;
+  if (!g || !g->in_step || g->eager || g->gathering) return;
+  VQDDP_THROW("step graph ({}): step {} runs {} of host tensors inside the step: NCCL would stage it through the "
+              "device, which a graph cannot do, so a graphed step runs none on any backend (gather such numbers "
+              "before the step, or recall them: graph_recall_counts)", g->device.str(), g->step, what);
 }
 
 void graph_refuse_read(GraphSession& g, const char* what) {

@@ -46,6 +46,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "engine/device.h"
 
@@ -181,5 +182,24 @@ void issue_launch(const DeviceKernels* table, const char* kernel, Run&& run, con
 void note_step_variant(const char* what, int64_t value);
 // A read or wait in a graphed step: refused, naming `what`.
 [[noreturn]] void graph_refuse_read(GraphSession& g, const char* what);
+
+// ---- host collectives (comm/communicator.cpp) ------------------------------
+// A collective of host tensors across ranks is host work that a graph
+// cannot hold: NCCL stages host tensors through the GPU (a read, refused
+// above), so a step that runs one is not capturable on NCCL ranks, though
+// the host backends (thread, mpi) could run it beside the graph. So every
+// backend keeps graphed steps free of them, and CI on sim proves the steps
+// capturable for NCCL:
+//  - the ranks' row counts (all_gather_counts), which size the step's
+//    launches, are gathered while the step is issued or captured and, in a
+//    replay, recalled from the capture: `gather` is not run, and this
+//    rank's count must be the captured one (a replay's allocations are the
+//    capture's, so another rank's count changed only fails that rank's own
+//    replay, and with it the step on every rank);
+//  - any other host collective in a graphed step is refused, naming it.
+// Outside a graphed step (and in a step's segment issued as it goes), the
+// collective runs.
+std::vector<int64_t> graph_recall_counts(int64_t mine, const std::function<std::vector<int64_t>()>& gather);
+void graph_check_host_collective(const char* what);
 
 }  // namespace vqddp

@@ -122,8 +122,9 @@ std::string RankRun::step_graph_refusal() const {
   // The host backends (thread, mpi) run their collectives on sim as
   // launches of the step (comm/staging.h); elsewhere a collective is host
   // work: a GPU's thread ranks stage through the host, and NCCL's
-  // collectives, capturable themselves, still share the step with host
-  // collectives whose numbers the step reads (all_gather_counts: a read).
+  // collectives, capturable themselves, share the captured step with the
+  // gather of the ranks' row counts (all_gather_counts: a host collective,
+  // which NCCL stages through the GPU; replays recall it).
   if (comm_.world_size() > 1 &&
       ((comm_.backend() != "thread" && comm_.backend() != "mpi") || device_.kind != Device::Kind::sim))
     return fmt::format("{} ranks ({}) on {}: a collective across ranks is not work of one stream", comm_.world_size(),

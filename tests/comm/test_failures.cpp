@@ -155,6 +155,69 @@ TEST_CASE("graphed steps on sim: a rank whose collective changes its root, op or
   }
 }
 
+TEST_CASE("graphed steps on sim: a replay recalls the capture's row counts without a collective; a rank whose rows "
+          "change fails, and every rank with it; a host collective in a graphed step is refused") {
+  // engine/step_graph.h, host collectives: NCCL would stage a host
+  // collective through the GPU, which a graph cannot hold, so no backend
+  // runs one in a graphed step.
+  SUBCASE("replays recall the counts") {
+    std::vector<std::vector<int64_t>> seen(3);
+    std::vector<uint64_t> replay_collectives(3);
+    Outcome o = run_and_record(3, [&](Communicator& comm) {
+      StepGraph graph(Device::sim());
+      for (int step = 1; step <= 4; ++step) {
+        graph.begin_step(step);
+        const uint64_t before = comm.counters().collectives;
+        std::vector<int64_t> counts = all_gather_counts(comm, comm.rank() + 1);
+        if (step == 4) replay_collectives[comm.rank()] = comm.counters().collectives - before;
+        seen[comm.rank()] = counts;
+        Tensor s = ones({2}, DType::f32, Device::sim());
+        comm.all_reduce(s, ReduceOp::sum);
+        graph.end_step();
+      }
+      CHECK(graph.replays() == 3);
+    });
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(o.what[r]);
+      CHECK(o.what[r].empty());
+      CHECK(seen[r] == std::vector<int64_t>{1, 2, 3});
+      CHECK(replay_collectives[r] == 0);  // recalled: no all_gather
+    }
+  }
+  SUBCASE("a rank whose rows change") {
+    Outcome o = run_and_record(3, [&](Communicator& comm) {
+      StepGraph graph(Device::sim());
+      for (int step = 1; step <= 4; ++step) {
+        graph.begin_step(step);
+        all_gather_counts(comm, step == 3 && comm.rank() == 2 ? 7 : 2);
+        Tensor s = ones({2}, DType::f32, Device::sim());
+        comm.all_reduce(s, ReduceOp::sum);
+        graph.end_step();
+      }
+    });
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      CAPTURE(o.what[r]);
+      CHECK(o.what[r].find(r == 2 ? "step graph (sim:0): step 3, row counts 1: this rank has 7 rows, the captured step 2"
+                                  : "rank 2 failed: step graph (sim:0): step 3, row counts 1") != std::string::npos);
+    }
+  }
+  SUBCASE("a host collective") {
+    Outcome o = run_and_record(2, [&](Communicator& comm) {
+      StepGraph graph(Device::sim());
+      graph.begin_step(1);
+      Tensor flag = ones({1});
+      comm.all_reduce(flag, ReduceOp::max);
+      graph.end_step();
+    });
+    for (int r = 0; r < 2; ++r) {
+      CAPTURE(o.what[r]);
+      CHECK(o.what[r].find("step graph (sim:0): step 1 runs all_reduce of host tensors inside the step") !=
+            std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("a rank that skips a collective and returns: the waiting ranks fail at once, naming it") {
   Outcome o = run_and_record(4, [](Communicator& comm) {
     Tensor t = ones({4});
