@@ -54,9 +54,10 @@ struct Segment {
   // Memory a launch being captured allocates itself: the graph's, outside
   // the numbering (a replay skips that launch).
   std::vector<Block> inner_blocks;
-  // The row counts gathered while it was captured (graph_recall_counts):
-  // this rank's, and every rank's.
-  std::vector<std::pair<int64_t, std::vector<int64_t>>> counts;
+  // The row counts of its capture (graph_recall_counts): this rank's, and
+  // every rank's; and those gathered in its issued first run, from its
+  // start to the step's end, which its capture recalls.
+  std::vector<std::pair<int64_t, std::vector<int64_t>>> counts, issued_counts;
 };
 
 struct GraphSession {
@@ -85,6 +86,16 @@ struct GraphSession {
   size_t launches_before = 0;  // launches of the step's earlier segments
   int nested = 0;             // inside a launch being captured (> 0)
   bool gathering = false;     // in graph_recall_counts' own gather
+  // Row counts (graph_recall_counts) of the last issued step
+  // (begin_issued_step); once one ran, every capture recalls the counts of
+  // its issued run (that step, or a choice's first run) instead of
+  // gathering: `carry`, while a segment is captured. `recording`: where an
+  // issued run's counts go.
+  using Counts = std::vector<std::pair<int64_t, std::vector<int64_t>>>;
+  Counts issued_counts;
+  bool carried = false;
+  const Counts* carry = nullptr;
+  Counts* recording = nullptr;
   // Every block of every segment: where a release finds it.
   std::unordered_map<void*, std::pair<Segment*, size_t>> block_of, inner_block_of;
   // Uploads of a capture on a GPU, queued once it ends.
@@ -138,6 +149,8 @@ struct GraphSession {
     if (!seg->has_capture && !k.empty() && seg->made == 1) {
       run_path();
       eager = true;
+      seg->issued_counts.clear();
+      recording = &seg->issued_counts;
       return;
     }
     path.push_back(seg);
@@ -145,6 +158,7 @@ struct GraphSession {
     next_alloc = 0;
     next_counts = 0;
     capturing = !seg->has_capture;
+    carry = capturing && carried ? (k.empty() ? &issued_counts : &seg->issued_counts) : nullptr;
     if (capturing && native) inner->begin_capture();
   }
 
@@ -250,7 +264,21 @@ void StepGraph::begin_step(int64_t step) {
   g.launches_before = 0;
   g.captured_in_step = false;
   g.eager = false;
+  g.recording = nullptr;
   g.start_segment("");
+}
+
+void StepGraph::begin_issued_step(int64_t step) {
+  GraphSession& g = *s_;
+  VQDDP_CHECK(!g.in_step, "step graph: step {} began inside step {}", step, g.step);
+  if (!g.stopped.empty()) return;
+  g.in_step = true;
+  g.step = step;
+  g.path.clear();
+  g.eager = true;  // issued as it goes: launches, reads and host collectives as outside a graph
+  g.carried = true;
+  g.issued_counts.clear();
+  g.recording = &g.issued_counts;
 }
 
 void StepGraph::end_step() {
@@ -441,8 +469,26 @@ void graph_upload(GraphSession& g, void* dst, const void* src, size_t bytes, Dev
 
 std::vector<int64_t> graph_recall_counts(int64_t mine, const std::function<std::vector<int64_t>()>& gather) {
   GraphSession* g = t_graph;
-  if (!g || !g->in_step || g->eager) return gather();
+  if (!g || !g->in_step) return gather();
+  if (g->eager) {
+    std::vector<int64_t> all = gather();
+    if (g->recording) g->recording->emplace_back(mine, all);
+    return all;
+  }
   Segment& seg = *g->seg;
+  if (g->capturing && g->carry) {
+    // Recalled from the issued run, as a replay recalls the capture's.
+    const size_t i = seg.counts.size();
+    VQDDP_CHECK(i < g->carry->size(), "step graph ({}): step {} gathers row counts {} times{}, its issued run {}: a "
+                "captured step must do what its issued run did", g->device.str(), g->step, i + 1,
+                g->key.empty() ? std::string() : fmt::format(" after its choices ({})", g->key), g->carry->size());
+    VQDDP_CHECK(mine == (*g->carry)[i].first, "step graph ({}): step {}, row counts {}: this rank has {} rows, its "
+                "issued run {}: a capture's sizes are its issued run's (run.step_graphs false, train --step-graphs "
+                "off, for steps whose batches change size)", g->device.str(), g->step, i + 1, mine,
+                (*g->carry)[i].first);
+    seg.counts.push_back((*g->carry)[i]);
+    return seg.counts.back().second;
+  }
   if (g->capturing) {
     g->gathering = true;
     std::vector<int64_t> all;

@@ -64,6 +64,11 @@ class StepGraph {
   // Around one step's host code, on the thread that runs it. The first step
   // is captured; end_step launches the step (the capture's replay).
   void begin_step(int64_t step);
+  // Or around a step that is issued, not captured (its launches issued as
+  // they go): the step before the first graphed one, whose row counts
+  // (graph_recall_counts below) every later capture then recalls, so that
+  // no graphed step, captured or replayed, runs a host collective.
+  void begin_issued_step(int64_t step);
   void end_step();
   // A step whose host code threw: its launches are dropped (a capture is
   // ended and discarded; the graph captures again at the next step).
@@ -191,11 +196,15 @@ void note_step_variant(const char* what, int64_t value);
 // backend keeps graphed steps free of them, and CI on sim proves the steps
 // capturable for NCCL:
 //  - the ranks' row counts (all_gather_counts), which size the step's
-//    launches, are gathered while the step is issued or captured and, in a
-//    replay, recalled from the capture: `gather` is not run, and this
-//    rank's count must be the captured one (a replay's allocations are the
-//    capture's, so another rank's count changed only fails that rank's own
-//    replay, and with it the step on every rank);
+//    launches, are gathered while a step is issued and, in a replay,
+//    recalled from the capture: `gather` is not run, and this rank's count
+//    must be the captured one (a replay's allocations are the capture's,
+//    so another rank's count changed only fails that rank's own replay,
+//    and with it the step on every rank). A capture recalls them from its
+//    issued run (a choice's first run, or for the step's first segment the
+//    issued step before: begin_issued_step) once the graph has seen an
+//    issued step, checked alike; before that (a graph used without one) a
+//    capture gathers them;
 //  - any other host collective in a graphed step is refused, naming it.
 // Outside a graphed step (and in a step's segment issued as it goes), the
 // collective runs.

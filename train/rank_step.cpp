@@ -23,16 +23,21 @@ namespace vqddp {
 RankRun::StepResult RankRun::graphed_step(std::optional<StepGraph>& graph, ShardedSampler& sampler,
                                           BatchPrefetcher& batches) {
   const bool graphed = graph && step_ >= first_ + 2;
+  // The step before the capture is issued under the graph, so that the
+  // capture recalls its row counts: no graphed step runs a host collective.
+  const bool issued = graph && step_ == first_ + 1;
   if (graphed) graph->begin_step(step_ + 1);
+  if (issued) graph->begin_issued_step(step_ + 1);
   StepResult r;
   const int64_t flops_before = device_counters().flops;
   try {
     r = train_step(sampler, batches);
     step_flops_ += device_counters().flops - flops_before;
   } catch (...) {
-    if (graphed) graph->abandon_step();
+    if (graphed || issued) graph->abandon_step();
     throw;
   }
+  if (issued) graph->end_step();
   if (graphed) {
     graph->end_step();
     graph_replays_ = graph->replays();

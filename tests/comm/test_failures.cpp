@@ -184,6 +184,41 @@ TEST_CASE("graphed steps on sim: a replay recalls the capture's row counts witho
       CHECK(replay_collectives[r] == 0);  // recalled: no all_gather
     }
   }
+  SUBCASE("after an issued step, captures recall too: the issued step's counts, and a choice's first run's") {
+    // The trainer's flow (train/rank_step.cpp): step 1 issued under the
+    // graph, step 2 captured; a choice (as a GAN step's kind) is issued the
+    // first time it is made (step 2: x=0; step 3: x=1) and captured the
+    // second (step 4: x=0; step 5: x=1).
+    std::vector<std::vector<uint64_t>> gathers(3, std::vector<uint64_t>(8));
+    Outcome o = run_and_record(3, [&](Communicator& comm) {
+      StepGraph graph(Device::sim());
+      for (int step = 1; step <= 7; ++step) {
+        if (step == 1) graph.begin_issued_step(step);
+        else graph.begin_step(step);
+        uint64_t before = comm.counters().collectives, n = 0;
+        CHECK(all_gather_counts(comm, comm.rank() + 1) == std::vector<int64_t>{1, 2, 3});
+        n += comm.counters().collectives - before;
+        Tensor s = ones({2}, DType::f32, Device::sim());
+        comm.all_reduce(s, ReduceOp::sum);
+        note_step_variant("x", step % 2);
+        before = comm.counters().collectives;
+        CHECK(all_gather_counts(comm, 2 * comm.rank()) == std::vector<int64_t>{0, 2, 4});
+        n += comm.counters().collectives - before;
+        comm.all_reduce(s, ReduceOp::sum);
+        gathers[comm.rank()][step] = n;
+        graph.end_step();
+      }
+      CHECK(graph.replays() == 2);  // steps 6 and 7 (4 and 5 capture a choice each)
+    });
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      CAPTURE(o.what[r]);
+      CHECK(o.what[r].empty());
+      // Step 1 issued (2 gathers); steps 2 and 3: the first segment
+      // recalled, the new choice issued (1); then no gather at all.
+      CHECK(gathers[r] == std::vector<uint64_t>{0, 2, 1, 1, 0, 0, 0, 0});
+    }
+  }
   SUBCASE("a rank whose rows change") {
     Outcome o = run_and_record(3, [&](Communicator& comm) {
       StepGraph graph(Device::sim());
