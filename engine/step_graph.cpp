@@ -94,6 +94,7 @@ struct GraphSession {
   using Counts = std::vector<std::pair<int64_t, std::vector<int64_t>>>;
   Counts issued_counts;
   bool carried = false;
+  bool issued = false;  // the step running is an issued one
   const Counts* carry = nullptr;
   Counts* recording = nullptr;
   // Every block of every segment: where a release finds it.
@@ -201,6 +202,9 @@ struct GraphSession {
       VQDDP_CHECK(next == want, "step graph: step {} launched {} kernels{}, the captured step {}: a graphed step must "
                   "launch what the captured one did", step, next,
                   key.empty() ? std::string() : fmt::format(" after its choices ({})", key), want);
+      VQDDP_CHECK(next_counts == seg->counts.size(), "step graph: step {} gathered row counts {} times{}, the "
+                  "captured step {}: a graphed step must do what the captured one did", step, next_counts,
+                  key.empty() ? std::string() : fmt::format(" after its choices ({})", key), seg->counts.size());
     }
     launches_before += seg->launches.size();
   }
@@ -276,6 +280,7 @@ void StepGraph::begin_issued_step(int64_t step) {
   g.step = step;
   g.path.clear();
   g.eager = true;  // issued as it goes: launches, reads and host collectives as outside a graph
+  g.issued = true;
   g.carried = true;
   g.issued_counts.clear();
   g.recording = &g.issued_counts;
@@ -286,6 +291,7 @@ void StepGraph::end_step() {
   if (!g.stopped.empty()) return;
   VQDDP_CHECK(g.in_step, "step graph: end_step without begin_step");
   g.in_step = false;
+  g.issued = false;
   if (g.eager) {  // its segments ran when it turned eager
     g.eager = false;
   } else {
@@ -333,7 +339,18 @@ void StepGraph::abandon_step() {
     g.capturing = false;
     if (g.backend) g.release_blocks(*g.seg);
     g.segments.erase(g.key);
+  } else if (g.issued) {
+    // Its row counts, half recorded, are no step's: captures gather again.
+    g.carried = false;
+    g.issued_counts.clear();
+  } else if (g.seg && !g.key.empty() && !g.seg->has_capture) {
+    // A choice's first run (issued), abandoned: its row counts are half
+    // recorded, and its first-time work may not have run; it is made for
+    // the first time again.
+    if (g.backend) g.release_blocks(*g.seg);
+    g.segments.erase(g.key);
   }
+  g.issued = false;
   for (auto [p, bytes] : g.freed_in_capture) g.backend->release(p, bytes);
   g.freed_in_capture.clear();
   g.path.clear();

@@ -219,6 +219,22 @@ TEST_CASE("graphed steps on sim: a replay recalls the capture's row counts witho
       CHECK(gathers[r] == std::vector<uint64_t>{0, 2, 1, 1, 0, 0, 0, 0});
     }
   }
+  SUBCASE("an abandoned issued step's half-recorded counts are not recalled") {
+    Outcome o = run_and_record(2, [&](Communicator& comm) {
+      StepGraph graph(Device::sim());
+      graph.begin_issued_step(1);
+      all_gather_counts(comm, 1);
+      graph.abandon_step();  // as if its host code threw before its second gather
+      for (int step = 2; step <= 3; ++step) {
+        graph.begin_step(step);
+        CHECK(all_gather_counts(comm, 1) == std::vector<int64_t>{1, 1});
+        CHECK(all_gather_counts(comm, 2) == std::vector<int64_t>{2, 2});
+        graph.end_step();
+      }
+      CHECK(graph.replays() == 1);
+    });
+    for (int r = 0; r < 2; ++r) CHECK(o.what[r].empty());
+  }
   SUBCASE("a rank whose rows change") {
     Outcome o = run_and_record(3, [&](Communicator& comm) {
       StepGraph graph(Device::sim());
