@@ -184,7 +184,7 @@ class MpiCommunicator final : public Communicator {
   // timeout ends the job.
   void do_all_reduce(Tensor& t, ReduceOp op, const Fingerprint& fp) override {
     auto work = [this, op, fp, n = t.numel(), dtype = t.dtype()](void* data, std::vector<Tensor> keep) {
-      run(fp, keep, [&](Call& c) {
+      run(fp, std::move(keep), [&](Call& c) {
         switch (dtype) {
           case DType::f32: return reduce<float>(static_cast<float*>(data), n, op, c);
           case DType::f64: return reduce<double>(static_cast<double*>(data), n, op, c);
@@ -200,7 +200,7 @@ class MpiCommunicator final : public Communicator {
 
   void do_broadcast(Tensor& t, int root, const Fingerprint& fp) override {
     auto work = [this, root, fp, n = t.numel(), dtype = t.dtype()](void* data, std::vector<Tensor> keep) {
-      run(fp, keep, [&](Call& c) {
+      run(fp, std::move(keep), [&](Call& c) {
         c.issue(MPI_Ibcast(data, mpi_count(n, c.what), mpi_type(dtype), root, comm_, &c.req));
         c.wait();
       });
@@ -214,7 +214,7 @@ class MpiCommunicator final : public Communicator {
   void do_all_gather(const Tensor& in, Tensor& out, const Fingerprint& fp) override {
     auto work = [this, fp, n = in.numel(), total = out.numel(), dtype = in.dtype()](const void* i, void* o,
                                                                                      std::vector<Tensor> keep) {
-      run(fp, keep, [&](Call& c) {
+      run(fp, std::move(keep), [&](Call& c) {
         const int count = mpi_count(n, c.what);
         mpi_count(total, c.what);
         const size_t bytes = static_cast<size_t>(n) * dtype_size(dtype);
@@ -234,7 +234,7 @@ class MpiCommunicator final : public Communicator {
                           const Fingerprint& fp) override {
     auto work = [this, fp, counts, row = row_numel(in), total = out.numel(), dtype = in.dtype()](
                     const void* i, void* o, std::vector<Tensor> keep) {
-      run(fp, keep, [&](Call& c) {
+      run(fp, std::move(keep), [&](Call& c) {
         mpi_count(total, c.what);  // every offset below fits too
         int* elems = c.array(world_);
         int* offsets = c.array(world_);
@@ -301,13 +301,12 @@ class MpiCommunicator final : public Communicator {
   // Refuses calls after a failure (the first one is raised again), checks
   // the ranks' fingerprints when asked, then runs the collective's body.
   template <class Body>
-  void run(const Fingerprint& fp, const std::vector<Tensor>& keep, Body body) {
+  void run(const Fingerprint& fp, std::vector<Tensor> keep, Body body) {
     if (failed_) throw_comm_failure(failure_, failure_message_);
     uint64_t seq = seq_++;
     Clock::time_point deadline = Clock::now() + options_.timeout;
     if (options_.check_fingerprints) compare_fingerprints(fp, seq, deadline);
-    Call call{*this, fp.str(), seq, deadline};
-    for (const Tensor& t : keep) call.keep(t);
+    Call call{*this, fp.str(), seq, deadline, MPI_REQUEST_NULL, std::move(keep)};
     body(call);
   }
 

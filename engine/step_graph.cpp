@@ -484,6 +484,23 @@ void graph_upload(GraphSession& g, void* dst, const void* src, size_t bytes, Dev
   backend.copy(dst, false, src, true, bytes);
 }
 
+namespace {
+
+// Entry i of `from` (the capture's counts for a replay, the issued run's
+// for a capture), checked: it exists, and this rank's count is `mine`.
+const std::vector<int64_t>& recalled_counts(const GraphSession& g, const GraphSession::Counts& from, size_t i,
+                                            int64_t mine, const char* whose) {
+  VQDDP_CHECK(i < from.size(), "step graph ({}): step {} gathers row counts {} times{}, {} {}: a graphed step must do "
+              "what {} did", g.device.str(), g.step, i + 1,
+              g.key.empty() ? std::string() : fmt::format(" after its choices ({})", g.key), whose, from.size(), whose);
+  VQDDP_CHECK(mine == from[i].first, "step graph ({}): step {}, row counts {}: this rank has {} rows, {} {}: a graphed "
+              "step's sizes are those of {} (run.step_graphs false, train --step-graphs off, for steps whose batches "
+              "change size)", g.device.str(), g.step, i + 1, mine, whose, from[i].first, whose);
+  return from[i].second;
+}
+
+}  // namespace
+
 std::vector<int64_t> graph_recall_counts(int64_t mine, const std::function<std::vector<int64_t>()>& gather) {
   GraphSession* g = t_graph;
   if (!g || !g->in_step) return gather();
@@ -493,41 +510,21 @@ std::vector<int64_t> graph_recall_counts(int64_t mine, const std::function<std::
     return all;
   }
   Segment& seg = *g->seg;
-  if (g->capturing && g->carry) {
-    // Recalled from the issued run, as a replay recalls the capture's.
-    const size_t i = seg.counts.size();
-    VQDDP_CHECK(i < g->carry->size(), "step graph ({}): step {} gathers row counts {} times{}, its issued run {}: a "
-                "captured step must do what its issued run did", g->device.str(), g->step, i + 1,
-                g->key.empty() ? std::string() : fmt::format(" after its choices ({})", g->key), g->carry->size());
-    VQDDP_CHECK(mine == (*g->carry)[i].first, "step graph ({}): step {}, row counts {}: this rank has {} rows, its "
-                "issued run {}: a capture's sizes are its issued run's (run.step_graphs false, train --step-graphs "
-                "off, for steps whose batches change size)", g->device.str(), g->step, i + 1, mine,
-                (*g->carry)[i].first);
-    seg.counts.push_back((*g->carry)[i]);
-    return seg.counts.back().second;
-  }
-  if (g->capturing) {
-    g->gathering = true;
-    std::vector<int64_t> all;
-    try {
-      all = gather();
-    } catch (...) {
-      g->gathering = false;
-      throw;
-    }
-    g->gathering = false;
+  if (!g->capturing) return recalled_counts(*g, seg.counts, g->next_counts++, mine, "the captured step");
+  if (g->carry) {
+    const std::vector<int64_t>& all = recalled_counts(*g, *g->carry, seg.counts.size(), mine, "its issued run");
     seg.counts.emplace_back(mine, all);
     return all;
   }
-  const size_t i = g->next_counts++;
-  VQDDP_CHECK(i < seg.counts.size(), "step graph ({}): step {} gathers row counts {} times{}, the captured step {}: a "
-              "graphed step must do what the captured one did", g->device.str(), g->step, i + 1,
-              g->key.empty() ? std::string() : fmt::format(" after its choices ({})", g->key), seg.counts.size());
-  const auto& [captured, all] = seg.counts[i];
-  VQDDP_CHECK(mine == captured, "step graph ({}): step {}, row counts {}: this rank has {} rows, the captured step "
-              "{}: a replay's sizes are the capture's (run.step_graphs false, train --step-graphs off, for steps "
-              "whose batches change size)", g->device.str(), g->step, i + 1, mine, captured);
-  return all;
+  // A graph without an issued step before: the capture gathers (the one
+  // host collective graph_check_host_collective lets through).
+  struct Gathering {
+    bool& flag;
+    explicit Gathering(bool& f) : flag(f) { flag = true; }
+    ~Gathering() { flag = false; }
+  } gathering(g->gathering);
+  seg.counts.emplace_back(mine, gather());
+  return seg.counts.back().second;
 }
 
 void graph_check_host_collective(const char* what) {
