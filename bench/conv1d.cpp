@@ -14,6 +14,7 @@
 // Not a test: it prints medians and asserts nothing about time.
 #include <fmt/format.h>
 
+#include <string>
 #include <vector>
 
 #include "bench/timing.h"
@@ -107,8 +108,12 @@ void run_case(const Case& c, int reps) {
 
 }  // namespace
 
-int main(int, char** argv) {
+// Arguments, both optional: a part of the cases' names to run only those,
+// and one thread count to run at (both 1 and 2 by default).
+int main(int argc, char** argv) {
   blas_prefer_fast_core(argv);
+  std::string only = argc > 1 ? argv[1] : "";
+  std::vector<int> thread_counts = argc > 2 ? std::vector<int>{std::stoi(argv[2])} : std::vector<int>{1, 2};
   // Encoder strides use K = 2 stride, pad = ceil(stride / 2): L_out = L / stride.
   const Case cases[] = {
       {"conv1d 1->32 K7 p3 L1600", Kind::conv1d, 16, 1, 32, 7, 1, 3, 1, 0, 1600},
@@ -119,11 +124,12 @@ int main(int, char** argv) {
       {"convT1d 256->128 K10 s5 p3 op1 L40", Kind::conv_transpose1d, 16, 256, 128, 10, 5, 3, 1, 1, 40},
       {"conv2d N64 1->32 K4 s2 p1 28x28", Kind::conv2d, 64, 1, 32, 4, 2, 1, 1, 0, 28},
   };
-  for (int threads : {1, 2}) {
+  for (int threads : thread_counts) {
     cpu_set_threads(threads);
     fmt::print("N=16 segments (conv2d N=64), OpenBLAS core {}, fixed_gemm {}, {} thread(s); GEMM shown as M x K x N\n",
                blas_core_name(), fixed_gemm_isa(), threads);
-    for (const Case& c : cases) run_case(c, 7);
+    for (const Case& c : cases)
+      if (std::string(c.name).find(only) != std::string::npos) run_case(c, 7);
   }
   return 0;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -14,21 +15,49 @@ namespace vqddp {
 
 namespace {
 
-// Polling rounds before a wait sleeps: about 50 µs of cpu_relax.
-constexpr int kSpin = 2000;
+// How long a wait polls before it sleeps, by the clock (x86's PAUSE takes
+// from about 10 to 140 cycles by core, so a count of rounds would be a
+// different time on every host). For the first kPauseSpin it pauses
+// between polls; after that it yields the core between polls, so that
+// another thread that wants it (OpenBLAS's, the data loader's) gets it at
+// once, while the poll still sees a new job within a microsecond or so.
+constexpr std::chrono::microseconds kPauseSpin{50}, kSpin{1000};
+
+// Polls `done` until it holds (true) or kSpin has passed (false); the clock
+// is read once every 64 polls.
+template <class Done>
+bool spin_until(Done done) {
+  const auto start = std::chrono::steady_clock::now();
+  for (bool pause = true;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      if (pause)
+        cpu_relax();
+      else
+        std::this_thread::yield();
+    }
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited >= kSpin) return done();
+    pause = waited < kPauseSpin;
+  }
+}
 
 // Workers wait for a job, take task numbers from a shared counter and
 // report when the job's last task is done. One job at a time: `busy` is
 // taken with try_lock by the caller, so a second caller never waits for
 // the first, it computes alone.
 //
-// Waiting spins briefly before it sleeps, on both sides: a training step
-// is hundreds of jobs of some 10-100 µs, and a condition variable's
-// wake-up (a futex call, a reschedule) costs about as much as the job. A
-// worker thus polls for the next job for kSpin rounds after each one, and
-// the caller polls for its helpers' end. The pool runs only when a rank
-// has more than one core to itself (cpu_threads() > 1), so the spinning
-// thread never takes a core another rank needs.
+// Waiting polls before it sleeps, on both sides: a training step is
+// hundreds of jobs of some 10-100 µs, and a condition variable's wake-up
+// (a futex call, a reschedule; more in a VM, whose idle core must be woken
+// too) costs about as much as the job. A worker thus polls for the next
+// job for kSpin after each one, and the caller polls for its helpers' end.
+// kSpin covers the gaps between a step's jobs, which the single-threaded
+// ops between them (autograd, small tensors) make longer than 50 µs: the
+// main job at --world 1 on 2 cores ran 1.07-1.15x as fast with 1 ms as
+// with the 50 µs before (issue 62). The pool runs only when a rank has
+// more than one core to itself (cpu_threads() > 1), so the polling thread
+// never takes a core another rank needs.
 class Pool {
  public:
   ~Pool() {
@@ -61,7 +90,7 @@ class Pool {
     }
     wake_.notify_all();
     take_tasks();
-    for (int i = 0; i < kSpin && active_.load() != 0; ++i) cpu_relax();
+    spin_until([&] { return active_.load() == 0; });
     std::unique_lock lock(mu_);
     done_.wait(lock, [&] { return active_.load() == 0; });
     fn_ = nullptr;
@@ -86,7 +115,7 @@ class Pool {
     for (;;) {
       if (!stop_ && job_.load() == seen) {
         lock.unlock();
-        for (int i = 0; i < kSpin && job_.load() == seen; ++i) cpu_relax();
+        spin_until([&] { return job_.load() != seen; });
         lock.lock();
       }
       wake_.wait(lock, [&] { return stop_ || (job_.load() != seen && wanted_ > 0); });
