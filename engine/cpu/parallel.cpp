@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -15,32 +14,8 @@ namespace vqddp {
 
 namespace {
 
-// How long a wait polls before it sleeps, by the clock (x86's PAUSE takes
-// from about 10 to 140 cycles by core, so a count of rounds would be a
-// different time on every host). For the first kPauseSpin it pauses
-// between polls; after that it yields the core between polls, so that
-// another thread that wants it (OpenBLAS's, the data loader's) gets it at
-// once, while the poll still sees a new job within a microsecond or so.
-constexpr std::chrono::microseconds kPauseSpin{50}, kSpin{1000};
-
-// Polls `done` until it holds (true) or kSpin has passed (false); the clock
-// is read once every 64 polls.
-template <class Done>
-bool spin_until(Done done) {
-  const auto start = std::chrono::steady_clock::now();
-  for (bool pause = true;;) {
-    for (int i = 0; i < 64; ++i) {
-      if (done()) return true;
-      if (pause)
-        cpu_relax();
-      else
-        std::this_thread::yield();
-    }
-    const auto waited = std::chrono::steady_clock::now() - start;
-    if (waited >= kSpin) return done();
-    pause = waited < kPauseSpin;
-  }
-}
+// How long the pool's waits poll (poll_for) before they sleep.
+constexpr std::chrono::microseconds kSpin{1000};
 
 // Workers wait for a job, take task numbers from a shared counter and
 // report when the job's last task is done. One job at a time: `busy` is
@@ -90,7 +65,7 @@ class Pool {
     }
     wake_.notify_all();
     take_tasks();
-    spin_until([&] { return active_.load() == 0; });
+    poll_for(kSpin, [&] { return active_.load() == 0; });
     std::unique_lock lock(mu_);
     done_.wait(lock, [&] { return active_.load() == 0; });
     fn_ = nullptr;
@@ -115,7 +90,7 @@ class Pool {
     for (;;) {
       if (!stop_ && job_.load() == seen) {
         lock.unlock();
-        spin_until([&] { return job_.load() != seen; });
+        poll_for(kSpin, [&] { return job_.load() != seen; });
         lock.lock();
       }
       wake_.wait(lock, [&] { return stop_ || (job_.load() != seen && wanted_ > 0); });

@@ -97,3 +97,12 @@ TEST_CASE("a task's exception reaches parallel_for's caller, and the pool runs o
     CHECK(after.load() == 8);
   }
 }
+
+TEST_CASE("poll_for: true as soon as the condition holds, never asked again; false after its limit") {
+  int asked = 0;
+  CHECK(poll_for(std::chrono::seconds(10), [&] { return ++asked == 100; }));  // a limit no load reaches
+  CHECK(asked == 100);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_FALSE(poll_for(std::chrono::microseconds(2000), [] { return false; }));
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::microseconds(2000));
+}
