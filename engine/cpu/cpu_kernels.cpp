@@ -547,9 +547,10 @@ Scratch scratch(int64_t n) {
 
 }  // namespace
 
-// The three convolution kernels on the CPU: where the width stride is 1
-// (every convolution of the main job but the two downsampling ones, and
-// every discriminator's) and they pay (direct_conv_pays), fixed_conv.h's
+// The three convolution kernels on the CPU: where they pay
+// (direct_conv_paths: every direction of a plan whose width stride is 1,
+// which is every convolution of the main job but the two downsampling ones
+// and every discriminator's; some of a width-strided one's), fixed_conv.h's
 // direct kernels, which give the column path's bits with no im2col buffer;
 // otherwise the column path itself, the columns in a scratch buffer
 // (im2col, the SIMD fixed_gemm, col2im), which is what conv_plan.h's
@@ -560,7 +561,7 @@ void CpuKernels::conv_fixed(const float* x, const float* w, const float* bias, i
                             const ConvPlan& p) {
   count_flops(kernel_flops::conv_fixed(p, cout, bias != nullptr));
   const int64_t pos = p.oh * p.ow, ck = p.col_width();
-  if (direct_conv_pays(p)) {
+  if (direct_conv_paths(p).forward) {
     fixed_conv(p, x, cout, w, y);
     if (bias) add_channel_bias(y, bias, p.n, cout, pos);
     return;
@@ -592,7 +593,7 @@ void CpuKernels::conv_fixed_data(const float* g, const float* w, const float* bi
                                  const ConvPlan& p) {
   count_flops(kernel_flops::conv_fixed(p, cout, bias != nullptr));
   const int64_t pos = p.oh * p.ow, ck = p.col_width(), image = p.h * p.w;
-  if (direct_conv_pays(p)) {
+  if (direct_conv_paths(p).data) {
     fixed_conv_data(p, cout, g, w, dx);
   } else {
     // g as rows [n pos, cout], then one product over every sample's
@@ -617,7 +618,7 @@ void CpuKernels::conv_fixed_weight(const float* x, const float* g, int64_t cout,
                                    float* bias_partials, const ConvPlan& p) {
   count_flops(kernel_flops::conv_fixed(p, cout, bias_partials != nullptr));
   const int64_t pos = p.oh * p.ow, ck = p.col_width();
-  if (direct_conv_applies(p)) {
+  if (direct_conv_paths(p).weight) {
     fixed_conv_weight(p, x, cout, g, partials);
   } else {
     Scratch cols = scratch(p.rows() * ck);

@@ -26,14 +26,19 @@ void pad_rows(int64_t rows, int64_t l, const float* x, int64_t left, int64_t lp,
   });
 }
 
-// The input as the taps read it: x [n, c, h, w] into planes of hp x wp
-// floats whose (r, q) holds x[.., r - ph, q - pw] (0 in the padding), with
-// exactly the rows and columns some tap reads, and `slack` zeros after the
-// last plane for the forward kernel's lanes past an output row's end
-// (their results are dropped). off[(ch, ky, kx)] is where that tap of
-// output (0, 0) reads, relative to its sample's first plane.
+// The input as the taps read it: x [n, c, h, w] into planes of hp rows,
+// each row the padded columns q = 0, 1, ... (x's column q - pw, 0 in the
+// padding) split into sw phases of wq floats: column q at (q % sw) wq +
+// q / sw. Output position ox of tap kx reads column ox sw + kx dw, which is
+// position ox + kx dw / sw of phase kx dw % sw: for every tap, an output
+// row's positions read consecutive floats, whatever the width stride (with
+// sw = 1, one phase: the padded row itself). Exactly the rows and columns
+// some tap reads, and `slack` zeros after the last plane for the forward
+// kernel's lanes past an output row's end (their results are dropped).
+// off[(ch, ky, kx)] is where that tap of output (0, 0) reads, relative to
+// its sample's first plane.
 struct PaddedInput {
-  int64_t hp = 0, wp = 0;
+  int64_t hp = 0, wq = 0, wp = 0;  // wp = sw wq: one padded row's floats
   const float* data = nullptr;
   const int64_t* off = nullptr;
   int64_t plane() const { return hp * wp; }
@@ -44,13 +49,16 @@ PaddedInput pad_input(const ConvPlan& p, const float* x, int64_t slack) {
   thread_local std::vector<int64_t> off_v;
   PaddedInput in;
   in.hp = (p.oh - 1) * p.sh + (p.kh - 1) * p.dh + 1;
-  in.wp = p.ow + (p.kw - 1) * p.dw;
+  in.wq = p.ow + (p.kw - 1) * p.dw / p.sw;  // sw wq >= (ow - 1) sw + (kw - 1) dw + 1 columns
+  in.wp = p.sw * in.wq;
   const int64_t rows = p.n * p.c * in.hp;
   float* padded = cpu::scratch(padded_v, rows * in.wp + slack);
   int64_t* off = cpu::scratch(off_v, p.col_width());
   for (int64_t ch = 0; ch < p.c; ++ch)
     for (int64_t ky = 0; ky < p.kh; ++ky)
-      for (int64_t kx = 0; kx < p.kw; ++kx) off[(ch * p.kh + ky) * p.kw + kx] = ch * in.plane() + ky * p.dh * in.wp + kx * p.dw;
+      for (int64_t kx = 0; kx < p.kw; ++kx)
+        off[(ch * p.kh + ky) * p.kw + kx] =
+            ch * in.plane() + ky * p.dh * in.wp + kx * p.dw % p.sw * in.wq + kx * p.dw / p.sw;
   parallel_for_ranges(rows, in.wp, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       const int64_t plane = row / in.hp, iy = row % in.hp - p.ph;
@@ -59,9 +67,17 @@ PaddedInput pad_input(const ConvPlan& p, const float* x, int64_t slack) {
         std::fill_n(to, in.wp, 0.f);
         continue;
       }
+      const float* from = x + (plane * p.h + iy) * p.w;
+      if (p.sw > 1) {
+        for (int64_t r = 0; r < p.sw; ++r)
+          for (int64_t i = 0; i < in.wq; ++i) {
+            const int64_t col = i * p.sw + r - p.pw;
+            to[r * in.wq + i] = col >= 0 && col < p.w ? from[col] : 0.f;
+          }
+        continue;
+      }
       // Columns q < pw and q >= pw + w are padding, the rest x's row: one
       // copy between two fills, not a bounds test per float.
-      const float* from = x + (plane * p.h + iy) * p.w;
       const int64_t lo = std::min(p.pw, in.wp), hi = std::max(lo, std::min(p.pw + p.w, in.wp));
       std::fill(to, to + lo, 0.f);
       std::copy(from + (lo - p.pw), from + (hi - p.pw), to + lo);
@@ -75,7 +91,7 @@ PaddedInput pad_input(const ConvPlan& p, const float* x, int64_t slack) {
 }
 
 void check_plan(const ConvPlan& p, int64_t cout, const char* what) {
-  VQDDP_CHECK(direct_conv_applies(p) && p.n >= 0 && p.c >= 1 && cout >= 1 && p.oh >= 1 && p.ow >= 1,
+  VQDDP_CHECK(p.sw >= 1 && p.n >= 0 && p.c >= 1 && cout >= 1 && p.oh >= 1 && p.ow >= 1,
               "{}: no direct kernel for input [{}, {}, {}, {}], {} output channels, kernel ({}, {}), stride ({}, {})",
               what, p.n, p.c, p.h, p.w, cout, p.kh, p.kw, p.sh, p.sw);
 }
@@ -108,52 +124,77 @@ void conv_rows(const ConvPlan& p, const float* x, int64_t cout, const float* w, 
 
 // Input row (s, iy) gathers, for each tap (ky, kx) ascending whose output
 // row oy = (iy + ph - ky dh) / sh exists, the chains of output row oy's
-// gradient shifted by pw - kx dw, and adds them in double in that order,
-// col2im's: one call of the row kernel (conv1d_data) per input row, with
-// the row's taps listed, writes the row's channels of dx [n, c, h, w].
+// gradient, and adds them in double in that order, col2im's. With a width
+// stride the row goes by phases: column ix = i sw + r takes tap kx where
+// ix + pw - kx dw is a multiple of sw, the same taps for every i of phase r
+// (kx dw = r + pw mod sw), from output ox = i + (r + pw - kx dw) / sw, so
+// each phase is a stride-1 gather over its taps with the gradient shifted
+// by (r + pw - kx dw) / sw (with sw = 1, one phase: the row, every tap).
+// One call of the row kernel (conv1d_data) per input row and phase, with
+// the phase's taps listed, writes the row's channels of dx [n, c, h, w]
+// (a phase through a buffer, its columns sw apart in dx).
 void conv_data_rows(const ConvPlan& p, int64_t cout, const float* g, const float* w, float* dx) {
   if (p.n == 0) return;
-  const cpu::GemmIsa& kernels = isa_for_columns(p.w);
+  const int64_t lq = (p.w + p.sw - 1) / p.sw;  // the longest phase
+  const cpu::GemmIsa& kernels = isa_for_columns(lq);
   // Each output row's gradient at `left` of a row of lg floats, zero
-  // around: tap kx reads position ix at left + pw - kx dw + ix (up to nr - 1
-  // lanes past the last ix), and a position outside the output reads 0,
-  // whose chain is +0 for finite weights and adds nothing (the column path
-  // skips it: an infinite weight gives NaN here, not there). The row holds
-  // all ow outputs even where padding wider than the kernel puts some
-  // beyond every read.
-  const int64_t left = (p.kw - 1) * p.dw, lg = left + std::max(p.ow, p.pw + p.w + kernels.nr + 1);
+  // around: tap kx of phase r reads i at left + (r + pw - kx dw) / sw + i
+  // (up to nr - 1 lanes past the last i), and a position outside the
+  // output reads 0, whose chain is +0 for finite weights and adds nothing
+  // (the column path skips it: an infinite weight gives NaN here, not
+  // there). The row holds all ow outputs even where padding wider than the
+  // kernel puts some beyond every read.
+  const int64_t left = ((p.kw - 1) * p.dw + p.sw - 1) / p.sw;
+  const int64_t lg = left + std::max(p.ow, (p.sw - 1 + p.pw) / p.sw + lq + kernels.nr + 1);
   thread_local std::vector<float> padded_v;
   float* padded = cpu::scratch(padded_v, p.n * cout * p.oh * lg);
   pad_rows(p.n * cout * p.oh, p.ow, g, left, lg, padded);
   const int64_t blocks = (p.c + kernels.mr - 1) / kernels.mr;
-  parallel_for_ranges(p.n * p.h * blocks, p.kh * p.kw * cout * p.w * kernels.mr / (16 * p.sh),
+  parallel_for_ranges(p.n * p.h * blocks, p.kh * p.kw * cout * p.w * kernels.mr / (16 * p.sh * p.sw),
                       [&](int64_t begin, int64_t end) {
     std::vector<int64_t> taps(p.kh * p.kw);  // one range's lists: no allocation per row
     std::vector<const float*> rows(p.kh * p.kw);
+    std::vector<float> phase(p.sw > 1 ? kernels.mr * lq : 0);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t s = task / (p.h * blocks), iy = task / blocks % p.h, b = task % blocks;
-      cpu::Conv1dDataArgs args;
-      args.ch_begin = b * kernels.mr;
-      args.ch_end = std::min(p.c, args.ch_begin + kernels.mr);
-      args.o = cout;
-      args.l = p.w;
-      args.lg = p.oh * lg;  // from one output channel's rows to the next's
-      args.ck = p.col_width();
-      args.k = p.kh * p.kw;
-      args.w = w;
-      for (int64_t ky = 0; ky < p.kh; ++ky) {  // taps ascending: each element's double sum in col2im's order
-        const int64_t ty = iy + p.ph - ky * p.dh;
-        if (ty < 0 || ty % p.sh != 0 || ty / p.sh >= p.oh) continue;
-        for (int64_t kx = 0; kx < p.kw; ++kx) {
-          taps[args.taps] = ky * p.kw + kx;
-          rows[args.taps++] = padded + (s * cout * p.oh + ty / p.sh) * lg + left + p.pw - kx * p.dw;
+      const int64_t ch_begin = b * kernels.mr, ch_end = std::min(p.c, ch_begin + kernels.mr);
+      float* dx_row = dx + (s * p.c * p.h + iy) * p.w;
+      for (int64_t r = 0; r < std::min(p.sw, p.w); ++r) {
+        cpu::Conv1dDataArgs args;
+        args.o = cout;
+        args.l = (p.w - r + p.sw - 1) / p.sw;
+        args.lg = p.oh * lg;  // from one output channel's rows to the next's
+        args.ck = p.col_width();
+        args.k = p.kh * p.kw;
+        for (int64_t ky = 0; ky < p.kh; ++ky) {  // taps ascending: each element's double sum in col2im's order
+          const int64_t ty = iy + p.ph - ky * p.dh;
+          if (ty < 0 || ty % p.sh != 0 || ty / p.sh >= p.oh) continue;
+          for (int64_t kx = 0; kx < p.kw; ++kx) {
+            const int64_t shift = r + p.pw - kx * p.dw;  // a multiple of sw (negative too) or not this phase's
+            if (shift % p.sw != 0) continue;
+            taps[args.taps] = ky * p.kw + kx;
+            rows[args.taps++] = padded + (s * cout * p.oh + ty / p.sh) * lg + left + shift / p.sw;
+          }
+        }
+        args.tap = taps.data();
+        args.gp = rows.data();
+        if (p.sw == 1) {
+          args.ch_begin = ch_begin, args.ch_end = ch_end, args.w = w;
+          args.dx = dx_row, args.dx_stride = p.h * p.w;
+          kernels.conv1d_data(args);
+          continue;
+        }
+        // The block's channels as channels 0.. of the phase buffer: w from
+        // the block's first channel on.
+        args.ch_begin = 0, args.ch_end = ch_end - ch_begin, args.w = w + ch_begin * args.k;
+        args.dx = phase.data(), args.dx_stride = lq;
+        kernels.conv1d_data(args);
+        for (int64_t ch = ch_begin; ch < ch_end; ++ch) {
+          const float* from = phase.data() + (ch - ch_begin) * lq;
+          float* to = dx_row + ch * p.h * p.w + r;
+          for (int64_t i = 0; i < args.l; ++i) to[i * p.sw] = from[i];
         }
       }
-      args.tap = taps.data();
-      args.gp = rows.data();
-      args.dx = dx + (s * p.c * p.h + iy) * p.w;
-      args.dx_stride = p.h * p.w;
-      kernels.conv1d_data(args);
     }
   });
 }
@@ -168,7 +209,7 @@ void conv_data_rows(const ConvPlan& p, int64_t cout, const float* g, const float
 // fills more of a tile than the plan's own rows do (sh w up to 16, the
 // narrowest tile's width: the period discriminators' stride-3 convolutions
 // at periods 2 to 5, and all their stride-1 ones).
-bool flattens(const ConvPlan& p) { return p.kw == 1 && p.pw == 0 && p.h > 1 && (p.sh == 1 || p.sh * p.w <= 16); }
+bool flattens(const ConvPlan& p) { return p.kw == 1 && p.pw == 0 && p.sw == 1 && p.h > 1 && (p.sh == 1 || p.sh * p.w <= 16); }
 
 ConvPlan flattened(const ConvPlan& p) {
   ConvPlan f;
@@ -179,9 +220,18 @@ ConvPlan flattened(const ConvPlan& p) {
 
 }  // namespace
 
-bool direct_conv_applies(const ConvPlan& p) { return p.sw == 1; }
-
-bool direct_conv_pays(const ConvPlan& p) { return direct_conv_applies(p) && (p.h == 1 || p.ow >= 6 || flattens(p)); }
+DirectConvPaths direct_conv_paths(const ConvPlan& p) {
+  DirectConvPaths paths;
+  const bool rows_fill = p.h == 1 || p.ow >= 6 || flattens(p);
+  if (p.sw == 1) {
+    paths.forward = paths.data = rows_fill;
+    paths.weight = true;
+    return paths;
+  }
+  paths.forward = rows_fill && p.ow >= 45;
+  paths.data = rows_fill && (p.w + p.sw - 1) / p.sw >= 64 && p.c >= 4;
+  return paths;
+}
 
 void fixed_conv(const ConvPlan& p, const float* x, int64_t cout, const float* w, float* y) {
   check_plan(p, cout, "fixed_conv");

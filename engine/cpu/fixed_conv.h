@@ -1,10 +1,10 @@
 // The CPU's direct convolutions and their exact-step gradients: straight
-// from the (zero-padded) input, with no im2col buffer, for every plan whose
-// width stride is 1 (any height stride, padding and dilation; a 1-D
-// convolution is the plan with h = 1). Each gives the bits of conv_plan.h's
+// from the (zero-padded) input, with no im2col buffer, for any plan (any
+// strides, padding and dilation; a 1-D convolution is the plan with h = 1).
+// Each gives the bits of conv_plan.h's
 // per-element formulas, which are those of the column path (im2col, the
 // fixed-order GEMM, col2im): the CPU kernel table's conv_fixed entries
-// (cpu_kernels.cpp) take these where they apply.
+// (cpu_kernels.cpp) take these where they pay.
 // Internal header: not installed with the library (the CPU kernels' convolutions).
 #pragma once
 
@@ -14,18 +14,24 @@
 
 namespace vqddp {
 
-// Whether the kernels below take this plan: a width stride of 1, so an
-// output row's positions read consecutive input floats for every tap.
-bool direct_conv_applies(const ConvPlan& p);
-
-// Whether fixed_conv and fixed_conv_data beat the column path on this plan
-// (bench_conv2d). They vectorize along output rows, so a 2-D plan with rows
-// narrower than 6 fills too little of a tile (0.3-0.7x at width 2) unless
-// its kernel is one column wide with no width padding (a period
-// discriminator's): such a plan runs as a 1-D convolution over its
-// flattened planes. fixed_conv_weight accumulates along the rows instead
-// and pays wherever it applies.
-bool direct_conv_pays(const ConvPlan& p);
+// Which of the kernels below beat the column path on this plan (the main
+// job's and bench_conv1d's plans, measured; each kernel takes any plan and
+// gives the same bits). They vectorize along output rows (fixed_conv) and
+// input rows (fixed_conv_data), so a 2-D plan with rows narrower than 6
+// fills too little of a tile (0.3-0.7x at width 2) unless its kernel is
+// one column wide with no width padding (a period discriminator's): such a
+// plan runs as a 1-D convolution over its flattened planes. With a width
+// stride sw the rows go by phases, ow positions a row forward and w / sw
+// an input phase backward: the forward pays from 45 positions (1.2-1.4x at
+// 47-200; 0.97x at 40, 0.9x at the STFT's 22), the input gradient from 64 positions and
+// 4 channels (1.2x for the codec's 8 -> 64 stride-8 convolution; 0.2-0.4x
+// for the STFT's single channel and at 40 positions), the weight gradient
+// not at all (0.3-0.9x: its runs are the ow positions, 40 at stride 5).
+// Without a width stride fixed_conv_weight pays wherever it applies.
+struct DirectConvPaths {
+  bool forward = false, data = false, weight = false;
+};
+DirectConvPaths direct_conv_paths(const ConvPlan& p);
 
 // y [n, cout, oh, ow] with y[s, co, oy, ox] = conv_output_value without the
 // bias: the chain over (ch, ky, kx) ascending of w[co, (ch, ky, kx)] times

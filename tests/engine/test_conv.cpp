@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <optional>
+#include <tuple>
 #include <algorithm>
 #include <string_view>
 #include <bit>
@@ -14,6 +15,7 @@
 
 #include "engine/autograd.h"
 #include "engine/conv_plan.h"
+#include "engine/cpu/fixed_conv.h"
 #include "engine/device.h"
 #include "engine/device_counters.h"
 #include "engine/kernel_math.h"
@@ -440,7 +442,7 @@ TEST_CASE("WeightNormBatch: batches nest and end in any order; each computes the
 TEST_CASE("the CPU's conv kernels give the per-element formulas' bits on every path they take: forward, input "
           "gradient and per-example weight partials") {
   // The CPU's kernel table takes engine/cpu/fixed_conv.h's direct kernels
-  // where the width stride is 1 and they pay (direct_conv_pays); the column
+  // where they pay (direct_conv_paths); the column
   // path (im2col, the fixed GEMM, col2im) is what every other plan takes.
   // Each path against conv_plan.h's per-element formulas (what the GPU
   // runs). Padding and dilation on, several channels: a
@@ -457,9 +459,22 @@ TEST_CASE("the CPU's conv kernels give the per-element formulas' bits on every p
   flat.w = 3, flat.kw = 1, flat.pw = 0, flat.dw = 1;
   ConvPlan narrow = wide;
   narrow.w = 4, narrow.kw = 2, narrow.pw = 0, narrow.dw = 1;
-  for (ConvPlan p : {one_d, wide, flat, narrow}) {
+  // Width strides (the row kernels read the input and write the input
+  // gradient by phases): a codec's downsampling shape, a stride with
+  // dilation, a stride wider than the kernel (phases with no tap, whose
+  // input gradient is 0), and a 2-D plan with wide rows.
+  ConvPlan strided = one_d;
+  strided.c = 9, strided.w = 23, strided.kw = 7, strided.sw = 3, strided.pw = 2, strided.dw = 1;  // channel blocks of 8: two
+  ConvPlan strided_dilated = one_d;
+  strided_dilated.w = 20, strided_dilated.sw = 2, strided_dilated.dw = 3;
+  ConvPlan sparse = one_d;
+  sparse.w = 26, sparse.kw = 3, sparse.sw = 4, sparse.pw = 1, sparse.dw = 1;
+  ConvPlan wide_strided = wide;
+  wide_strided.w = 30, wide_strided.kw = 5, wide_strided.sw = 2, wide_strided.pw = 2, wide_strided.dw = 1;
+  for (ConvPlan p : {one_d, wide, flat, narrow, strided, strided_dilated, sparse, wide_strided}) {
     CAPTURE(p.h);
     CAPTURE(p.w);
+    CAPTURE(p.sw);
     p.oh = conv_output_size(p.h, p.kh, p.sh, p.ph, p.dh), p.ow = conv_output_size(p.w, p.kw, p.sw, p.pw, p.dw);
     const int64_t cout = 5, pos = p.oh * p.ow, ck = p.col_width();
     Generator gen(9, 0);
@@ -467,15 +482,44 @@ TEST_CASE("the CPU's conv kernels give the per-element formulas' bits on every p
                        w = rand_uniform({cout, ck}, gen, -1.f, 1.f).to_vector<float>(),
                        g = rand_uniform({p.n, cout, pos}, gen, -1.f, 1.f).to_vector<float>();
     std::vector<float> y(static_cast<size_t>(p.n * cout * pos)), dx(x.size()), dw(static_cast<size_t>(p.n * cout * ck));
-    k.conv_fixed(x.data(), w.data(), nullptr, cout, y.data(), p);
-    k.conv_fixed_data(g.data(), w.data(), nullptr, cout, dx.data(), p);
-    k.conv_fixed_weight(x.data(), g.data(), cout, dw.data(), nullptr, p);
-    auto bits = [](float v) { return std::bit_cast<uint32_t>(v); };
-    for (size_t e = 0; e < y.size(); ++e)
-      REQUIRE(bits(y[e]) == bits(conv_output_value(x.data(), w.data(), nullptr, p, cout, int64_t(e))));
-    for (size_t e = 0; e < dx.size(); ++e)
-      REQUIRE(bits(dx[e]) == bits(conv_data_value(g.data(), w.data(), nullptr, p, cout, int64_t(e))));
-    for (size_t e = 0; e < dw.size(); ++e)
-      REQUIRE(bits(dw[e]) == bits(conv_weight_value(x.data(), g.data(), p, cout, int64_t(e))));
-  }
+    // The table's choice (direct_conv_paths: these small strided plans take
+    // the column path forward and back), then every direct kernel itself.
+    for (bool direct : {false, true}) {
+      CAPTURE(direct);
+      if (direct) {
+        fixed_conv(p, x.data(), cout, w.data(), y.data());
+        fixed_conv_data(p, cout, g.data(), w.data(), dx.data());
+        fixed_conv_weight(p, x.data(), cout, g.data(), dw.data());
+      } else {
+        k.conv_fixed(x.data(), w.data(), nullptr, cout, y.data(), p);
+        k.conv_fixed_data(g.data(), w.data(), nullptr, cout, dx.data(), p);
+        k.conv_fixed_weight(x.data(), g.data(), cout, dw.data(), nullptr, p);
+      }
+      auto bits = [](float v) { return std::bit_cast<uint32_t>(v); };
+      for (size_t e = 0; e < y.size(); ++e)
+        REQUIRE(bits(y[e]) == bits(conv_output_value(x.data(), w.data(), nullptr, p, cout, int64_t(e))));
+      for (size_t e = 0; e < dx.size(); ++e)
+        REQUIRE(bits(dx[e]) == bits(conv_data_value(g.data(), w.data(), nullptr, p, cout, int64_t(e))));
+      for (size_t e = 0; e < dw.size(); ++e)
+        REQUIRE(bits(dw[e]) == bits(conv_weight_value(x.data(), g.data(), p, cout, int64_t(e))));
+    }
+  }  // The choice on the main job's width-strided plans (fixed_conv.h's
+  // measurements): its 8 -> 64 stride-8 downsampling runs forward and
+  // backward to the input directly; its stride-5 one (40 positions) and
+  // the STFT's frames keep the column path, but for the longer frames' forward.
+  auto plan_1d = [](int64_t c, int64_t w, int64_t k, int64_t s, int64_t pad) {
+    ConvPlan q;
+    q.n = 16, q.c = c, q.h = 1, q.w = w, q.kh = 1, q.kw = k, q.sw = s, q.pw = pad, q.oh = 1;
+    q.ow = conv_output_size(w, k, s, pad, 1);
+    return q;
+  };
+  auto paths = [](const ConvPlan& q) {
+    const DirectConvPaths d = direct_conv_paths(q);
+    return std::tuple(d.forward, d.data, d.weight);
+  };
+  CHECK(paths(plan_1d(8, 1600, 16, 8, 4)) == std::tuple(true, true, false));
+  CHECK(paths(plan_1d(64, 200, 10, 5, 3)) == std::tuple(false, false, false));
+  CHECK(paths(plan_1d(1, 1600, 256, 64, 0)) == std::tuple(false, false, false));
+  CHECK(paths(plan_1d(1, 1600, 128, 32, 0)) == std::tuple(true, false, false));
+  CHECK(paths(plan_1d(64, 200, 3, 1, 1)) == std::tuple(true, true, true));
 }
