@@ -22,9 +22,9 @@ namespace vqddp {
 // one column wide with no width padding (a period discriminator's): such a
 // plan runs as a 1-D convolution over its flattened planes. With a width
 // stride sw the rows go by phases, ow positions a row forward and w / sw
-// an input phase backward: the forward pays from 45 positions (1.2-1.4x at
+// an input phase backward: the forward pays from 45 positions (1.14-1.46x at
 // 47-200; 0.97x at 40, 0.9x at the STFT's 22), the input gradient from 64 positions and
-// 4 channels (1.06-1.18x for the codec's 8 -> 64 stride-8 convolution; 0.2-0.4x
+// 4 channels (1.06-1.18x for the codec's 8 -> 64 stride-8 convolution; 0.1-0.4x
 // for the STFT's single channel and at 40 positions), the weight gradient
 // not at all (0.3-0.9x: its runs are the ow positions, 40 at stride 5).
 // Without a width stride fixed_conv_weight pays wherever it applies.
