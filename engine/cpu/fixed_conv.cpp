@@ -90,9 +90,14 @@ PaddedInput pad_input(const ConvPlan& p, const float* x, int64_t slack) {
   return in;
 }
 
+// The longest phase of an input row of a plan with width stride sw: the
+// input gradient's row length (conv_data_rows).
+int64_t phase_length(const ConvPlan& p) { return (p.w + p.sw - 1) / p.sw; }
+
 void check_plan(const ConvPlan& p, int64_t cout, const char* what) {
   VQDDP_CHECK(p.sw >= 1 && p.n >= 0 && p.c >= 1 && cout >= 1 && p.oh >= 1 && p.ow >= 1,
-              "{}: no direct kernel for input [{}, {}, {}, {}], {} output channels, kernel ({}, {}), stride ({}, {})",
+              "{}: not a convolution the direct kernels take: input [{}, {}, {}, {}], {} output channels, "
+              "kernel ({}, {}), stride ({}, {})",
               what, p.n, p.c, p.h, p.w, cout, p.kh, p.kw, p.sh, p.sw);
 }
 
@@ -135,7 +140,7 @@ void conv_rows(const ConvPlan& p, const float* x, int64_t cout, const float* w, 
 // (a phase through a buffer, its columns sw apart in dx).
 void conv_data_rows(const ConvPlan& p, int64_t cout, const float* g, const float* w, float* dx) {
   if (p.n == 0) return;
-  const int64_t lq = (p.w + p.sw - 1) / p.sw;  // the longest phase
+  const int64_t lq = phase_length(p);
   const cpu::GemmIsa& kernels = isa_for_columns(lq);
   // Each output row's gradient at `left` of a row of lg floats, zero
   // around: tap kx of phase r reads i at left + (r + pw - kx dw) / sw + i
@@ -209,7 +214,9 @@ void conv_data_rows(const ConvPlan& p, int64_t cout, const float* g, const float
 // fills more of a tile than the plan's own rows do (sh w up to 16, the
 // narrowest tile's width: the period discriminators' stride-3 convolutions
 // at periods 2 to 5, and all their stride-1 ones).
-bool flattens(const ConvPlan& p) { return p.kw == 1 && p.pw == 0 && p.sw == 1 && p.h > 1 && (p.sh == 1 || p.sh * p.w <= 16); }
+bool flattens(const ConvPlan& p) {
+  return p.kw == 1 && p.pw == 0 && p.sw == 1 && p.h > 1 && (p.sh == 1 || p.sh * p.w <= 16);
+}
 
 ConvPlan flattened(const ConvPlan& p) {
   ConvPlan f;
@@ -229,7 +236,7 @@ DirectConvPaths direct_conv_paths(const ConvPlan& p) {
     return paths;
   }
   paths.forward = rows_fill && p.ow >= 45;
-  paths.data = rows_fill && (p.w + p.sw - 1) / p.sw >= 64 && p.c >= 4;
+  paths.data = rows_fill && phase_length(p) >= 64 && p.c >= 4;
   return paths;
 }
 

@@ -464,7 +464,8 @@ TEST_CASE("the CPU's conv kernels give the per-element formulas' bits on every p
   // dilation, a stride wider than the kernel (phases with no tap, whose
   // input gradient is 0), and a 2-D plan with wide rows.
   ConvPlan strided = one_d;
-  strided.c = 9, strided.w = 23, strided.kw = 7, strided.sw = 3, strided.pw = 2, strided.dw = 1;  // channel blocks of 8: two
+  // 9 channels: more than one channel block of the input gradient on every ISA.
+  strided.c = 9, strided.w = 23, strided.kw = 7, strided.sw = 3, strided.pw = 2, strided.dw = 1;
   ConvPlan strided_dilated = one_d;
   strided_dilated.w = 20, strided_dilated.sw = 2, strided_dilated.dw = 3;
   ConvPlan sparse = one_d;
@@ -476,14 +477,21 @@ TEST_CASE("the CPU's conv kernels give the per-element formulas' bits on every p
     CAPTURE(p.w);
     CAPTURE(p.sw);
     p.oh = conv_output_size(p.h, p.kh, p.sh, p.ph, p.dh), p.ow = conv_output_size(p.w, p.kw, p.sw, p.pw, p.dw);
+    // The table's half below runs the path named above: the direct kernels
+    // for the first three plans, the weight's alone for the narrow one, the
+    // column path for the small strided ones.
+    const DirectConvPaths d = direct_conv_paths(p);
+    const bool all_direct = p.sw == 1 && p.w != narrow.w;
+    CHECK(d.forward == all_direct);
+    CHECK(d.data == all_direct);
+    CHECK(d.weight == (p.sw == 1));
     const int64_t cout = 5, pos = p.oh * p.ow, ck = p.col_width();
     Generator gen(9, 0);
     std::vector<float> x = rand_uniform({p.n, p.c, p.h, p.w}, gen, -1.f, 1.f).to_vector<float>(),
                        w = rand_uniform({cout, ck}, gen, -1.f, 1.f).to_vector<float>(),
                        g = rand_uniform({p.n, cout, pos}, gen, -1.f, 1.f).to_vector<float>();
     std::vector<float> y(static_cast<size_t>(p.n * cout * pos)), dx(x.size()), dw(static_cast<size_t>(p.n * cout * ck));
-    // The table's choice (direct_conv_paths: these small strided plans take
-    // the column path forward and back), then every direct kernel itself.
+    // The table's choice, then every direct kernel itself.
     for (bool direct : {false, true}) {
       CAPTURE(direct);
       if (direct) {
