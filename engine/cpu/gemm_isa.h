@@ -94,9 +94,9 @@ struct Conv1dWeightArgs {
 // fma(gp[t][q * lg + ix], w[q * ck + ch * k + tap[t]], acc), rounded to
 // float into dx[ch * dx_stride + ix]. gp[t] is the sample's gradient rows,
 // zero-padded and already shifted for tap t; ch_begin a multiple of mr.
-// The sums stay in registers across the taps: a tap of few output
-// channels is a chain of a few fmas, and a trip through memory per tap
-// would cost more than the chain.
+// The sums stay across the taps in registers, or, where a tap's chains
+// are long enough to pay for it (AVX2 from 4 output channels), in an L1
+// tile that lets more channels' chains run at once (gemm_kernel.h).
 struct Conv1dDataArgs {
   int64_t ch_begin = 0, ch_end = 0, o = 0, l = 0, lg = 0, ck = 0, k = 0;
   int64_t taps = 0;
