@@ -187,13 +187,14 @@ cmp -s one_short/checkpoint.safetensors requeued/checkpoint.safetensors ||
   fail "preempted at step $stopped and requeued on 2 tasks, the job ended in another checkpoint than 1 rank"
 echo "slurm_jobs: train.sbatch preempted after step $stopped, requeued on 2 tasks: 1 rank's checkpoint ($(took))"
 
-# 5. A task that fails at its start (on the 2 nodes left; task 0 dies of SIGSEGV before
-# vqddp runs): srun ends the others with SIGTERM while they load, and
-# exits 143 as a stop does. The job ends there, not requeued (a start that
+# 5. A task that fails at its start (on the 2 nodes left; task 0 dies of
+# SIGSEGV before vqddp runs, task 1 is still loading): srun ends task 1
+# with SIGTERM, and exits 143 as a stop does. The job ends there, not requeued (a start that
 # fails every time would otherwise requeue for ever), and says why.
 cat > crash_task0.sh << CRASH
 #!/bin/bash
 [ "\$SLURM_PROCID" = 0 ] && kill -SEGV \$\$
+sleep 20  # still loading (a slow file system) when srun ends the step
 exec "$v" "\$@"
 CRASH
 chmod +x crash_task0.sh
@@ -205,6 +206,6 @@ sleep 2  # a requeue would show as the job pending again
 [ "$(state)" != PENDING ] && ! grep -q "start 1" crashed.log && ! grep -q "requeueing" crashed.log ||
   { cat crashed.log; fail "job $job, whose task 0 crashed at its start, was requeued"; }
 grep -q "srun: error: n1: task 0: Segmentation fault" crashed.log || { cat crashed.log; fail "task 0 did not crash"; }
-grep -q "^vqddp.sbatch: srun ended with 143, but vqddp did not say it stopped with a checkpoint" crashed.log &&
-  how="srun ended 143" || how="the other task ended otherwise"
-echo "slurm_jobs: task 0 crashed at its start: job $job ended, not requeued ($how; $(took))"
+grep -q "^vqddp.sbatch: srun ended with 143, but vqddp did not say it stopped with a checkpoint" crashed.log ||
+  { cat crashed.log; fail "job $job: srun's 143 after task 0 crashed not named as such"; }
+echo "slurm_jobs: task 0 crashed at its start, the other ended by srun's SIGTERM (143): job $job ended, not requeued ($(took))"
