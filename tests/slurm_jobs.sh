@@ -187,10 +187,12 @@ cmp -s one_short/checkpoint.safetensors requeued/checkpoint.safetensors ||
   fail "preempted at step $stopped and requeued on 2 tasks, the job ended in another checkpoint than 1 rank"
 echo "slurm_jobs: train.sbatch preempted after step $stopped, requeued on 2 tasks: 1 rank's checkpoint ($(took))"
 
-# 5. A task that fails at its start (on the 2 nodes left; task 0 dies of
-# SIGSEGV before vqddp runs, task 1 is still loading): srun ends task 1
-# with SIGTERM, and exits 143 as a stop does. The job ends there, not requeued (a start that
-# fails every time would otherwise requeue for ever), and says why.
+# 5. A task that fails at its start (on the 2 nodes left, n3 still
+# drained from part 4, so task 0 is on n1; it dies of SIGSEGV before
+# vqddp runs, while task 1 is still loading): srun ends task 1 with
+# SIGTERM, and exits 143 as a stop does. The job ends there, not requeued
+# (a start that fails every time would otherwise requeue for ever), and
+# says why.
 cat > crash_task0.sh << CRASH
 #!/bin/bash
 [ "\$SLURM_PROCID" = 0 ] && kill -SEGV \$\$
