@@ -140,10 +140,11 @@ echo "slurm_jobs: task 1 killed: the job ended $ended s later ($named other task
 steps=60  # short.json's reference, one_short, is the uninterrupted run
 all_idle() { [ "$(sinfo -h -N -t idle -o %N | sort -u | wc -l)" -eq 3 ]; }
 wait_for 30 all_idle || { sinfo -N; fail "the nodes did not become idle after the srun jobs"; }
-submit() {
-  rm -rf requeued job.log
-  job=$(VQDDP=$v sbatch --parsable -N 3 --ntasks-per-node=1 -o job.log "$src/examples/slurm/train.sbatch" short.json \
-    --steps $steps --dir "$work/requeued") || fail "sbatch failed"
+submit() {  # [VQDDP NODES NAME]: the batch script on NODES nodes into NAME/, its log NAME.log
+  local vq=${1:-$v} nodes=${2:-3} name=${3:-requeued}
+  rm -rf "$name" "$name.log"
+  job=$(VQDDP=$vq sbatch --parsable -N "$nodes" --ntasks-per-node=1 -o "$name.log" "$src/examples/slurm/train.sbatch" \
+    short.json --steps $steps --dir "$work/$name") || fail "sbatch failed"
 }
 state() { squeue -h -j "$job" -o %T 2> /dev/null; }
 training() { [ -f requeued/checkpoint.safetensors ]; }
@@ -159,14 +160,14 @@ submit
 # for: its log is kept in this test's output and the job submitted once
 # more. Any other early end, or a second one, fails below.
 wait_for 60 training_or_over
-if ! training && over && ! grep -q "^train: " job.log &&
-  grep -q "Process received signal\|srun: error: n[0-9]*: task [0-9]*: Segmentation fault" job.log; then
+if ! training && over && ! grep -q "^train: " requeued.log &&
+  grep -q "Process received signal\|srun: error: n[0-9]*: task [0-9]*: Segmentation fault" requeued.log; then
   echo "slurm_jobs: job $job: a task crashed before training began; its log, then the job once more:"
-  sed 's/^/slurm_jobs:   | /' job.log
+  sed 's/^/slurm_jobs:   | /' requeued.log
   wait_for 30 all_idle || { sinfo -N; fail "the nodes did not become idle after job $job"; }
   submit
 fi
-wait_for 60 training || { cat job.log; fail "job $job did not reach its first checkpoint (step 10)"; }
+wait_for 60 training || { cat requeued.log; fail "job $job did not reach its first checkpoint (step 10)"; }
 sleep "0.$((RANDOM % 10))"  # then a random step: 60 steps take 2-5 s
 # A node drained mid-job (the job runs on), then the preemption: the job
 # requeues itself.
@@ -174,15 +175,15 @@ scontrol update NodeName=n3 State=DRAIN Reason=slurm_jobs || fail "n3 could not 
 scancel --signal=TERM "$job" || fail "scancel --signal=TERM $job failed"
 # Requeued, it waits for 3 nodes; given 2, it starts with 2 tasks.
 pending() { [ "$(state)" = PENDING ]; }
-wait_for 60 pending || { cat job.log; fail "job $job was not requeued (state $(state))"; }
+wait_for 60 pending || { cat requeued.log; fail "job $job was not requeued (state $(state))"; }
 scontrol update JobId="$job" NumNodes=2 NumTasks=2 || fail "job $job could not be given 2 nodes"
 done_() { [ -z "$(state)" ]; }
-wait_for 120 done_ || { cat job.log; scontrol show job "$job"; fail "job $job did not end"; }
-cat job.log
-stopped=$(sed -n 's/^vqddp: stopped by SIGTERM after step \([0-9]*\);.*/\1/p' job.log)
+wait_for 120 done_ || { cat requeued.log; scontrol show job "$job"; fail "job $job did not end"; }
+cat requeued.log
+stopped=$(sed -n 's/^vqddp: stopped by SIGTERM after step \([0-9]*\);.*/\1/p' requeued.log)
 [ -n "$stopped" ] && [ "$stopped" -lt $steps ] || fail "job $job was not stopped by its SIGTERM before step $steps"
-grep -q "^train: resumed at step $stopped from " job.log || fail "the requeued job did not resume at step $stopped"
-grep -q "2 ranks (mpi" job.log || fail "the requeued job did not run on 2 tasks"
+grep -q "^train: resumed at step $stopped from " requeued.log || fail "the requeued job did not resume at step $stopped"
+grep -q "2 ranks (mpi" requeued.log || fail "the requeued job did not run on 2 tasks"
 cmp -s one_short/checkpoint.safetensors requeued/checkpoint.safetensors ||
   fail "preempted at step $stopped and requeued on 2 tasks, the job ended in another checkpoint than 1 rank"
 echo "slurm_jobs: train.sbatch preempted after step $stopped, requeued on 2 tasks: 1 rank's checkpoint ($(took))"
@@ -201,8 +202,7 @@ exec "$v" "\$@"
 CRASH
 chmod +x crash_task0.sh
 wait_for 30 all_idle || { sinfo -N; fail "the nodes did not become idle after job $job"; }
-job=$(VQDDP=$work/crash_task0.sh sbatch --parsable -N 2 --ntasks-per-node=1 -o crashed.log \
-  "$src/examples/slurm/train.sbatch" short.json --steps $steps --dir "$work/crashed") || fail "sbatch failed"
+submit "$work/crash_task0.sh" 2 crashed
 wait_for 60 over || { cat crashed.log; fail "job $job, whose task 0 crashed, did not end"; }
 sleep 2  # a requeue would show as the job pending again
 [ "$(state)" != PENDING ] && ! grep -q "start 1" crashed.log && ! grep -q "requeueing" crashed.log ||

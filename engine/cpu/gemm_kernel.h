@@ -480,8 +480,9 @@ constexpr int64_t kDataTileMinO = 4;
 
 void conv1d_data(const Conv1dDataArgs& g) {
   int64_t ch0 = g.ch_begin;
-  if (W == 8 && g.o >= kDataTileMinO)
-    for (; ch0 + MR <= g.ch_end; ch0 += MR) conv1d_data_tile<MR, true>(g, ch0);
+  if constexpr (W == 8)  // (no L1 tile compiled for the other sets)
+    if (g.o >= kDataTileMinO)
+      for (; ch0 + MR <= g.ch_end; ch0 += MR) conv1d_data_tile<MR, true>(g, ch0);
   for (; ch0 < g.ch_end; ch0 += Isa::DR) conv1d_data_tile<Isa::DR, false>(g, ch0);
 }
 
