@@ -123,6 +123,19 @@ int main(int argc, char** argv) {
       {"conv1d 128->256 K10 s5 p3 L200", Kind::conv1d, 16, 128, 256, 10, 5, 3, 1, 0, 200},
       {"convT1d 256->128 K10 s5 p3 op1 L40", Kind::conv_transpose1d, 16, 256, 128, 10, 5, 3, 1, 1, 40},
       {"conv2d N64 1->32 K4 s2 p1 28x28", Kind::conv2d, 64, 1, 32, 4, 2, 1, 1, 0, 28},
+      // examples/speech_codec.json's layers (train/networks.cpp), in order: channels 8, 64, 128, strides 8, 5.
+      {"main conv1d 1->8 K7 p3 L1600", Kind::conv1d, 16, 1, 8, 7, 1, 3, 1, 0, 1600},
+      {"main conv1d 8->8 K3 p1 L1600", Kind::conv1d, 16, 8, 8, 3, 1, 1, 1, 0, 1600},
+      {"main conv1d 8->8 K1 L1600", Kind::conv1d, 16, 8, 8, 1, 1, 0, 1, 0, 1600},
+      {"main conv1d 8->64 K16 s8 p4 L1600", Kind::conv1d, 16, 8, 64, 16, 8, 4, 1, 0, 1600},
+      {"main conv1d 64->64 K3 p1 L200", Kind::conv1d, 16, 64, 64, 3, 1, 1, 1, 0, 200},
+      {"main conv1d 64->64 K1 L200", Kind::conv1d, 16, 64, 64, 1, 1, 0, 1, 0, 200},
+      {"main conv1d 64->128 K10 s5 p3 L200", Kind::conv1d, 16, 64, 128, 10, 5, 3, 1, 0, 200},
+      {"main conv1d 128->16 K3 p1 L40", Kind::conv1d, 16, 128, 16, 3, 1, 1, 1, 0, 40},
+      {"main conv1d 16->128 K7 p3 L40", Kind::conv1d, 16, 16, 128, 7, 1, 3, 1, 0, 40},
+      {"main convT1d 128->64 K10 s5 p3 op1 L40", Kind::conv_transpose1d, 16, 128, 64, 10, 5, 3, 1, 1, 40},
+      {"main convT1d 64->8 K16 s8 p4 L200", Kind::conv_transpose1d, 16, 64, 8, 16, 8, 4, 1, 0, 200},
+      {"main conv1d 8->1 K7 p3 L1600", Kind::conv1d, 16, 8, 1, 7, 1, 3, 1, 0, 1600},
   };
   for (int threads : thread_counts) {
     cpu_set_threads(threads);
