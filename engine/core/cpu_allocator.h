@@ -23,7 +23,8 @@ void cpu_free(void* p, size_t bytes);
 // Bytes currently held in the cache (for tests and logs).
 size_t cpu_cache_bytes();
 // The most bytes of blocks of 64 KiB or more ever handed out and not yet
-// freed at once: what the cache and those blocks together never exceed.
+// freed at once: the cache and those blocks together never exceed it and
+// an eighth of it.
 size_t cpu_peak_live_bytes();
 
 }  // namespace vqddp
