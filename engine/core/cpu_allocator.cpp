@@ -84,8 +84,8 @@ void unmap_block(void* p, size_t size) { ::munmap(p, size); }
 // The large config (speech_codec_large.json) then unmapped and mapped again
 // about 12 blocks, some 120 MB, every step: 30,000 page faults a step, a
 // fifth of its CPU time in the kernel. With an eighth more room, none after
-// the first steps: its step took 192-217 ms instead of 260-266 (2 cores,
-// AMD EPYC), at 537 MB peak resident instead of 479.
+// the first steps: its step took 196-216 ms instead of 254-282 (3 pairs,
+// alternating; 2 cores, AMD EPYC), at 537 MB peak resident instead of 479.
 constexpr size_t kHeadroom = 8;  // the cache and live blocks stay within peak + peak / kHeadroom
 
 struct Cache {
@@ -193,6 +193,12 @@ size_t cpu_cache_bytes() {
   Cache& c = cache();
   std::lock_guard lock(c.mu);
   return c.held;
+}
+
+void cpu_release_cache() {
+  Cache& c = cache();
+  std::lock_guard lock(c.mu);
+  c.shrink_to(0);
 }
 
 size_t cpu_peak_live_bytes() {

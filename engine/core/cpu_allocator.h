@@ -7,7 +7,7 @@
 // more are mapped from the kernel; freed ones are kept (by rounded size)
 // and handed out again, to a request of their size or of at least half it. The cache is shared by all threads and holds
 // at most VQDDP_CPU_CACHE_MB (default 2048) MiB, and never so much that it
-// and the blocks in use exceed the most blocks ever in use at once
+// and the blocks in use exceed 9/8 of the most blocks ever in use at once
 // (cpu_allocator.cpp says why). Small blocks go to the system allocator.
 // Internal header: not installed with the library (the CPU kernels' allocator).
 #pragma once
@@ -26,5 +26,8 @@ size_t cpu_cache_bytes();
 // freed at once: the cache and those blocks together never exceed it and
 // an eighth of it.
 size_t cpu_peak_live_bytes();
+// Returns every cached block to the kernel (tests; a program about to need
+// its memory elsewhere).
+void cpu_release_cache();
 
 }  // namespace vqddp
