@@ -26,8 +26,8 @@ size_t cpu_cache_bytes();
 // freed at once: the cache and those blocks together never exceed it and
 // an eighth of it.
 size_t cpu_peak_live_bytes();
-// Returns every cached block to the kernel (tests; a program about to need
-// its memory elsewhere).
+// Returns every cached block to the kernel (for tests: a test of the cache
+// starts from an empty one, whatever the tests before it left there).
 void cpu_release_cache();
 
 }  // namespace vqddp

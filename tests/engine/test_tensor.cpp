@@ -162,20 +162,21 @@ TEST_CASE("large tensors reuse cached host blocks; their contents are not assume
 
 #if !defined(__SANITIZE_ADDRESS__)  // there blocks are reused at their exact size only
 TEST_CASE("a large request takes a cached block of up to twice its size, which gives back its own size") {
-  // Sizes above the peak so far, so no cached block of another test's is
-  // one a request could take (with an eighth of room above the peak, the
-  // cache keeps such blocks: a 64 MiB one took the request here).
-  const size_t block_bytes = cpu_peak_live_bytes() + (37 << 20) + (3 << 16), request = block_bytes - (4 << 20);
+  // The cache emptied first, so no other test's block is one a request
+  // could take (with an eighth of room above the peak, the cache keeps
+  // such blocks: a 64 MiB one took the 33 MiB request here).
+  cpu_release_cache();
+  const size_t block_bytes = (37 << 20) + (3 << 16), request = 33 << 20;
   void* block = cpu_alloc(block_bytes);
   const size_t held = cpu_cache_bytes();
   cpu_free(block, block_bytes);
   CHECK(cpu_cache_bytes() == held + block_bytes);
-  void* p = cpu_alloc(request);  // within twice: that block, not a fresh one 4 MiB smaller
+  void* p = cpu_alloc(request);  // within twice: the 37 MiB block, not a fresh 33 MiB one
   CHECK(p == block);
   CHECK(cpu_cache_bytes() == held);
   cpu_free(p, request);  // freed under the request's size: the block's own size is what comes back
   CHECK(cpu_cache_bytes() == held + block_bytes);
-  const size_t small_bytes = block_bytes / 2 - (1 << 20);
+  const size_t small_bytes = 18 << 20;
   void* small = cpu_alloc(small_bytes);  // more than twice smaller: a block of its own
   CHECK(small != block);
   // and cache + live stay within the peak and an eighth
