@@ -124,9 +124,16 @@ OutputFile::OutputFile(std::string path, bool remove_stale) : path_(std::move(pa
       std::lock_guard<std::mutex> lock(g_live_mutex);
       live_set().insert(temp_);
     }
+    // Listed for the signal handler before it exists: a signal between
+    // open() and the listing would leave the file behind (the handler
+    // unlinking a name not yet made is harmless). A name that exists
+    // already is 64 random bits guessed, so no one's file is at stake.
+    slot_ = claim_slot(temp_);
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd_ < 0) {
       const int err = errno;
+      release_slot(slot_);
+      slot_ = -1;
       {
         std::lock_guard<std::mutex> lock(g_live_mutex);
         live_set().erase(temp_);
@@ -139,7 +146,6 @@ OutputFile::OutputFile(std::string path, bool remove_stale) : path_(std::move(pa
     }
   }
   VQDDP_CHECK(fd_ >= 0, "{}: cannot create a temporary file next to it: every name tried exists", path_);
-  slot_ = claim_slot(temp_);
 }
 
 OutputFile::~OutputFile() { discard(); }

@@ -132,6 +132,43 @@ TEST_CASE("SIGINT or SIGTERM during a write removes the temporary and ends the p
   }
 }
 
+// A signal can come at any instant of a writer's life, the one between
+// creating its temporary and listing it for the handler included: a child
+// makes and drops output files without pause, and SIGINT at varied moments
+// must never leave one behind. With the temporary listed after its open(),
+// this failed within the first few dozen kills (as hostile_files.sh once
+// did in CI).
+TEST_CASE("SIGINT at any moment of a writer's life leaves no temporary") {
+  TempDir dir;
+  const std::string path = dir.file("out.flac");
+  int left = 0;
+  for (int round = 0; round < 400 && left == 0; ++round) {
+    int ready[2];
+    REQUIRE(::pipe(ready) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      remove_temporaries_on_signal();
+      ::close(ready[0]);
+      { OutputFile first(path); }
+      if (::write(ready[1], "r", 1) != 1) _exit(4);
+      for (;;) {
+        OutputFile f(path);
+      }
+    }
+    ::close(ready[1]);
+    char c = 0;
+    REQUIRE(::read(ready[0], &c, 1) == 1);
+    ::close(ready[0]);
+    ::usleep(static_cast<useconds_t>(round % 37) * 7);
+    ::kill(pid, SIGINT);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status));
+    left = static_cast<int>(names_in(dir.path().string()).size());
+  }
+  CHECK(left == 0);
+}
+
 TEST_CASE("an output directory is made when first needed and removed again if the command fails before keep()") {
   TempDir dir;
   CHECK_THROWS_WITH_AS(OutputDir("", "encode"), doctest::Contains("encode: --out is empty"), Error);
