@@ -304,8 +304,8 @@ class DeviceKernels {
 
   // ---- weight normalization (nn_conv.h) -------------------------------------------
   // Over `count` WeightNormTensors, row by row of each v [rows, cols] (g
-  // [rows]): kernel_math.h's weight_norm_row into w, and (the backward)
-  // weight_norm_row_backward from dw into dv and dg. One launch per
+  // [rows]): kernel_math.h's weight_norm_rows into w, and (the backward)
+  // weight_norm_rows_backward from dw into dv and dg. One launch per
   // kMultiTensors: every layer of a model in one.
   virtual void weight_norm(const WeightNormTensor* tensors, int64_t count) = 0;
   virtual void weight_norm_backward(const WeightNormTensor* tensors, int64_t count) = 0;

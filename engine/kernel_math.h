@@ -63,32 +63,55 @@ VQDDP_HD double div_rn(double a, double b) { return a / b; }
 VQDDP_HD float fma_rn(float a, float b, float c) { return ::fmaf(a, b, c); }  // one rounding, like the SIMD fma
 #endif
 
-// Weight normalization (engine/nn_conv.h weight_norm), one row of v at a
-// time: w = v * s with s = g / |v|, where |v| is sqrt_rn of the row's float
-// squares summed in double in ascending order and rounded to float (the
-// bits the composite square, sum, sqrt, div and mul gave on the CPU).
-VQDDP_HD float weight_norm_row_norm(const float* v, int64_t cols) {
-  double ss = 0.0;
-  for (int64_t j = 0; j < cols; ++j) ss = add_rn(ss, static_cast<double>(mul_rn(v[j], v[j])));
-  return sqrt_rn(static_cast<float>(ss));
+// Weight normalization (engine/nn_conv.h weight_norm), R rows of v at a
+// time (row r at v + r cols): w = v * s with s = g / |v|, where |v| is
+// sqrt_rn of the row's float squares summed in double in ascending order
+// and rounded to float (the bits the composite square, sum, sqrt, div and
+// mul gave on the CPU). Each row's sum is one chain of dependent double
+// adds; R rows side by side (the CPU takes eight) let the adds of
+// different rows overlap instead of each waiting out the last one's
+// latency, and leave every row's bits as R = 1 gives them.
+template <int R>
+VQDDP_HD void weight_norm_rows_norm(const float* v, int64_t cols, float* norms) {
+  double ss[R];
+  for (int r = 0; r < R; ++r) ss[r] = 0.0;
+  for (int64_t j = 0; j < cols; ++j)
+    for (int r = 0; r < R; ++r) {
+      const float x = v[r * cols + j];
+      ss[r] = add_rn(ss[r], static_cast<double>(mul_rn(x, x)));
+    }
+  for (int r = 0; r < R; ++r) norms[r] = sqrt_rn(static_cast<float>(ss[r]));
 }
-VQDDP_HD void weight_norm_row(const float* v, float g, int64_t cols, float* w) {
-  const float s = div_rn(g, weight_norm_row_norm(v, cols));
-  for (int64_t j = 0; j < cols; ++j) w[j] = mul_rn(v[j], s);
+template <int R>
+VQDDP_HD void weight_norm_rows(const float* v, const float* g, int64_t cols, float* w) {
+  float n[R];
+  weight_norm_rows_norm<R>(v, cols, n);
+  for (int r = 0; r < R; ++r) {
+    const float s = div_rn(g[r], n[r]);
+    for (int64_t j = 0; j < cols; ++j) w[r * cols + j] = mul_rn(v[r * cols + j], s);
+  }
 }
-// Its backward for the row's upstream gradient dw, with n = |v|, s = g / n
-// and dot = sum of dw[j] v[j] in double (ascending):
+// Its backward for the rows' upstream gradient dw, with n = |v|, s = g / n
+// and dot = sum of dw[j] v[j] in double (ascending), per row:
 //   dg = dot / n,   dv[j] = s dw[j] - c v[j],   c = g dot / n^3,
 // dg and c in double, each rounded once.
-VQDDP_HD void weight_norm_row_backward(const float* v, float g, const float* dw, int64_t cols, float* dv, float* dg) {
-  const float n = weight_norm_row_norm(v, cols);
-  const float s = div_rn(g, n);
-  double dot = 0.0;
-  for (int64_t j = 0; j < cols; ++j) dot = add_rn(dot, mul_rn(static_cast<double>(dw[j]), static_cast<double>(v[j])));
-  const double nd = n;
-  *dg = static_cast<float>(div_rn(dot, nd));
-  const float c = static_cast<float>(div_rn(mul_rn(static_cast<double>(g), dot), mul_rn(mul_rn(nd, nd), nd)));
-  for (int64_t j = 0; j < cols; ++j) dv[j] = sub_rn(mul_rn(s, dw[j]), mul_rn(c, v[j]));
+template <int R>
+VQDDP_HD void weight_norm_rows_backward(const float* v, const float* g, const float* dw, int64_t cols, float* dv,
+                                        float* dg) {
+  float n[R];
+  weight_norm_rows_norm<R>(v, cols, n);
+  double dot[R];
+  for (int r = 0; r < R; ++r) dot[r] = 0.0;
+  for (int64_t j = 0; j < cols; ++j)
+    for (int r = 0; r < R; ++r)
+      dot[r] = add_rn(dot[r], mul_rn(static_cast<double>(dw[r * cols + j]), static_cast<double>(v[r * cols + j])));
+  for (int r = 0; r < R; ++r) {
+    const float s = div_rn(g[r], n[r]);
+    const double nd = n[r];
+    dg[r] = static_cast<float>(div_rn(dot[r], nd));
+    const float c = static_cast<float>(div_rn(mul_rn(static_cast<double>(g[r]), dot[r]), mul_rn(mul_rn(nd, nd), nd)));
+    for (int64_t j = 0; j < cols; ++j) dv[r * cols + j] = sub_rn(mul_rn(s, dw[r * cols + j]), mul_rn(c, v[r * cols + j]));
+  }
 }
 
 VQDDP_HD unsigned float_bits(float f) {

@@ -701,22 +701,49 @@ void CpuKernels::clip_norm(const double* total_sq, float* norm) {
   *norm = static_cast<float>(std::sqrt(*total_sq));
 }
 
+namespace {
+
+// Every tensor's rows in groups of kWeightNormRows (the last group of a
+// tensor shorter), as tasks of one parallel_for over all of them: one
+// hand-off for the model instead of one per layer, and each task's rows
+// side by side (kernel_math.h's weight_norm_rows). `row_fn(t, row, n)`
+// takes n rows of tensor t from `row`.
+constexpr int kWeightNormRows = 8;
+
+template <typename RowFn>
+void for_weight_norm_groups(const WeightNormTensor* tensors, int64_t count, RowFn row_fn) {
+  std::vector<int64_t> first(static_cast<size_t>(count) + 1, 0);  // each tensor's first task
+  for (int64_t t = 0; t < count; ++t)
+    first[t + 1] = first[t] + (tensors[t].rows + kWeightNormRows - 1) / kWeightNormRows;
+  parallel_for(first[count], [&](int64_t task) {
+    const int64_t t = std::upper_bound(first.begin(), first.end(), task) - first.begin() - 1;
+    const int64_t row = (task - first[t]) * kWeightNormRows;
+    row_fn(tensors[t], row, std::min<int64_t>(kWeightNormRows, tensors[t].rows - row));
+  });
+}
+
+}  // namespace
+
 void CpuKernels::weight_norm(const WeightNormTensor* tensors, int64_t count) {
   count_flops(kernel_flops::weight_norm(tensors, count, false));
-  for (int64_t t = 0; t < count; ++t) {
-    const WeightNormTensor& a = tensors[t];
-    parallel_for(a.rows, [&](int64_t r) { weight_norm_row(a.v + r * a.cols, a.g[r], a.cols, a.w + r * a.cols); });
-  }
+  for_weight_norm_groups(tensors, count, [](const WeightNormTensor& a, int64_t row, int64_t n) {
+    const int64_t at = row * a.cols;
+    if (n == kWeightNormRows) return weight_norm_rows<kWeightNormRows>(a.v + at, a.g + row, a.cols, a.w + at);
+    for (int64_t r = 0; r < n; ++r) weight_norm_rows<1>(a.v + at + r * a.cols, a.g + row + r, a.cols, a.w + at + r * a.cols);
+  });
 }
 
 void CpuKernels::weight_norm_backward(const WeightNormTensor* tensors, int64_t count) {
   count_flops(kernel_flops::weight_norm(tensors, count, true));
-  for (int64_t t = 0; t < count; ++t) {
-    const WeightNormTensor& a = tensors[t];
-    parallel_for(a.rows, [&](int64_t r) {
-      weight_norm_row_backward(a.v + r * a.cols, a.g[r], a.dw + r * a.cols, a.cols, a.dv + r * a.cols, a.dg + r);
-    });
-  }
+  for_weight_norm_groups(tensors, count, [](const WeightNormTensor& a, int64_t row, int64_t n) {
+    const int64_t at = row * a.cols;
+    if (n == kWeightNormRows)
+      return weight_norm_rows_backward<kWeightNormRows>(a.v + at, a.g + row, a.dw + at, a.cols, a.dv + at, a.dg + row);
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t o = at + r * a.cols;
+      weight_norm_rows_backward<1>(a.v + o, a.g + row + r, a.dw + o, a.cols, a.dv + o, a.dg + row + r);
+    }
+  });
 }
 
 void CpuKernels::mse(const float* a, const float* b, int64_t n, float* out) {

@@ -164,13 +164,13 @@ struct WeightNormBackwardList {
 
 __global__ void weight_norm_kernel(WeightNormForwardList list) {
   const WeightNormForward& a = list.t[blockIdx.y];
-  VQDDP_GRID_LOOP(r, a.rows) weight_norm_row(a.v + r * a.cols, a.g[r], a.cols, a.w + r * a.cols);
+  VQDDP_GRID_LOOP(r, a.rows) weight_norm_rows<1>(a.v + r * a.cols, a.g + r, a.cols, a.w + r * a.cols);
 }
 
 __global__ void weight_norm_backward_kernel(WeightNormBackwardList list) {
   const WeightNormBackward& a = list.t[blockIdx.y];
   VQDDP_GRID_LOOP(r, a.rows)
-  weight_norm_row_backward(a.v + r * a.cols, a.g[r], a.dw + r * a.cols, a.cols, a.dv + r * a.cols, a.dg + r);
+  weight_norm_rows_backward<1>(a.v + r * a.cols, a.g + r, a.dw + r * a.cols, a.cols, a.dv + r * a.cols, a.dg + r);
 }
 
 __global__ void clip_scale_kernel(ScaleList list, const double* total_sq, float max_norm) {

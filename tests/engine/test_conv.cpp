@@ -284,6 +284,29 @@ TEST_CASE("weight_norm: one op with the bits of square, sum, sqrt, div and mul, 
   }
 }
 
+TEST_CASE("weight_norm on the CPU, rows side by side, gives each row the bits of the one-row formula a GPU thread runs") {
+  // The CPU kernel takes a tensor's rows eight at a time (two groups here
+  // and a tail of three); kernel_math.h's weight_norm_rows<1> is one GPU
+  // thread's row. Both directions, bit for bit, at a few row lengths.
+  for (int64_t cols : {1, 21, 64}) {
+    CAPTURE(cols);
+    const int64_t rows = 19;
+    Tensor v = randn({rows, cols}, 11), g = randn({rows}, 12), dw = randn({rows, cols}, 13);
+    Tensor vl = v.clone().set_requires_grad(true), gl = g.clone().set_requires_grad(true);
+    Tensor w = weight_norm(vl, gl);
+    sum(mul(w, dw)).backward();
+    std::vector<float> hv = v.to_vector<float>(), hg = g.to_vector<float>(), hd = dw.to_vector<float>();
+    std::vector<float> ew(hv.size()), edv(hv.size()), edg(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      weight_norm_rows<1>(&hv[r * cols], &hg[r], cols, &ew[r * cols]);
+      weight_norm_rows_backward<1>(&hv[r * cols], &hg[r], &hd[r * cols], cols, &edv[r * cols], &edg[r]);
+    }
+    CHECK(std::memcmp(w.data<float>(), ew.data(), ew.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(vl.grad().data<float>(), edv.data(), edv.size() * sizeof(float)) == 0);
+    CHECK(std::memcmp(gl.grad().data<float>(), edg.data(), edg.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("col2im: the CPU's row loop gives the bits of the per-element formula the GPU runs") {
   // conv_plan.h: col2im_row (CPU) and col2im_value (one GPU thread per
   // element) must add the same taps in the same order.
