@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "engine/cpu/blas.h"
@@ -703,22 +704,25 @@ void CpuKernels::clip_norm(const double* total_sq, float* norm) {
 
 namespace {
 
-// Every tensor's rows in groups of kWeightNormRows (the last group of a
-// tensor shorter), as tasks of one parallel_for over all of them: one
-// hand-off for the model instead of one per layer, and each task's rows
-// side by side (kernel_math.h's weight_norm_rows). `row_fn(t, row, n)`
-// takes n rows of tensor t from `row`.
+// Every tensor's rows in groups of kWeightNormRows, as tasks of one
+// parallel_for over all of them: one hand-off for the model instead of one
+// per layer, and each group's rows side by side (kernel_math.h's
+// weight_norm_rows). `rows_fn(R, a, row)` takes R rows of tensor a from
+// `row`, R a std::integral_constant: kWeightNormRows, or 1 for each row of
+// a tensor's shorter last group.
 constexpr int kWeightNormRows = 8;
 
-template <typename RowFn>
-void for_weight_norm_groups(const WeightNormTensor* tensors, int64_t count, RowFn row_fn) {
+template <typename RowsFn>
+void for_weight_norm_groups(const WeightNormTensor* tensors, int64_t count, RowsFn rows_fn) {
   std::vector<int64_t> first(static_cast<size_t>(count) + 1, 0);  // each tensor's first task
   for (int64_t t = 0; t < count; ++t)
     first[t + 1] = first[t] + (tensors[t].rows + kWeightNormRows - 1) / kWeightNormRows;
   parallel_for(first[count], [&](int64_t task) {
     const int64_t t = std::upper_bound(first.begin(), first.end(), task) - first.begin() - 1;
+    const WeightNormTensor& a = tensors[t];
     const int64_t row = (task - first[t]) * kWeightNormRows;
-    row_fn(tensors[t], row, std::min<int64_t>(kWeightNormRows, tensors[t].rows - row));
+    if (a.rows - row >= kWeightNormRows) return rows_fn(std::integral_constant<int, kWeightNormRows>{}, a, row);
+    for (int64_t r = row; r < a.rows; ++r) rows_fn(std::integral_constant<int, 1>{}, a, r);
   });
 }
 
@@ -726,23 +730,17 @@ void for_weight_norm_groups(const WeightNormTensor* tensors, int64_t count, RowF
 
 void CpuKernels::weight_norm(const WeightNormTensor* tensors, int64_t count) {
   count_flops(kernel_flops::weight_norm(tensors, count, false));
-  for_weight_norm_groups(tensors, count, [](const WeightNormTensor& a, int64_t row, int64_t n) {
+  for_weight_norm_groups(tensors, count, [](auto R, const WeightNormTensor& a, int64_t row) {
     const int64_t at = row * a.cols;
-    if (n == kWeightNormRows) return weight_norm_rows<kWeightNormRows>(a.v + at, a.g + row, a.cols, a.w + at);
-    for (int64_t r = 0; r < n; ++r) weight_norm_rows<1>(a.v + at + r * a.cols, a.g + row + r, a.cols, a.w + at + r * a.cols);
+    weight_norm_rows<R>(a.v + at, a.g + row, a.cols, a.w + at);
   });
 }
 
 void CpuKernels::weight_norm_backward(const WeightNormTensor* tensors, int64_t count) {
   count_flops(kernel_flops::weight_norm(tensors, count, true));
-  for_weight_norm_groups(tensors, count, [](const WeightNormTensor& a, int64_t row, int64_t n) {
+  for_weight_norm_groups(tensors, count, [](auto R, const WeightNormTensor& a, int64_t row) {
     const int64_t at = row * a.cols;
-    if (n == kWeightNormRows)
-      return weight_norm_rows_backward<kWeightNormRows>(a.v + at, a.g + row, a.dw + at, a.cols, a.dv + at, a.dg + row);
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t o = at + r * a.cols;
-      weight_norm_rows_backward<1>(a.v + o, a.g + row + r, a.dw + o, a.cols, a.dv + o, a.dg + row + r);
-    }
+    weight_norm_rows_backward<R>(a.v + at, a.g + row, a.dw + at, a.cols, a.dv + at, a.dg + row);
   });
 }
 
