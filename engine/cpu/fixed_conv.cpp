@@ -281,10 +281,7 @@ void fixed_conv_weight(const ConvPlan& p, const float* x, int64_t cout, const fl
     for (int64_t t = begin; t < end; ++t) {
       const int64_t s = t / pos_blocks, i0 = t % pos_blocks * kBlock, i1 = std::min(positions, i0 + kBlock);
       float* block = rows + (s * positions + i0) * o_pad;
-      for (int64_t q = 0; q < cout; ++q) {
-        const float* from = g + (s * cout + q) * positions;
-        for (int64_t i = i0; i < i1; ++i) block[(i - i0) * o_pad + q] = from[i];
-      }
+      kernels.transpose(g + s * cout * positions + i0, positions, cout, i1 - i0, block, o_pad);
       for (int64_t i = i0; i < i1; ++i) std::fill(block + (i - i0) * o_pad + cout, block + (i - i0 + 1) * o_pad, 0.f);
     }
   });
@@ -305,14 +302,14 @@ void fixed_conv_weight(const ConvPlan& p, const float* x, int64_t cout, const fl
     args.out_t = out_t + s * ck * o_pad;
     kernels.conv1d_weight(args);
   });
-  // [ck, o_pad] per sample -> [cout, ck], a row of partials per (s, q) on
-  // the engine's threads.
-  parallel_for_ranges(p.n * cout, ck, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t s = row / cout, q = row % cout;
-      const float* from = out_t + s * ck * o_pad + q;
-      float* to = partials + row * ck;
-      for (int64_t j = 0; j < ck; ++j) to[j] = from[j * o_pad];
+  // [ck, o_pad] per sample -> [cout, ck], in slabs of kBlock rows j on the
+  // engine's threads.
+  const int64_t j_blocks = (ck + kBlock - 1) / kBlock;
+  parallel_for_ranges(p.n * j_blocks, kBlock * cout, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t s = t / j_blocks, j0 = t % j_blocks * kBlock;
+      kernels.transpose(out_t + (s * ck + j0) * o_pad, o_pad, std::min(kBlock, ck - j0), cout,
+                        partials + s * cout * ck + j0, ck);
     }
   });
 }

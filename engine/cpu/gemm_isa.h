@@ -118,6 +118,11 @@ struct GemmIsa {
   void (*conv1d)(const Conv1dArgs& args);
   void (*conv1d_weight)(const Conv1dWeightArgs& args);
   void (*conv1d_data)(const Conv1dDataArgs& args);
+  // b[c * ldb + r] = a[r * lda + c] for r < rows, c < cols: a block
+  // transposition (8 x 8 in registers where the set has vectors), the
+  // direct convolutions' reshuffles between channel-major and
+  // position-major layouts. Moves floats, computes none.
+  void (*transpose)(const float* a, int64_t lda, int64_t rows, int64_t cols, float* b, int64_t ldb);
   // Per UnaryFn op (indexed by it): out[i] = f(x[i]), and out[i] = g[i] *
   // df(x[i], y[i]), kernel_math.h's formulas compiled for the set (the same
   // bits on every set: no FMA contraction, every operation as written).

@@ -396,6 +396,49 @@ void conv1d_weight(const Conv1dWeightArgs& g) {
     for (int64_t q0 = 0; q0 < g.o_pad; q0 += NR) conv1d_weight_tile<MR, 2>(g, j0, std::min<int64_t>(MR, g.j_end - j0), q0);
 }
 
+// See GemmIsa::transpose. With vectors, 8 x 8 blocks through eight
+// registers: 8 loads and 8 stores a block instead of 64 of each, the
+// scalar loop's strided stores (the weight gradient's reshuffle of g cost
+// more than either of its two tile kernels). Edges of fewer than 8 rows or
+// columns go float by float.
+void transpose(const float* a, int64_t lda, int64_t rows, int64_t cols, float* b, int64_t ldb) {
+  int64_t r0 = 0, c0 = 0;
+#if VQDDP_GEMM_ISA != 0
+  for (; r0 + 8 <= rows; r0 += 8)
+    for (c0 = 0; c0 + 8 <= cols; c0 += 8) {
+      const float* from = a + r0 * lda + c0;
+      __m256 x[8], t[8];
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) x[r] = _mm256_loadu_ps(from + r * lda);
+      // Pairs of rows interleaved, then pairs of pairs: each 128-bit half
+      // holds a 4 x 4 block transposed; the halves are swapped last.
+#pragma GCC unroll 4
+      for (int r = 0; r < 8; r += 2) {
+        t[r] = _mm256_unpacklo_ps(x[r], x[r + 1]);
+        t[r + 1] = _mm256_unpackhi_ps(x[r], x[r + 1]);
+      }
+#pragma GCC unroll 2
+      for (int r = 0; r < 8; r += 4) {
+        x[r] = _mm256_shuffle_ps(t[r], t[r + 2], 0x44);
+        x[r + 1] = _mm256_shuffle_ps(t[r], t[r + 2], 0xEE);
+        x[r + 2] = _mm256_shuffle_ps(t[r + 1], t[r + 3], 0x44);
+        x[r + 3] = _mm256_shuffle_ps(t[r + 1], t[r + 3], 0xEE);
+      }
+      float* to = b + c0 * ldb + r0;
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        _mm256_storeu_ps(to + c * ldb, _mm256_permute2f128_ps(x[c], x[c + 4], 0x20));
+        _mm256_storeu_ps(to + (c + 4) * ldb, _mm256_permute2f128_ps(x[c], x[c + 4], 0x31));
+      }
+    }
+  // The columns past the last block of the rows done above, then the rows past them.
+  for (int64_t r = 0; r < r0; ++r)
+    for (int64_t c = c0; c < cols; ++c) b[c * ldb + r] = a[r * lda + c];
+#endif
+  for (int64_t r = r0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) b[c * ldb + r] = a[r * lda + c];
+}
+
 // See Conv1dDataArgs: a tile of R channels (weights broadcast) by NR
 // positions (the shifted gradient rows, shared by the tile's channels)
 // accumulates over q ascending; each chain is then added to its element's
@@ -517,4 +560,4 @@ constexpr auto kUnaryBackwardLoops = unary_backward_loops(std::make_index_sequen
 // The table for the including file's instruction set.
 #define VQDDP_GEMM_ISA_TABLE(NAME) \
   const GemmIsa gemm_isa_##NAME = {#NAME, MR, NR, gemm_blocked, pack_codes, argmin_blocked, conv1d_sample, conv1d_weight, \
-                                    conv1d_data, kUnaryLoops.data(), kUnaryBackwardLoops.data()};
+                                    conv1d_data, transpose, kUnaryLoops.data(), kUnaryBackwardLoops.data()};

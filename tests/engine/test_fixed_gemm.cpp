@@ -13,6 +13,7 @@
 #include "engine/conv_plan.h"
 #include "engine/cpu/fixed_gemm.h"
 #include "engine/cpu/fixed_conv.h"
+#include "engine/cpu/gemm_isa.h"
 #include "engine/cpu/unary_loops.h"
 #include "engine/cpu/fixed_gemm_argmin.h"
 #include "engine/kernel_math.h"
@@ -170,6 +171,36 @@ TEST_CASE("fixed_conv gives the bits of the fixed_gemm chain on the im2col matri
       fixed_conv(p, x.data(), t.o, w.data(), got.data());
       CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
     });
+  }
+}
+
+TEST_CASE("every instruction set's block transposition moves each float to its place and writes nothing else") {
+  // The direct convolutions' reshuffles (fixed_conv_weight's g into rows
+  // and its result back): 8 x 8 register blocks and the float-by-float
+  // edges, at sizes on and off the blocks, with strides past the extents.
+  KernelSettings restore;
+  for (const std::string& isa : usable_isas()) {
+    CAPTURE(isa);
+    fixed_gemm_use_isa(isa);
+    const cpu::GemmIsa& kernels = cpu::active_isa();
+    for (int64_t rows : {1, 7, 8, 9, 16, 23})
+      for (int64_t cols : {1, 5, 8, 15, 16, 17}) {
+        CAPTURE(rows);
+        CAPTURE(cols);
+        const int64_t lda = cols + 3, ldb = rows + 2;
+        const std::vector<float> a = normal(rows * lda, 9);
+        std::vector<float> b(cols * ldb, -7.f);
+        kernels.transpose(a.data(), lda, rows, cols, b.data(), ldb);
+        bool placed = true, untouched = true;
+        for (int64_t c = 0; c < cols; ++c)
+          for (int64_t r = 0; r < ldb; ++r) {
+            const float v = b[c * ldb + r];
+            if (r < rows) placed &= std::memcmp(&v, &a[r * lda + c], sizeof v) == 0;
+            else untouched &= v == -7.f;
+          }
+        CHECK(placed);
+        CHECK(untouched);
+      }
   }
 }
 
