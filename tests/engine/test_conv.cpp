@@ -495,7 +495,15 @@ TEST_CASE("the CPU's conv kernels give the per-element formulas' bits on every p
   sparse.w = 26, sparse.kw = 3, sparse.sw = 4, sparse.pw = 1, sparse.dw = 1;
   ConvPlan wide_strided = wide;
   wide_strided.w = 30, wide_strided.kw = 5, wide_strided.sw = 2, wide_strided.pw = 2, wide_strided.dw = 1;
-  for (ConvPlan p : {one_d, wide, flat, narrow, strided, strided_dilated, sparse, wide_strided}) {
+  // Pointwise (1x1, no padding: the residual units' convolutions), 1-D and
+  // 2-D: the weight kernel reads x in place, with no padded copy.
+  ConvPlan pointwise = one_d;
+  pointwise.kw = 1, pointwise.pw = 0, pointwise.dw = 1;
+  ConvPlan pointwise_2d = wide;
+  pointwise_2d.kh = 1, pointwise_2d.sh = 1, pointwise_2d.ph = 0, pointwise_2d.dh = 1;
+  pointwise_2d.kw = 1, pointwise_2d.pw = 0, pointwise_2d.dw = 1;
+  for (ConvPlan p :
+       {one_d, wide, flat, narrow, strided, strided_dilated, sparse, wide_strided, pointwise, pointwise_2d}) {
     CAPTURE(p.h);
     CAPTURE(p.w);
     CAPTURE(p.sw);
