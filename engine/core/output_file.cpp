@@ -28,14 +28,24 @@ namespace {
 // fixed slots a signal handler can read without locking or allocating.
 // A temporary whose path does not fit a slot, or beyond the slots, is not
 // removed on a signal; the next write of its destination removes it.
+//
+// A slot is listed (kOpening) before its open() and live once it returns.
+// A handler on another thread waits for an open() in progress, or it could
+// unlink the name just before that open() creates it and the process would
+// end with the file in place. The wait cannot miss one: the handler sets
+// g_stopping before it reads the slots, a writer lists its slot before it
+// reads g_stopping (both sequentially consistent), so either the handler
+// sees the slot or the writer sees g_stopping and makes no file.
 constexpr int kSlots = 64;
 constexpr size_t kSlotBytes = 4096;
-enum SlotState : int { kFree = 0, kFilling = 1, kLive = 2 };
+enum SlotState : int { kFree = 0, kFilling = 1, kOpening = 2, kLive = 3 };
 struct Slot {
   std::atomic<int> state{kFree};
+  std::atomic<pid_t> opener{0};  // the thread whose open() kOpening waits for
   char path[kSlotBytes];
 };
 Slot g_slots[kSlots];
+std::atomic<bool> g_stopping{false};
 
 std::mutex g_live_mutex;
 std::set<std::string>& live_set() {
@@ -49,7 +59,8 @@ int claim_slot(const std::string& temp) {
     int expected = kFree;
     if (!g_slots[i].state.compare_exchange_strong(expected, kFilling)) continue;
     std::memcpy(g_slots[i].path, temp.c_str(), temp.size() + 1);
-    g_slots[i].state.store(kLive);
+    g_slots[i].opener.store(::gettid());
+    g_slots[i].state.store(kOpening);
     return i;
   }
   return -1;
@@ -126,10 +137,25 @@ OutputFile::OutputFile(std::string path, bool remove_stale) : path_(std::move(pa
     }
     // Listed for the signal handler before it exists: a signal between
     // open() and the listing would leave the file behind (the handler
-    // unlinking a name not yet made is harmless). A name that exists
+    // unlinking a name not yet made is harmless; one on another thread
+    // waits for this open(): see Slot). A name that exists
     // already is 64 random bits guessed, so no one's file is at stake.
     slot_ = claim_slot(temp_);
+    if (g_stopping.load()) {
+      // A handler has removed the temporaries and is ending the process:
+      // make no file it would leave behind. Waits for the end; throws only
+      // if the process outlives the wait (a handler that did not end it).
+      release_slot(slot_);
+      slot_ = -1;
+      {
+        std::lock_guard<std::mutex> lock(g_live_mutex);
+        live_set().erase(temp_);
+      }
+      for (int i = 0; i < 1000; ++i) ::usleep(10000);
+      VQDDP_THROW("{}: not written: the process is stopping on a signal", path_);
+    }
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (slot_ >= 0) g_slots[slot_].state.store(kLive);
     if (fd_ < 0) {
       const int err = errno;
       release_slot(slot_);
@@ -291,8 +317,20 @@ std::vector<std::string> remove_stale_temporaries(const std::string& path) {
 }
 
 void remove_live_temporaries() noexcept {
-  for (Slot& s : g_slots)
-    if (s.state.load() == kLive) ::unlink(s.path);
+  g_stopping.store(true);
+  const pid_t self = ::gettid();
+  for (Slot& s : g_slots) {
+    int state = s.state.load();
+    // Another thread's open() in progress: wait for it (up to 2 s), so that
+    // the file it creates is removed here. Not this thread's own: the
+    // handler interrupted it, and it resumes only if the process does.
+    for (int i = 0; i < 2000 && state == kOpening && s.opener.load() != self; ++i) {
+      const timespec ms{0, 1000000};
+      ::nanosleep(&ms, nullptr);  // async-signal-safe
+      state = s.state.load();
+    }
+    if (state == kOpening || state == kLive) ::unlink(s.path);
+  }
 }
 
 void remove_temporaries_on_signal() {
