@@ -319,12 +319,13 @@ std::vector<std::string> remove_stale_temporaries(const std::string& path) {
 void remove_live_temporaries() noexcept {
   g_stopping.store(true);
   const pid_t self = ::gettid();
+  int wait_ms = 2000;  // for all slots together: a hung open() delays the end by 2 s, not 2 s a slot
   for (Slot& s : g_slots) {
     int state = s.state.load();
-    // Another thread's open() in progress: wait for it (up to 2 s), so that
-    // the file it creates is removed here. Not this thread's own: the
-    // handler interrupted it, and it resumes only if the process does.
-    for (int i = 0; i < 2000 && state == kOpening && s.opener.load() != self; ++i) {
+    // Another thread's open() in progress: wait for it, so that the file it
+    // creates is removed here. Not this thread's own: the handler
+    // interrupted it, and it resumes only if the process does.
+    for (; wait_ms > 0 && state == kOpening && s.opener.load() != self; --wait_ms) {
       const timespec ms{0, 1000000};
       ::nanosleep(&ms, nullptr);  // async-signal-safe
       state = s.state.load();

@@ -100,8 +100,8 @@ std::vector<std::string> remove_stale_temporaries(const std::string& path);
 // 128 + signal). For commands that have no graceful stop of their own.
 void remove_temporaries_on_signal();
 
-// Unlinks every live temporary of this process, waiting (up to 2 s) for
-// another thread's temporary whose open() is in progress. After it, an
+// Unlinks every live temporary of this process, waiting (up to 2 s in all)
+// for other threads' temporaries whose open() is in progress. After it, an
 // OutputFile made on any thread creates no file: it waits for the end of
 // the process. Async-signal-safe: for signal handlers that are about to
 // end the process.
