@@ -97,7 +97,16 @@ grep -q '"timeout_s": 10' "$tmp/config.json" || fail "$config has no distributed
 # only (no shared memory: the nodes are "apart"), over the veth alone. The
 # keepalive: a cut link gives no TCP error, so without probes mpirun and
 # node B's daemon would wait for each other for ever (Open MPI's default
-# probes start after 300 s); with these a dead link is seen in about 3 s.
+# probes start after 300 s); with these a dead link is seen within about
+# 6 s (1 s idle, then 5 probes 1 s apart). That must come well before the
+# ranks' own deadline (timeout_s 10 here): a rank that times out first
+# makes its daemon send to the dead peer, and a socket with data unacked
+# waits out TCP's retransmissions (minutes), not the keepalive; with 10
+# probes (11 s) node B's daemon outlived the run by over 30 s. Not fewer
+# probes either: with 2 (3 s) mpirun ended a healthy CI run over the slow
+# link ("ORTE has lost communication with a remote daemon"), most likely
+# two probes of the idle daemon connection unanswered in a row while the
+# ranks' traffic filled the relay's queue on two busy cores.
 mpi_train() {  # DIR STEPS [extra train args]
   local dir=$1 steps=$2
   shift 2
@@ -106,7 +115,7 @@ mpi_train() {  # DIR STEPS [extra train args]
     --host 10.77.0.1:2,10.77.0.2:2 -np 4 --map-by slot \
     --mca plm_rsh_agent "$tmp/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,self --mca btl_tcp_if_include 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 \
-    --mca oob_tcp_keepalive_time 1 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 2 \
+    --mca oob_tcp_keepalive_time 1 --mca oob_tcp_keepalive_intvl 1 --mca oob_tcp_keepalive_probes 5 \
     "$vqddp" train "$tmp/config.json" --backend mpi --steps "$steps" --dir "$dir" "$@"
 }
 
@@ -224,7 +233,9 @@ case $mode in
     # DELAY_MS (default 2) before passing it on.
     ip -n "$A" link del "va$id" || fail "could not remove the veth"
     delay=${DELAY_MS:-2}
-    "$delay_link" "$A" "ta$id" "$B" "tb$id" "$delay" > "$tmp/relay.log" 2>&1 &
+    # The relay runs ahead of the 4 ranks (nice -10) so that two busy cores
+    # delay it as little as they can; what it drops is in its last line.
+    nice -n -10 "$delay_link" "$A" "ta$id" "$B" "tb$id" "$delay" > "$tmp/relay.log" 2>&1 &
     relay=$!
     waited=0
     until grep -q ready "$tmp/relay.log"; do
@@ -233,10 +244,19 @@ case $mode in
       waited=$((waited + 1))
       [ $waited -lt 200 ] || fail "delay_link not ready after 10 s"
     done
-    ip -n "$A" addr add 10.77.0.1/24 dev "ta$id" && ip -n "$A" link set "ta$id" up &&
-    ip -n "$B" addr add 10.77.0.2/24 dev "tb$id" && ip -n "$B" link set "tb$id" up ||
+    # A long device queue (10000 packets, not 500): the kernel drops what
+    # the relay has not read yet once the queue is full.
+    ip -n "$A" addr add 10.77.0.1/24 dev "ta$id" && ip -n "$A" link set "ta$id" txqueuelen 10000 up &&
+    ip -n "$B" addr add 10.77.0.2/24 dev "tb$id" && ip -n "$B" link set "tb$id" txqueuelen 10000 up ||
       fail "could not configure the tun devices"
-    mpi_train "$tmp/mpi" "$steps" > "$tmp/mpi.out" 2>&1 || fail "the run over the slow link failed"
+    if ! mpi_train "$tmp/mpi" "$steps" > "$tmp/mpi.out" 2>&1; then
+      # The devices' drops (read while the relay holds them: they go with
+      # it), then the relay's own count, for whoever reads the log.
+      { ip -n "$A" -s link show "ta$id"; ip -n "$B" -s link show "tb$id"; } > "$tmp/relay.out" 2>&1
+      kill $relay; wait $relay
+      cat "$tmp/relay.log" >> "$tmp/relay.out"
+      fail "the run over the slow link failed"
+    fi
     kill $relay && wait $relay || fail "delay_link failed: $(cat "$tmp/relay.log")"
     # The link was the slow one: every packet of the run held DELAY_MS.
     relayed=$(sed -n 's/^relayed \([0-9]*\) packets, each held at least \([0-9.]*\) ms.*/\1 \2/p' "$tmp/relay.log")

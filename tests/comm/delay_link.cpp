@@ -3,15 +3,16 @@
 // between them, passing every IP packet from one to the other DELAY_MS
 // after it was sent. The kernel here has no netem qdisc, so this relay is
 // the delaying link; packets keep their order (one fixed delay per
-// direction) and none is dropped here, so TCP above it sees a long wire.
+// direction) and none is dropped unless the far side's queue is full, so
+// TCP above it sees a long wire.
 //
 //   delay_link NETNS_A TUN_A NETNS_B TUN_B DELAY_MS
 //
 // Prints "ready" once both devices exist (the caller then gives them
 // addresses and brings them up) and relays until SIGTERM, then prints how
-// many packets it passed and the shortest and mean time it held one, so
-// the caller can see the link really was slow. The devices go with the
-// process.
+// many packets it passed, the shortest and mean time it held one (so the
+// caller can see the link really was slow) and how many the far side's
+// full queue refused. The devices go with the process.
 #include <fcntl.h>
 #include <linux/if_tun.h>
 #include <net/if.h>
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
 
   std::deque<Packet> queue[2];  // queue[i]: read from fds[i], bound for the other side
   std::vector<char> buf(65536);
-  long relayed = 0;
+  long relayed = 0, dropped = 0;
   double held_min_ms = 1e30, held_sum_ms = 0;
   while (!stop) {
     // Sleep until a packet arrives or the earliest queued one is due.
@@ -112,7 +113,10 @@ int main(int argc, char** argv) {
         const auto& b = queue[i].front().bytes;
         // A tun write takes the whole packet or fails; a full queue on the
         // far side (EAGAIN) drops it, which TCP repairs, as on a wire.
-        if (::write(fds[1 - i], b.data(), b.size()) < 0 && errno != EAGAIN && errno != EIO) die("write");
+        if (::write(fds[1 - i], b.data(), b.size()) < 0) {
+          if (errno != EAGAIN && errno != EIO) die("write");
+          ++dropped;
+        }
         const double held = std::chrono::duration<double, std::milli>(Clock::now() - queue[i].front().read).count();
         held_min_ms = std::min(held_min_ms, held);
         held_sum_ms += held;
@@ -121,7 +125,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::printf("relayed %ld packets, each held at least %.2f ms (mean %.2f ms)\n", relayed,
-              relayed ? held_min_ms : 0.0, relayed ? held_sum_ms / relayed : 0.0);
+  std::printf("relayed %ld packets, each held at least %.2f ms (mean %.2f ms), %ld dropped on a full queue\n",
+              relayed, relayed ? held_min_ms : 0.0, relayed ? held_sum_ms / relayed : 0.0, dropped);
   return 0;
 }
