@@ -44,13 +44,13 @@ if [ "${VQDDP_TEST_QUICK:-0}" != 1 ]; then
   bash scripts/build.sh build-tsan "${sanitized[@]}" -Dtsan=true -- tests/test_comm tests/test_vq tests/test_train
   phase "tsan build"
   OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 exitcode=66" \
-    meson test -C build-tsan --no-rebuild --print-errorlogs --timeout-multiplier 2 comm vq train "train codec" "train examples"
+    meson test -C build-tsan --no-rebuild --print-errorlogs --timeout-multiplier 2 comm vq train "train ddp" "train codec" "train examples"
   phase "tsan tests"
   logs+=(build-asan/meson-logs/testlog.txt build-tsan/meson-logs/testlog.txt)
 fi
 # One closing line with the doctest case counts of every suite that ran.
 # (No skipped count: doctest counts the cases a run filters out as skipped,
-# and the train suite runs as three filtered parts.)
+# and the train suite runs as four filtered parts.)
 awk '/\[doctest\] test cases:/ { p += $6; f += $9 }
      END { printf "doctest: %d passed, %d failed\n", p, f }' "${logs[@]}"
 echo "phases: $(IFS=,; echo "${phases[*]}" | sed 's/,/, /g')"
