@@ -105,8 +105,9 @@ grep -q '"timeout_s": 10' "$tmp/config.json" || fail "$config has no distributed
 # probes (11 s) node B's daemon outlived the run by over 30 s. Not fewer
 # probes either: with 2 (3 s) mpirun ended a healthy CI run over the slow
 # link ("ORTE has lost communication with a remote daemon"), most likely
-# two probes of the idle daemon connection unanswered in a row while the
-# ranks' traffic filled the relay's queue on two busy cores.
+# two probes of the idle daemon connection lost in a row while the ranks'
+# traffic filled a tun device's queue (500 packets then) faster than the
+# relay read it on two busy cores.
 mpi_train() {  # DIR STEPS [extra train args]
   local dir=$1 steps=$2
   shift 2
@@ -234,7 +235,8 @@ case $mode in
     ip -n "$A" link del "va$id" || fail "could not remove the veth"
     delay=${DELAY_MS:-2}
     # The relay runs ahead of the 4 ranks (nice -10) so that two busy cores
-    # delay it as little as they can; what it drops is in its last line.
+    # delay it as little as they can: a device's queue that the relay does
+    # not read in time drops packets (the devices' counters, printed below).
     nice -n -10 "$delay_link" "$A" "ta$id" "$B" "tb$id" "$delay" > "$tmp/relay.log" 2>&1 &
     relay=$!
     waited=0
@@ -249,14 +251,17 @@ case $mode in
     ip -n "$A" addr add 10.77.0.1/24 dev "ta$id" && ip -n "$A" link set "ta$id" txqueuelen 10000 up &&
     ip -n "$B" addr add 10.77.0.2/24 dev "tb$id" && ip -n "$B" link set "tb$id" txqueuelen 10000 up ||
       fail "could not configure the tun devices"
+    # The devices' counters are read while the relay holds the devices
+    # (they go with it): sent packets dropped on a full queue, received
+    # ones the far stack dropped.
+    dropped() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/tx_dropped" "/sys/class/net/$2/statistics/rx_dropped" | paste -sd/; }
     if ! mpi_train "$tmp/mpi" "$steps" > "$tmp/mpi.out" 2>&1; then
-      # The devices' drops (read while the relay holds them: they go with
-      # it), then the relay's own count, for whoever reads the log.
       { ip -n "$A" -s link show "ta$id"; ip -n "$B" -s link show "tb$id"; } > "$tmp/relay.out" 2>&1
       kill $relay; wait $relay
       cat "$tmp/relay.log" >> "$tmp/relay.out"
       fail "the run over the slow link failed"
     fi
+    drops="dropped (sent/received) $(dropped "$A" "ta$id") on node A's device, $(dropped "$B" "tb$id") on node B's"
     kill $relay && wait $relay || fail "delay_link failed: $(cat "$tmp/relay.log")"
     # The link was the slow one: every packet of the run held DELAY_MS.
     relayed=$(sed -n 's/^relayed \([0-9]*\) packets, each held at least \([0-9.]*\) ms.*/\1 \2/p' "$tmp/relay.log")
@@ -268,7 +273,7 @@ case $mode in
     fast=$(sed -n 's/^done: .* in \([0-9.]*\) s.*/\1/p' "$tmp/fast.out")
     slow=$(sed -n 's/^done: .* in \([0-9.]*\) s.*/\1/p' "$tmp/mpi.out")
     echo "two_nodes slow: $steps steps in $slow s over a link delaying every packet $delay ms each way" \
-         "($(tail -1 "$tmp/relay.log")), $fast s over the veth; the same checkpoint tensors as 4 thread ranks" ;;
+         "($(tail -1 "$tmp/relay.log"); $drops), $fast s over the veth; the same checkpoint tensors as 4 thread ranks" ;;
   launch)
     [ -x "$store_peer" ] || fail "launch needs the store_peer program as the 5th argument"
     export VQDDP_STORE_TOKEN=token-$id
