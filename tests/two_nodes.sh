@@ -251,18 +251,15 @@ case $mode in
     ip -n "$A" addr add 10.77.0.1/24 dev "ta$id" && ip -n "$A" link set "ta$id" txqueuelen 10000 up &&
     ip -n "$B" addr add 10.77.0.2/24 dev "tb$id" && ip -n "$B" link set "tb$id" txqueuelen 10000 up ||
       fail "could not configure the tun devices"
-    # The devices' counters are read while the relay holds the devices
-    # (they go with it): sent packets dropped on a full queue, received
-    # ones the far stack dropped.
+    mpi_train "$tmp/mpi" "$steps" > "$tmp/mpi.out" 2>&1
+    run=$?
+    # The devices' counters, read while the relay holds the devices (they
+    # go with it): sent packets dropped on a full queue, received ones the
+    # far stack dropped. Printed whether the run passed or failed.
     dropped() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/tx_dropped" "/sys/class/net/$2/statistics/rx_dropped" | paste -sd/; }
-    if ! mpi_train "$tmp/mpi" "$steps" > "$tmp/mpi.out" 2>&1; then
-      { ip -n "$A" -s link show "ta$id"; ip -n "$B" -s link show "tb$id"; } > "$tmp/relay.out" 2>&1
-      kill $relay; wait $relay
-      cat "$tmp/relay.log" >> "$tmp/relay.out"
-      fail "the run over the slow link failed"
-    fi
     drops="dropped (sent/received) $(dropped "$A" "ta$id") on node A's device, $(dropped "$B" "tb$id") on node B's"
     kill $relay && wait $relay || fail "delay_link failed: $(cat "$tmp/relay.log")"
+    [ $run -eq 0 ] || { { tail -1 "$tmp/relay.log"; echo "$drops"; } > "$tmp/relay.out"; fail "the run over the slow link failed"; }
     # The link was the slow one: every packet of the run held DELAY_MS.
     relayed=$(sed -n 's/^relayed \([0-9]*\) packets, each held at least \([0-9.]*\) ms.*/\1 \2/p' "$tmp/relay.log")
     [ -n "$relayed" ] && awk -v d="$delay" '{ exit !($1 > 1000 && $2 >= d) }' <<< "$relayed" ||

@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
   ::sigaction(SIGTERM, &on_term, nullptr);
   // SIGTERM is blocked but inside ppoll, so one sent between the loop's
   // check of `stop` and the wait ends the wait instead of being missed
-  // (a missed one left the relay waiting for a packet that never came).
+  // (with both queues empty, a missed one would leave the relay waiting
+  // for a packet that never comes).
   sigset_t term, unblocked;
   sigemptyset(&term);
   sigaddset(&term, SIGTERM);
