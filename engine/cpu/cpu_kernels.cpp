@@ -668,16 +668,24 @@ void CpuKernels::sgd_step(const SgdStep& step, float* p, const float* g, float* 
 
 void CpuKernels::adamw_step(const AdamWStep& step, const AdamWTensor* tensors, int64_t count) {
   count_flops(kernel_flops::adamw(tensors, count));
-  for (int64_t t = 0; t < count; ++t) {
-    const AdamWTensor& a = tensors[t];
-    AdamWStep s = step;
-    s.lr = step.scalars[0];
-    s.c1 = step.scalars[a.scalar];
-    s.sqrt_c2 = step.scalars[a.scalar + 1];
-    parallel_for_ranges(a.n, 8, [&](int64_t b, int64_t e) {
-      for (int64_t j = b; j < e; ++j) adamw_update(s, a.p[j], a.g[j], a.m[j], a.v[j]);
-    });
-  }
+  // One split of every tensor's elements laid end to end, not one per
+  // tensor: a model's many small tensors (biases, norms' gains) would each
+  // pay a hand-off. Every element is its own update, so no split changes a bit.
+  std::vector<int64_t> start(count + 1, 0);
+  for (int64_t t = 0; t < count; ++t) start[t + 1] = start[t] + tensors[t].n;
+  parallel_for_ranges(start[count], 8, [&](int64_t b, int64_t e) {
+    int64_t t = std::upper_bound(start.begin(), start.end(), b) - start.begin() - 1;
+    for (; b < e; ++t) {
+      const AdamWTensor& a = tensors[t];
+      const int64_t from = b - start[t], to = std::min(e, start[t + 1]) - start[t];
+      AdamWStep s = step;
+      s.lr = step.scalars[0];
+      s.c1 = step.scalars[a.scalar];
+      s.sqrt_c2 = step.scalars[a.scalar + 1];
+      cpu_adamw(s, a.p + from, a.g + from, a.m + from, a.v + from, to - from);
+      b = start[t] + to;
+    }
+  });
 }
 
 void CpuKernels::sum_squares(const float* const* xs, const int64_t* ns, int64_t count, double* acc) {

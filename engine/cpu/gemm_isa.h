@@ -131,6 +131,10 @@ struct GemmIsa {
                                      int64_t n);
   const UnaryLoop* unary;
   const UnaryBackwardLoop* unary_backward;
+  // kernel_math.h's adamw_update over n elements of one tensor, compiled
+  // for the set: its two divisions and square root are correctly rounded
+  // in every lane, so vectors give the bits of the scalar formula.
+  void (*adamw)(const AdamWStep& s, float* p, const float* g, float* m, float* v, int64_t n);
 };
 
 extern const GemmIsa gemm_isa_avx512;  // AVX-512F + FMA: 8 x 32 tile

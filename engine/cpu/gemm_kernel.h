@@ -402,7 +402,8 @@ void conv1d_weight(const Conv1dWeightArgs& g) {
 // more than either of its two tile kernels). Edges of fewer than 8 rows or
 // columns go float by float.
 void transpose(const float* a, int64_t lda, int64_t rows, int64_t cols, float* b, int64_t ldb) {
-  int64_t r0 = 0, c0 = 0;
+  int64_t r0 = 0;
+  [[maybe_unused]] int64_t c0 = 0;  // (the scalar set has no blocks)
 #if VQDDP_GEMM_ISA != 0
   for (; r0 + 8 <= rows; r0 += 8)
     for (c0 = 0; c0 + 8 <= cols; c0 += 8) {
@@ -551,6 +552,19 @@ template <size_t... I>
 constexpr std::array<GemmIsa::UnaryBackwardLoop, sizeof...(I)> unary_backward_loops(std::index_sequence<I...>) {
   return {&unary_backward_as<static_cast<UnaryFn::Op>(I)>...};
 }
+// The optimizer's update, per element as written. The set's files are
+// built with -fno-math-errno (engine/meson.build), so sqrtf is the
+// instruction and the loop vectorizes; a sqrt that sets errno is a call.
+// The four arrays are distinct tensors (no alias checks in the loop).
+void adamw_loop(const AdamWStep& s, float* p, const float* g, float* m, float* v, int64_t n) {
+  const AdamWStep c = s;  // by value: the stores through p, m, v cannot change it
+  float* __restrict pr = p;
+  const float* __restrict gr = g;
+  float* __restrict mr = m;
+  float* __restrict vr = v;
+  for (int64_t i = 0; i < n; ++i) adamw_update(c, pr[i], gr[i], mr[i], vr[i]);
+}
+
 constexpr auto kUnaryLoops = unary_loops(std::make_index_sequence<UnaryFn::kOps>());
 constexpr auto kUnaryBackwardLoops = unary_backward_loops(std::make_index_sequence<UnaryFn::kOps>());
 
@@ -560,4 +574,4 @@ constexpr auto kUnaryBackwardLoops = unary_backward_loops(std::make_index_sequen
 // The table for the including file's instruction set.
 #define VQDDP_GEMM_ISA_TABLE(NAME) \
   const GemmIsa gemm_isa_##NAME = {#NAME, MR, NR, gemm_blocked, pack_codes, argmin_blocked, conv1d_sample, conv1d_weight, \
-                                    conv1d_data, transpose, kUnaryLoops.data(), kUnaryBackwardLoops.data()};
+                                    conv1d_data, transpose, kUnaryLoops.data(), kUnaryBackwardLoops.data(), adamw_loop};

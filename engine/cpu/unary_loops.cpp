@@ -12,4 +12,8 @@ void cpu_unary_backward(const UnaryFn& fn, const float* x, const float* y, const
   cpu::active_isa().unary_backward[static_cast<int>(fn.op)](fn, x, y, g, out, n);
 }
 
+void cpu_adamw(const AdamWStep& s, float* p, const float* g, float* m, float* v, int64_t n) {
+  cpu::active_isa().adamw(s, p, g, m, v, n);
+}
+
 }  // namespace vqddp

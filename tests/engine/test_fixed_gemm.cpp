@@ -297,6 +297,34 @@ TEST_CASE("cpu_unary and cpu_unary_backward give the bits of every UnaryFn formu
   }
 }
 
+TEST_CASE("cpu_adamw gives the bits of adamw_update on every instruction set") {
+  // Lengths off the vectors' widths, moments from zero (the first step)
+  // and not, weight decay on, and the special values a step can meet.
+  KernelSettings restore;
+  AdamWStep s;
+  s.lr = 2e-3f, s.beta1 = 0.8f, s.beta2 = 0.99f, s.eps = 1e-8f, s.weight_decay = 0.01f;
+  s.c1 = 0.2f, s.sqrt_c2 = 0.1410674f;
+  std::vector<float> p = normal(1037, 12), g = normal(p.size(), 13), m = normal(p.size(), 14), v = normal(p.size(), 15);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = i % 7 == 0 ? 0.f : v[i] * v[i] * 1e-3f;  // v >= 0, some exactly 0
+  for (size_t i = 0; i < 40; ++i) m[i] = 0.f;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float x : {0.f, -0.f, 1e-40f, -1e-40f, 3e38f, inf, -inf, std::nanf("")})
+    p.push_back(1.f), g.push_back(x), m.push_back(0.f), v.push_back(0.f);
+  for (const std::string& isa : usable_isas()) {
+    CAPTURE(isa);
+    fixed_gemm_use_isa(isa);
+    for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, static_cast<int64_t>(p.size())}) {
+      CAPTURE(n);
+      std::vector<float> want_p(p), want_m(m), want_v(v), got_p(p), got_m(m), got_v(v);
+      for (int64_t i = 0; i < n; ++i) adamw_update(s, want_p[i], g[i], want_m[i], want_v[i]);
+      cpu_adamw(s, got_p.data(), g.data(), got_m.data(), got_v.data(), n);
+      CHECK(same_bits(got_p.data(), want_p.data(), static_cast<int64_t>(p.size())));
+      CHECK(same_bits(got_m.data(), want_m.data(), static_cast<int64_t>(p.size())));
+      CHECK(same_bits(got_v.data(), want_v.data(), static_cast<int64_t>(p.size())));
+    }
+  }
+}
+
 TEST_CASE("fixed_gemm keeps the sign of zero chains and propagates NaN like the reference") {
   // A chain whose every product underflows to a negative zero stays -0 (no
   // padding step may add +0), and a NaN in row 0 stays in row 0.

@@ -2,7 +2,10 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <memory>
+#include <vector>
 
+#include "engine/cpu/parallel.h"
 #include "engine/ops.h"
 #include "engine/optim.h"
 
@@ -122,4 +125,45 @@ TEST_CASE("clip_grad_norm scales to max_norm and returns the norm before clippin
   CHECK(b.grad().item<float>() == doctest::Approx(0.8f).epsilon(1e-5));
   CHECK(clip_grad_norm({a, b}, 10.f).item<float>() == doctest::Approx(1.f).epsilon(1e-5));
   CHECK(b.grad().item<float>() == doctest::Approx(0.8f).epsilon(1e-5));  // unchanged below the limit
+}
+
+TEST_CASE("AdamW over many tensors at once equals each tensor stepped alone, on 1 to 3 threads") {
+  // The CPU splits every tensor's elements laid end to end over its
+  // threads; each element must still get its own tensor's bias
+  // corrections (the tensors start at different steps) and nothing else.
+  const std::vector<int64_t> sizes{3, 70001, 1, 40000, 9, 25000};
+  auto values = [](int64_t n, float scale, int seed) {
+    std::vector<float> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = scale * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(seed));
+    return v;
+  };
+  const int restore = cpu_threads();
+  for (int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    cpu_set_threads(threads);
+    std::vector<Tensor> together, alone;
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      together.push_back(leaf(values(sizes[t], 1.f, static_cast<int>(t))));
+      alone.push_back(leaf(values(sizes[t], 1.f, static_cast<int>(t))));
+    }
+    const AdamWOptions o{.lr = 0.01f, .beta1 = 0.8f, .beta2 = 0.99f, .weight_decay = 0.05f};
+    AdamW all(together, o);
+    std::vector<std::unique_ptr<AdamW>> each;
+    for (const Tensor& p : alone) each.push_back(std::make_unique<AdamW>(std::vector<Tensor>{p}, o));
+    for (int step = 0; step < 4; ++step) {
+      for (size_t t = 0; t < sizes.size(); ++t) {
+        if (static_cast<int>(t % 3) > step) continue;  // no gradient yet: a late tensor starts later
+        const std::vector<float> g = values(sizes[t], 0.1f * static_cast<float>(step + 1), static_cast<int>(t + 7 * step));
+        together[t].set_grad(from_vector(g, {sizes[t]}));
+        alone[t].set_grad(from_vector(g, {sizes[t]}));
+        each[t]->step();
+      }
+      all.step();
+    }
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      CAPTURE(t);
+      CHECK(together[t].to_vector<float>() == alone[t].to_vector<float>());
+    }
+  }
+  cpu_set_threads(restore);
 }
