@@ -79,7 +79,9 @@ void on_every_isa_and_thread_count(F&& body) {
 // row and a single output channel, kernels one column wide (the flattened
 // planes of fixed_conv.cpp at height strides 1, 2 and 3, and one too wide
 // to flatten), and padding wider than the kernel reaches (1-D, flattened
-// and flattened with a height stride), whose outputs lie beyond every read.
+// and flattened with a height stride), whose outputs lie beyond every read;
+// and one of enough work that each kernel's phases split over 2 and 3
+// threads, mid-sample (3 samples).
 struct ConvCase {
   int64_t n, c, h, w, o, kh, kw, sh, ph, pw, dh, dw;
   ConvPlan plan() const {
@@ -97,7 +99,21 @@ const ConvCase kConvCases[] = {
     {1, 5, 17, 40, 7, 3, 3, 3, 1, 4, 2, 4},  {2, 3, 31, 2, 4, 5, 1, 3, 2, 0, 1, 1},  {2, 16, 9, 11, 16, 5, 1, 1, 2, 0, 1, 1},
     {1, 4, 3, 33, 1, 3, 3, 1, 0, 1, 1, 1},   {2, 7, 6, 19, 5, 2, 4, 2, 1, 3, 3, 1},  {1, 2, 20, 3, 5, 3, 1, 2, 2, 0, 2, 1},
     {1, 3, 12, 9, 4, 3, 1, 2, 1, 0, 1, 1},   {1, 1, 1, 120, 2, 1, 1, 1, 0, 40, 1, 1}, {1, 2, 5, 40, 3, 1, 1, 1, 1, 0, 1, 1},
-    {2, 2, 7, 5, 3, 1, 1, 3, 3, 0, 1, 1}};
+    {2, 2, 7, 5, 3, 1, 1, 3, 3, 0, 1, 1},    {3, 8, 1, 400, 40, 1, 5, 1, 0, 2, 1, 1}};
+
+// Poisoned scratch: each kernel test first runs the kernel on a NaN input
+// on one thread, so its thread-local scratch (padded input, reshuffled
+// rows, tiles) holds NaN wherever the plan's results go: a part the checked
+// call then fails to compute is NaN, not the same plan's results left by
+// the run before. (A weight gradient that skipped the last task of each
+// thread's range passed without it.)
+template <class F>
+void on_one_thread(F&& body) {
+  const int threads = cpu_threads();
+  cpu_set_threads(1);
+  body();
+  cpu_set_threads(threads);
+}
 
 // Column entry ((s, oy, ox), (ch, ky, kx)) of the unfolded input: x under
 // that tap, 0 in the padding.
@@ -166,8 +182,10 @@ TEST_CASE("fixed_conv gives the bits of the fixed_gemm chain on the im2col matri
     for (int64_t s = 0; s < p.n; ++s)
       for (int64_t j = 0; j < t.o; ++j)
         for (int64_t i = 0; i < pos; ++i) want[(s * t.o + j) * pos + i] = rows[(s * pos + i) * t.o + j];
+    const std::vector<float> nan_x(x.size(), NAN);
     on_every_isa_and_thread_count([&] {
       std::vector<float> got(want.size(), -1.f);
+      on_one_thread([&] { fixed_conv(p, nan_x.data(), t.o, w.data(), got.data()); });  // NaN into its scratch (poisoned scratch, above)
       fixed_conv(p, x.data(), t.o, w.data(), got.data());
       CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
     });
@@ -223,8 +241,10 @@ TEST_CASE("fixed_conv_weight gives the bits of each sample's GEMM on the im2col 
     for (int64_t s = 0; s < p.n; ++s)
       fixed_gemm_reference(false, false, t.o, ck, pos, g.data() + s * t.o * pos, pos, cols.data() + s * pos * ck, ck,
                            want.data() + s * t.o * ck, ck);
+    const std::vector<float> nan_x(x.size(), NAN);
     on_every_isa_and_thread_count([&] {
       std::vector<float> got(want.size(), -1.f);
+      on_one_thread([&] { fixed_conv_weight(p, nan_x.data(), t.o, g.data(), got.data()); });  // NaN into its scratch (poisoned scratch, above)
       fixed_conv_weight(p, x.data(), t.o, g.data(), got.data());
       CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
     });
@@ -261,8 +281,10 @@ TEST_CASE("fixed_conv_data gives the bits of fold on the fixed_gemm product of g
               }
             want[((s * p.c + ch) * p.h + iy) * p.w + ix] = static_cast<float>(acc);
           }
+    const std::vector<float> nan_g(g.size(), NAN);
     on_every_isa_and_thread_count([&] {
       std::vector<float> got(want.size(), -1.f);
+      on_one_thread([&] { fixed_conv_data(p, t.o, nan_g.data(), w.data(), got.data()); });  // NaN into its scratch (poisoned scratch, above)
       fixed_conv_data(p, t.o, g.data(), w.data(), got.data());
       CHECK(same_bits(got.data(), want.data(), static_cast<int64_t>(want.size())));
     });
