@@ -2,7 +2,8 @@
 // GAN example's STFT and period discriminators, 4 samples: one rank's
 // quarter of the batch) and at the main job's codec plans (16 samples: a
 // world of one): its two width-strided ones, each also its transposed
-// twin's plan, and four stride-1 ones. fixed_conv.h's direct kernels
+// twin's plan, and four stride-1 ones; and the large config's three
+// width-strided ones (32 samples). fixed_conv.h's direct kernels
 // against the column path (im2col, the fixed-order GEMM with a product per
 // sample, col2im) in the same process, forward, input gradient and
 // per-sample weight gradients: ratio = column time / direct time (above 1:
@@ -62,6 +63,10 @@ const Case kCases[] = {
     {"codec 64->64 k1 (x16)", 64, 1, 200, 64, 1, 1, 1, 0, 0, 1, 1, 16, 1},
     {"codec 8->8 k3 (x16)", 8, 1, 1600, 8, 1, 3, 1, 0, 1, 1, 1, 16, 1},
     {"codec 8->8 k1 (x16)", 8, 1, 1600, 8, 1, 1, 1, 0, 0, 1, 1, 16, 1},
+    // speech_codec_large.json's width-strided convolutions (a world of one: 32 samples).
+    {"large 16->96 k16 s8 (x32)", 16, 1, 1600, 96, 1, 16, 1, 0, 4, 1, 1, 32, 8},
+    {"large 96->192 k10 s5 (x32)", 96, 1, 200, 192, 1, 10, 1, 0, 3, 1, 1, 32, 5},
+    {"large 192->384 k8 s4 (x32)", 192, 1, 40, 384, 1, 8, 1, 0, 2, 1, 1, 32, 4},
 };
 
 bool same(const std::vector<float>& a, const std::vector<float>& b) {

@@ -244,6 +244,7 @@ DirectConvPaths direct_conv_paths(const ConvPlan& p) {
   }
   paths.forward = rows_fill && p.ow >= 45;
   paths.data = rows_fill && phase_length(p) >= 64 && p.c >= 4;
+  paths.weight = p.oh * p.ow >= 15 && p.col_width() <= 960 && p.c >= 8;
   return paths;
 }
 
@@ -277,7 +278,7 @@ void fixed_conv_weight(const ConvPlan& p, const float* x, int64_t cout, const fl
   const int64_t o_pad = narrow ? kernels.nr / 2 : (cout + kernels.nr - 1) / kernels.nr * kernels.nr;
   const int64_t rows_j = narrow ? 2 * kernels.mr : kernels.mr;
   const PaddedInput in = pad_input(p, x, 0);
-  thread_local std::vector<float> rows_v, out_v;
+  thread_local std::vector<float> rows_v;
   // g [n, cout, positions] as rows [n positions, o_pad], zero past cout: the tile's loads.
   float* rows = cpu::scratch(rows_v, p.n * positions * o_pad);
   // In blocks of 16 positions: each channel's run is read in order and the
@@ -292,14 +293,14 @@ void fixed_conv_weight(const ConvPlan& p, const float* x, int64_t cout, const fl
       for (int64_t i = i0; i < i1; ++i) std::fill(block + (i - i0) * o_pad + cout, block + (i - i0 + 1) * o_pad, 0.f);
     }
   });
-  float* out_t = cpu::scratch(out_v, p.n * ck * o_pad);
   const int64_t blocks = (ck + rows_j - 1) / rows_j;
   // Contiguous ranges of (sample, block), as the padding and the reshuffle
-  // of g above and the one below split theirs: a thread's tiles read the
-  // samples it padded and reshuffled, from its own core's caches, where
-  // parallel_for's task by task had each core read half of them from the
-  // other's (the main job at --world 1 on 2 cores: conv2d backward 7.0-7.2
-  // -> 5.9-6.0 ms a step; the 64 -> 64 k3 gradient alone 0.25 -> 0.24 ms).
+  // of g above split theirs: a thread's tiles read the samples it padded
+  // and reshuffled, from its own core's caches, where parallel_for's task
+  // by task had each core read half of them from the other's (the main job
+  // at --world 1 on 2 cores: conv2d backward 7.0-7.2 -> 5.9-6.0 ms a step;
+  // the 64 -> 64 k3 gradient alone 0.25 -> 0.24 ms). Each tile writes its
+  // columns j of the sample's partial [cout, ck] itself.
   parallel_for_ranges(p.n * blocks, rows_j * positions * o_pad, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t s = t / blocks, b = t % blocks;
@@ -310,21 +311,13 @@ void fixed_conv_weight(const ConvPlan& p, const float* x, int64_t cout, const fl
       args.samples = p.oh;
       args.lout = p.ow;
       args.sample_stride = p.sh * in.wp;
+      args.cout = cout;
+      args.ck = ck;
       args.xp = in.data + s * p.c * in.plane();
       args.off = in.off;
       args.g = rows + s * positions * o_pad;
-      args.out_t = out_t + s * ck * o_pad;
+      args.out = partials + s * cout * ck;
       kernels.conv1d_weight(args);
-    }
-  });
-  // [ck, o_pad] per sample -> [cout, ck], in slabs of kBlock rows j on the
-  // engine's threads.
-  const int64_t j_blocks = (ck + kBlock - 1) / kBlock;
-  parallel_for_ranges(p.n * j_blocks, kBlock * cout, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      const int64_t s = t / j_blocks, j0 = t % j_blocks * kBlock;
-      kernels.transpose(out_t + (s * ck + j0) * o_pad, o_pad, std::min(kBlock, ck - j0), cout,
-                        partials + s * cout * ck + j0, ck);
     }
   });
 }

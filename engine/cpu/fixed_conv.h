@@ -25,11 +25,15 @@ namespace vqddp {
 // an input phase backward: the forward pays from 45 positions (1.14-1.46x at
 // 47-200; 0.97x at 40, 0.9x at the STFT's 22), the input gradient from 64 positions and
 // 4 channels (1.06-1.18x for the codec's 8 -> 64 stride-8 convolution; 0.1-0.4x
-// for the STFT's single channel and at 40 positions), the weight gradient
-// not at all (0.3-0.9x: its runs are the ow positions, 40 at stride 5).
-// Re-measured on a Zen 4 host with the current kernels (bench_conv2d,
-// against the table's batched column path): at the codec's 40 positions
-// 1.01x forward, 0.51x input gradient, 0.38x weight; so the rule stands.
+// for the STFT's single channel and at 40 positions). Re-measured on a Zen 4
+// host (bench_conv2d, against the table's batched column path): at the
+// codec's 40 positions 1.01x forward, 0.51x input gradient. The weight
+// gradient, since its tiles write the partials in place (no [ck, o_pad]
+// copy transposed after) and split like its padding, pays from 15
+// positions a sample, 8 input channels and up to 960 columns c kw (Zen 5,
+// 2 threads, 16-32 samples: 1.1-1.95x on eleven such plans, the codec's
+// and the large config's among them; 0.34-0.55x at 10 positions, 0.48x at
+// 1024 columns, 0.75-1.05x for the STFT's single channel).
 // Without a width stride fixed_conv_weight pays wherever it applies.
 struct DirectConvPaths {
   bool forward = false, data = false, weight = false;

@@ -70,21 +70,22 @@ struct Conv1dArgs {
   float* y = nullptr;
 };
 
-// The weight gradient of one unit of a convolution whose width stride is 1
-// (its "samples" are runs of lout positions, sample_stride floats apart in
-// the padded input: a 2-D convolution's output rows), as the
-// transpose of the fixed-order product of unit_partials_of_b
-// (conv1d_weight in gemm_kernel.h): out_t [ck, o_pad] rows [j_begin,
-// j_end) with out_t[j, q] = chain over the unit's rows r = (s, i) ascending
-// of fma(xp_s[off[j] + i], g[r, q], acc). g has o_pad floats a row (zero
-// past o), o_pad a multiple of nr, or nr / 2 (one vector) where o is at
-// most that; j_begin a multiple of mr.
+// The weight gradient of one unit of a convolution (its "samples" are runs
+// of lout positions, sample_stride floats apart in the padded input: a 2-D
+// convolution's output rows; a width-strided one's input in phases, so a
+// tap's positions are consecutive floats), as the fixed-order product of
+// unit_partials_of_b (conv1d_weight in gemm_kernel.h): columns [j_begin,
+// j_end) of out [cout, ck], out[q, j] = chain over the unit's rows r = (s,
+// i) ascending of fma(xp_s[off[j] + i], g[r, q], acc). g has o_pad floats
+// a row (zero past cout), o_pad a multiple of nr, or nr / 2 (one vector)
+// where cout is at most that; j_begin a multiple of mr.
 struct Conv1dWeightArgs {
   int64_t j_begin = 0, j_end = 0, o_pad = 0, samples = 0, lout = 0, sample_stride = 0;
+  int64_t cout = 0, ck = 0;
   const float* xp = nullptr;  // the unit's first run's padded input
   const int64_t* off = nullptr;
   const float* g = nullptr;   // the unit's first row
-  float* out_t = nullptr;     // [ck, o_pad]
+  float* out = nullptr;       // [cout, ck]
 };
 
 // The input gradient of a convolution whose width stride is 1, for one

@@ -341,6 +341,8 @@ void conv1d_sample(const Conv1dArgs& g) {
 // See Conv1dWeightArgs: a tile of R rows j (each broadcast from the padded
 // input, the row's own offset) by V vectors of W columns q (loaded from g's
 // row r) accumulates over every row r of the unit in ascending order.
+void transpose(const float* a, int64_t lda, int64_t rows, int64_t cols, float* b, int64_t ldb);  // below
+
 template <int R, int V>
 void conv1d_weight_tile(const Conv1dWeightArgs& g, int64_t j0, int64_t rows, int64_t q0) {
   int64_t off[R];
@@ -373,13 +375,17 @@ void conv1d_weight_tile(const Conv1dWeightArgs& g, int64_t j0, int64_t rows, int
   }
   // Through a tile with the loop's constant bounds: an accumulator indexed
   // by `rows` made g++ keep them all in memory, storing every one at every
-  // position (4.5x slower than the forward kernel).
+  // position (4.5x slower than the forward kernel). The tile [j, q] goes
+  // into out [q, j] transposed from L1: writing it as [ck, o_pad] and
+  // transposing the whole gradient after cost a write and a read of every
+  // partial more (the main job's stride-5 convolution: 5 MB a step).
   alignas(64) float tile[R * V * W];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < V; ++v) Isa::store(tile + (r * V + v) * W, acc[r][v]);
-  for (int64_t r = 0; r < rows; ++r) std::copy_n(tile + r * V * W, V * W, g.out_t + (j0 + r) * g.o_pad + q0);
+  const int64_t cols = std::min<int64_t>(V * W, g.cout - q0);
+  if (cols > 0) transpose(tile, V * W, rows, cols, g.out + q0 * g.ck + j0, g.ck);
 }
 
 // Tiles of MR rows by NR columns; where g's rows are one vector wide

@@ -515,7 +515,7 @@ TEST_CASE("the CPU's conv kernels give the per-element formulas' bits on every p
     const bool all_direct = p.sw == 1 && p.w != narrow.w;
     CHECK(d.forward == all_direct);
     CHECK(d.data == all_direct);
-    CHECK(d.weight == (p.sw == 1));
+    CHECK(d.weight == (p.sw == 1));  // (the strided ones: under 15 positions or 8 channels)
     const int64_t cout = 5, pos = p.oh * p.ow, ck = p.col_width();
     Generator gen(9, 0);
     std::vector<float> x = rand_uniform({p.n, p.c, p.h, p.w}, gen, -1.f, 1.f).to_vector<float>(),
@@ -543,9 +543,10 @@ TEST_CASE("the CPU's conv kernels give the per-element formulas' bits on every p
         REQUIRE(bits(dw[e]) == bits(conv_weight_value(x.data(), g.data(), p, cout, int64_t(e))));
     }
   }  // The choice on the main job's width-strided plans (fixed_conv.h's
-  // measurements): its 8 -> 64 stride-8 downsampling runs forward and
-  // backward to the input directly; its stride-5 one (40 positions) and
-  // the STFT's frames keep the column path, but for the longer frames' forward.
+  // measurements): its 8 -> 64 stride-8 downsampling runs every direction
+  // directly; its stride-5 one (40 positions) the weight gradient only; the
+  // STFT's frames keep the column path, but for the longer frames' forward;
+  // the large config's stride 4 at 10 positions keeps it too.
   auto plan_1d = [](int64_t c, int64_t w, int64_t k, int64_t s, int64_t pad) {
     ConvPlan q;
     q.n = 16, q.c = c, q.h = 1, q.w = w, q.kh = 1, q.kw = k, q.sw = s, q.pw = pad, q.oh = 1;
@@ -556,8 +557,9 @@ TEST_CASE("the CPU's conv kernels give the per-element formulas' bits on every p
     const DirectConvPaths d = direct_conv_paths(q);
     return std::tuple(d.forward, d.data, d.weight);
   };
-  CHECK(paths(plan_1d(8, 1600, 16, 8, 4)) == std::tuple(true, true, false));
-  CHECK(paths(plan_1d(64, 200, 10, 5, 3)) == std::tuple(false, false, false));
+  CHECK(paths(plan_1d(8, 1600, 16, 8, 4)) == std::tuple(true, true, true));
+  CHECK(paths(plan_1d(64, 200, 10, 5, 3)) == std::tuple(false, false, true));
+  CHECK(paths(plan_1d(192, 40, 8, 4, 2)) == std::tuple(false, false, false));  // the large config's 10 positions
   CHECK(paths(plan_1d(1, 1600, 256, 64, 0)) == std::tuple(false, false, false));
   CHECK(paths(plan_1d(1, 1600, 128, 32, 0)) == std::tuple(true, false, false));
   CHECK(paths(plan_1d(64, 200, 3, 1, 1)) == std::tuple(true, true, true));
