@@ -69,8 +69,23 @@ echo "slurm_jobs: srun -N 3 -n 3: the TCP store's rendezvous from srun's variabl
 # 1. srun -n 3 on 3 nodes, mpi, == 1 rank.
 steps=8
 "$v" train "$config" --world 1 --steps $steps --dir one > one.out 2>&1 || { cat one.out; fail "1 rank failed"; }
-timeout 120 srun -N 3 -n 3 "$v" train "$config" --backend mpi --steps $steps --dir srun3 > srun3.out 2>&1 ||
-  { cat srun3.out; fail "srun -N 3 -n 3 --backend mpi failed"; }
+# A task that crashed at MPI's start (the signature of part 4's crash
+# below, seen here too: one fresh-machine run beside another, task 0's
+# SIGSEGV with no frame and a peer's failed TCP connect to it): its log is
+# kept in this test's output and the step run once more. Any other
+# failure, or a second one, fails.
+srun3() { timeout 120 srun -N 3 -n 3 "$v" train "$config" --backend mpi --steps $steps --dir srun3 > srun3.out 2>&1; }
+rc=0
+srun3 || rc=$?
+if [ $rc -ne 0 ] && ! grep -q "^train: " srun3.out &&
+  grep -q "Process received signal\|srun: error: n[0-9]*: task [0-9]*: Segmentation fault" srun3.out; then
+  echo "slurm_jobs: srun -N 3 -n 3: a task crashed before training began; its log, then the step once more:"
+  sed 's/^/slurm_jobs:   | /' srun3.out
+  rm -rf srun3
+  rc=0
+  srun3 || rc=$?
+fi
+[ $rc -eq 0 ] || { cat srun3.out; fail "srun -N 3 -n 3 --backend mpi failed"; }
 grep -q "3 ranks (mpi" srun3.out || { cat srun3.out; fail "the srun job did not run as 3 mpi ranks"; }
 cmp -s one/checkpoint.safetensors srun3/checkpoint.safetensors || fail "srun -n 3 ended in another checkpoint than 1 rank"
 echo "slurm_jobs: srun -N 3 -n 3 --backend mpi: 1 rank's checkpoint ($(took))"
